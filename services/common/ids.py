@@ -1,0 +1,110 @@
+"""Identifiers, resource names, request ids and page tokens shared by the services."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from typing import Any
+
+from services.common.errors import InvalidArgument
+
+HEX32 = re.compile(r"^[0-9a-f]{32}$")
+HEX16 = re.compile(r"^[0-9a-f]{16}$")
+
+
+def new_id() -> str:
+    """A resource id: 32 lowercase hex characters (UUID4 without dashes)."""
+    return uuid.uuid4().hex
+
+
+def parse_request_id(value: str, field_path: str = "request_id", required: bool = False) -> uuid.UUID | None:
+    """AIP-155 request id: a UUID (any version accepted on input, UUID4 recommended).
+
+    Returns None when empty and not required; InvalidArgument naming `field_path` otherwise.
+    """
+    if not value:
+        if required:
+            raise InvalidArgument(field_path, "is required (a UUID4); retries with the same id return the first result")
+        return None
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise InvalidArgument(field_path, f"must be a UUID (got {value[:40]!r})") from None
+
+
+def parse_trace_id(value: str, field_path: str = "trace_id") -> str:
+    """A W3C trace id as 32 lowercase hex; InvalidArgument when malformed or all zeros."""
+    v = value.strip().lower()
+    if not HEX32.match(v):
+        raise InvalidArgument(field_path, "must be 32 hexadecimal characters (W3C trace-id)")
+    if v == "0" * 32:
+        raise InvalidArgument(field_path, "must not be all zeros (W3C trace-id)")
+    return v
+
+
+def parse_name(value: str, pattern: str, field_path: str) -> tuple[str, ...]:
+    """Split a resource name by `pattern` (e.g. `instances/{}/messages/{}`) into its ids."""
+    parts = value.split("/")
+    pparts = pattern.split("/")
+    if len(parts) != len(pparts):
+        raise InvalidArgument(field_path, f"must look like {pattern.replace('{}', '{id}')}")
+    ids = []
+    for got, want in zip(parts, pparts, strict=True):
+        if want == "{}":
+            if not got or not re.match(r"^[a-zA-Z0-9_-]{1,64}$", got):
+                raise InvalidArgument(field_path, f"must look like {pattern.replace('{}', '{id}')}")
+            ids.append(got)
+        elif got != want:
+            raise InvalidArgument(field_path, f"must look like {pattern.replace('{}', '{id}')}")
+    return tuple(ids)
+
+
+def encode_page_token(position: dict[str, Any]) -> str:
+    """An opaque keyset page token (the last row's sort key), never an offset (AIP-158)."""
+    return base64.urlsafe_b64encode(json.dumps(position, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def decode_page_token(token: str, field_path: str = "page_token") -> dict[str, Any] | None:
+    if not token:
+        return None
+    try:
+        pad = "=" * (-len(token) % 4)
+        out = json.loads(base64.urlsafe_b64decode(token + pad))
+        if not isinstance(out, dict):
+            raise ValueError
+        return out
+    except (ValueError, json.JSONDecodeError):
+        raise InvalidArgument(field_path, "is not a token this service issued") from None
+
+
+def page_size(value: int, default: int = 50, maximum: int = 1000, field_path: str = "page_size") -> int:
+    """AIP-158: 0 → default, negative → INVALID_ARGUMENT, above maximum → maximum."""
+    if value < 0:
+        raise InvalidArgument(field_path, "must not be negative")
+    return default if value == 0 else min(value, maximum)
+
+
+def check_text(value: str, field_path: str, max_chars: int | None = None, required: bool = False) -> str:
+    """Text policy for user-supplied strings (case F12): NUL bytes are rejected with
+    INVALID_ARGUMENT naming the field (PostgreSQL `text` cannot store U+0000, and silently
+    dropping bytes of the owner's words is worse); over `max_chars` Unicode code points →
+    INVALID_ARGUMENT naming the limit. Never truncated behind an OK.
+    """
+    if required and not value.strip():
+        raise InvalidArgument(field_path, "must not be empty")
+    if "\x00" in value:
+        raise InvalidArgument(field_path, "must not contain NUL (U+0000) characters", reason="NUL_CHARACTER")
+    if max_chars is not None and len(value) > max_chars:
+        raise InvalidArgument(
+            field_path, f"is {len(value)} characters; the limit is {max_chars}", reason="TOO_LONG",
+            limit=str(max_chars),
+        )
+    return value
+
+
+def clip(value: str, max_chars: int) -> tuple[str, bool]:
+    """Clip a snapshot (not the owner's words) to `max_chars` code points; returns (text, clipped)."""
+    if len(value) <= max_chars:
+        return value, False
+    return value[:max_chars], True

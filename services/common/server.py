@@ -1,0 +1,265 @@
+"""gRPC server wiring shared by every service: auth + error interceptor, health, reflection, lifecycle.
+
+`GrpcServer` is built by each service's `create_server(...)`; tests bind port 0 and read `.port`.
+Lifecycle on stop: health NOT_SERVING → `server.stop(grace)` (in-flight RPCs finish) → the
+service's own `on_stop` callbacks (pool close, telemetry flush), in that order.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from grpc_status import rpc_status
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from services.common.auth import Authenticator, set_current_principal, _current
+from services.common.errors import DomainError, internal_status, to_status
+
+log = logging.getLogger(__name__)
+
+# Methods that need no token: health, reflection, and whatever a service adds (e.g. OTLP Export).
+ALWAYS_PUBLIC_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
+
+# 4 MiB, gRPC's default, stated explicitly (design.md: "4 MiB gRPC" limit).
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class _MetadataGetter:
+    @staticmethod
+    def get(carrier: dict[str, str], key: str) -> list[str] | None:
+        v = carrier.get(key)
+        return [v] if v is not None else None
+
+    @staticmethod
+    def keys(carrier: dict[str, str]) -> list[str]:
+        return list(carrier)
+
+
+def metadata_dict(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    """Invocation metadata as a dict (text values only; last value wins)."""
+    return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+
+
+def extract_context(context: grpc.aio.ServicerContext) -> otel_context.Context:
+    """The caller's W3C trace context from gRPC metadata (empty context when none)."""
+    return propagate.extract(metadata_dict(context), getter=_MetadataGetter())  # type: ignore[arg-type]
+
+
+class ServiceInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates, checks the method's scope, opens a SERVER span, and maps errors — in one place.
+
+    `method_scopes`: full method name (`/pkg.Service/Method`) → required scope, or None for
+    "authenticated, any scope". Methods under `public_prefixes` need no token. Methods in
+    `untraced` get no server span (the chat turn starts its own trace; the collector never traces
+    its own Export).
+    """
+
+    def __init__(
+        self,
+        authenticator: Authenticator | None,
+        method_scopes: dict[str, str | None],
+        tracer: trace.Tracer,
+        public_prefixes: Iterable[str] = (),
+        untraced: Iterable[str] = (),
+    ):
+        self._auth = authenticator
+        self._scopes = method_scopes
+        self._tracer = tracer
+        self._public = tuple(ALWAYS_PUBLIC_PREFIXES) + tuple(public_prefixes)
+        self._untraced = frozenset(untraced)
+
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(self._public):
+            return handler
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap_unary(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+    def _authenticate(self, method: str, context: grpc.aio.ServicerContext) -> None:
+        if self._auth is None:
+            return
+        md = metadata_dict(context)
+        principal = self._auth.authenticate(md.get("authorization"))
+        if method not in self._scopes:
+            # Fail closed: a method nobody mapped is not callable.
+            raise DomainError(message=f"{method} is not enabled", reason="UNMAPPED_METHOD",
+                              code=grpc.StatusCode.UNIMPLEMENTED)
+        scope = self._scopes[method]
+        if scope is not None:
+            principal.require(scope)
+        set_current_principal(principal)
+
+    def _start_span(self, method: str, context: grpc.aio.ServicerContext):
+        if method in self._untraced:
+            return None
+        service, _, name = method.lstrip("/").rpartition("/")
+        return self._tracer.start_span(
+            method.lstrip("/"),
+            context=extract_context(context),
+            kind=SpanKind.SERVER,
+            attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
+        )
+
+    async def _fail(self, err: BaseException, context: grpc.aio.ServicerContext, span) -> None:
+        if isinstance(err, DomainError):
+            st = to_status(err)
+            if span is not None:
+                span.set_attribute("rpc.grpc.status_code", st.code)
+                if err.code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
+                                    grpc.StatusCode.ABORTED, grpc.StatusCode.PERMISSION_DENIED,
+                                    grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.FAILED_PRECONDITION):
+                    span.set_status(Status(StatusCode.ERROR, err.reason))
+            await context.abort_with_status(rpc_status.to_status(st))
+        trace_id = format(span.get_span_context().trace_id, "032x") if span is not None else "-"
+        log.exception("unhandled error in RPC (trace_id %s)", trace_id, exc_info=err)
+        if span is not None:
+            span.record_exception(err)
+            span.set_status(Status(StatusCode.ERROR, type(err).__name__))
+        await context.abort_with_status(rpc_status.to_status(internal_status(trace_id)))
+
+    def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]):
+        async def wrapped(request, context):
+            token = _current.set(None)
+            span = None
+            try:
+                try:
+                    self._authenticate(method, context)
+                    span = self._start_span(method, context)
+                    if span is None:
+                        return await behavior(request, context)
+                    with trace.use_span(span, end_on_exit=False):
+                        return await behavior(request, context)
+                except (asyncio.CancelledError, grpc.aio.AbortError):
+                    raise
+                except Exception as err:  # noqa: BLE001 - the one place unknown errors become INTERNAL
+                    await self._fail(err, context, span)
+            finally:
+                if span is not None:
+                    span.end()
+                _current.reset(token)
+
+        return wrapped
+
+    def _wrap_stream(self, method: str, behavior: Callable[..., Any]):
+        async def wrapped(request, context):
+            token = _current.set(None)
+            span = None
+            try:
+                try:
+                    self._authenticate(method, context)
+                    span = self._start_span(method, context)
+                    ctx_token = otel_context.attach(trace.set_span_in_context(span)) if span else None
+                    try:
+                        async for item in behavior(request, context):
+                            yield item
+                    finally:
+                        if ctx_token is not None:
+                            otel_context.detach(ctx_token)
+                except (asyncio.CancelledError, grpc.aio.AbortError, GeneratorExit):
+                    raise
+                except Exception as err:  # noqa: BLE001
+                    await self._fail(err, context, span)
+            finally:
+                if span is not None:
+                    span.end()
+                _current.reset(token)
+
+        return wrapped
+
+
+class GrpcServer:
+    """A grpc.aio server with health + reflection and an ordered shutdown.
+
+    `add(register, servicer, service_full_name)` registers a servicer; `start(address)` binds
+    (port 0 = any free port) and marks every service SERVING; `stop()` drains.
+    """
+
+    def __init__(
+        self,
+        interceptors: list[grpc.aio.ServerInterceptor],
+        grace_s: float = 10.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        extra_options: list[tuple[str, Any]] | None = None,
+    ):
+        options = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.so_reuseport", 0),
+            *(extra_options or []),
+        ]
+        self.server = grpc.aio.server(interceptors=interceptors, options=options)
+        self.health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self._services: list[str] = [reflection.SERVICE_NAME, health.SERVICE_NAME]
+        self._grace_s = grace_s
+        self._on_stop: list[Callable[[], Awaitable[None]]] = []
+        self.ports: dict[str, int] = {}
+        self.port: int = 0
+
+    def add(self, register: Callable[[Any, Any], None], servicer: Any, service_full_name: str) -> None:
+        register(servicer, self.server)
+        self._services.append(service_full_name)
+
+    def on_stop(self, cb: Callable[[], Awaitable[None]]) -> None:
+        """Run `cb` after the server drained (in registration order)."""
+        self._on_stop.append(cb)
+
+    def bind(self, address: str, name: str = "main") -> int:
+        port = self.server.add_insecure_port(address)
+        if port == 0:
+            raise OSError(f"cannot bind {address}")
+        self.ports[name] = port
+        if name == "main":
+            self.port = port
+        return port
+
+    async def start(self) -> None:
+        reflection.enable_server_reflection(self._services, self.server)
+        await self.server.start()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        for s in self._services:
+            await self.health.set(s, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(self._grace_s if grace_s is None else grace_s)
+        for cb in self._on_stop:
+            try:
+                await cb()
+            except Exception:  # noqa: BLE001 - shutdown continues; the failure is logged
+                log.exception("shutdown step failed")
+
+    async def wait(self) -> None:
+        await self.server.wait_for_termination()
+
+
+async def serve_until_signal(stop: Callable[[], Awaitable[None]]) -> None:
+    """Block until SIGTERM/SIGINT, then run `stop()` (graceful: drain first)."""
+    import signal  # noqa: PLC0415
+
+    loop = asyncio.get_running_loop()
+    ev = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, ev.set)
+    await ev.wait()
+    log.info("signal received: draining")
+    await stop()

@@ -1,0 +1,37 @@
+"""Feedback service settings (prefix `AGENTFEEDBACK_FEEDBACK_`), validated once at start-up."""
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from services.common.settings import CommonSettings
+
+
+class FeedbackSettings(CommonSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_FEEDBACK_", extra="ignore")
+
+    # Listen address of FeedbackService (design.md: 50052).
+    listen: str = "127.0.0.1:50052"
+    # ChatService address (snapshots are resolved there with the caller's token).
+    chat_target: str = "127.0.0.1:50051"
+    # TraceQueryService address (the capture worker freezes the turn's spans from there).
+    traces_target: str = "127.0.0.1:50053"
+    # Seconds the snapshot fetch from the chat service may take before falling back.
+    chat_timeout_s: float = Field(default=2.0, gt=0)
+    # Rating note limit in UTF-8 bytes (design.md: default 8192).
+    rating_note_max_bytes: int = Field(default=8192, ge=1)
+    # Trace capture worker: seconds between polls, attempts before UNAVAILABLE, first retry delay.
+    capture_poll_s: float = Field(default=1.0, gt=0)
+    capture_max_attempts: int = Field(default=20, ge=1)
+    capture_backoff_s: float = Field(default=1.0, gt=0)
+    # Span retention of the collector in days (a turn older than this is EXPIRED, not UNAVAILABLE).
+    trace_retention_days: int = Field(default=14, ge=1)
+    # Ticket sink for FileFeedback: `markdown` (a local directory) or `github`.
+    tracker: str = Field(default="markdown", pattern="^(markdown|github)$")
+    tracker_markdown_dir: str = ""
+    tracker_github_api: str = "https://api.github.com"
+    tracker_github_repo: str = ""
+    tracker_github_token: str = ""
+    # Fields sent to an external tracker beyond category, ids and the tool-call summary.
+    tracker_include_body: bool = False
+    tracker_include_message_text: bool = False

@@ -1,0 +1,37 @@
+"""Trace collector settings (prefix `AGENTFEEDBACK_COLLECTOR_`), validated once at start-up."""
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from services.common.settings import CommonSettings
+
+
+class CollectorSettings(CommonSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_COLLECTOR_", extra="ignore")
+
+    # OTLP/gRPC TraceService/Export (OTLP default port 4317).
+    otlp_grpc_listen: str = "127.0.0.1:4317"
+    # OTLP/HTTP POST /v1/traces (OTLP default port 4318); host and port.
+    otlp_http_host: str = "127.0.0.1"
+    otlp_http_port: int = Field(default=4318, ge=0, le=65535)
+    # TraceQueryService (design.md: 50053).
+    query_listen: str = "127.0.0.1:50053"
+    # Days of spans kept; whole UTC-day partitions older than this are dropped.
+    retention_days: int = Field(default=14, ge=1)
+    # Spans starting more than this many seconds in the future are rejected.
+    max_future_skew_s: int = Field(default=3600, ge=0)
+    # Seconds between retention passes (partition creation ahead + drops).
+    retention_interval_s: float = Field(default=3600.0, gt=0)
+    # Write queue bound in spans; beyond it Export answers UNAVAILABLE + RetryInfo (HTTP 503).
+    queue_max_spans: int = Field(default=200_000, ge=1)
+    # Spans per COPY batch (group commit across concurrent Exports).
+    batch_max_spans: int = Field(default=20_000, ge=1)
+    # Retry delay suggested to exporters when over capacity, seconds.
+    retry_after_s: float = Field(default=1.0, gt=0)
+    # HTTP body limit in bytes (design.md: 20 MiB) and gRPC message limit (4 MiB).
+    http_max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
+    grpc_max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
+    # Optional downstream OTLP/gRPC endpoint (the SREs' backend) receiving every accepted span.
+    forward_endpoint: str = ""
+    forward_queue_max: int = Field(default=1000, ge=1)

@@ -1,0 +1,63 @@
+"""Shared fixtures: a real embedded PostgreSQL for the whole test session, a fresh database per test,
+and the whole stack (collector, chat gateway, reference agent, feedback) on free loopback ports.
+
+Nothing here skips: no PostgreSQL means the session fails.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from services.common.db import start_embedded_postgres
+from tests.stack import Stack, start_stack
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """URL of the test cluster: `AGENTFEEDBACK_TEST_DATABASE_URL` if set, else an embedded one in a temp dir."""
+    url = os.environ.get("AGENTFEEDBACK_TEST_DATABASE_URL")
+    if url:
+        return url
+    base = Path(tempfile.mkdtemp(prefix="af-test-pg-"))
+    return start_embedded_postgres(base / "pg", cleanup_mode="delete")
+
+
+def _with_db(url: str, db: str) -> str:
+    # Embedded URLs look like postgresql://postgres@/postgres?host=/socket/dir
+    head, sep, query = url.partition("?")
+    base = head.rsplit("/", 1)[0]
+    return f"{base}/{db}{sep}{query}"
+
+
+@pytest.fixture
+async def database_url(pg_url: str):
+    """A new, empty database for this test (dropped afterwards)."""
+    name = f"t_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
+    conn = await asyncpg.connect(pg_url)
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    yield _with_db(pg_url, name)
+    conn = await asyncpg.connect(pg_url)
+    await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await conn.close()
+
+
+@pytest.fixture
+async def stack(database_url: str, tmp_path: Path):
+    """The whole stack in this process on free ports, one database; stopped after the test."""
+    s = await start_stack(database_url, tmp_path)
+    try:
+        yield s
+    finally:
+        await s.stop()
+
+
+__all__ = ["Stack"]

@@ -1,0 +1,149 @@
+"""The whole stack started in-process for tests: real gRPC servers on loopback, real PostgreSQL,
+the real OpenTelemetry SDK exporting over OTLP/gRPC to the real collector.
+
+Each service module exposes `create_server(settings, *, database_url=..., tracer_provider=...)`
+returning a started server object with `.port` (or `.ports`) and `async stop()`.
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import TracerProvider
+
+from agentfeedback.chat.v1 import chat_pb2_grpc
+from agentfeedback.feedback.v1 import feedback_pb2_grpc
+from agentfeedback.traces.v1 import traces_pb2_grpc
+from services.common.auth import ALL_SCOPES, mint_token
+from services.common.telemetry import setup_tracing
+
+TEST_JWT_SECRET = "test-secret-not-for-production-0123456789abcdef"
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports (bound then released; good enough on loopback in tests)."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+@dataclass
+class Stack:
+    """Handles to a running stack. `token(sub, scopes)` mints a bearer token the services accept."""
+
+    ports: dict[str, int]
+    data_dir: Path
+    database_url: str
+    providers: dict[str, TracerProvider] = field(default_factory=dict)
+    servers: dict[str, Any] = field(default_factory=dict)
+    channels: list[grpc.aio.Channel] = field(default_factory=list)
+
+    def token(self, sub: str = "alice", scopes: tuple[str, ...] = ALL_SCOPES) -> str:
+        return mint_token(TEST_JWT_SECRET, sub, scopes)
+
+    def md(self, sub: str = "alice", scopes: tuple[str, ...] = ALL_SCOPES) -> tuple[tuple[str, str], ...]:
+        """gRPC metadata carrying a token for `sub`."""
+        return (("authorization", f"Bearer {self.token(sub, scopes)}"),)
+
+    def channel(self, name: str) -> grpc.aio.Channel:
+        ch = grpc.aio.insecure_channel(f"127.0.0.1:{self.ports[name]}")
+        self.channels.append(ch)
+        return ch
+
+    def chat(self) -> chat_pb2_grpc.ChatServiceStub:
+        return chat_pb2_grpc.ChatServiceStub(self.channel("chat"))
+
+    def feedback(self) -> feedback_pb2_grpc.FeedbackServiceStub:
+        return feedback_pb2_grpc.FeedbackServiceStub(self.channel("feedback"))
+
+    def traces(self) -> traces_pb2_grpc.TraceQueryServiceStub:
+        return traces_pb2_grpc.TraceQueryServiceStub(self.channel("query"))
+
+    def flush_spans(self) -> None:
+        """Export every finished span of every service now (BatchSpanProcessor.force_flush)."""
+        for p in self.providers.values():
+            p.force_flush(10_000)
+
+    async def wait_trace(self, trace_id: str, min_spans: int = 1, timeout_s: float = 10.0):
+        """Flush, then poll GetTrace until the trace has at least `min_spans` spans."""
+        from agentfeedback.traces.v1 import traces_pb2  # noqa: PLC0415
+
+        self.flush_spans()
+        stub = self.traces()
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while True:
+            try:
+                t = await stub.GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=self.md())
+                if len(t.spans) >= min_spans:
+                    return t
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"trace {trace_id} did not reach {min_spans} spans in {timeout_s}s")
+            await asyncio.sleep(0.05)
+
+    async def stop(self) -> None:
+        for ch in self.channels:
+            await ch.close()
+        for name in ("chat", "agent", "feedback", "collector"):
+            srv = self.servers.get(name)
+            if srv is not None:
+                await srv.stop(0.5)
+        for p in self.providers.values():
+            p.shutdown()
+
+
+async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0, **overrides: Any) -> Stack:
+    """Start collector, agent, chat gateway and feedback on free ports against `database_url`."""
+    from services.chat.agent.server import create_server as create_agent
+    from services.chat.server import create_server as create_chat
+    from services.chat.settings import AgentSettings, ChatSettings
+    from services.feedback.server import create_server as create_feedback
+    from services.feedback.settings import FeedbackSettings
+    from services.tracecollector.server import create_server as create_collector
+    from services.tracecollector.settings import CollectorSettings
+
+    p = dict(zip(["otlp_grpc", "otlp_http", "query", "chat", "agent", "feedback"], free_ports(6), strict=True))
+    common = {"database_url": database_url, "data_dir": data_dir, "jwt_secret": TEST_JWT_SECRET, "shutdown_grace_s": 0.5}
+    stack = Stack(ports=p, data_dir=data_dir, database_url=database_url)
+
+    def provider(name: str) -> TracerProvider:
+        tp = setup_tracing(name, exporter=OTLPSpanExporter(endpoint=f"127.0.0.1:{p['otlp_grpc']}", insecure=True))
+        stack.providers[name] = tp
+        return tp
+
+    collector_settings = CollectorSettings(
+        otlp_grpc_listen=f"127.0.0.1:{p['otlp_grpc']}", otlp_http_host="127.0.0.1", otlp_http_port=p["otlp_http"],
+        query_listen=f"127.0.0.1:{p['query']}", **common, **overrides.get("collector", {}),
+    )
+    stack.servers["collector"] = await create_collector(collector_settings, database_url=database_url)
+    agent_settings = AgentSettings(
+        listen=f"127.0.0.1:{p['agent']}", feedback_target=f"127.0.0.1:{p['feedback']}", think_ms=agent_think_ms,
+        **common, **overrides.get("agent", {}),
+    )
+    stack.servers["agent"] = await create_agent(agent_settings, tracer_provider=provider("agent"))
+    chat_settings = ChatSettings(
+        listen=f"127.0.0.1:{p['chat']}", agent_target=f"127.0.0.1:{p['agent']}", **common, **overrides.get("chat", {}),
+    )
+    stack.servers["chat"] = await create_chat(chat_settings, database_url=database_url, tracer_provider=provider("chat"))
+    feedback_settings = FeedbackSettings(
+        listen=f"127.0.0.1:{p['feedback']}", chat_target=f"127.0.0.1:{p['chat']}",
+        traces_target=f"127.0.0.1:{p['query']}", capture_poll_s=0.2, capture_backoff_s=0.2,
+        tracker_markdown_dir=str(data_dir / "tickets"), **common, **overrides.get("feedback", {}),
+    )
+    stack.servers["feedback"] = await create_feedback(
+        feedback_settings, database_url=database_url, tracer_provider=provider("feedback")
+    )
+    return stack
