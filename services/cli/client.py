@@ -1,0 +1,70 @@
+"""Client-side connection settings and stubs for the CLI, the demo and the MCP server.
+
+Targets and the token come from `AGENTFEEDBACK_CLIENT_*` (or flags): `chat_target`,
+`feedback_target`, `traces_target`, `token`. With no token, a dev token for `sub` (default
+`owner`) is minted from the embedded HS256 secret in `<data_dir>/jwt-secret` — the same secret the
+local services use, so the CLI just works against `make run`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import grpc
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from agentfeedback.chat.v1 import chat_pb2_grpc
+from agentfeedback.feedback.v1 import feedback_pb2_grpc
+from agentfeedback.traces.v1 import traces_pb2_grpc
+from services.common.auth import DEV_SCOPES, dev_secret, mint_token
+from services.common.settings import CommonSettings
+
+
+class ClientSettings(CommonSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_CLIENT_", extra="ignore", populate_by_name=True)
+
+    chat_target: str = "127.0.0.1:50051"
+    feedback_target: str = "127.0.0.1:50052"
+    traces_target: str = "127.0.0.1:50053"
+    # Bearer token; empty → a dev token for `sub` minted from the embedded secret.
+    token: str = ""
+    sub: str = "owner"
+    # Deadline of each call, seconds.
+    timeout_s: float = Field(default=30.0, gt=0)
+
+
+@dataclass
+class Clients:
+    """Stubs over one channel per service, plus the metadata carrying the bearer token."""
+
+    settings: ClientSettings
+    token: str
+    channels: list[grpc.aio.Channel] = field(default_factory=list)
+
+    @classmethod
+    def from_settings(cls, settings: ClientSettings | None = None) -> "Clients":
+        s = settings or ClientSettings()
+        token = s.token or mint_token(dev_secret(s), s.sub, DEV_SCOPES)
+        return cls(settings=s, token=token)
+
+    @property
+    def md(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),)
+
+    def _channel(self, target: str) -> grpc.aio.Channel:
+        ch = grpc.aio.insecure_channel(target)
+        self.channels.append(ch)
+        return ch
+
+    def chat(self) -> chat_pb2_grpc.ChatServiceStub:
+        return chat_pb2_grpc.ChatServiceStub(self._channel(self.settings.chat_target))
+
+    def feedback(self) -> feedback_pb2_grpc.FeedbackServiceStub:
+        return feedback_pb2_grpc.FeedbackServiceStub(self._channel(self.settings.feedback_target))
+
+    def traces(self) -> traces_pb2_grpc.TraceQueryServiceStub:
+        return traces_pb2_grpc.TraceQueryServiceStub(self._channel(self.settings.traces_target))
+
+    async def close(self) -> None:
+        for ch in self.channels:
+            await ch.close()

@@ -1,0 +1,91 @@
+"""The main job: real ShareGPT conversations replayed through the chat gateway, one reply flagged
+in the owner's words, and that feedback's evidence printed (words, snapshot, trace id, the turn's
+spans from the collector, the frozen tool calls).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+
+import grpc
+
+from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.feedback.v1 import feedback_pb2
+from agentfeedback.traces.v1 import traces_pb2
+from services.cli.client import Clients
+from services.cli.render import render_feedback, render_waterfall
+
+OWNER_WORDS = (
+    "That's wrong. I asked for something specific and this reply doesn't answer it; "
+    "please look at what the agent did on this turn."
+)
+
+
+def demo_turns(conversations: int, turns: int) -> list[list[str]]:
+    """User turns of the first `conversations` ShareGPT conversations with at least 2 human turns."""
+    from services.chat.agent.replay import iter_conversations  # noqa: PLC0415 - the one dataset reader
+
+    out: list[list[str]] = []
+    for conv in iter_conversations():
+        human = [m.text for m in conv.messages if m.role == "human" and m.text.strip()]
+        if len(human) >= 2 and all(len(h) < 4000 for h in human[:turns]):
+            out.append(human[:turns])
+        if len(out) >= conversations:
+            break
+    return out
+
+
+async def run_demo(c: Clients, conversations: int = 3, turns: int = 3, echo: Callable[[str], None] = print) -> str:
+    """Run the demo; returns the feedback name. Raises grpc.aio.AioRpcError when a service fails."""
+    t_start = time.monotonic()
+    chat = c.chat()
+    fb_stub = c.feedback()
+    traces = c.traces()
+    flagged: chat_pb2.Message | None = None
+    for i, user_turns in enumerate(demo_turns(conversations, turns)):
+        inst = await chat.CreateInstance(
+            chat_pb2.CreateInstanceRequest(
+                instance=chat_pb2.Instance(display_name=f"ShareGPT replay {i + 1}", agent="reference"),
+                request_id=str(uuid.uuid4())),
+            metadata=c.md, timeout=c.settings.timeout_s)
+        echo(f"\n== {inst.name} ({inst.display_name})")
+        for text in user_turns:
+            r = await chat.SendMessage(
+                chat_pb2.SendMessageRequest(instance=inst.name, content=text, request_id=str(uuid.uuid4()),
+                                            channel=chat_pb2.CHANNEL_TEXT),
+                metadata=c.md, timeout=c.settings.timeout_s)
+            echo(f"  user  [{r.trace_id}] {text[:90]!r}")
+            echo(f"  agent [{r.trace_id}] {r.reply.content[:90]!r}")
+            if i == 0 and r.user_message.turn_index == 1:
+                flagged = r.reply
+    if flagged is None:
+        raise RuntimeError("no conversation with two user turns was replayed")
+
+    echo(f"\n== the owner flags {flagged.name}: {OWNER_WORDS!r}")
+    fb = await fb_stub.CreateFeedback(
+        feedback_pb2.CreateFeedbackRequest(
+            feedback=feedback_pb2.Feedback(message=flagged.name, body=OWNER_WORDS, sentiment=feedback_pb2.SENTIMENT_BAD,
+                                           category=feedback_pb2.CATEGORY_BROKEN_RESPONSE,
+                                           surface=feedback_pb2.SURFACE_CHAT),
+            request_id=str(uuid.uuid4())),
+        metadata=c.md, timeout=c.settings.timeout_s)
+    # The turn's spans reach the collector a moment later; the feedback service freezes them.
+    deadline = time.monotonic() + 30
+    while fb.trace_snapshot.state == feedback_pb2.TRACE_SNAPSHOT_STATE_PENDING and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        fb = await fb_stub.GetFeedback(feedback_pb2.GetFeedbackRequest(name=fb.name), metadata=c.md,
+                                       timeout=c.settings.timeout_s)
+    echo("\n== the feedback row (evidence)")
+    echo(render_feedback(fb))
+    echo("\n== the turn's spans, from the trace collector")
+    try:
+        t = await traces.GetTrace(traces_pb2.GetTraceRequest(trace_id=fb.snapshot.trace_id), metadata=c.md,
+                                  timeout=c.settings.timeout_s)
+        echo(render_waterfall(t))
+    except grpc.aio.AioRpcError as e:
+        echo(f"  (GetTrace: {e.code().name}: {e.details()})")
+    echo(f"\nevidence reached in {time.monotonic() - t_start:.1f} s.  Next: agentfeedback feedback show "
+         f"{fb.name.removeprefix('feedback/')}")
+    return fb.name

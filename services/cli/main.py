@@ -1,0 +1,124 @@
+"""`agentfeedback` — one CLI for the local stack, the demo and triage.
+
+  agentfeedback run                 whole stack + demo, then serve until Ctrl-C (what `make run` calls)
+  agentfeedback demo                the demo against a running stack
+  agentfeedback token [--sub S]     print a dev bearer token (embedded HS256 secret)
+  agentfeedback feedback list|show|resolve|file|export
+  agentfeedback trace get TRACE_ID  the turn's spans as a waterfall
+
+Targets/token: `AGENTFEEDBACK_CLIENT_*` variables or the global flags (see `--help`).
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import sys
+
+import click
+
+from services.cli.client import Clients, ClientSettings
+from services.common.auth import DEV_SCOPES, dev_secret, mint_token
+from services.common.settings import CommonSettings
+
+
+def _async(fn):
+    @functools.wraps(fn)
+    def wrapper(*a, **kw):
+        return asyncio.run(fn(*a, **kw))
+
+    return wrapper
+
+
+@click.group()
+@click.option("--chat", "chat_target", envvar="AGENTFEEDBACK_CLIENT_CHAT_TARGET", default="127.0.0.1:50051", show_default=True)
+@click.option("--feedback", "feedback_target", envvar="AGENTFEEDBACK_CLIENT_FEEDBACK_TARGET", default="127.0.0.1:50052", show_default=True)
+@click.option("--traces", "traces_target", envvar="AGENTFEEDBACK_CLIENT_TRACES_TARGET", default="127.0.0.1:50053", show_default=True)
+@click.option("--token", envvar="AGENTFEEDBACK_CLIENT_TOKEN", default="", help="Bearer JWT; default: a dev token for --sub.")
+@click.option("--sub", envvar="AGENTFEEDBACK_CLIENT_SUB", default="owner", show_default=True)
+@click.pass_context
+def cli(ctx: click.Context, chat_target: str, feedback_target: str, traces_target: str, token: str, sub: str) -> None:
+    """agent-feedback: turn-anchored feedback for AI agents."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    ctx.obj = ClientSettings(chat_target=chat_target, feedback_target=feedback_target, traces_target=traces_target,
+                             token=token, sub=sub)
+
+
+@cli.command()
+@click.option("--sub", default="owner", show_default=True)
+@click.option("--scope", "scopes", multiple=True, help="Repeatable; default: every scope.")
+def token(sub: str, scopes: tuple[str, ...]) -> None:
+    """Print a dev bearer token signed with the embedded secret (.data/jwt-secret)."""
+    click.echo(mint_token(dev_secret(CommonSettings()), sub, scopes or DEV_SCOPES))
+
+
+@cli.command()
+@click.option("--conversations", default=3, show_default=True, help="ShareGPT conversations to replay.")
+@click.option("--turns", default=3, show_default=True, help="User turns per conversation at most.")
+@click.pass_obj
+@_async
+async def demo(settings: ClientSettings, conversations: int, turns: int) -> None:
+    """Replay real conversations through the gateway, flag one reply, print its evidence."""
+    from services.cli.demo import run_demo  # noqa: PLC0415
+
+    clients = Clients.from_settings(settings)
+    try:
+        await run_demo(clients, conversations=conversations, turns=turns, echo=click.echo)
+    finally:
+        await clients.close()
+
+
+@cli.command()
+@click.option("--no-demo", is_flag=True, help="Start the stack only.")
+@click.option("--exit-after-demo", is_flag=True, help="Stop the stack after the demo (CI, timing).")
+@click.pass_obj
+@_async
+async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) -> None:
+    """Start PostgreSQL and every service, run the demo, keep serving until Ctrl-C."""
+    from services.cli.demo import run_demo  # noqa: PLC0415
+    from services.cli.stack import LocalStack  # noqa: PLC0415
+
+    logging.getLogger().setLevel(logging.INFO)
+    common = CommonSettings()
+    stack = LocalStack(common)
+    click.echo("starting PostgreSQL and the services (logs in .data/logs/) …")
+    try:
+        await stack.start()
+        clients = Clients.from_settings(settings)
+        if not no_demo:
+            await run_demo(clients, echo=click.echo)
+        await clients.close()
+        click.echo("\nThe stack is running:")
+        for c in stack.children:
+            click.echo(f"  {c.name:15s} {c.health_target}")
+        click.echo("\nDev token (all scopes, sub=owner):\n  " + mint_token(dev_secret(common), "owner", DEV_SCOPES))
+        click.echo("\nTry:  .venv/bin/agentfeedback feedback list")
+        click.echo("      .venv/bin/agentfeedback feedback show <ID>   |   .venv/bin/agentfeedback trace get <TRACE_ID>")
+        click.echo("      grpcurl -plaintext -H \"authorization: Bearer $TOKEN\" 127.0.0.1:50052 list")
+        if exit_after_demo:
+            return
+        click.echo("\nCtrl-C stops everything.")
+        stop = asyncio.Event()
+        import signal  # noqa: PLC0415
+
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        click.echo("stopping …")
+        stack.stop()
+
+
+from services.cli import triage  # noqa: E402  - registers the feedback/trace command groups
+
+cli.add_command(triage.feedback)
+cli.add_command(triage.trace)
+
+
+def main() -> None:
+    cli(prog_name="agentfeedback")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

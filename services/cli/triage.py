@@ -1,0 +1,168 @@
+"""Triage commands: `feedback list|show|resolve|file|export` and `trace get`.
+
+Everything goes through the services' RPCs with the caller's token (owner-scoped where the data lives).
+Errors from the services are printed as `CODE: message` and exit with status 1.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sys
+import uuid
+
+import click
+import grpc
+from google.protobuf import field_mask_pb2
+from google.protobuf.json_format import MessageToDict
+
+from agentfeedback.feedback.v1 import feedback_pb2
+from agentfeedback.traces.v1 import traces_pb2
+from services.cli.client import Clients, ClientSettings
+from services.cli.render import render_feedback, render_waterfall
+
+STATUSES = ["open", "triaged", "filed", "dismissed"]
+
+
+def _run(fn):
+    """Run an async command with Clients; map gRPC errors to a one-line message + exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(settings: ClientSettings, *a, **kw):
+        async def go():
+            clients = Clients.from_settings(settings)
+            try:
+                return await fn(clients, *a, **kw)
+            finally:
+                await clients.close()
+
+        try:
+            return asyncio.run(go())
+        except grpc.aio.AioRpcError as e:
+            click.echo(f"{e.code().name}: {e.details()}", err=True)
+            sys.exit(1)
+
+    return click.pass_obj(wrapper)
+
+
+def feedback_name(value: str) -> str:
+    return value if value.startswith("feedback/") else f"feedback/{value}"
+
+
+@click.group()
+def feedback() -> None:
+    """Feedback rows: list, show the evidence bundle, resolve, file a ticket, export."""
+
+
+@feedback.command("list")
+@click.option("--instance", default="", help="instances/{id}")
+@click.option("--status", type=click.Choice(STATUSES), default=None)
+@click.option("--text", default="", help="Substring of the words or the quoted target.")
+@click.option("--limit", default=20, show_default=True)
+@click.option("--page-token", default="")
+@click.option("--json", "as_json", is_flag=True)
+@_run
+async def list_cmd(c: Clients, instance: str, status: str | None, text: str, limit: int, page_token: str, as_json: bool):
+    """Newest first: id, status, trace id, target, the first words."""
+    req = feedback_pb2.ListFeedbackRequest(page_size=limit, page_token=page_token, instance=instance, text=text)
+    if status:
+        req.status = feedback_pb2.Status.Value(f"STATUS_{status.upper()}")
+    resp = await c.feedback().ListFeedback(req, metadata=c.md, timeout=c.settings.timeout_s)
+    for fb in resp.feedback:
+        if as_json:
+            click.echo(json.dumps(MessageToDict(fb)))
+            continue
+        st = feedback_pb2.Status.Name(fb.status).removeprefix("STATUS_")
+        words = fb.body.replace("\n", " ")
+        click.echo(f"{fb.name.removeprefix('feedback/')}  {st:9s} {fb.snapshot.trace_id or '-':32s}  "
+                   f"{fb.create_time.ToJsonString()[:19]}  {words[:60]}")
+    if resp.next_page_token:
+        click.echo(f"next page: --page-token {resp.next_page_token}", err=True)
+
+
+@feedback.command("show")
+@click.argument("feedback_id")
+@click.option("--markdown/--plain", default=True, help="Markdown ticket draft (default) or a plain summary.")
+@_run
+async def show_cmd(c: Clients, feedback_id: str, markdown: bool):
+    """The evidence bundle: a Markdown ticket draft (words, quoted turn, tool calls, events, links)."""
+    fb = await c.feedback().GetFeedback(feedback_pb2.GetFeedbackRequest(name=feedback_name(feedback_id)),
+                                        metadata=c.md, timeout=c.settings.timeout_s)
+    if markdown:
+        from services.feedback.domain import render_ticket  # noqa: PLC0415 - the one ticket renderer
+
+        click.echo(render_ticket(fb))
+    else:
+        click.echo(render_feedback(fb))
+
+
+@feedback.command("resolve")
+@click.argument("feedback_id")
+@click.option("--status", type=click.Choice(STATUSES), required=True)
+@click.option("--issue-url", default=None)
+@_run
+async def resolve_cmd(c: Clients, feedback_id: str, status: str, issue_url: str | None):
+    """Set the triage status (and issue URL) with the row's current etag (ABORTED if it changed meanwhile)."""
+    stub = c.feedback()
+    name = feedback_name(feedback_id)
+    cur = await stub.GetFeedback(feedback_pb2.GetFeedbackRequest(name=name), metadata=c.md, timeout=c.settings.timeout_s)
+    upd = feedback_pb2.Feedback(name=name, etag=cur.etag, status=feedback_pb2.Status.Value(f"STATUS_{status.upper()}"))
+    paths = ["status"]
+    if issue_url is not None:
+        upd.issue_url = issue_url
+        paths.append("issue_url")
+    out = await stub.UpdateFeedback(
+        feedback_pb2.UpdateFeedbackRequest(feedback=upd, update_mask=field_mask_pb2.FieldMask(paths=paths),
+                                           request_id=str(uuid.uuid4())),
+        metadata=c.md, timeout=c.settings.timeout_s)
+    click.echo(f"{out.name}: {feedback_pb2.Status.Name(out.status)} {out.issue_url}")
+
+
+@feedback.command("file")
+@click.argument("feedback_id")
+@_run
+async def file_cmd(c: Clients, feedback_id: str):
+    """File a ticket in the configured tracker (idempotent: a second call returns the same URL)."""
+    out = await c.feedback().FileFeedback(
+        feedback_pb2.FileFeedbackRequest(name=feedback_name(feedback_id), request_id=str(uuid.uuid4())),
+        metadata=c.md, timeout=c.settings.timeout_s)
+    click.echo(out.issue_url)
+
+
+@feedback.command("export")
+@click.option("--output", "-o", type=click.File("w"), default="-", help="JSONL file (default stdout).")
+@click.option("--page-size", default=200, show_default=True)
+@_run
+async def export_cmd(c: Clients, output, page_size: int):
+    """Every row the caller may read, as JSON lines, streamed page by page with a progress count on stderr."""
+    stub = c.feedback()
+    token = ""
+    n = 0
+    with click.progressbar(length=0, label="exporting", file=sys.stderr, show_pos=True) as bar:
+        while True:
+            resp = await stub.ListFeedback(feedback_pb2.ListFeedbackRequest(page_size=page_size, page_token=token),
+                                           metadata=c.md, timeout=c.settings.timeout_s)
+            for fb in resp.feedback:
+                output.write(json.dumps(MessageToDict(fb), ensure_ascii=False) + "\n")
+            n += len(resp.feedback)
+            bar.length = n
+            bar.update(len(resp.feedback))
+            token = resp.next_page_token
+            if not token:
+                break
+    click.echo(f"exported {n} rows", err=True)
+
+
+@click.group()
+def trace() -> None:
+    """Traces from the collector."""
+
+
+@trace.command("get")
+@click.argument("trace_id")
+@click.option("--json", "as_json", is_flag=True)
+@_run
+async def trace_get(c: Clients, trace_id: str, as_json: bool):
+    """A turn's spans as a waterfall (tool calls and span events included)."""
+    t = await c.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=c.md, timeout=c.settings.timeout_s)
+    click.echo(json.dumps(MessageToDict(t), indent=1) if as_json else render_waterfall(t))
