@@ -1,0 +1,177 @@
+"""MCP server with triage tools for an agent or a person (Python `mcp` SDK; stdio or streamable HTTP).
+
+Entry point `agentfeedback-mcp [--transport stdio|streamable-http] [--host H --port P]`.
+It authenticates to the services with the owner's bearer token (`AGENTFEEDBACK_CLIENT_TOKEN`, or
+a dev token for `AGENTFEEDBACK_CLIENT_SUB` minted from the embedded secret), so everything stays
+owner-scoped: the services check ownership where the data lives. A tool whose RPC fails returns
+an MCP tool error whose text starts with the gRPC status name (e.g. `PERMISSION_DENIED: token
+lacks scope 'feedback:triage'`).
+
+Tools:
+- list_feedback(instance?, status?, limit=20, page_token?) → {feedback: [...rows with trace_id and message...], next_page_token}
+- get_feedback(feedback_id) → the whole row: words, snapshots, voice context, frozen tool calls
+- agent_trace(trace_id) → {trace_id, spans: [...], tool_calls: [...]} from the collector
+- instance_messages(instance, around_trace_id?, window=2) → the conversation around a turn
+- resolve_feedback(feedback_id, status, issue_url?) → the updated row (needs `feedback:triage`)
+"""
+from __future__ import annotations
+
+import argparse
+import uuid
+from typing import Any
+
+import grpc
+from google.protobuf import field_mask_pb2
+from google.protobuf.json_format import MessageToDict
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.feedback.v1 import feedback_pb2
+from agentfeedback.traces.v1 import traces_pb2
+from services.cli.client import Clients, ClientSettings
+
+_STATUSES = {"open", "triaged", "filed", "dismissed"}
+
+
+def _d(msg) -> dict[str, Any]:
+    return MessageToDict(msg, preserving_proto_field_name=True)
+
+
+def _fb_name(value: str) -> str:
+    return value if value.startswith("feedback/") else f"feedback/{value}"
+
+
+def _row(fb: feedback_pb2.Feedback) -> dict[str, Any]:
+    """A list row: ids first (trace id and message name are what a triager jumps to)."""
+    return {
+        "name": fb.name,
+        "trace_id": fb.snapshot.trace_id or fb.trace_id,
+        "message": fb.message,
+        "instance": fb.instance,
+        "status": feedback_pb2.Status.Name(fb.status),
+        "sentiment": feedback_pb2.Sentiment.Name(fb.sentiment),
+        "category": feedback_pb2.Category.Name(fb.category),
+        "author": feedback_pb2.Author.Name(fb.author),
+        "create_time": fb.create_time.ToJsonString(),
+        "body": fb.body,
+        "target_text": fb.snapshot.target_text[:300],
+        "trace_snapshot_state": feedback_pb2.TraceSnapshotState.Name(fb.trace_snapshot.state),
+    }
+
+
+def tool_calls_of(trace: traces_pb2.Trace) -> list[dict[str, Any]]:
+    """The `tool.call` spans of a trace: name, call id, status, duration (ms), parent span."""
+    out = []
+    for s in trace.spans:
+        attrs = _d(s.attributes) if s.HasField("attributes") else {}
+        if "gen_ai.tool.name" not in attrs:
+            continue
+        out.append({
+            "name": attrs.get("gen_ai.tool.name"),
+            "call_id": attrs.get("gen_ai.tool.call.id", ""),
+            "span_id": s.span_id,
+            "parent_span_id": s.parent_span_id,
+            "status": traces_pb2.StatusCode.Name(s.status_code),
+            "duration_ms": (s.end_time_unix_nano - s.start_time_unix_nano) / 1e6,
+            "events": [e.name for e in s.events],
+        })
+    return out
+
+
+def build_server(clients: Clients) -> MCPServer:
+    """The MCP server bound to `clients` (targets + the owner's token)."""
+    mcp = MCPServer(name="agent-feedback", instructions=(
+        "Triage tools for owner feedback on AI agent turns. Start with list_feedback, open one with "
+        "get_feedback, inspect the turn with agent_trace(trace_id) and instance_messages, then resolve_feedback."))
+    c = clients
+    timeout = c.settings.timeout_s
+
+    async def call(coro):
+        try:
+            return await coro
+        except grpc.aio.AioRpcError as e:
+            raise ToolError(f"{e.code().name}: {e.details()}") from None
+
+    @mcp.tool()
+    async def list_feedback(instance: str = "", status: str = "", limit: int = 20, page_token: str = "") -> dict:
+        """Feedback rows, newest first, with their trace id and message name. status: open|triaged|filed|dismissed."""
+        req = feedback_pb2.ListFeedbackRequest(instance=instance, page_size=limit, page_token=page_token)
+        if status:
+            if status.lower() not in _STATUSES:
+                raise ToolError(f"INVALID_ARGUMENT: status must be one of {sorted(_STATUSES)}")
+            req.status = feedback_pb2.Status.Value(f"STATUS_{status.upper()}")
+        resp = await call(c.feedback().ListFeedback(req, metadata=c.md, timeout=timeout))
+        return {"feedback": [_row(f) for f in resp.feedback], "next_page_token": resp.next_page_token}
+
+    @mcp.tool()
+    async def get_feedback(feedback_id: str) -> dict:
+        """The whole evidence of one row: the owner's words, snapshots, voice context, frozen tool calls."""
+        fb = await call(c.feedback().GetFeedback(feedback_pb2.GetFeedbackRequest(name=_fb_name(feedback_id)),
+                                                 metadata=c.md, timeout=timeout))
+        return _d(fb)
+
+    @mcp.tool()
+    async def agent_trace(trace_id: str) -> dict:
+        """The turn's spans and tool calls from the trace collector (14-day window)."""
+        t = await call(c.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=c.md, timeout=timeout))
+        return {"trace_id": t.trace_id, "spans": [_d(s) for s in t.spans], "tool_calls": tool_calls_of(t)}
+
+    @mcp.tool()
+    async def instance_messages(instance: str, around_trace_id: str = "", window: int = 2) -> dict:
+        """Messages of an instance; with around_trace_id, only the turns within `window` turns of that turn."""
+        stub = c.chat()
+        msgs: list[chat_pb2.Message] = []
+        token = ""
+        while True:
+            resp = await call(stub.ListMessages(chat_pb2.ListMessagesRequest(parent=instance, page_size=1000,
+                                                                             page_token=token),
+                                                metadata=c.md, timeout=timeout))
+            msgs.extend(resp.messages)
+            token = resp.next_page_token
+            if not token:
+                break
+        if around_trace_id:
+            turn = next((m.turn_index for m in msgs if m.trace_id == around_trace_id.lower()), None)
+            if turn is None:
+                raise ToolError(f"NOT_FOUND: no message of {instance} has trace id {around_trace_id}")
+            msgs = [m for m in msgs if abs(m.turn_index - turn) <= window]
+        return {"instance": instance, "messages": [_d(m) for m in msgs]}
+
+    @mcp.tool()
+    async def resolve_feedback(feedback_id: str, status: str, issue_url: str = "") -> dict:
+        """Set a row's triage status (open|triaged|filed|dismissed) and issue URL. Needs scope feedback:triage."""
+        if status.lower() not in _STATUSES:
+            raise ToolError(f"INVALID_ARGUMENT: status must be one of {sorted(_STATUSES)}")
+        stub = c.feedback()
+        name = _fb_name(feedback_id)
+        cur = await call(stub.GetFeedback(feedback_pb2.GetFeedbackRequest(name=name), metadata=c.md, timeout=timeout))
+        upd = feedback_pb2.Feedback(name=name, etag=cur.etag, status=feedback_pb2.Status.Value(f"STATUS_{status.upper()}"))
+        paths = ["status"]
+        if issue_url:
+            upd.issue_url = issue_url
+            paths.append("issue_url")
+        out = await call(stub.UpdateFeedback(
+            feedback_pb2.UpdateFeedbackRequest(feedback=upd, update_mask=field_mask_pb2.FieldMask(paths=paths),
+                                               request_id=str(uuid.uuid4())),
+            metadata=c.md, timeout=timeout))
+        return _row(out) | {"issue_url": out.issue_url}
+
+    return mcp
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="agentfeedback-mcp", description=__doc__.splitlines()[0])
+    ap.add_argument("--transport", choices=["stdio", "streamable-http"], default="stdio")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8765)
+    args = ap.parse_args()
+    server = build_server(Clients.from_settings(ClientSettings()))
+    if args.transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=args.host, port=args.port)
+
+
+if __name__ == "__main__":
+    main()
