@@ -1,0 +1,87 @@
+"""Print the README's configuration table from the settings classes (the one source of truth).
+
+Usage: python scripts/settings_table.py   (tests/unit/test_readme_settings.py checks the README has every row)
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+
+
+from pydantic_settings import BaseSettings
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+
+from services.chat.settings import AgentSettings, ChatSettings
+from services.cli.client import ClientSettings
+from services.common.settings import PROJECT_ROOT, CommonSettings
+from services.feedback.settings import FeedbackSettings
+from services.tracecollector.settings import CollectorSettings
+
+CLASSES: list[tuple[str, type[BaseSettings]]] = [
+    ("all services", CommonSettings),
+    ("chat gateway", ChatSettings),
+    ("reference agent", AgentSettings),
+    ("feedback", FeedbackSettings),
+    ("trace collector", CollectorSettings),
+    ("CLI / MCP client", ClientSettings),
+]
+
+
+def _comments(cls: type) -> dict[str, str]:
+    """Field name → the comment lines right above its definition in the class body."""
+    src = inspect.getsource(cls).splitlines()
+    out: dict[str, str] = {}
+    pending: list[str] = []
+    for line in src:
+        s = line.strip()
+        if s.startswith("#"):
+            pending.append(s.lstrip("# ").strip())
+            continue
+        if ":" in s and not s.startswith(("class", "model_config", '"""', "def")):
+            name = s.split(":", 1)[0].strip()
+            if name.isidentifier() and pending:
+                out[name] = " ".join(pending)
+        pending = [] if not s.startswith("#") else pending
+    return out
+
+
+def env_name(cls: type[BaseSettings], field: str) -> str:
+    f = cls.model_fields[field]
+    alias = f.validation_alias
+    if alias is not None and hasattr(alias, "choices"):
+        return str(alias.choices[0])
+    return (cls.model_config.get("env_prefix", "") + field).upper()
+
+
+def rows() -> list[tuple[str, str, str, str]]:
+    """(variable, default, component, description), each variable once."""
+    seen: set[str] = set()
+    out = []
+    for component, cls in CLASSES:
+        docs: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            if isinstance(klass, type) and issubclass(klass, BaseSettings) and klass is not BaseSettings:
+                docs.update(_comments(klass))
+        for name, f in cls.model_fields.items():
+            var = env_name(cls, name)
+            if var in seen:
+                continue
+            seen.add(var)
+            default = f.default
+            if isinstance(default, Path):
+                default = str(default).replace(str(PROJECT_ROOT), ".")
+            out.append((var, repr(default) if default not in ("", None) else "(empty)", component, docs.get(name, "")))
+    return out
+
+
+def table() -> str:
+    lines = ["| variable | default | used by | what it does |", "|---|---|---|---|"]
+    for var, default, comp, doc in rows():
+        lines.append(f"| `{var}` | `{default}` | {comp} | {doc} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())
