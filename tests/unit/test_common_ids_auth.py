@@ -1,0 +1,100 @@
+"""Shared helpers: request ids, trace ids, text policy, page tokens, JWT auth."""
+from __future__ import annotations
+
+import time
+
+import grpc
+import jwt
+import pytest
+
+from services.common.auth import Authenticator, mint_token
+from services.common.errors import InvalidArgument, PermissionDenied, Unauthenticated, to_status
+from services.common.ids import (
+    check_text,
+    clip,
+    decode_page_token,
+    encode_page_token,
+    page_size,
+    parse_name,
+    parse_request_id,
+    parse_trace_id,
+)
+from services.common.settings import CommonSettings
+from google.rpc import error_details_pb2
+
+
+def test_request_id_must_be_a_uuid_and_names_the_field():
+    with pytest.raises(InvalidArgument) as e:
+        parse_request_id("not-a-uuid", "request_id")
+    assert e.value.field_path == "request_id"
+    assert parse_request_id("", required=False) is None
+    with pytest.raises(InvalidArgument):
+        parse_request_id("", required=True)
+
+
+def test_trace_id_rejects_zero_and_bad_length():
+    assert parse_trace_id("0AF7651916CD43DD8448EB211C80319C") == "0af7651916cd43dd8448eb211c80319c"
+    for bad in ("0" * 32, "abc", "g" * 32):
+        with pytest.raises(InvalidArgument):
+            parse_trace_id(bad)
+
+
+def test_text_policy_counts_code_points_and_rejects_nul():
+    s = "é" * 4000  # 8000 UTF-8 bytes, 4000 characters: inside a 4000-character limit
+    assert check_text(s, "body", 4000) == s
+    with pytest.raises(InvalidArgument) as e:
+        check_text(s + "x", "feedback.body", 4000)
+    assert "4000" in str(e.value) and e.value.field_path == "feedback.body"
+    with pytest.raises(InvalidArgument) as e:
+        check_text("ok\x00bad", "content")
+    assert e.value.reason == "NUL_CHARACTER"
+    assert clip("abcdef", 3) == ("abc", True) and clip("ab", 3) == ("ab", False)
+
+
+def test_page_tokens_roundtrip_and_reject_garbage():
+    tok = encode_page_token({"t": "2026-01-01T00:00:00Z", "id": "x"})
+    assert decode_page_token(tok) == {"t": "2026-01-01T00:00:00Z", "id": "x"}
+    with pytest.raises(InvalidArgument):
+        decode_page_token("%%%not-base64")
+    assert page_size(0) == 50 and page_size(5000) == 1000
+    with pytest.raises(InvalidArgument):
+        page_size(-1)
+
+
+def test_resource_names():
+    assert parse_name("instances/a1/messages/m2", "instances/{}/messages/{}", "name") == ("a1", "m2")
+    with pytest.raises(InvalidArgument):
+        parse_name("instances/a1", "instances/{}/messages/{}", "name")
+
+
+def test_invalid_argument_status_carries_error_info_and_field_violation():
+    st = to_status(InvalidArgument("feedback.body", "too long"))
+    assert st.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    info = error_details_pb2.ErrorInfo()
+    assert st.details[0].Unpack(info) and info.metadata["field"] == "feedback.body"
+    br = error_details_pb2.BadRequest()
+    assert st.details[1].Unpack(br) and br.field_violations[0].field == "feedback.body"
+
+
+def test_jwt_scopes_and_expiry(tmp_path):
+    settings = CommonSettings(data_dir=tmp_path, jwt_secret="s" * 40)
+    auth = Authenticator(settings)
+    p = auth.authenticate("Bearer " + mint_token("s" * 40, "alice", ["chat"]))
+    assert p.sub == "alice" and "chat" in p.scopes
+    with pytest.raises(PermissionDenied):
+        p.require("feedback:admin")
+    with pytest.raises(Unauthenticated):
+        auth.authenticate(None)
+    with pytest.raises(Unauthenticated):
+        auth.authenticate("Bearer " + mint_token("other-secret-" * 4, "alice", ["chat"]))
+    expired = jwt.encode({"sub": "a", "exp": int(time.time()) - 3600}, "s" * 40, "HS256")
+    with pytest.raises(Unauthenticated):
+        auth.authenticate("Bearer " + expired)
+
+
+def test_dev_secret_is_generated_once(tmp_path):
+    a = Authenticator(CommonSettings(data_dir=tmp_path))
+    b = Authenticator(CommonSettings(data_dir=tmp_path))
+    tok = mint_token((tmp_path / "jwt-secret").read_text(), "bob")
+    assert a.authenticate(f"Bearer {tok}").sub == b.authenticate(f"Bearer {tok}").sub == "bob"
+    assert (tmp_path / "jwt-secret").stat().st_mode & 0o077 == 0
