@@ -40,10 +40,11 @@ def resolve_database_url(settings: CommonSettings) -> str:
     return url
 
 
-async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 10, init=None) -> asyncpg.Pool:
     """A pool bound to `schema` (search_path), UTC session time zone, statement cache on.
 
     min_size/max_size: connections kept open / at most (asyncpg defaults 10/10).
+    init: optional `async (conn) -> None` run on every new connection (e.g. type codecs).
     Raises OSError / asyncpg.PostgresError when the server cannot be reached (after 10 tries, 0.5 s apart:
     a freshly started embedded server can take a moment).
     """
@@ -54,6 +55,7 @@ async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 
                 url,
                 min_size=min_size,
                 max_size=max_size,
+                init=init,
                 server_settings={"search_path": f"{schema},public", "TimeZone": "UTC",
                                  "application_name": f"agentfeedback-{schema}"},
             )
