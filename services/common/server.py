@@ -197,6 +197,7 @@ class GrpcServer:
         self,
         interceptors: list[grpc.aio.ServerInterceptor],
         grace_s: float = 10.0,
+        drain_delay_s: float = 0.0,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         extra_options: list[tuple[str, Any]] | None = None,
     ):
@@ -211,6 +212,7 @@ class GrpcServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._services: list[str] = [reflection.SERVICE_NAME, health.SERVICE_NAME]
         self._grace_s = grace_s
+        self._drain_delay_s = drain_delay_s
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
         self.ports: dict[str, int] = {}
         self.port: int = 0
@@ -239,8 +241,14 @@ class GrpcServer:
         for s in self._services:
             await self.health.set(s, health_pb2.HealthCheckResponse.SERVING)
 
-    async def stop(self, grace_s: float | None = None) -> None:
+    async def stop(self, grace_s: float | None = None, drain_delay_s: float | None = None) -> None:
+        """Health NOT_SERVING; keep serving for `drain_delay_s` (so load balancers and readiness
+        probes see NOT_SERVING and stop sending); then refuse new RPCs and give in-flight ones
+        `grace_s` seconds to finish; then the on_stop callbacks."""
         await self.health.enter_graceful_shutdown()
+        delay = self._drain_delay_s if drain_delay_s is None else drain_delay_s
+        if delay > 0:
+            await asyncio.sleep(delay)
         await self.server.stop(self._grace_s if grace_s is None else grace_s)
         for cb in self._on_stop:
             try:

@@ -37,6 +37,8 @@ class CommonSettings(BaseSettings):
     jwt_leeway_s: float = Field(default=30.0, ge=0, validation_alias=AliasChoices("AGENTFEEDBACK_JWT_LEEWAY_S"))
     # Seconds an in-flight RPC may take to finish on SIGTERM before the server stops.
     shutdown_grace_s: float = Field(default=10.0, ge=0, validation_alias=AliasChoices("AGENTFEEDBACK_SHUTDOWN_GRACE_S"))
+    # Seconds between health NOT_SERVING and refusing new RPCs on SIGTERM (load balancers notice).
+    shutdown_drain_s: float = Field(default=1.0, ge=0, validation_alias=AliasChoices("AGENTFEEDBACK_SHUTDOWN_DRAIN_S"))
     # Log format: `text` (local) or `json` (deployed).
     log_format: str = Field(default="text", pattern="^(text|json)$", validation_alias=AliasChoices("AGENTFEEDBACK_LOG_FORMAT"))
     log_level: str = Field(default="INFO", validation_alias=AliasChoices("AGENTFEEDBACK_LOG_LEVEL"))
