@@ -1,6 +1,6 @@
 """Print the README's configuration table from the settings classes (the one source of truth).
 
-Usage: python scripts/settings_table.py   (tests/unit/test_readme_settings.py checks the README has every row)
+Usage: python scripts/settings_table.py [--write]   (--write updates README.md; tests/unit/test_readme_settings.py checks the README has every row)
 """
 from __future__ import annotations
 
@@ -83,5 +83,23 @@ def table() -> str:
     return "\n".join(lines)
 
 
+BEGIN, END = "<!-- settings-table:begin -->", "<!-- settings-table:end -->"
+
+
+def readme_block(readme: str) -> str:
+    """The table currently between the README's markers."""
+    return readme.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+
+
+def write_readme(path: Path = PROJECT_ROOT / "README.md") -> None:
+    text = path.read_text()
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    path.write_text(f"{head}{BEGIN}\n{table()}\n{END}{tail}")
+
+
 if __name__ == "__main__":
-    print(table())
+    if "--write" in sys.argv:
+        write_readme()
+    else:
+        print(table())
