@@ -24,6 +24,9 @@ class FeedbackSettings(CommonSettings):
     capture_poll_s: float = Field(default=1.0, gt=0)
     capture_max_attempts: int = Field(default=20, ge=1)
     capture_backoff_s: float = Field(default=1.0, gt=0)
+    # Bearer token (scope `traces:read`) the capture worker presents to the collector. Empty: minted
+    # from the HS256 secret as `svc:feedback` (embedded / dev deployments).
+    service_token: str = ""
     # Span retention of the collector in days (a turn older than this is EXPIRED, not UNAVAILABLE).
     trace_retention_days: int = Field(default=14, ge=1)
     # Ticket sink for FileFeedback: `markdown` (a local directory) or `github`.

@@ -1,0 +1,143 @@
+"""The background worker that freezes a turn's spans into its feedback rows, and replaces client
+snapshots with the authoritative one once the chat service answers again.
+
+The work lives in the database, not in memory: PENDING rows (`trace_state = 1`) with a due
+`next_capture_at`, and client-snapshot rows with a due `refresh_at`. Each pass claims a batch with
+`FOR UPDATE SKIP LOCKED` and leases it (pushes the due time forward), so several replicas share the
+queue, a crashed worker's rows come back after the lease, and no connection is held while the
+collector or the chat service is called. State rules: `domain.decide_capture`.
+
+Credentials (design choice): the worker has no user token. Towards the collector it presents
+`settings.service_token`, or a token it mints from the HS256 secret with sub `svc:feedback` and
+scope `traces:read`. To refresh a client snapshot it needs the owner's view of the chat service: with
+the HS256 secret it mints a short-lived (5 min) on-behalf-of token for the row's owner with scope
+`chat` only; with RS256/JWKS (no secret here) refresh is skipped and the CLIENT snapshot stays.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+from collections.abc import Callable
+
+from services.common.errors import DomainError, NotFound
+from services.feedback import domain
+from services.feedback.chat_client import ChatClient, ChatUnreachable
+from services.feedback.repository import Repository
+from services.feedback.settings import FeedbackSettings
+from services.feedback.traces_client import TraceExpired, TracesClient, TracesUnreachable
+
+log = logging.getLogger(__name__)
+
+BATCH = 32
+# A claimed row comes back to the queue after this many seconds if its worker died mid-way.
+LEASE_S = 30.0
+
+
+class CaptureWorker:
+    """`start()` runs the loop in a task; `wake()` makes it look now; `stop()` ends it."""
+
+    def __init__(
+        self,
+        repo: Repository,
+        traces: TracesClient,
+        chat: ChatClient,
+        settings: FeedbackSettings,
+        owner_token: Callable[[str], str | None],
+    ):
+        self._repo = repo
+        self._traces = traces
+        self._chat = chat
+        self._s = settings
+        self._owner_token = owner_token
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="feedback-capture")
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                busy = await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the worker survives a bad pass (database restart, …)
+                log.exception("capture pass failed")
+                busy = 0
+            if busy >= BATCH:
+                continue
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._s.capture_poll_s)
+            except TimeoutError:
+                pass
+
+    async def run_once(self) -> int:
+        """One pass: refresh due client snapshots, then look at due PENDING rows. Returns rows handled."""
+        n = 0
+        for row in await self._repo.claim_refresh(BATCH, LEASE_S):
+            await self._refresh(row)
+            n += 1
+        rows = await self._repo.claim_capture(BATCH, LEASE_S)
+        await asyncio.gather(*(self._capture(r) for r in rows))
+        return n + len(rows)
+
+    async def _capture(self, row) -> None:
+        now = dt.datetime.now(dt.UTC)
+        expired = domain.spans_expired(row["turn_time"], now, self._s.trace_retention_days)
+        attempts = row["capture_attempts"]
+        try:
+            spans = await self._traces.get_trace(row["trace_id"])
+        except TraceExpired:
+            spans, expired = None, True
+        except TracesUnreachable as e:
+            if attempts >= self._s.capture_max_attempts:
+                await self._repo.capture_done(row["id"], domain.TRACE_UNAVAILABLE, {}, -1)
+            else:
+                log.warning("collector unreachable for feedback %s (attempt %d): %s", row["id"], attempts, e)
+                await self._repo.capture_pending(row["id"], domain.backoff_s(attempts, self._s.capture_backoff_s),
+                                                 row["capture_span_count"])
+            return
+        d = domain.decide_capture(
+            spans, previous_count=row["capture_span_count"], attempts=attempts,
+            max_attempts=self._s.capture_max_attempts, base_backoff_s=self._s.capture_backoff_s, expired=expired,
+        )
+        if d.state == domain.TRACE_PENDING:
+            await self._repo.capture_pending(row["id"], d.retry_in_s, d.span_count)
+        else:
+            await self._repo.capture_done(row["id"], d.state, d.frozen or {}, d.span_count)
+            log.info("feedback %s trace %s: state %d after %d attempts", row["id"], row["trace_id"], d.state, attempts)
+
+    async def _refresh(self, row) -> None:
+        token = self._owner_token(row["owner"])
+        if token is None or not row["message"]:
+            await self._repo.refresh_retry(row["id"], None)
+            return
+        md = (("authorization", f"Bearer {token}"),)
+        try:
+            target = await self._chat.get_message(row["message"], md)
+            turn = await self._chat.list_turn(domain.instance_of(target.name), md, trace_id=target.trace_id)
+        except ChatUnreachable:
+            await self._repo.refresh_retry(row["id"], self._s.capture_backoff_s * 4)
+            return
+        except (NotFound, DomainError):
+            # Gone (cleared) or never the owner's: the client snapshot stays, marked CLIENT.
+            await self._repo.refresh_retry(row["id"], None)
+            return
+        snap = domain.build_snapshot(target, turn)
+        await self._repo.refresh_done(row["id"], snap, domain.SOURCE_CHAT, target.trace_id, target.create_time,
+                                      domain.instance_of(target.name))
+        self.wake()

@@ -1,0 +1,86 @@
+"""Thin client of `agentfeedback.chat.v1.ChatService`, called with the caller's token (on behalf of),
+so the chat service checks ownership where the data lives.
+
+Errors: the chat service's NOT_FOUND → `NotFound` (unknown or another owner's), PERMISSION_DENIED →
+`PermissionDenied('chat')`, INVALID_ARGUMENT → `InvalidArgument` on our request field; UNAVAILABLE /
+DEADLINE_EXCEEDED (after `timeout_s`) → `ChatUnreachable` (the caller decides on a fallback).
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import grpc
+
+from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
+from services.common.errors import InvalidArgument, NotFound, PermissionDenied
+from services.feedback.domain import MessageView
+
+Metadata = tuple[tuple[str, str], ...]
+_UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class ChatUnreachable(Exception):
+    """The chat service did not answer in time (UNAVAILABLE or DEADLINE_EXCEEDED)."""
+
+
+def to_view(m: chat_pb2.Message) -> MessageView:
+    return MessageView(
+        name=m.name,
+        role=chat_pb2.Role.Name(m.role),
+        content=m.content,
+        trace_id=m.trace_id,
+        turn_index=m.turn_index,
+        create_time=m.create_time.ToDatetime(tzinfo=dt.UTC) if m.HasField("create_time") else None,
+        channel=chat_pb2.Channel.Name(m.channel) if m.channel else "",
+        audio_key=m.audio_key,
+        dictation=m.dictation,
+        model=m.model,
+        agent=m.agent,
+    )
+
+
+class ChatClient:
+    """One per process; `channel` is created once at start-up. `timeout_s` bounds every call."""
+
+    def __init__(self, channel: grpc.aio.Channel, timeout_s: float):
+        self._stub = chat_pb2_grpc.ChatServiceStub(channel)
+        self._timeout_s = timeout_s
+
+    def _map(self, e: grpc.aio.AioRpcError, resource: str, field_path: str) -> Exception:
+        code = e.code()
+        if code in _UNREACHABLE:
+            return ChatUnreachable(f"chat service: {code.name}: {e.details()}")
+        if code == grpc.StatusCode.NOT_FOUND:
+            return NotFound(resource)
+        if code == grpc.StatusCode.PERMISSION_DENIED:
+            return PermissionDenied("chat")
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return InvalidArgument(field_path, e.details() or "rejected by the chat service")
+        return ChatUnreachable(f"chat service: {code.name}: {e.details()}")
+
+    async def get_message(self, name: str, md: Metadata, field_path: str = "feedback.message") -> MessageView:
+        """GetMessage(name) → MessageView. NotFound when unknown or not the caller's."""
+        try:
+            m = await self._stub.GetMessage(chat_pb2.GetMessageRequest(name=name), metadata=md, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as e:
+            raise self._map(e, name, field_path) from None
+        return to_view(m)
+
+    async def list_turn(self, parent: str, md: Metadata, *, trace_id: str = "", turn_index: int | None = None,
+                        field_path: str = "feedback.instance") -> list[MessageView]:
+        """Messages of one turn of `parent` (by trace id or turn index), oldest first (a turn has 2)."""
+        req = chat_pb2.ListMessagesRequest(parent=parent, trace_id=trace_id, page_size=100)
+        if turn_index is not None:
+            req.turn_index = turn_index
+        try:
+            resp = await self._stub.ListMessages(req, metadata=md, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as e:
+            raise self._map(e, parent, field_path) from None
+        return [to_view(m) for m in resp.messages]
+
+    async def check_instance(self, name: str, md: Metadata, field_path: str) -> None:
+        """GetInstance(name): NotFound when unknown or not the caller's."""
+        try:
+            await self._stub.GetInstance(chat_pb2.GetInstanceRequest(name=name), metadata=md, timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as e:
+            raise self._map(e, name, field_path) from None

@@ -1,0 +1,380 @@
+"""All SQL of the feedback service (schema `feedback`), as constants, and the thin functions that run
+them over an asyncpg pool. No rule lives here: domain.py decides, this module stores.
+
+Concurrency: idempotent creates use `INSERT … ON CONFLICT (owner, request_id) DO NOTHING`; rating
+compare-and-swap is a conditional `UPDATE … WHERE version = $n` (holds across processes); the
+capture worker claims rows with `FOR UPDATE SKIP LOCKED` plus a lease (`next_capture_at`), so
+several replicas share the queue and no connection is held while the collector is called.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from typing import Any
+
+import asyncpg
+
+from services.common.db import create_pool as common_create_pool
+
+FEEDBACK_COLUMNS = """id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
+    surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, trace_snapshot,
+    capture_attempts, capture_span_count, next_capture_at, capture_time, status, issue_url, filing_until, version,
+    create_time, update_time"""
+
+GET_BY_REQUEST_ID = f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE owner = $1 AND request_id = $2"
+
+INSERT_FEEDBACK = f"""
+INSERT INTO feedback (id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
+    surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, next_capture_at,
+    refresh_at, create_time, update_time)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+    CASE WHEN $18 = 1 THEN now() ELSE NULL END, CASE WHEN $16 = 2 THEN now() ELSE NULL END, now(), now())
+ON CONFLICT (owner, request_id) DO NOTHING
+RETURNING {FEEDBACK_COLUMNS}"""
+
+GET_FEEDBACK = f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE id = $1 AND owner = $2"
+
+LOCK_FEEDBACK = f"SELECT {FEEDBACK_COLUMNS}, last_update_request_id FROM feedback WHERE id = $1 AND owner = $2 FOR UPDATE"
+
+UPDATE_FEEDBACK = f"""
+UPDATE feedback SET status = $3, issue_url = $4, last_update_request_id = $5,
+    version = version + 1, update_time = GREATEST(now(), update_time)
+WHERE id = $1 AND owner = $2
+RETURNING {FEEDBACK_COLUMNS}"""
+
+DELETE_FEEDBACK = "DELETE FROM feedback WHERE id = $1 AND owner = $2"
+
+# Filters are optional (empty / 0 / NULL = not applied); keyset paging on (create_time, id), newest first.
+LIST_FEEDBACK = f"""
+SELECT {FEEDBACK_COLUMNS} FROM feedback
+WHERE owner = $1
+  AND ($2 = '' OR instance = $2)
+  AND ($3 = 0 OR status = $3)
+  AND ($4 = 0 OR author = $4)
+  AND ($5 = 0 OR sentiment = $5)
+  AND ($6 = 0 OR category = $6)
+  AND ($7::timestamptz IS NULL OR create_time >= $7)
+  AND ($8::timestamptz IS NULL OR create_time < $8)
+  AND ($9 = '' OR body ILIKE $9 ESCAPE '\\' OR snapshot->>'target_text' ILIKE $9 ESCAPE '\\')
+  AND ($10 = '' OR trace_id = $10)
+  AND ($11::timestamptz IS NULL OR (create_time, id) < ($11, $12))
+ORDER BY create_time DESC, id DESC
+LIMIT $13"""
+
+# FileFeedback: take the filing claim (only one filer talks to the tracker at a time).
+CLAIM_FILING = f"""
+UPDATE feedback SET filing_until = now() + make_interval(secs => $3)
+WHERE id = $1 AND owner = $2 AND issue_url = '' AND (filing_until IS NULL OR filing_until < now())
+RETURNING {FEEDBACK_COLUMNS}"""
+
+FINISH_FILING = f"""
+UPDATE feedback SET issue_url = $3, status = 3, filing_until = NULL, version = version + 1,
+    update_time = GREATEST(now(), update_time)
+WHERE id = $1 AND owner = $2
+RETURNING {FEEDBACK_COLUMNS}"""
+
+RELEASE_FILING = "UPDATE feedback SET filing_until = NULL WHERE id = $1 AND owner = $2"
+
+# ---- capture worker
+# Claim due PENDING rows: lease them by pushing next_capture_at forward; SKIP LOCKED lets replicas share.
+CLAIM_CAPTURE = """
+WITH due AS (
+    SELECT id FROM feedback
+    WHERE trace_state = 1 AND next_capture_at <= now()
+    ORDER BY next_capture_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE feedback f SET next_capture_at = now() + make_interval(secs => $2), capture_attempts = capture_attempts + 1
+FROM due WHERE f.id = due.id
+RETURNING f.id, f.trace_id, f.turn_time, f.capture_attempts, f.capture_span_count"""
+
+CAPTURE_PENDING = """
+UPDATE feedback SET next_capture_at = now() + make_interval(secs => $2), capture_span_count = $3
+WHERE id = $1 AND trace_state = 1"""
+
+CAPTURE_DONE = """
+UPDATE feedback SET trace_state = $2, trace_snapshot = $3, capture_span_count = $4, capture_time = now(),
+    next_capture_at = NULL, version = version + 1, update_time = GREATEST(now(), update_time)
+WHERE id = $1 AND trace_state = 1"""
+
+# Client snapshots waiting for the authoritative one (chat service was down at create time).
+CLAIM_REFRESH = """
+WITH due AS (
+    SELECT id FROM feedback
+    WHERE snapshot_source = 2 AND refresh_at <= now()
+    ORDER BY refresh_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE feedback f SET refresh_at = now() + make_interval(secs => $2)
+FROM due WHERE f.id = due.id
+RETURNING f.id, f.owner, f.message, f.instance, f.trace_id"""
+
+REFRESH_DONE = """
+UPDATE feedback SET snapshot = $2, snapshot_source = $3, trace_id = CASE WHEN $4 = '' THEN trace_id ELSE $4 END,
+    turn_time = COALESCE($5, turn_time), instance = CASE WHEN $6 = '' THEN instance ELSE $6 END,
+    refresh_at = NULL, next_capture_at = CASE WHEN trace_state = 1 THEN now() ELSE next_capture_at END,
+    version = version + 1, update_time = GREATEST(now(), update_time)
+WHERE id = $1 AND snapshot_source = 2"""
+
+# $2 NULL = stop trying (the message is gone or not the owner's: the client snapshot stays, marked CLIENT).
+REFRESH_RETRY = "UPDATE feedback SET refresh_at = now() + make_interval(secs => $2) WHERE id = $1"
+REFRESH_GIVE_UP = "UPDATE feedback SET refresh_at = NULL WHERE id = $1"
+
+# ---- ratings
+RATING_COLUMNS = """id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
+    message, version, create_time, update_time"""
+
+GET_RATING_BY_KEY = f"""
+SELECT {RATING_COLUMNS} FROM ratings
+WHERE conversation = $1 AND turn_index = $2 AND owner = $3 AND scope = $4 AND aspect = $5 AND artifact_id = $6"""
+
+# Upsert without a precondition. $9..$11: whether this call owns sentiment / category / note. A row whose
+# owned fields already hold the values is not touched (no-op keeps version and times).
+UPSERT_RATING = f"""
+INSERT INTO ratings AS r (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note,
+    origin, message, version, create_time, update_time)
+VALUES ($12, $1, $2, $3, $4, $5, $6, $7, $8, $13, 1, $14, 1, now(), now())
+ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO UPDATE SET
+    sentiment = CASE WHEN $9 THEN EXCLUDED.sentiment ELSE r.sentiment END,
+    category = CASE WHEN $10 THEN EXCLUDED.category ELSE r.category END,
+    note = CASE WHEN $11 THEN EXCLUDED.note ELSE r.note END,
+    origin = 1,
+    message = CASE WHEN EXCLUDED.message = '' THEN r.message ELSE EXCLUDED.message END,
+    version = r.version + 1,
+    update_time = GREATEST(now(), r.update_time)
+WHERE ($9 AND r.sentiment IS DISTINCT FROM EXCLUDED.sentiment)
+   OR ($10 AND r.category IS DISTINCT FROM EXCLUDED.category)
+   OR ($11 AND r.note IS DISTINCT FROM EXCLUDED.note)
+   OR r.origin <> 1
+RETURNING {RATING_COLUMNS}"""
+
+# Strict compare-and-swap: only when the stored version is $15 (even for a no-op, which then keeps
+# version and times). Zero rows = stale etag (or no such rating).
+_RATING_CHANGED = """(($9 AND r.sentiment IS DISTINCT FROM $7) OR ($10 AND r.category IS DISTINCT FROM $8)
+    OR ($11 AND r.note IS DISTINCT FROM $12) OR r.origin <> 1)"""
+CAS_RATING = f"""
+UPDATE ratings AS r SET
+    sentiment = CASE WHEN $9 THEN $7 ELSE r.sentiment END,
+    category = CASE WHEN $10 THEN $8 ELSE r.category END,
+    note = CASE WHEN $11 THEN $12 ELSE r.note END,
+    origin = 1,
+    message = CASE WHEN $13 = '' THEN r.message ELSE $13 END,
+    version = r.version + CASE WHEN {_RATING_CHANGED} THEN 1 ELSE 0 END,
+    update_time = CASE WHEN {_RATING_CHANGED} THEN GREATEST(now(), r.update_time) ELSE r.update_time END
+WHERE r.conversation = $1 AND r.turn_index = $2 AND r.owner = $3 AND r.scope = $4 AND r.aspect = $5
+  AND r.artifact_id = $6 AND r.version = $14
+RETURNING {RATING_COLUMNS}"""
+
+DELETE_RATING = "DELETE FROM ratings WHERE id = $1 AND owner = $2"
+
+LIST_RATINGS = f"""
+SELECT {RATING_COLUMNS} FROM ratings
+WHERE owner = $1 AND conversation = $2 AND ($3::int IS NULL OR turn_index = $3)
+  AND ($4::int IS NULL OR (turn_index, scope, aspect, artifact_id) > ($4, $5, $6, $7))
+ORDER BY turn_index, scope, aspect, artifact_id
+LIMIT $8"""
+
+COPY_RATINGS = """
+INSERT INTO ratings (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
+    message, version, create_time, update_time)
+SELECT md5(random()::text || clock_timestamp()::text || id), $2, turn_index, owner, scope, aspect, artifact_id,
+    sentiment, category, note, 2, '', 1, now(), now()
+FROM ratings
+WHERE owner = $1 AND conversation = $3 AND turn_index <= $4
+ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO NOTHING"""
+
+# ---- statistics (operator scope; USER-origin ratings only)
+STATS_ASPECTS = """
+SELECT scope, aspect,
+    count(*) FILTER (WHERE sentiment = 1) AS positive,
+    count(*) FILTER (WHERE sentiment = 2) AS neutral,
+    count(*) FILTER (WHERE sentiment = 3) AS negative
+FROM ratings WHERE origin = 1 AND update_time >= $1
+GROUP BY scope, aspect ORDER BY scope, aspect"""
+
+STATS_CATEGORIES = """
+SELECT category, count(*) AS count FROM feedback WHERE create_time >= $1 GROUP BY category ORDER BY category"""
+
+STATS_RATING_TREND = """
+SELECT (update_time AT TIME ZONE 'UTC')::date AS day,
+    count(*) FILTER (WHERE sentiment = 1) AS positive,
+    count(*) FILTER (WHERE sentiment = 2) AS neutral,
+    count(*) FILTER (WHERE sentiment = 3) AS negative
+FROM ratings WHERE origin = 1 AND update_time >= $1 GROUP BY 1"""
+
+STATS_REPORT_TREND = """
+SELECT (create_time AT TIME ZONE 'UTC')::date AS day, count(*) AS reports
+FROM feedback WHERE create_time >= $1 GROUP BY 1"""
+
+RECENT_RATINGS = f"""
+SELECT {RATING_COLUMNS} FROM ratings
+WHERE origin = 1
+  AND ($1 = 0 OR scope = $1) AND ($2 = '' OR aspect = $2) AND ($3 = 0 OR sentiment = $3)
+  AND ($4 = 0 OR category = $4) AND ($5 = '' OR note ILIKE $5 ESCAPE '\\')
+  AND (NOT $6 OR sentiment = 3)
+  AND ($7::timestamptz IS NULL OR (update_time, id) < ($7, $8))
+ORDER BY update_time DESC, id DESC LIMIT $9"""
+
+RECENT_FEEDBACK = f"""
+SELECT {FEEDBACK_COLUMNS} FROM feedback
+WHERE ($1 = 0 OR category = $1) AND ($2 = '' OR body ILIKE $2 ESCAPE '\\')
+  AND (NOT $3 OR sentiment = 2)
+  AND ($4::timestamptz IS NULL OR (create_time, id) < ($4, $5))
+ORDER BY create_time DESC, id DESC LIMIT $6"""
+
+
+def like_pattern(text: str) -> str:
+    """A case-insensitive substring pattern for ILIKE with `\\` escaping ('' when no filter)."""
+    if not text:
+        return ""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+
+
+async def create_pool(url: str, min_size: int, max_size: int) -> asyncpg.Pool:
+    """The service's pool (schema `feedback`, UTC) with jsonb ↔ Python codecs on every connection."""
+    return await common_create_pool(url, "feedback", min_size=min_size, max_size=max_size, init=_init_connection)
+
+
+class Repository:
+    """The feedback schema's reads and writes over one pool."""
+
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
+
+    # ---- reports
+    async def get_by_request_id(self, owner: str, request_id: uuid.UUID) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(GET_BY_REQUEST_ID, owner, request_id)
+
+    async def insert_feedback(self, row: dict[str, Any]) -> asyncpg.Record:
+        """Insert a report; on a concurrent retry with the same (owner, request_id) return the first row."""
+        args = (
+            row["id"], row["owner"], row["request_id"], row["target_kind"], row["message"], row["coding_session"],
+            row["coding_seq"], row["instance"], row["trace_id"], row["surface"], row["author"], row["body"],
+            row["sentiment"], row["category"], row["snapshot"], row["snapshot_source"], row["turn_time"],
+            row["trace_state"],
+        )
+        got = await self.pool.fetchrow(INSERT_FEEDBACK, *args)
+        if got is None:
+            got = await self.pool.fetchrow(GET_BY_REQUEST_ID, row["owner"], row["request_id"])
+        assert got is not None
+        return got
+
+    async def get_feedback(self, fid: str, owner: str) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(GET_FEEDBACK, fid, owner)
+
+    async def delete_feedback(self, fid: str, owner: str) -> bool:
+        return (await self.pool.execute(DELETE_FEEDBACK, fid, owner)) != "DELETE 0"
+
+    async def list_feedback(self, owner: str, f: dict[str, Any], after: tuple[dt.datetime, str] | None,
+                            limit: int) -> list[asyncpg.Record]:
+        return await self.pool.fetch(
+            LIST_FEEDBACK, owner, f["instance"], f["status"], f["author"], f["sentiment"], f["category"],
+            f["start_time"], f["end_time"], like_pattern(f["text"]), f["trace_id"],
+            after[0] if after else None, after[1] if after else "", limit,
+        )
+
+    async def update_feedback(self, fid: str, owner: str, decide) -> asyncpg.Record | None:
+        """Row-locked read-modify-write: `decide(current_row)` returns (status, issue_url, request_id) to
+        write, or None to return the row unchanged (it may raise a DomainError to abort)."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            cur = await conn.fetchrow(LOCK_FEEDBACK, fid, owner)
+            if cur is None:
+                return None
+            change = decide(cur)
+            if change is None:
+                return cur
+            return await conn.fetchrow(UPDATE_FEEDBACK, fid, owner, *change)
+
+    async def claim_filing(self, fid: str, owner: str, lease_s: float) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(CLAIM_FILING, fid, owner, lease_s)
+
+    async def finish_filing(self, fid: str, owner: str, url: str) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(FINISH_FILING, fid, owner, url)
+
+    async def release_filing(self, fid: str, owner: str) -> None:
+        await self.pool.execute(RELEASE_FILING, fid, owner)
+
+    # ---- capture worker
+    async def claim_capture(self, limit: int, lease_s: float) -> list[asyncpg.Record]:
+        return await self.pool.fetch(CLAIM_CAPTURE, limit, lease_s)
+
+    async def capture_pending(self, fid: str, retry_in_s: float, span_count: int) -> None:
+        await self.pool.execute(CAPTURE_PENDING, fid, retry_in_s, span_count)
+
+    async def capture_done(self, fid: str, state: int, frozen: dict[str, Any], span_count: int) -> None:
+        await self.pool.execute(CAPTURE_DONE, fid, state, frozen, span_count)
+
+    async def claim_refresh(self, limit: int, lease_s: float) -> list[asyncpg.Record]:
+        return await self.pool.fetch(CLAIM_REFRESH, limit, lease_s)
+
+    async def refresh_done(self, fid: str, snapshot: dict[str, Any], source: int, trace_id: str,
+                           turn_time: dt.datetime | None, instance: str) -> None:
+        await self.pool.execute(REFRESH_DONE, fid, snapshot, source, trace_id, turn_time, instance)
+
+    async def refresh_retry(self, fid: str, retry_in_s: float | None) -> None:
+        if retry_in_s is None:
+            await self.pool.execute(REFRESH_GIVE_UP, fid)
+        else:
+            await self.pool.execute(REFRESH_RETRY, fid, retry_in_s)
+
+    # ---- ratings
+    async def get_rating(self, key: tuple) -> asyncpg.Record | None:
+        return await self.pool.fetchrow(GET_RATING_BY_KEY, *key)
+
+    async def upsert_rating(self, key: tuple, sentiment: int, category: int, note: str, mask: frozenset[str],
+                            new_id: str, message: str) -> asyncpg.Record:
+        """Upsert; returns the stored row (changed or, for a no-op, as it was)."""
+        got = await self.pool.fetchrow(
+            UPSERT_RATING, *key, sentiment, category, "sentiment" in mask, "category" in mask, "note" in mask,
+            new_id, note, message,
+        )
+        if got is None:  # no-op: the WHERE of DO UPDATE kept the row as it was
+            got = await self.pool.fetchrow(GET_RATING_BY_KEY, *key)
+        assert got is not None
+        return got
+
+    async def cas_rating(self, key: tuple, sentiment: int, category: int, note: str, mask: frozenset[str],
+                         message: str, version: int) -> asyncpg.Record | None:
+        """Conditional update at `version`; None when the stored version differs (or no row)."""
+        return await self.pool.fetchrow(
+            CAS_RATING, *key, sentiment, category, "sentiment" in mask, "category" in mask, "note" in mask,
+            note, message, version,
+        )
+
+    async def delete_rating(self, rid: str, owner: str) -> None:
+        await self.pool.execute(DELETE_RATING, rid, owner)
+
+    async def list_ratings(self, owner: str, conversation: str, turn_index: int | None,
+                           after: list | None, limit: int) -> list[asyncpg.Record]:
+        a = after or [None, 0, "", ""]
+        return await self.pool.fetch(LIST_RATINGS, owner, conversation, turn_index, a[0], a[1], a[2], a[3], limit)
+
+    async def copy_ratings(self, owner: str, source: str, target: str, through: int) -> int:
+        status = await self.pool.execute(COPY_RATINGS, owner, target, source, through)
+        return int(status.rsplit(" ", 1)[-1])
+
+    async def stats(self, since: dt.datetime) -> dict[str, list[asyncpg.Record]]:
+        async with self.pool.acquire() as conn:
+            return {
+                "aspects": await conn.fetch(STATS_ASPECTS, since),
+                "categories": await conn.fetch(STATS_CATEGORIES, since),
+                "rating_trend": await conn.fetch(STATS_RATING_TREND, since),
+                "report_trend": await conn.fetch(STATS_REPORT_TREND, since),
+            }
+
+    async def recent(self, f: dict[str, Any], after: tuple[dt.datetime, str] | None, limit: int,
+                     ratings: bool, reports: bool) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
+        t, i = (after if after else (None, ""))
+        pattern = like_pattern(f["text"])
+        r = await self.pool.fetch(RECENT_RATINGS, f["scope"], f["aspect"], f["sentiment"], f["category"], pattern,
+                                  f["negative_only"], t, i, limit) if ratings else []
+        fb = await self.pool.fetch(RECENT_FEEDBACK, f["category"], pattern, f["negative_only"], t, i,
+                                   limit) if reports else []
+        return r, fb

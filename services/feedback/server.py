@@ -1,0 +1,91 @@
+"""Feedback service wiring: migrations, pool, channels to the chat service and the collector, the
+capture worker, the ticket sink, the gRPC server (auth + scopes + spans + error mapping).
+
+`create_server(settings, database_url=..., tracer_provider=...)` returns a started GrpcServer
+(`.port`); `stop(grace_s)` drains RPCs, then stops the worker and closes channels, sink and pool.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+from opentelemetry.sdk.trace import TracerProvider
+
+from agentfeedback.feedback.v1 import feedback_pb2_grpc
+from services.common.auth import SCOPE_CHAT, SCOPE_TRACES_READ, Authenticator, dev_secret, mint_token
+from services.common.db import migrate, resolve_database_url
+from services.common.server import GrpcServer, ServiceInterceptor
+from services.common.telemetry import setup_tracing
+from services.feedback import repository
+from services.feedback.capture import CaptureWorker
+from services.feedback.chat_client import ChatClient
+from services.feedback.repository import Repository
+from services.feedback.servicer import METHOD_SCOPES, SERVICE, FeedbackServicer
+from services.feedback.settings import FeedbackSettings
+from services.feedback.traces_client import TracesClient
+from services.feedback.tracker import make_sink
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+SERVICE_SUB = "svc:feedback"
+
+
+class _ServiceToken:
+    """The worker's `traces:read` token: the configured one, or minted from the HS256 secret (re-minted
+    before it expires)."""
+
+    def __init__(self, settings: FeedbackSettings):
+        self._static = settings.service_token
+        self._secret = None if (settings.jwt_jwks_url or settings.jwt_public_key_file) else dev_secret(settings)
+        self._token, self._exp = "", 0.0
+
+    def __call__(self) -> str:
+        if self._static or self._secret is None:
+            return self._static
+        if time.time() > self._exp - 60:
+            self._token, self._exp = mint_token(self._secret, SERVICE_SUB, (SCOPE_TRACES_READ,), 3600), time.time() + 3600
+        return self._token
+
+    def owner_token(self, owner: str) -> str | None:
+        """A 5-minute on-behalf-of token (scope `chat` only) to refresh a client snapshot; None without
+        the HS256 secret."""
+        return mint_token(self._secret, owner, (SCOPE_CHAT,), 300) if self._secret else None
+
+
+async def create_server(settings: FeedbackSettings, *, database_url: str | None = None,
+                        tracer_provider: TracerProvider | None = None, run_worker: bool = True) -> GrpcServer:
+    """Start FeedbackService on `settings.listen` (port 0 = any free port). See the module docstring."""
+    url = database_url or resolve_database_url(settings)
+    await migrate(url, "feedback", MIGRATIONS)
+    pool = await repository.create_pool(url, settings.db_pool_min, settings.db_pool_max)
+    own_provider = tracer_provider is None
+    tp = tracer_provider or setup_tracing("feedback")
+    tracer = tp.get_tracer("agentfeedback.feedback")
+    chat_channel = grpc.aio.insecure_channel(settings.chat_target)
+    traces_channel = grpc.aio.insecure_channel(settings.traces_target)
+    repo = Repository(pool)
+    chat = ChatClient(chat_channel, settings.chat_timeout_s)
+    tokens = _ServiceToken(settings)
+    worker = CaptureWorker(repo, TracesClient(traces_channel, tokens), chat, settings, tokens.owner_token)
+    sink = make_sink(settings)
+    servicer = FeedbackServicer(repo, chat, worker if run_worker else None, sink, settings, tracer)
+
+    server = GrpcServer([ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer)],
+                        grace_s=settings.shutdown_grace_s)
+    server.add(feedback_pb2_grpc.add_FeedbackServiceServicer_to_server, servicer, SERVICE)
+    server.bind(settings.listen)
+    await server.start()
+    if run_worker:
+        worker.start()
+
+    async def close() -> None:
+        await worker.stop()
+        await chat_channel.close()
+        await traces_channel.close()
+        await sink.close()
+        await pool.close()
+        if own_provider:
+            tp.shutdown()
+
+    server.on_stop(close)
+    return server

@@ -1,0 +1,513 @@
+"""FeedbackService servicer: protos ↔ domain rules ↔ repository. Thin on purpose.
+
+Errors are raised as DomainError subclasses; `services.common.server.ServiceInterceptor` maps them
+(and checks the scopes of METHOD_SCOPES before any handler runs). Ownership: every read and write is
+filtered by the caller's `sub`; another owner's row is NOT_FOUND and nothing is written.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import random
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf import empty_pb2, json_format
+from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from agentfeedback.feedback.v1 import feedback_pb2_grpc
+from services.common.auth import (
+    SCOPE_FEEDBACK_ADMIN,
+    SCOPE_FEEDBACK_READ,
+    SCOPE_FEEDBACK_TRIAGE,
+    SCOPE_FEEDBACK_WRITE,
+    current_principal,
+)
+from services.common.errors import Aborted, InvalidArgument, NotFound, Unavailable
+from services.common.ids import (
+    check_text,
+    decode_page_token,
+    encode_page_token,
+    new_id,
+    page_size,
+    parse_name,
+    parse_request_id,
+    parse_trace_id,
+)
+from services.feedback import domain
+from services.feedback.capture import CaptureWorker
+from services.feedback.chat_client import ChatClient, ChatUnreachable
+from services.feedback.repository import Repository
+from services.feedback.settings import FeedbackSettings
+from services.feedback.tracker import TrackerSink
+
+SERVICE = "agentfeedback.feedback.v1.FeedbackService"
+# Method → scope (design.md "Identity and access"; the proto's service comment).
+METHOD_SCOPES: dict[str, str | None] = {
+    f"/{SERVICE}/{m}": s
+    for m, s in {
+        "CreateFeedback": SCOPE_FEEDBACK_WRITE,
+        "GetFeedback": SCOPE_FEEDBACK_READ,
+        "ListFeedback": SCOPE_FEEDBACK_READ,
+        "UpdateFeedback": SCOPE_FEEDBACK_TRIAGE,
+        "DeleteFeedback": SCOPE_FEEDBACK_WRITE,
+        "FileFeedback": SCOPE_FEEDBACK_TRIAGE,
+        "PutRating": SCOPE_FEEDBACK_WRITE,
+        "DeleteRating": SCOPE_FEEDBACK_WRITE,
+        "ListRatings": SCOPE_FEEDBACK_READ,
+        "CopyRatings": SCOPE_FEEDBACK_WRITE,
+        "GetFeedbackStats": SCOPE_FEEDBACK_ADMIN,
+        "ListRecentFeedback": SCOPE_FEEDBACK_ADMIN,
+    }.items()
+}
+# FileFeedback: how long one filer may hold the claim, and how long a concurrent call waits for it.
+FILING_LEASE_S = 60.0
+FILING_WAIT_S = 30.0
+
+
+def _enum(value: int, enum_type, field_path: str, allow_zero: bool = True) -> int:
+    if value not in enum_type.values() or (value == 0 and not allow_zero):
+        raise InvalidArgument(field_path, f"unknown value {value}")
+    return value
+
+
+def _ts(t: dt.datetime | None, into) -> None:
+    if t is not None:
+        into.FromDatetime(t)
+
+
+def _parse_time(t: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(t)
+
+
+def feedback_proto(r: Mapping[str, Any], retention_days: int, now: dt.datetime | None = None) -> pb.Feedback:
+    """A stored row as the API's Feedback (snapshot and frozen trace parsed from their JSON)."""
+    fb = pb.Feedback(
+        name=f"feedback/{r['id']}", owner=r["owner"], instance=r["instance"], surface=r["surface"],
+        author=r["author"], body=r["body"], sentiment=r["sentiment"], category=r["category"], status=r["status"],
+        issue_url=r["issue_url"], etag=domain.etag(r["version"]),
+    )
+    if r["target_kind"] == "message":
+        fb.message = r["message"]
+    elif r["target_kind"] == "trace":
+        fb.trace_id = r["trace_id"]
+    else:
+        fb.coding.session = r["coding_session"]
+        fb.coding.timeline_seq = r["coding_seq"]
+    json_format.ParseDict(r["snapshot"], fb.snapshot, ignore_unknown_fields=True)
+    fb.snapshot.source = r["snapshot_source"]
+    json_format.ParseDict(r["trace_snapshot"], fb.trace_snapshot, ignore_unknown_fields=True)
+    ts = fb.trace_snapshot
+    ts.state = r["trace_state"]
+    ts.attempts = r["capture_attempts"]
+    _ts(r["capture_time"], ts.capture_time)
+    if r["trace_state"] == domain.TRACE_PENDING:
+        _ts(r["next_capture_at"], ts.next_attempt_time)
+    ts.spans_expired = r["trace_state"] == domain.TRACE_EXPIRED or domain.spans_expired(
+        r["turn_time"], now or dt.datetime.now(dt.UTC), retention_days)
+    _ts(r["create_time"], fb.create_time)
+    _ts(r["update_time"], fb.update_time)
+    return fb
+
+
+def rating_proto(r: Mapping[str, Any]) -> pb.Rating:
+    out = pb.Rating(
+        name=f"ratings/{r['id']}", conversation=r["conversation"], turn_index=r["turn_index"], user=r["owner"],
+        scope=r["scope"], aspect=r["aspect"], artifact_id=r["artifact_id"], sentiment=r["sentiment"],
+        category=r["category"], note=r["note"], origin=r["origin"], version=r["version"],
+        etag=domain.etag(r["version"]), message=r["message"],
+    )
+    _ts(r["create_time"], out.create_time)
+    _ts(r["update_time"], out.update_time)
+    return out
+
+
+def _version_from_etag(etag: str, field_path: str) -> int:
+    v = etag.strip().removeprefix("W/").strip('"')
+    if not v.isdigit():
+        raise InvalidArgument(field_path, "is not an etag this service issued")
+    return int(v)
+
+
+class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
+    def __init__(self, repo: Repository, chat: ChatClient, worker: CaptureWorker | None, sink: TrackerSink,
+                 settings: FeedbackSettings, tracer: trace.Tracer):
+        self._repo = repo
+        self._chat = chat
+        self._worker = worker
+        self._sink = sink
+        self._s = settings
+        self._tracer = tracer
+        self._ticket_fields = domain.TicketFields(body=settings.tracker_include_body,
+                                                  message_text=settings.tracker_include_message_text)
+
+    def _proto(self, row: Mapping[str, Any]) -> pb.Feedback:
+        return feedback_proto(row, self._s.trace_retention_days)
+
+    # ------------------------------------------------------------ reports
+    async def CreateFeedback(self, request: pb.CreateFeedbackRequest, context) -> pb.Feedback:
+        """Create one report (see the proto). Returns the stored row; a retry returns the first row."""
+        p = current_principal()
+        f = request.feedback
+        body = domain.check_body(f.body)
+        rid = parse_request_id(request.request_id, "request_id", required=True)
+        kind = f.WhichOneof("target")
+        if kind is None:
+            raise InvalidArgument("feedback.target", "one of message, trace_id or coding is required")
+        author = _enum(f.author, pb.Author, "feedback.author") or domain.AUTHOR_USER
+        sentiment = _enum(f.sentiment, pb.Sentiment, "feedback.sentiment")
+        category = _enum(f.category, pb.Category, "feedback.category")
+        surface = _enum(f.surface, pb.Surface, "feedback.surface")
+        instance = ""
+        if kind == "message":
+            parse_name(f.message, "instances/{}/messages/{}", "feedback.message")
+            instance = domain.instance_of(f.message)
+        elif kind == "trace_id":
+            parse_trace_id(f.trace_id, "feedback.trace_id")
+            if not f.instance:
+                raise InvalidArgument("feedback.instance", "is required with a trace_id target (the turn's instance)")
+            parse_name(f.instance, "instances/{}", "feedback.instance")
+            instance = f.instance
+        else:
+            check_text(f.coding.session, "feedback.coding.session", 256, required=True)
+        client_version = request.client_snapshot.context.client_version if request.HasField("client_snapshot") else ""
+        check_text(client_version, "client_snapshot.context.client_version", 200)
+
+        existing = await self._repo.get_by_request_id(p.sub, rid)
+        if existing is not None:
+            return self._proto(existing)
+
+        row: dict[str, Any] = {
+            "id": new_id(), "owner": p.sub, "request_id": rid, "target_kind": {"trace_id": "trace"}.get(kind, kind),
+            "message": f.message if kind == "message" else "", "coding_session": f.coding.session,
+            "coding_seq": f.coding.timeline_seq, "instance": instance, "surface": surface or (
+                pb.SURFACE_CODING if kind == "coding" else pb.SURFACE_CHAT),
+            "author": author, "body": body, "sentiment": sentiment, "category": category,
+            "trace_id": f.trace_id.lower() if kind == "trace_id" else "", "turn_time": None,
+            "trace_state": domain.TRACE_NONE, "snapshot": {}, "snapshot_source": domain.SOURCE_NONE,
+        }
+        if kind != "coding":
+            await self._resolve_snapshot(row, request, client_version, p.metadata)
+        stored = await self._repo.insert_feedback(row)
+        if stored["id"] == row["id"]:
+            self._emit_created(stored)
+            if self._worker is not None and stored["trace_state"] == domain.TRACE_PENDING:
+                self._worker.wake()
+        return self._proto(stored)
+
+    async def _resolve_snapshot(self, row: dict[str, Any], request: pb.CreateFeedbackRequest, client_version: str,
+                                md) -> None:
+        """Fill row's snapshot from the chat service (the caller's token), or from the client snapshot
+        when the chat service is unreachable (UNAVAILABLE when there is none)."""
+        f = request.feedback
+        try:
+            if row["target_kind"] == "message":
+                target = await self._chat.get_message(f.message, md)
+                turn = await self._chat.list_turn(row["instance"], md, trace_id=target.trace_id)
+            else:
+                turn = await self._chat.list_turn(row["instance"], md, trace_id=row["trace_id"],
+                                                  field_path="feedback.instance")
+                picked = domain.pick_target(turn)
+                if picked is None:
+                    raise NotFound(f"{row['instance']} turn {row['trace_id']}")
+                target = picked
+        except ChatUnreachable:
+            if not request.HasField("client_snapshot"):
+                raise Unavailable("the chat service cannot be reached and no client_snapshot was given; retry, "
+                                  "or send client_snapshot", retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
+            snap = domain.client_snapshot(json_format.MessageToDict(
+                request.client_snapshot, preserving_proto_field_name=True, use_integers_for_enums=True))
+            trace_id = row["trace_id"] or snap.get("trace_id", "")
+            if trace_id:
+                trace_id = parse_trace_id(trace_id, "client_snapshot.trace_id")
+                snap["trace_id"] = trace_id
+            row.update(snapshot=snap, snapshot_source=domain.SOURCE_CLIENT, trace_id=trace_id,
+                       trace_state=domain.TRACE_PENDING)
+            if request.client_snapshot.HasField("target_time"):
+                row["turn_time"] = request.client_snapshot.target_time.ToDatetime(tzinfo=dt.UTC)
+            return
+        snap = domain.build_snapshot(target, turn, client_version)
+        row.update(snapshot=snap, snapshot_source=domain.SOURCE_CHAT, trace_id=target.trace_id,
+                   turn_time=target.create_time, trace_state=domain.TRACE_PENDING if target.trace_id else domain.TRACE_NONE)
+        if row["target_kind"] == "trace":
+            row["message"] = target.name
+
+    def _emit_created(self, r: Mapping[str, Any]) -> None:
+        """Span `feedback.create` in the turn's trace carrying the event `feedback.created` (ids,
+        sentiment, category; never the body). Its parent is a remote SpanContext built from the row's
+        trace id with a random span id (the turn's own span ids are not known here), sampled; it links
+        to the CreateFeedback server span so both traces lead to each other."""
+        if not r["trace_id"]:
+            return
+        parent = SpanContext(trace_id=int(r["trace_id"], 16), span_id=random.getrandbits(64) or 1, is_remote=True,
+                             trace_flags=TraceFlags(TraceFlags.SAMPLED))
+        current = trace.get_current_span().get_span_context()
+        attrs = {
+            "feedback.id": r["id"], "feedback.sentiment": pb.Sentiment.Name(r["sentiment"]),
+            "feedback.category": pb.Category.Name(r["category"]), "feedback.author": pb.Author.Name(r["author"]),
+            "feedback.target.message": r["message"], "feedback.instance": r["instance"],
+        }
+        span = self._tracer.start_span("feedback.create", context=trace.set_span_in_context(NonRecordingSpan(parent)),
+                                       kind=SpanKind.INTERNAL, links=[Link(current)] if current.is_valid else None)
+        span.add_event("feedback.created", attrs)
+        span.end()
+
+    async def GetFeedback(self, request: pb.GetFeedbackRequest, context) -> pb.Feedback:
+        """The caller's report `feedback/{id}`; NOT_FOUND when unknown or another owner's."""
+        p = current_principal()
+        (fid,) = parse_name(request.name, "feedback/{}", "name")
+        row = await self._repo.get_feedback(fid, p.sub)
+        if row is None:
+            raise NotFound(request.name)
+        return self._proto(row)
+
+    async def ListFeedback(self, request: pb.ListFeedbackRequest, context) -> pb.ListFeedbackResponse:
+        """The caller's reports, newest first, filtered; keyset page tokens on (create_time, id)."""
+        p = current_principal()
+        size = page_size(request.page_size, 50, 1000)
+        if request.instance:
+            parse_name(request.instance, "instances/{}", "instance")
+        filters = {
+            "instance": request.instance,
+            "status": _enum(request.status, pb.Status, "status"),
+            "author": _enum(request.author, pb.Author, "author"),
+            "sentiment": _enum(request.sentiment, pb.Sentiment, "sentiment"),
+            "category": _enum(request.category, pb.Category, "category"),
+            "start_time": request.start_time.ToDatetime(tzinfo=dt.UTC) if request.HasField("start_time") else None,
+            "end_time": request.end_time.ToDatetime(tzinfo=dt.UTC) if request.HasField("end_time") else None,
+            "text": check_text(request.text, "text", 200),
+            "trace_id": parse_trace_id(request.trace_id, "trace_id") if request.trace_id else "",
+        }
+        tok = decode_page_token(request.page_token)
+        after = (_parse_time(tok["t"]), tok["i"]) if tok else None
+        rows = await self._repo.list_feedback(p.sub, filters, after, size + 1)
+        out = pb.ListFeedbackResponse(feedback=[self._proto(r) for r in rows[:size]])
+        if len(rows) > size:
+            last = rows[size - 1]
+            out.next_page_token = encode_page_token({"t": last["create_time"].isoformat(), "i": last["id"]})
+        return out
+
+    async def UpdateFeedback(self, request: pb.UpdateFeedbackRequest, context) -> pb.Feedback:
+        """Status / issue_url change with field mask + etag (see the proto for the errors)."""
+        p = current_principal()
+        (fid,) = parse_name(request.feedback.name, "feedback/{}", "feedback.name")
+        paths = domain.check_update_mask(request.update_mask.paths)
+        new = request.feedback
+        if "status" in paths:
+            _enum(new.status, pb.Status, "feedback.status", allow_zero=False)
+        if "issue_url" in paths:
+            domain.check_issue_url(new.issue_url)
+        rid = parse_request_id(request.request_id, "request_id")
+        retention = self._s.trace_retention_days
+
+        def decide(cur):
+            if rid is not None and cur["last_update_request_id"] == rid:
+                return None
+            if not domain.etag_matches(new.etag, cur["version"]):
+                raise Aborted(f"etag {new.etag} is stale; the current one is {domain.etag(cur['version'])}",
+                              current=feedback_proto(cur, retention))
+            status = new.status if "status" in paths else cur["status"]
+            url = new.issue_url if "issue_url" in paths else cur["issue_url"]
+            domain.check_transition(cur["status"], status)
+            if status == cur["status"] and url == cur["issue_url"]:
+                return None
+            return status, url, rid
+
+        row = await self._repo.update_feedback(fid, p.sub, decide)
+        if row is None:
+            raise NotFound(request.feedback.name)
+        return self._proto(row)
+
+    async def DeleteFeedback(self, request: pb.DeleteFeedbackRequest, context) -> empty_pb2.Empty:
+        """Hard delete of the caller's report; NOT_FOUND when absent."""
+        p = current_principal()
+        (fid,) = parse_name(request.name, "feedback/{}", "name")
+        parse_request_id(request.request_id, "request_id")
+        if not await self._repo.delete_feedback(fid, p.sub):
+            raise NotFound(request.name)
+        return empty_pb2.Empty()
+
+    async def FileFeedback(self, request: pb.FileFeedbackRequest, context) -> pb.Feedback:
+        """Render the ticket draft, send it to the sink, store its URL, set FILED — once.
+
+        Concurrent or repeated calls: one caller takes the filing claim (a leased column); the others
+        wait for its result and return the same stored URL. FAILED_PRECONDITION for a DISMISSED report;
+        UNAVAILABLE when the tracker cannot be reached (nothing stored; safe to retry).
+        """
+        p = current_principal()
+        (fid,) = parse_name(request.name, "feedback/{}", "name")
+        parse_request_id(request.request_id, "request_id")
+        deadline = time.monotonic() + FILING_WAIT_S
+        while True:
+            row = await self._repo.get_feedback(fid, p.sub)
+            if row is None:
+                raise NotFound(request.name)
+            if row["issue_url"]:
+                return self._proto(row)
+            domain.check_transition(row["status"], domain.STATUS_FILED)
+            claimed = await self._repo.claim_filing(fid, p.sub, FILING_LEASE_S)
+            if claimed is not None:
+                break
+            if time.monotonic() > deadline:
+                raise Aborted("another FileFeedback call is filing this report; retry", reason="FILING_IN_PROGRESS")
+            await asyncio.sleep(0.05)
+        draft = json_format.MessageToDict(self._proto(claimed), preserving_proto_field_name=True,
+                                          use_integers_for_enums=True)
+        title, body = domain.render_ticket(draft, self._ticket_fields)
+        try:
+            url = await self._sink.file(fid, title, body)
+        except BaseException:
+            await self._repo.release_filing(fid, p.sub)
+            raise
+        row = await self._repo.finish_filing(fid, p.sub, url)
+        if row is None:
+            raise NotFound(request.name)
+        return self._proto(row)
+
+    # ------------------------------------------------------------ ratings
+    async def _rated_message(self, conversation: str, turn_index: int, scope: int, md) -> str:
+        """Ownership / target check at the chat service (caller's token): MESSAGE scope needs a stored
+        non-empty assistant message in that turn (its name is returned); other scopes need the
+        conversation to be the caller's. NOT_FOUND otherwise; UNAVAILABLE when chat is down."""
+        try:
+            if scope == domain.SCOPE_MESSAGE:
+                turn = await self._chat.list_turn(conversation, md, turn_index=turn_index,
+                                                  field_path="rating.conversation")
+                reply = next((m for m in turn if m.role == "ROLE_ASSISTANT" and m.content.strip()), None)
+                if reply is None:
+                    raise NotFound(f"{conversation} turn {turn_index} assistant message", reason="NO_ASSISTANT_MESSAGE")
+                return reply.name
+            await self._chat.check_instance(conversation, md, "rating.conversation")
+            return ""
+        except ChatUnreachable:
+            raise Unavailable("the chat service cannot be reached to check the rated conversation",
+                              retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
+
+    async def PutRating(self, request: pb.PutRatingRequest, context) -> pb.Rating:
+        """Idempotent upsert / strict CAS of the caller's rating (see the proto)."""
+        p = current_principal()
+        r = request.rating
+        parse_name(r.conversation, "instances/{}", "rating.conversation")
+        key = domain.RatingKey(r.conversation, r.turn_index, _enum(r.scope, pb.RatingScope, "rating.scope"),
+                               r.aspect, r.artifact_id)
+        domain.check_rating(key, r.note, self._s.rating_note_max_bytes)
+        sentiment = _enum(r.sentiment, pb.RatingSentiment, "rating.sentiment")
+        category = _enum(r.category, pb.Category, "rating.category")
+        mask = domain.rating_mask(request.update_mask.paths)
+        parse_request_id(request.request_id, "request_id")
+        version = _version_from_etag(r.etag, "rating.etag") if r.etag else None
+        message = await self._rated_message(r.conversation, r.turn_index, key.scope, p.metadata)
+        dbkey = (key.conversation, key.turn_index, p.sub, key.scope, key.aspect, key.artifact_id)
+        if version is None:
+            row = await self._repo.upsert_rating(dbkey, sentiment, category, r.note, mask, new_id(), message)
+            return rating_proto(row)
+        row = await self._repo.cas_rating(dbkey, sentiment, category, r.note, mask, message, version)
+        if row is None:
+            cur = await self._repo.get_rating(dbkey)
+            if cur is None:
+                raise NotFound(f"rating {r.conversation} turn {r.turn_index} {r.aspect}")
+            raise Aborted(f"etag {r.etag} is stale; the current one is {domain.etag(cur['version'])}",
+                          current=rating_proto(cur))
+        return rating_proto(row)
+
+    async def DeleteRating(self, request: pb.DeleteRatingRequest, context) -> empty_pb2.Empty:
+        """Delete the caller's rating; deleting an absent (or foreign) rating succeeds and changes nothing."""
+        p = current_principal()
+        (rid,) = parse_name(request.name, "ratings/{}", "name")
+        await self._repo.delete_rating(rid, p.sub)
+        return empty_pb2.Empty()
+
+    async def ListRatings(self, request: pb.ListRatingsRequest, context) -> pb.ListRatingsResponse:
+        """The caller's ratings of one conversation (optionally one turn), by turn, scope, aspect."""
+        p = current_principal()
+        parse_name(request.conversation, "instances/{}", "conversation")
+        size = page_size(request.page_size, 100, 1000)
+        tok = decode_page_token(request.page_token)
+        turn = request.turn_index if request.HasField("turn_index") else None
+        rows = await self._repo.list_ratings(p.sub, request.conversation, turn, tok["k"] if tok else None, size + 1)
+        out = pb.ListRatingsResponse(ratings=[rating_proto(r) for r in rows[:size]])
+        if len(rows) > size:
+            last = rows[size - 1]
+            out.next_page_token = encode_page_token(
+                {"k": [last["turn_index"], last["scope"], last["aspect"], last["artifact_id"]]})
+        return out
+
+    async def CopyRatings(self, request: pb.CopyRatingsRequest, context) -> pb.CopyRatingsResponse:
+        """Copy the caller's ratings of turns ≤ through_turn_index onto a fork, marked BRANCH_COPY.
+        Idempotent (an existing rating on the fork is kept). NOT_FOUND unless both are the caller's."""
+        p = current_principal()
+        parse_name(request.source_conversation, "instances/{}", "source_conversation")
+        parse_name(request.target_conversation, "instances/{}", "target_conversation")
+        if request.source_conversation == request.target_conversation:
+            raise InvalidArgument("target_conversation", "must differ from source_conversation")
+        if request.through_turn_index < 0:
+            raise InvalidArgument("through_turn_index", "must not be negative")
+        for conv, field_path in ((request.source_conversation, "source_conversation"),
+                                 (request.target_conversation, "target_conversation")):
+            try:
+                await self._chat.check_instance(conv, p.metadata, field_path)
+            except ChatUnreachable:
+                raise Unavailable("the chat service cannot be reached", retry_after_s=1.0) from None
+        n = await self._repo.copy_ratings(p.sub, request.source_conversation, request.target_conversation,
+                                          request.through_turn_index)
+        return pb.CopyRatingsResponse(copied_count=n)
+
+    # ------------------------------------------------------------ statistics
+    async def GetFeedbackStats(self, request: pb.GetFeedbackStatsRequest, context) -> pb.FeedbackStats:
+        """Counts over the window (UTC days ending today), every owner, USER-origin ratings only."""
+        days = domain.check_window_days(request.window_days)
+        today = dt.datetime.now(dt.UTC).date()
+        start_day = today - dt.timedelta(days=days - 1)
+        since = dt.datetime.combine(start_day, dt.time(), dt.UTC)
+        st = await self._repo.stats(since)
+        out = pb.FeedbackStats()
+        for a in st["aspects"]:
+            out.aspects.add(scope=a["scope"], aspect=a["aspect"], positive=a["positive"], neutral=a["neutral"],
+                            negative=a["negative"])
+            out.total_ratings += a["positive"] + a["neutral"] + a["negative"]
+            out.negative_ratings += a["negative"]
+        for c in st["categories"]:
+            out.categories.add(category=c["category"], count=c["count"])
+            out.total_reports += c["count"]
+        # Unrated ratings (sentiment unspecified) still count as ratings.
+        rows = [dict(r) for r in st["rating_trend"]] + [dict(r) for r in st["report_trend"]]
+        for d in domain.fill_trend(rows, today, days):
+            out.trend.add(**d)
+        return out
+
+    async def ListRecentFeedback(self, request: pb.ListRecentFeedbackRequest, context) -> pb.ListRecentFeedbackResponse:
+        """Operator feed: USER ratings and reports of every owner, newest first, filtered, paged.
+
+        Rating-only filters (scope, aspect, rating sentiment) leave reports out; `negative_only` keeps
+        NEGATIVE ratings and BAD reports; `text` matches the note / the body (case-insensitive)."""
+        size = page_size(request.page_size, 50, 500)
+        f = {
+            "scope": _enum(request.scope, pb.RatingScope, "scope"),
+            "aspect": request.aspect,
+            "sentiment": _enum(request.sentiment, pb.RatingSentiment, "sentiment"),
+            "category": _enum(request.category, pb.Category, "category"),
+            "text": check_text(request.text, "text", 200),
+            "negative_only": request.negative_only,
+        }
+        if f["aspect"] and not domain.ASPECT_SLUG.match(f["aspect"]):
+            raise InvalidArgument("aspect", "must be a slug [a-z][a-z0-9_]{0,63}")
+        tok = decode_page_token(request.page_token)
+        after = (_parse_time(tok["t"]), tok["i"]) if tok else None
+        rating_only = bool(f["scope"] or f["aspect"] or f["sentiment"])
+        ratings, reports = await self._repo.recent(f, after, size + 1, ratings=True, reports=not rating_only)
+        merged = sorted([(r["update_time"], r["id"], "r", r) for r in ratings]
+                        + [(r["create_time"], r["id"], "f", r) for r in reports],
+                        key=lambda x: (x[0], x[1]), reverse=True)
+        out = pb.ListRecentFeedbackResponse()
+        for t, _i, kind, r in merged[:size]:
+            if kind == "r":
+                out.items.add(rating=rating_proto(r))
+            else:
+                out.items.add(feedback=self._proto(r))
+        if len(merged) > size:
+            t, i, _k, _r = merged[size - 1]
+            out.next_page_token = encode_page_token({"t": t.isoformat(), "i": i})
+        return out

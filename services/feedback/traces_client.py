@@ -1,0 +1,63 @@
+"""Thin client of `agentfeedback.traces.v1.TraceQueryService` for the capture worker.
+
+`get_trace` returns the trace's spans as domain `SpanView`s, None when the collector holds no span
+of it (NOT_FOUND), and raises `TraceExpired` when the collector says the spans were removed by
+retention (ErrorInfo reason TRACE_EXPIRED) and `TracesUnreachable` on any other failure.
+"""
+from __future__ import annotations
+
+import grpc
+from google.protobuf import json_format
+
+from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
+from services.common.errors import error_info
+from services.feedback.domain import SpanEventView, SpanView
+
+_STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
+
+
+class TraceExpired(Exception):
+    pass
+
+
+class TracesUnreachable(Exception):
+    pass
+
+
+def to_view(s: traces_pb2.Span) -> SpanView:
+    return SpanView(
+        span_id=s.span_id,
+        parent_span_id=s.parent_span_id,
+        name=s.name,
+        service_name=s.service_name,
+        status=_STATUS.get(s.status_code, "UNSET"),
+        start_unix_nano=s.start_time_unix_nano,
+        end_unix_nano=s.end_time_unix_nano,
+        attributes=json_format.MessageToDict(s.attributes),
+        events=tuple(
+            SpanEventView(e.name, e.time_unix_nano, json_format.MessageToDict(e.attributes)) for e in s.events
+        ),
+    )
+
+
+class TracesClient:
+    """One per process; `token_source()` returns the bearer token (scope `traces:read`) to use."""
+
+    def __init__(self, channel: grpc.aio.Channel, token_source, timeout_s: float = 5.0):
+        self._stub = traces_pb2_grpc.TraceQueryServiceStub(channel)
+        self._token = token_source
+        self._timeout_s = timeout_s
+
+    async def get_trace(self, trace_id: str) -> list[SpanView] | None:
+        md = (("authorization", f"Bearer {self._token()}"),)
+        try:
+            t = await self._stub.GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=md,
+                                          timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                info = error_info(e)
+                if info is not None and info.reason == "TRACE_EXPIRED":
+                    raise TraceExpired(trace_id) from None
+                return None
+            raise TracesUnreachable(f"{e.code().name}: {e.details()}") from None
+        return [to_view(s) for s in t.spans]
