@@ -27,6 +27,10 @@ class CollectorSettings(CommonSettings):
     queue_max_spans: int = Field(default=200_000, ge=1)
     # Spans per COPY batch (group commit across concurrent Exports).
     batch_max_spans: int = Field(default=20_000, ge=1)
+    # Concurrent COPY writers (each holds one pool connection while it writes a batch).
+    writer_workers: int = Field(default=2, ge=1)
+    # Daily partitions created ahead of today (a missed retention pass never leaves a gap).
+    partitions_ahead_days: int = Field(default=3, ge=1)
     # Retry delay suggested to exporters when over capacity, seconds.
     retry_after_s: float = Field(default=1.0, gt=0)
     # HTTP body limit in bytes (design.md: 20 MiB) and gRPC message limit (4 MiB).
@@ -34,4 +38,8 @@ class CollectorSettings(CommonSettings):
     grpc_max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
     # Optional downstream OTLP/gRPC endpoint (the SREs' backend) receiving every accepted span.
     forward_endpoint: str = ""
+    # Export requests waiting for the downstream; beyond it the oldest are dropped (and counted).
     forward_queue_max: int = Field(default=1000, ge=1)
+    # Seconds one forwarded Export may take (attempt), and attempts before giving a request up.
+    forward_timeout_s: float = Field(default=10.0, gt=0)
+    forward_max_attempts: int = Field(default=5, ge=1)

@@ -1,0 +1,465 @@
+"""Ingest domain: OTLP span validation, flattening into storage rows, and the bounded group-commit writer.
+
+No gRPC, HTTP or asyncpg here: the OTLP handlers (otlp_grpc.py, otlp_http.py) call `Ingestor.export`,
+and the writer is handed the repository's COPY function.
+
+Rules (OTLP specification, opentelemetry-proto `docs/specification.md`; design.md "Trace collector"):
+- Per span: trace_id 16 non-zero bytes, span_id 8 non-zero bytes, parent_span_id empty or 8 bytes,
+  start_time_unix_nano non-zero, end ≥ start, start inside the retention window
+  [`Window.oldest_ns`, `Window.newest_ns`). A bad span is rejected through
+  `partial_success.rejected_spans` + `error_message`; the others are stored.
+- An empty request (no spans) is a success (OTLP "Full Success").
+- The response is sent only after the COPY holding the spans committed (`BatchWriter.write`).
+- Over capacity (write queue full, counted in spans): `Overloaded` → gRPC UNAVAILABLE + RetryInfo,
+  HTTP 503 + Retry-After (OTLP "Throttling").
+
+Text policy (case F12): PostgreSQL `text`/`jsonb` cannot hold U+0000, which OTLP strings may carry.
+Every U+0000 in a stored string (span name, status message, scope, attribute keys and values,
+event names…) is stored as U+FFFD REPLACEMENT CHARACTER: `"ok\\x00bad"` reads back `"ok\\ufffdbad"`.
+The span is kept; the Export never fails because of it.
+
+AnyValue → JSON (stored in jsonb, returned as google.protobuf.Struct by GetTrace): string → string,
+bool → bool, int → number (outside ±2^53, where a JSON/Struct double loses digits, → decimal string),
+double → number (NaN/±Infinity → "NaN"/"Infinity"/"-Infinity"), array → list, kvlist → object,
+bytes → base64 string (RFC 4648 §4), empty → null.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import math
+import re
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+log = logging.getLogger(__name__)
+
+NS_PER_S = 1_000_000_000
+NS_PER_DAY = 86_400 * NS_PER_S
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+_MAX_EXACT = 2**53
+_REPLACEMENT = "\ufffd"
+# A JSON-escaped U+0000 (`\u0000`) not itself preceded by an escaping backslash.
+_JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+_json_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+# Column order of a storage row (repository.SPAN_COLUMNS mirrors it).
+ROW_FIELDS = (
+    "trace_id", "span_id", "parent_span_id", "start_ns", "end_ns", "name", "kind", "status_code",
+    "status_message", "service_name", "scope_name", "trace_state", "attributes", "resource_attributes",
+    "events", "links",
+)
+
+Row = tuple
+
+
+class Overloaded(Exception):
+    """The write queue is full: retry after `retry_after_s` seconds (nothing of the request was stored)."""
+
+    def __init__(self, retry_after_s: float, queued_spans: int):
+        super().__init__(f"span write queue full ({queued_spans} spans waiting); retry in {retry_after_s:g} s")
+        self.retry_after_s = retry_after_s
+        self.queued_spans = queued_spans
+
+
+# --- time window -------------------------------------------------------------------------------
+
+
+def day_start_ns(day: datetime) -> int:
+    """Nanoseconds since the epoch of `day` 00:00 UTC (`day`: an aware or naive-UTC datetime/date)."""
+    d = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    return int(d.timestamp()) * NS_PER_S
+
+
+def utc_day(ns: int) -> datetime:
+    """The UTC day (a midnight datetime) holding the instant `ns` (nanoseconds since the epoch)."""
+    return datetime.fromtimestamp(ns // NS_PER_DAY * 86_400, UTC)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Span start times the collector stores: [oldest_ns, newest_ns).
+
+    `oldest_ns` is 00:00 UTC of the day `retention_days` before today (so 14 keeps today plus 14 whole
+    previous days: exactly the partitions retention keeps); `newest_ns` is now + the allowed future skew.
+    """
+
+    oldest_ns: int
+    newest_ns: int
+
+    @classmethod
+    def at(cls, now_ns: int, retention_days: int, max_future_skew_s: int) -> Window:
+        oldest_day = utc_day(now_ns) - timedelta(days=retention_days)
+        return cls(day_start_ns(oldest_day), now_ns + max_future_skew_s * NS_PER_S)
+
+
+# --- AnyValue → JSON ---------------------------------------------------------------------------
+
+
+def any_value(v) -> object:  # noqa: ANN001 - opentelemetry.proto.common.v1.AnyValue
+    """The JSON form of an OTLP AnyValue (mapping in the module docstring)."""
+    kind = v.WhichOneof("value")
+    if kind == "string_value":
+        return v.string_value
+    if kind == "int_value":
+        i = v.int_value
+        return i if -_MAX_EXACT <= i <= _MAX_EXACT else str(i)
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "double_value":
+        d = v.double_value
+        return d if math.isfinite(d) else ("NaN" if math.isnan(d) else ("Infinity" if d > 0 else "-Infinity"))
+    if kind == "array_value":
+        return [any_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in v.kvlist_value.values}
+    if kind == "bytes_value":
+        return base64.b64encode(v.bytes_value).decode("ascii")
+    return None
+
+
+def attributes_dict(kvs) -> dict[str, object]:  # noqa: ANN001 - repeated KeyValue
+    """OTLP attributes as a dict (a repeated key keeps its last value)."""
+    out: dict[str, object] = {}
+    for kv in kvs:
+        v = kv.value
+        kind = v.WhichOneof("value")
+        # Inline the two commonest kinds: this loop is the hot path of ingest.
+        if kind == "string_value":
+            out[kv.key] = v.string_value
+        elif kind == "int_value" and -_MAX_EXACT <= v.int_value <= _MAX_EXACT:
+            out[kv.key] = v.int_value
+        else:
+            out[kv.key] = any_value(v)
+    return out
+
+
+def to_json(value: object) -> str:
+    """Compact JSON for a jsonb column, with U+0000 stored as U+FFFD (jsonb rejects `\\u0000`)."""
+    s = _json_encode(value)
+    if "\\u0000" in s:
+        s = _JSON_NUL.sub(r"\1\\ufffd", s)
+    return s
+
+
+def clean_text(s: str) -> str:
+    """A string for a `text` column: U+0000 → U+FFFD."""
+    return s.replace("\x00", _REPLACEMENT) if "\x00" in s else s
+
+
+# --- validation + flattening -------------------------------------------------------------------
+
+_REASONS = {
+    "trace_id": "trace_id is not 16 non-zero bytes",
+    "span_id": "span_id is not 8 non-zero bytes",
+    "parent_span_id": "parent_span_id is neither empty nor 8 bytes",
+    "start": "start_time_unix_nano is zero",
+    "end": "end_time_unix_nano is before start_time_unix_nano",
+    "too_old": "start time is older than the retention window",
+    "future": "start time is too far in the future",
+}
+
+
+@dataclass
+class Flattened:
+    """Rows to store, and what was rejected (`rejected` spans, `error_message` for partial_success)."""
+
+    rows: list[Row] = field(default_factory=list)
+    rejected: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    first_bad: str = ""
+
+    @property
+    def error_message(self) -> str:
+        if not self.rejected:
+            return ""
+        parts = "; ".join(f"{n} {_REASONS[r]}" for r, n in self.counts.items())
+        return f"rejected {self.rejected} span(s): {parts} (first: {self.first_bad})"
+
+
+def count_spans(request: trace_service_pb2.ExportTraceServiceRequest) -> int:
+    """Spans in an Export request (cheap: no span is decoded further)."""
+    return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+
+
+def _events_json(events) -> str | None:  # noqa: ANN001
+    if not events:
+        return None
+    return to_json([
+        {"time_unix_nano": e.time_unix_nano, "name": e.name, "attributes": attributes_dict(e.attributes)}
+        for e in events
+    ])
+
+
+def _links_json(links) -> str | None:  # noqa: ANN001
+    if not links:
+        return None
+    return to_json([
+        {"trace_id": ln.trace_id.hex(), "span_id": ln.span_id.hex(), "trace_state": ln.trace_state,
+         "attributes": attributes_dict(ln.attributes)}
+        for ln in links
+    ])
+
+
+def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window) -> Flattened:
+    """Validate every span of `request` and turn the valid ones into storage rows (order: ROW_FIELDS).
+
+    Never raises for bad span data: bad spans are counted in the result (partial success).
+    """
+    out = Flattened()
+    rows = out.rows
+    append = rows.append
+    oldest, newest = window.oldest_ns, window.newest_ns
+    for ri, rs in enumerate(request.resource_spans):
+        res_attrs = attributes_dict(rs.resource.attributes)
+        service = res_attrs.get("service.name", "")
+        service = clean_text(service if isinstance(service, str) else str(service))
+        res_json = to_json(res_attrs)
+        for si, ss in enumerate(rs.scope_spans):
+            scope = clean_text(ss.scope.name)
+            for pi, sp in enumerate(ss.spans):
+                tid = sp.trace_id
+                sid = sp.span_id
+                pid = sp.parent_span_id
+                start = sp.start_time_unix_nano
+                end = sp.end_time_unix_nano
+                if len(tid) != 16 or tid == _ZERO_TRACE:
+                    bad = "trace_id"
+                elif len(sid) != 8 or sid == _ZERO_SPAN:
+                    bad = "span_id"
+                elif pid and len(pid) != 8:
+                    bad = "parent_span_id"
+                elif start == 0:
+                    bad = "start"
+                elif end < start:
+                    bad = "end"
+                elif start < oldest:
+                    bad = "too_old"
+                elif start >= newest:
+                    bad = "future"
+                else:
+                    status = sp.status
+                    name = sp.name
+                    if "\x00" in name:
+                        name = clean_text(name)
+                    append((
+                        tid, sid, pid if pid and pid != _ZERO_SPAN else None, start, end, name, sp.kind,
+                        status.code, clean_text(status.message), service, scope, clean_text(sp.trace_state),
+                        to_json(attributes_dict(sp.attributes)), res_json,
+                        _events_json(sp.events), _links_json(sp.links),
+                    ))
+                    continue
+                out.rejected += 1
+                out.counts[bad] = out.counts.get(bad, 0) + 1
+                if not out.first_bad:
+                    out.first_bad = f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}]"
+    return out
+
+
+def without_rejected(
+    request: trace_service_pb2.ExportTraceServiceRequest, window: Window
+) -> trace_service_pb2.ExportTraceServiceRequest:
+    """A copy of `request` holding only the spans `flatten` accepts (what the forwarder sends on)."""
+    out = trace_service_pb2.ExportTraceServiceRequest()
+    out.CopyFrom(request)
+    for rs in out.resource_spans:
+        for ss in rs.scope_spans:
+            keep = [sp for sp in ss.spans if _valid(sp, window)]
+            del ss.spans[:]
+            ss.spans.extend(keep)
+    return out
+
+
+def _valid(sp, window: Window) -> bool:  # noqa: ANN001
+    tid, sid, pid = sp.trace_id, sp.span_id, sp.parent_span_id
+    return (
+        len(tid) == 16 and tid != _ZERO_TRACE and len(sid) == 8 and sid != _ZERO_SPAN
+        and (not pid or len(pid) == 8) and sp.start_time_unix_nano != 0
+        and sp.end_time_unix_nano >= sp.start_time_unix_nano
+        and window.oldest_ns <= sp.start_time_unix_nano < window.newest_ns
+    )
+
+
+# --- the bounded group-commit writer -----------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    rows: list[Row]
+    reserved: int
+    done: asyncio.Future
+
+
+class BatchWriter:
+    """Bounded write queue with group commit.
+
+    `write(rows)` resolves once `rows` are committed. Concurrent callers' rows are concatenated into
+    one COPY (up to `batch_max_spans` rows) by one of `workers` worker tasks, so many small Exports
+    cost one round trip. Memory is bounded: `reserve(n)` admits a request only while the spans
+    reserved and not yet committed stay ≤ `max_spans` (a request larger than the bound alone is
+    admitted when nothing is queued), else raises `Overloaded`. Rows of a batch whose COPY fails are
+    retried request by request, so one bad request never fails the others.
+
+    `copy(rows)` is the repository's COPY (committed when it returns).
+    """
+
+    def __init__(
+        self,
+        copy: Callable[[Sequence[Row]], Awaitable[None]],
+        *,
+        max_spans: int,
+        batch_max_spans: int,
+        workers: int,
+        retry_after_s: float,
+    ):
+        self._copy = copy
+        self._max = max_spans
+        self._batch_max = batch_max_spans
+        self._retry_after_s = retry_after_s
+        self._pending: deque[_Pending] = deque()
+        self._reserved = 0
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._tasks = [asyncio.create_task(self._worker(), name=f"span-writer-{i}") for i in range(workers)]
+
+    @property
+    def queued_spans(self) -> int:
+        """Spans admitted and not yet committed (the bounded quantity)."""
+        return self._reserved
+
+    def reserve(self, n: int) -> None:
+        """Admit `n` spans or raise `Overloaded` (call before decoding the request further)."""
+        if self._closing:
+            raise Overloaded(self._retry_after_s, self._reserved)
+        if self._reserved and self._reserved + n > self._max:
+            raise Overloaded(self._retry_after_s, self._reserved)
+        self._reserved += n
+
+    def release(self, n: int) -> None:
+        """Give back a reservation that will not be written (e.g. every span was rejected)."""
+        self._reserved -= n
+
+    async def write(self, rows: list[Row], reserved: int) -> None:
+        """Queue `rows` (under a `reserve(reserved)` made earlier); returns once they are committed.
+
+        Raises the COPY's exception when the rows could not be stored. A cancelled caller does not
+        cancel the write (its rows are committed anyway; a retry is deduplicated at read time).
+        """
+        fut = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(rows, reserved, fut))
+        self._wake.set()
+        await asyncio.shield(fut)
+
+    async def _worker(self) -> None:
+        while True:
+            while not self._pending:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+            batch: list[_Pending] = []
+            n = 0
+            while self._pending and (not batch or n + len(self._pending[0].rows) <= self._batch_max):
+                p = self._pending.popleft()
+                batch.append(p)
+                n += len(p.rows)
+            if self._pending:
+                self._wake.set()  # another worker may take the rest meanwhile
+            try:
+                await self._store(batch)
+            finally:
+                for p in batch:
+                    self._reserved -= p.reserved
+
+    async def _store(self, batch: list[_Pending]) -> None:
+        try:
+            if len(batch) == 1:
+                await self._copy(batch[0].rows)
+            else:
+                await self._copy([r for p in batch for r in p.rows])
+        except asyncio.CancelledError:
+            for p in batch:
+                if not p.done.done():
+                    p.done.set_exception(Overloaded(self._retry_after_s, self._reserved))
+            raise
+        except Exception:  # noqa: BLE001 - isolate the failing request below
+            if len(batch) == 1:
+                log.exception("storing %d spans failed", len(batch[0].rows))
+                batch[0].done.set_exception(RuntimeError("storing spans failed"))
+                return
+            for p in batch:
+                await self._store([p])
+            return
+        for p in batch:
+            if not p.done.done():
+                p.done.set_result(None)
+
+    async def close(self, timeout_s: float = 10.0) -> None:
+        """Stop admitting, write what is queued (up to `timeout_s`), then stop the workers."""
+        self._closing = True
+        self._wake.set()
+        _, pending = await asyncio.wait(self._tasks, timeout=timeout_s)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+# --- the ingest use case -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What an Export answers: `rejected` spans and an English `error_message` (both 0/"" on full success)."""
+
+    accepted: int
+    rejected: int
+    error_message: str
+
+
+class Ingestor:
+    """Validates, stores (acknowledged after commit) and optionally forwards one Export request.
+
+    `window()` returns the current `Window`; `forward(request)` (optional) is called with the accepted
+    spans after commit and must not block (the forwarder has its own bounded queue).
+    """
+
+    def __init__(
+        self,
+        writer: BatchWriter,
+        window: Callable[[], Window],
+        forward: Callable[[trace_service_pb2.ExportTraceServiceRequest], None] | None = None,
+    ):
+        self._writer = writer
+        self._window = window
+        self._forward = forward
+
+    async def export(self, request: trace_service_pb2.ExportTraceServiceRequest) -> ExportResult:
+        """Store the valid spans of `request`; returns after they are committed.
+
+        Raises `Overloaded` (nothing stored) when the write queue is full; any other exception means
+        the spans were not stored.
+        """
+        n = count_spans(request)
+        if n == 0:
+            return ExportResult(0, 0, "")
+        self._writer.reserve(n)
+        try:
+            window = self._window()
+            flat = flatten(request, window)
+        except BaseException:
+            self._writer.release(n)
+            raise
+        if not flat.rows:
+            self._writer.release(n)
+        else:
+            await self._writer.write(flat.rows, n)
+            if self._forward is not None:
+                self._forward(request if not flat.rejected else without_rejected(request, window))
+        return ExportResult(len(flat.rows), flat.rejected, flat.error_message)

@@ -1,0 +1,64 @@
+"""OTLP/gRPC receiver: `opentelemetry.proto.collector.trace.v1.TraceService/Export` (default port 4317).
+
+Public (OTLP exporters send no bearer token) and never traced (the collector does not export its
+own Export handling to itself). Behaviour, per the OTLP specification (opentelemetry-proto
+`docs/specification.md`, "OTLP/gRPC Response" and "Throttling"):
+- OK with `partial_success` unset: every span stored (an empty request included).
+- OK with `partial_success.rejected_spans` + `error_message`: bad spans rejected, the rest stored.
+- RESOURCE_EXHAUSTED: the message exceeds 4 MiB after decompression (enforced by grpc itself
+  through `grpc.max_receive_message_length`; nothing is stored, the client must not retry).
+- UNAVAILABLE + google.rpc.RetryInfo: the write queue is full, or the database failed; nothing of
+  the request is acknowledged, the client retries (a retry is de-duplicated at read time).
+gzip request compression is handled by grpc (`grpc-encoding: gzip`).
+"""
+from __future__ import annotations
+
+import logging
+
+import grpc
+from grpc_status import rpc_status
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from services.common.errors import Unavailable, to_status
+from services.tracecollector.ingest import ExportResult, Ingestor, Overloaded
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "opentelemetry.proto.collector.trace.v1.TraceService"
+# For the ServiceInterceptor: no token, no span.
+PUBLIC_PREFIX = f"/{SERVICE_NAME}/"
+
+
+def export_response(result: ExportResult) -> trace_service_pb2.ExportTraceServiceResponse:
+    """The OTLP response: `partial_success` set only when something was rejected."""
+    resp = trace_service_pb2.ExportTraceServiceResponse()
+    if result.rejected:
+        resp.partial_success.rejected_spans = result.rejected
+        resp.partial_success.error_message = result.error_message
+    return resp
+
+
+def failure(err: Exception, retry_after_s: float) -> Unavailable:
+    """The retryable error an Export answers when its spans were not stored."""
+    if isinstance(err, Overloaded):
+        return Unavailable(str(err), retry_after_s=err.retry_after_s, reason="COLLECTOR_OVERLOADED")
+    return Unavailable("spans could not be stored; retry later", retry_after_s=retry_after_s,
+                       reason="STORAGE_UNAVAILABLE")
+
+
+class TraceServiceServicer(trace_service_pb2_grpc.TraceServiceServicer):
+    """Thin: the request goes to `Ingestor.export`; the answer is sent after commit."""
+
+    def __init__(self, ingestor: Ingestor, retry_after_s: float):
+        self._ingestor = ingestor
+        self._retry_after_s = retry_after_s
+
+    async def Export(self, request, context: grpc.aio.ServicerContext):  # noqa: N802, ANN001
+        try:
+            result = await self._ingestor.export(request)
+        except Overloaded as e:
+            await context.abort_with_status(rpc_status.to_status(to_status(failure(e, self._retry_after_s))))
+        except Exception as e:  # noqa: BLE001 - storage failure: retryable for the exporter
+            log.exception("Export failed")
+            await context.abort_with_status(rpc_status.to_status(to_status(failure(e, self._retry_after_s))))
+        return export_response(result)

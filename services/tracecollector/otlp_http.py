@@ -1,0 +1,123 @@
+"""OTLP/HTTP receiver: `POST /v1/traces` (default port 4318), aiohttp.
+
+Per the OTLP specification (opentelemetry-proto `docs/specification.md`, "OTLP/HTTP"):
+- Bodies: `application/x-protobuf` (binary ExportTraceServiceRequest) or `application/json`
+  (OTLP/JSON: lowerCamelCase keys, trace/span ids as case-insensitive hex, enums as integers,
+  64-bit integers as strings or numbers, unknown fields ignored). The response uses the request's
+  Content-Type. Other types → 415.
+- `Content-Encoding: gzip` is decompressed (aiohttp); the body limit (default 20 MiB) applies after
+  decompression → 413 Content Too Large (the client must not retry).
+- 200 + ExportTraceServiceResponse (with `partial_success` when spans were rejected);
+  400 + google.rpc.Status when the body cannot be decoded; 503 + `Retry-After` (seconds) when the
+  write queue is full or storage failed (retryable). Error bodies are google.rpc.Status in the
+  request's encoding.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+
+from aiohttp import web
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+from google.rpc import code_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from services.common.errors import to_status
+from services.tracecollector.ingest import Ingestor, Overloaded
+from services.tracecollector.otlp_grpc import export_response, failure
+
+log = logging.getLogger(__name__)
+
+PATH = "/v1/traces"
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+# An id that is not valid hex becomes this (1 byte): the span is then rejected by validation
+# (partial success) instead of failing the whole request.
+_BAD_ID = base64.b64encode(b"\xff").decode()
+
+
+def _ids_to_base64(obj: dict) -> None:
+    for k in _ID_KEYS:
+        v = obj.get(k)
+        if isinstance(v, str):
+            try:
+                obj[k] = base64.b64encode(bytes.fromhex(v)).decode()
+            except ValueError:
+                obj[k] = _BAD_ID
+
+
+def parse_json_request(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
+    """An OTLP/JSON body as ExportTraceServiceRequest; ValueError when it is not OTLP/JSON."""
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"body is not JSON: {e}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("body must be a JSON object (ExportTraceServiceRequest)")
+    for rs in doc.get("resourceSpans") or doc.get("resource_spans") or ():
+        for ss in (rs.get("scopeSpans") or rs.get("scope_spans") or ()) if isinstance(rs, dict) else ():
+            for sp in (ss.get("spans") or ()) if isinstance(ss, dict) else ():
+                if isinstance(sp, dict):
+                    _ids_to_base64(sp)
+                    for ln in sp.get("links") or ():
+                        if isinstance(ln, dict):
+                            _ids_to_base64(ln)
+    req = trace_service_pb2.ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(doc, req, ignore_unknown_fields=True)
+    except json_format.ParseError as e:
+        raise ValueError(f"body is not an OTLP/JSON ExportTraceServiceRequest: {e}") from None
+    return req
+
+
+def _encode(msg: Message, content_type: str) -> bytes:
+    if content_type == JSON:
+        return json_format.MessageToJson(msg, indent=None).encode()
+    return msg.SerializeToString()
+
+
+def _error(http_status: int, st: status_pb2.Status, content_type: str, headers: dict | None = None) -> web.Response:
+    return web.Response(status=http_status, body=_encode(st, content_type), content_type=content_type,
+                        headers=headers)
+
+
+def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float) -> web.Application:
+    """The aiohttp application serving POST /v1/traces."""
+
+    async def export(request: web.Request) -> web.Response:
+        ctype = request.content_type
+        reply_type = JSON if ctype == JSON else PROTOBUF
+        if ctype not in (PROTOBUF, JSON):
+            st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
+                                   message=f"Content-Type must be {PROTOBUF} or {JSON}, got {ctype!r}")
+            return _error(415, st, PROTOBUF)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            st = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED,
+                                   message=f"request body exceeds {max_body_bytes} bytes (after decompression)")
+            return _error(413, st, reply_type)
+        try:
+            if ctype == JSON:
+                req = parse_json_request(body)
+            else:
+                req = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+        except (ValueError, DecodeError) as e:
+            return _error(400, status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(e)), reply_type)
+        try:
+            result = await ingestor.export(req)
+        except Exception as e:  # noqa: BLE001 - Overloaded or storage failure: retryable
+            if not isinstance(e, Overloaded):
+                log.exception("OTLP/HTTP export not stored")
+            err = failure(e, retry_after_s)
+            delay = str(max(1, math.ceil(err.retry_after_s or retry_after_s)))
+            return _error(503, to_status(err), reply_type, headers={"Retry-After": delay})
+        return web.Response(status=200, body=_encode(export_response(result), reply_type), content_type=reply_type)
+
+    app = web.Application(client_max_size=max_body_bytes)
+    app.router.add_post(PATH, export)
+    return app

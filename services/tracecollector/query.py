@@ -1,0 +1,196 @@
+"""TraceQueryService: GetTrace and SearchTraces over the stored spans (scope `traces:read`).
+
+The servicer only translates protos; `TraceReader` holds the rules; SQL lives in repository.py.
+Values: attributes are stored as JSON (ingest.py's AnyValue mapping) and returned as
+google.protobuf.Struct (numbers become doubles there, as Struct has no integer type).
+
+Expired vs never recorded (GetTrace NOT_FOUND): a trace id alone does not say when the trace
+happened, so without help the answer is reason TRACE_NOT_FOUND with ErrorInfo metadata
+`retained_since` (RFC 3339, start of the oldest day kept): a caller that knows the turn's time can
+tell. A caller may pass `time_hint`: when it falls before the retained window or on a day that
+retention dropped (table `dropped_days`), the reason is TRACE_EXPIRED.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from google.protobuf import struct_pb2
+
+from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
+from services.common.auth import SCOPE_TRACES_READ
+from services.common.errors import InvalidArgument, NotFound
+from services.common.ids import decode_page_token, encode_page_token, page_size, parse_trace_id
+from services.tracecollector.ingest import NS_PER_S, Window, utc_day
+from services.tracecollector.repository import Repository
+
+_SERVICE = "/agentfeedback.traces.v1.TraceQueryService/"
+# Method → required scope (read by the ServiceInterceptor).
+METHOD_SCOPES: dict[str, str | None] = {
+    _SERVICE + "GetTrace": SCOPE_TRACES_READ,
+    _SERVICE + "SearchTraces": SCOPE_TRACES_READ,
+}
+NS_PER_MS = 1_000_000
+
+
+def _struct(raw: str | None) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    if raw:
+        s.update(json.loads(raw))
+    return s
+
+
+def span_proto(r) -> traces_pb2.Span:  # noqa: ANN001 - a row of repository.GET_TRACE
+    """One stored row as a `traces.v1.Span`."""
+    sp = traces_pb2.Span(
+        trace_id=bytes(r["trace_id"]).hex(),
+        span_id=bytes(r["span_id"]).hex(),
+        parent_span_id=bytes(r["parent_span_id"]).hex() if r["parent_span_id"] else "",
+        name=r["name"],
+        kind=r["kind"] if 0 <= r["kind"] <= 5 else 0,
+        start_time_unix_nano=r["start_ns"],
+        end_time_unix_nano=r["end_ns"],
+        status_code=r["status_code"] if 0 <= r["status_code"] <= 2 else 0,
+        status_message=r["status_message"],
+        service_name=r["service_name"],
+        scope_name=r["scope_name"],
+        attributes=_struct(r["attributes"]),
+        resource_attributes=_struct(r["resource_attributes"]),
+    )
+    for e in json.loads(r["events"]) if r["events"] else ():
+        ev = sp.events.add(time_unix_nano=e["time_unix_nano"], name=e["name"])
+        ev.attributes.update(e["attributes"])
+    for ln in json.loads(r["links"]) if r["links"] else ():
+        lk = sp.links.add(trace_id=ln["trace_id"], span_id=ln["span_id"])
+        lk.attributes.update(ln["attributes"])
+    return sp
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """A validated SearchTraces request (times in ns since the epoch)."""
+
+    start_ns: int
+    end_ns: int
+    service_name: str
+    span_name: str
+    attributes: dict[str, str]
+    status_code: int | None
+    min_duration_ns: int
+    page_size: int
+    after: tuple[int, bytes] | None
+
+    @staticmethod
+    def fingerprint(req: traces_pb2.SearchTracesRequest) -> str:
+        """Identifies the filters a page token belongs to (a token is only valid for the same query)."""
+        f = [req.start_time.ToNanoseconds(), req.end_time.ToNanoseconds(), req.service_name, req.span_name,
+             sorted(req.attributes.items()), req.status_code, req.min_duration_ms]
+        return hashlib.sha256(json.dumps(f).encode()).hexdigest()[:16]
+
+    @classmethod
+    def parse(cls, req: traces_pb2.SearchTracesRequest, max_days: int) -> SearchParams:
+        """Validate; InvalidArgument naming the field when a value is missing or out of range."""
+        if not req.HasField("start_time"):
+            raise InvalidArgument("start_time", "is required")
+        if not req.HasField("end_time"):
+            raise InvalidArgument("end_time", "is required")
+        start, end = req.start_time.ToNanoseconds(), req.end_time.ToNanoseconds()
+        if end <= start:
+            raise InvalidArgument("end_time", "must be after start_time")
+        if end - start > max_days * 86_400 * NS_PER_S:
+            raise InvalidArgument("end_time", f"must be at most {max_days} days (the retention window) after start_time")
+        if req.min_duration_ms < 0:
+            raise InvalidArgument("min_duration_ms", "must not be negative")
+        for k in req.attributes:
+            if not k:
+                raise InvalidArgument("attributes", "keys must not be empty")
+        size = page_size(req.page_size, default=50, maximum=1000)
+        fp = cls.fingerprint(req)
+        after = None
+        tok = decode_page_token(req.page_token)
+        if tok is not None:
+            try:
+                if tok["q"] != fp:
+                    raise InvalidArgument("page_token", "belongs to a search with other filters")
+                after = (int(tok["s"]), bytes.fromhex(tok["t"]))
+            except (KeyError, ValueError, TypeError):
+                raise InvalidArgument("page_token", "is not a token this service issued") from None
+        return cls(
+            start_ns=start, end_ns=end, service_name=req.service_name, span_name=req.span_name,
+            attributes=dict(req.attributes), status_code=req.status_code or None,
+            min_duration_ns=req.min_duration_ms * NS_PER_MS, page_size=size, after=after,
+        )
+
+
+class TraceReader:
+    """Read rules over the repository. `window()` gives the currently retained `Window`."""
+
+    def __init__(self, repo: Repository, window, max_search_days: int):  # noqa: ANN001
+        self._repo = repo
+        self._window = window
+        self._max_days = max_search_days
+
+    async def get_trace(self, req: traces_pb2.GetTraceRequest) -> traces_pb2.Trace:
+        """All spans of a trace. InvalidArgument(trace_id) when malformed or zero; NotFound with
+        reason TRACE_NOT_FOUND or TRACE_EXPIRED (see module docstring) when no span is stored."""
+        tid = parse_trace_id(req.trace_id)
+        rows = await self._repo.get_trace(bytes.fromhex(tid))
+        if not rows:
+            raise await self._not_found(tid, req)
+        return traces_pb2.Trace(trace_id=tid, spans=[span_proto(r) for r in rows])
+
+    async def _not_found(self, tid: str, req: traces_pb2.GetTraceRequest) -> NotFound:
+        oldest = self._window().oldest_ns
+        since = datetime.fromtimestamp(oldest // NS_PER_S, UTC).isoformat().replace("+00:00", "Z")
+        reason = "TRACE_NOT_FOUND"
+        if req.HasField("time_hint"):
+            hint = req.time_hint.ToNanoseconds()
+            if hint < oldest or await self._repo.day_dropped(utc_day(hint).date()):
+                reason = "TRACE_EXPIRED"
+        return NotFound(f"trace {tid}", reason=reason, trace_id=tid, retained_since=since)
+
+    async def search(self, req: traces_pb2.SearchTracesRequest) -> traces_pb2.SearchTracesResponse:
+        """Matching traces newest first, keyset-paged. InvalidArgument naming the bad field."""
+        p = SearchParams.parse(req, self._max_days)
+        ids = await self._repo.search_trace_ids(
+            start_ns=p.start_ns, end_ns=p.end_ns, service_name=p.service_name, span_name=p.span_name,
+            attributes_json=json.dumps(p.attributes), status_code=p.status_code,
+            min_duration_ns=p.min_duration_ns, after=p.after, limit=p.page_size + 1,
+        )
+        page, more = ids[: p.page_size], len(ids) > p.page_size
+        summaries = await self._repo.summarize_traces([bytes(r["trace_id"]) for r in page])
+        out = traces_pb2.SearchTracesResponse()
+        for r in page:
+            tid = bytes(r["trace_id"])
+            s = summaries.get(tid)
+            if s is None:  # dropped by retention between the two statements
+                continue
+            out.traces.add(
+                trace_id=tid.hex(), root_span_name=s["root_name"], service_name=s["service_name"],
+                start_time_unix_nano=s["root_start"], duration_nano=s["root_duration"],
+                span_count=s["span_count"], status_code=s["status_code"] if 0 <= s["status_code"] <= 2 else 0,
+            )
+        if more:
+            last = page[-1]
+            out.next_page_token = encode_page_token(
+                {"s": last["first_start"], "t": bytes(last["trace_id"]).hex(), "q": SearchParams.fingerprint(req)}
+            )
+        return out
+
+
+class TraceQueryServicer(traces_pb2_grpc.TraceQueryServiceServicer):
+    """Thin: proto in, `TraceReader`, proto out (errors are DomainErrors mapped by the interceptor)."""
+
+    def __init__(self, reader: TraceReader):
+        self._reader = reader
+
+    async def GetTrace(self, request, context):  # noqa: N802, ANN001
+        return await self._reader.get_trace(request)
+
+    async def SearchTraces(self, request, context):  # noqa: N802, ANN001
+        return await self._reader.search(request)
+
+
+__all__ = ["METHOD_SCOPES", "SearchParams", "TraceQueryServicer", "TraceReader", "Window", "span_proto"]

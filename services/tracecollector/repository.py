@@ -1,0 +1,229 @@
+"""All SQL of the trace collector (schema `traces`, migrations in ./migrations).
+
+Writes are COPY (asyncpg `copy_records_to_table`, binary protocol) into the partitioned `spans`
+table; each COPY is one statement, committed when it returns. Reads collapse the rows of one
+(trace_id, span_id) to one span: exporter retries re-send spans, and rows are never de-duplicated
+on write (see migrations/0001_spans.sql).
+
+Partitions: `spans_pYYYYMMDD` for [day 00:00 UTC, next day 00:00 UTC) on `start_ns`. Created as a
+plain table then ATTACHed (SHARE UPDATE EXCLUSIVE on `spans`, which does not conflict with COPY);
+dropped with DETACH ... CONCURRENTLY then DROP TABLE, so neither stalls ingest. DDL runs with a
+`lock_timeout` so it never queues in front of writers for long.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+
+import asyncpg
+
+from services.tracecollector.ingest import NS_PER_DAY, ROW_FIELDS, Row, day_start_ns
+
+SCHEMA = "traces"
+SPAN_COLUMNS = ROW_FIELDS
+_PARTITION = re.compile(r"^spans_p(\d{8})$")
+DDL_LOCK_TIMEOUT = "2s"
+
+# --- partitions ---
+
+LIST_PARTITIONS = """
+SELECT c.relname AS name, i.inhdetachpending AS detach_pending
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE i.inhparent = 'traces.spans'::regclass AND n.nspname = 'traces'
+"""
+# Tables named like partitions that are not attached (a drop interrupted after DETACH).
+LIST_DETACHED = """
+SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'traces' AND c.relkind = 'r' AND c.relname ~ '^spans_p[0-9]{8}$'
+  AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)
+"""
+SET_LOCK_TIMEOUT = f"SET lock_timeout = '{DDL_LOCK_TIMEOUT}'"
+RESET_LOCK_TIMEOUT = "RESET lock_timeout"
+# Identifiers below are built only from a date (spans_pYYYYMMDD), never from input.
+CREATE_PARTITION_TABLE = "CREATE TABLE IF NOT EXISTS traces.{name} (LIKE traces.spans INCLUDING DEFAULTS)"
+ATTACH_PARTITION = "ALTER TABLE traces.spans ATTACH PARTITION traces.{name} FOR VALUES FROM ({lo}) TO ({hi})"
+DETACH_CONCURRENTLY = "ALTER TABLE traces.spans DETACH PARTITION traces.{name} CONCURRENTLY"
+DETACH_FINALIZE = "ALTER TABLE traces.spans DETACH PARTITION traces.{name} FINALIZE"
+DROP_TABLE = "DROP TABLE IF EXISTS traces.{name}"
+RECORD_DROPPED_DAY = "INSERT INTO traces.dropped_days(day) VALUES ($1) ON CONFLICT (day) DO NOTHING"
+DAY_DROPPED = "SELECT EXISTS (SELECT 1 FROM traces.dropped_days WHERE day = $1)"
+
+# --- reads ---
+
+_SPAN_SELECT = """
+trace_id, span_id, parent_span_id, start_ns, end_ns, name, kind, status_code, status_message,
+service_name, scope_name, trace_state, attributes, resource_attributes, events, links
+"""
+# One row per span id (retries de-duplicated), ordered by start then span id (Trace.spans order).
+GET_TRACE = f"""
+SELECT * FROM (
+  SELECT DISTINCT ON (span_id) {_SPAN_SELECT}
+  FROM traces.spans WHERE trace_id = $1
+  ORDER BY span_id
+) s ORDER BY start_ns, span_id
+"""
+
+# Traces with at least one span matching every filter in [$1, $2); newest first by the earliest
+# matching span's start; keyset after ($8 start, $9 trace id) when $8 is not NULL.
+# $3 service ('' = any), $4 span name ('' = any), $5 jsonb object of attribute → string form
+# (every pair must match one span), $6 status code (NULL = any), $7 min duration ns.
+SEARCH_TRACE_IDS = """
+SELECT trace_id, min(start_ns) AS first_start
+FROM traces.spans s
+WHERE start_ns >= $1 AND start_ns < $2
+  AND ($3 = '' OR service_name = $3)
+  AND ($4 = '' OR name = $4)
+  AND ($6::smallint IS NULL OR status_code = $6)
+  AND end_ns - start_ns >= $7
+  AND NOT EXISTS (SELECT 1 FROM jsonb_each_text($5::jsonb) f
+                  WHERE (s.attributes ->> f.key) IS DISTINCT FROM f.value)
+GROUP BY trace_id
+HAVING $8::bigint IS NULL OR (min(start_ns), trace_id) < ($8, $9::bytea)
+ORDER BY first_start DESC, trace_id DESC
+LIMIT $10
+"""
+# Summaries of the given traces: root span (no parent; else the earliest), distinct span count,
+# worst status (ERROR 2 > OK 1 > UNSET 0).
+SUMMARIZE_TRACES = """
+SELECT trace_id,
+       (array_agg(name ORDER BY parent_span_id IS NOT NULL, start_ns))[1] AS root_name,
+       (array_agg(service_name ORDER BY parent_span_id IS NOT NULL, start_ns))[1] AS service_name,
+       (array_agg(start_ns ORDER BY parent_span_id IS NOT NULL, start_ns))[1] AS root_start,
+       (array_agg(end_ns - start_ns ORDER BY parent_span_id IS NOT NULL, start_ns))[1] AS root_duration,
+       count(DISTINCT span_id) AS span_count,
+       max(status_code) AS status_code
+FROM traces.spans WHERE trace_id = ANY($1::bytea[])
+GROUP BY trace_id
+"""
+
+
+def partition_name(day: date) -> str:
+    """`spans_pYYYYMMDD` for a UTC day."""
+    return f"spans_p{day:%Y%m%d}"
+
+
+def partition_day(name: str) -> date | None:
+    """The day of a partition name, or None when `name` is not one."""
+    m = _PARTITION.match(name)
+    return datetime.strptime(m.group(1), "%Y%m%d").date() if m else None
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    day: date
+    detach_pending: bool
+
+
+class Repository:
+    """The collector's storage. `pool` connections have search_path `traces` (common.db.create_pool)."""
+
+    def __init__(self, pool: asyncpg.Pool):
+        self._pool = pool
+
+    # --- writes ---
+
+    async def copy_spans(self, rows: Sequence[Row]) -> None:
+        """COPY `rows` (ingest.ROW_FIELDS order) into `spans`; committed when this returns.
+
+        Raises asyncpg.CheckViolationError (SQLSTATE 23514) when a row has no partition.
+        """
+        async with self._pool.acquire() as conn:
+            await conn.copy_records_to_table("spans", records=rows, columns=SPAN_COLUMNS, schema_name=SCHEMA)
+
+    # --- partitions ---
+
+    async def partitions(self) -> list[Partition]:
+        """Attached partitions, oldest first."""
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(LIST_PARTITIONS)
+        out = [Partition(r["name"], d, r["detach_pending"]) for r in rows if (d := partition_day(r["name"]))]
+        return sorted(out, key=lambda p: p.day)
+
+    async def create_partition(self, day: date) -> None:
+        """Create and attach the partition of `day` (no-op when it exists)."""
+        name = partition_name(day)
+        lo = day_start_ns(datetime(day.year, day.month, day.day))
+        async with self._pool.acquire() as conn:
+            await conn.execute(SET_LOCK_TIMEOUT)
+            try:
+                attached = {r["name"] for r in await conn.fetch(LIST_PARTITIONS)}
+                if name in attached:
+                    return
+                async with conn.transaction():
+                    await conn.execute(CREATE_PARTITION_TABLE.format(name=name))
+                    await conn.execute(ATTACH_PARTITION.format(name=name, lo=lo, hi=lo + NS_PER_DAY))
+            finally:
+                await conn.execute(RESET_LOCK_TIMEOUT)
+
+    async def drop_partition(self, p: Partition) -> None:
+        """Detach `p` without blocking writers (DETACH ... CONCURRENTLY; FINALIZE when an earlier
+        attempt was interrupted), drop it, and record its day in `dropped_days`."""
+        async with self._pool.acquire() as conn:
+            await conn.execute(SET_LOCK_TIMEOUT)
+            try:
+                stmt = DETACH_FINALIZE if p.detach_pending else DETACH_CONCURRENTLY
+                await conn.execute(stmt.format(name=p.name))  # must run outside a transaction block
+                await self._drop_detached(conn, p.name, p.day)
+            finally:
+                await conn.execute(RESET_LOCK_TIMEOUT)
+
+    async def drop_leftovers(self) -> list[str]:
+        """Drop partition tables left detached by an interrupted pass; returns their names."""
+        async with self._pool.acquire() as conn:
+            names = [r["name"] for r in await conn.fetch(LIST_DETACHED)]
+            for name in names:
+                day = partition_day(name)
+                assert day is not None
+                await self._drop_detached(conn, name, day)
+        return names
+
+    @staticmethod
+    async def _drop_detached(conn: asyncpg.Connection, name: str, day: date) -> None:
+        async with conn.transaction():
+            await conn.execute(DROP_TABLE.format(name=name))
+            await conn.execute(RECORD_DROPPED_DAY, day)
+
+    async def day_dropped(self, day: date) -> bool:
+        """Whether retention dropped the partition of `day`."""
+        async with self._pool.acquire() as conn:
+            return bool(await conn.fetchval(DAY_DROPPED, day))
+
+    # --- reads ---
+
+    async def get_trace(self, trace_id: bytes) -> list[asyncpg.Record]:
+        """The spans of one trace (one row per span id), ordered by start time then span id."""
+        async with self._pool.acquire() as conn:
+            return await conn.fetch(GET_TRACE, trace_id)
+
+    async def search_trace_ids(
+        self,
+        *,
+        start_ns: int,
+        end_ns: int,
+        service_name: str,
+        span_name: str,
+        attributes_json: str,
+        status_code: int | None,
+        min_duration_ns: int,
+        after: tuple[int, bytes] | None,
+        limit: int,
+    ) -> list[asyncpg.Record]:
+        """(trace_id, first_start) of matching traces, newest first, at most `limit`."""
+        async with self._pool.acquire() as conn:
+            return await conn.fetch(
+                SEARCH_TRACE_IDS, start_ns, end_ns, service_name, span_name, attributes_json, status_code,
+                min_duration_ns, after[0] if after else None, after[1] if after else None, limit,
+            )
+
+    async def summarize_traces(self, trace_ids: list[bytes]) -> dict[bytes, asyncpg.Record]:
+        """Summary rows (root name/service/start/duration, span count, worst status) by trace id."""
+        if not trace_ids:
+            return {}
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(SUMMARIZE_TRACES, trace_ids)
+        return {bytes(r["trace_id"]): r for r in rows}

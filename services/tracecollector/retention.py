@@ -1,0 +1,109 @@
+"""Partition management: daily partitions made ahead, whole days dropped past the retention window.
+
+Rule (design.md "Trace collector", issue 4): with `retention_days` = N, the collector keeps the
+partitions of today and the N previous UTC days, and partitions for `partitions_ahead_days` days
+after today. Older days are dropped whole (DETACH ... CONCURRENTLY + DROP TABLE, repository.py),
+never with row DELETEs, so a day's drop costs the same whatever its size and does not stall ingest.
+Spans outside the kept days are rejected at ingest (ingest.Window), never stored in a catch-all.
+
+`plan(...)` is pure; `Retention.run_once()` applies it; `Retention.run_forever()` repeats it every
+`interval_s` (a failed pass is logged and retried at the next interval).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from services.tracecollector.ingest import utc_day
+from services.tracecollector.repository import Partition, Repository
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Days to create (missing, oldest first) and partitions to drop (oldest first)."""
+
+    create: list[date]
+    drop: list[Partition]
+
+
+def kept_days(now_ns: int, retention_days: int, ahead_days: int) -> tuple[date, date]:
+    """(first, last) UTC day whose partition should exist at `now_ns` (inclusive)."""
+    today = utc_day(now_ns).date()
+    return today - timedelta(days=retention_days), today + timedelta(days=ahead_days)
+
+
+def plan(existing: list[Partition], now_ns: int, retention_days: int, ahead_days: int) -> Plan:
+    """What one retention pass does at `now_ns` given the `existing` partitions."""
+    first, last = kept_days(now_ns, retention_days, ahead_days)
+    have = {p.day for p in existing}
+    create = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    return Plan(
+        create=[d for d in create if d not in have],
+        drop=[p for p in existing if p.day < first or p.detach_pending],
+    )
+
+
+@dataclass(frozen=True)
+class PassResult:
+    created: list[date]
+    dropped: list[date]
+    drop_ms: list[float]
+
+
+class Retention:
+    """Runs retention passes against `repo`. `clock()` returns nanoseconds since the epoch."""
+
+    def __init__(
+        self,
+        repo: Repository,
+        *,
+        retention_days: int,
+        ahead_days: int,
+        interval_s: float,
+        clock: Callable[[], int] = time.time_ns,
+    ):
+        self._repo = repo
+        self._days = retention_days
+        self._ahead = ahead_days
+        self._interval_s = interval_s
+        self._clock = clock
+        self._lock = asyncio.Lock()
+
+    async def run_once(self, now_ns: int | None = None) -> PassResult:
+        """One pass at `now_ns` (default: the clock): create missing partitions, drop expired days.
+
+        Raises asyncpg errors (e.g. lock_timeout) when a DDL statement could not run; partitions
+        already handled stay handled, the rest is retried by the next pass.
+        """
+        now = self._clock() if now_ns is None else now_ns
+        async with self._lock:
+            await self._repo.drop_leftovers()
+            p = plan(await self._repo.partitions(), now, self._days, self._ahead)
+            for day in p.create:
+                await self._repo.create_partition(day)
+            timings = []
+            for part in p.drop:
+                t0 = time.perf_counter()
+                await self._repo.drop_partition(part)
+                timings.append((time.perf_counter() - t0) * 1000)
+                log.info("retention: dropped spans of %s (%.1f ms)", part.day, timings[-1])
+            if p.create:
+                log.info("retention: created partitions %s..%s", p.create[0], p.create[-1])
+        return PassResult(p.create, [x.day for x in p.drop], timings)
+
+    async def run_forever(self) -> None:
+        """Repeat `run_once` every `interval_s` until cancelled."""
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the next pass retries; ingest is unaffected
+                log.exception("retention pass failed; retrying in %.0f s", self._interval_s)

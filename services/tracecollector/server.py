@@ -1,0 +1,160 @@
+"""Trace collector wiring: OTLP/gRPC (4317), OTLP/HTTP (4318), TraceQueryService (50053).
+
+`create_server(settings, *, database_url, tracer_provider)` applies the `traces` migrations,
+creates the pool, makes the partitions of the retention window, starts the span writer, the
+retention loop, the optional forwarder and the three listeners, and returns a started
+`CollectorServer` (`.ports` = {"otlp_grpc", "otlp_http", "query"}, `.port` = the query port,
+`.retention` for an on-demand pass, `async stop(grace_s)`).
+
+Stop order: health NOT_SERVING → OTLP listeners drain (in-flight Exports finish, so what was
+acknowledged is committed) → writer flushes → forwarder flushes → query server drains → retention
+loop stops → pool closes.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from aiohttp import web
+from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+from agentfeedback.traces.v1 import traces_pb2_grpc
+from services.common.auth import Authenticator
+from services.common.db import create_pool, migrate
+from services.common.server import GrpcServer, ServiceInterceptor
+from services.tracecollector import otlp_grpc, otlp_http
+from services.tracecollector.forwarder import Forwarder
+from services.tracecollector.ingest import BatchWriter, Ingestor, Window
+from services.tracecollector.query import METHOD_SCOPES, TraceQueryServicer, TraceReader
+from services.tracecollector.repository import Repository
+from services.tracecollector.retention import Retention
+from services.tracecollector.settings import CollectorSettings
+
+log = logging.getLogger(__name__)
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+SCHEMA = "traces"
+
+
+class CollectorServer:
+    """The running collector: its listeners, writer, retention loop and pool."""
+
+    def __init__(self, settings: CollectorSettings):
+        self.settings = settings
+        self.ports: dict[str, int] = {}
+        self.port = 0
+        self.otlp: GrpcServer | None = None
+        self.query: GrpcServer | None = None
+        self.http_runner: web.AppRunner | None = None
+        self.writer: BatchWriter | None = None
+        self.forwarder: Forwarder | None = None
+        self.retention: Retention | None = None
+        self.repo: Repository | None = None
+        self._retention_task: asyncio.Task | None = None
+        self._pool = None
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Drain and stop everything (see module docstring for the order)."""
+        grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
+        if self.http_runner is not None:
+            await self.http_runner.shutdown()
+        if self.otlp is not None:
+            await self.otlp.stop(grace)
+        if self.http_runner is not None:
+            await self.http_runner.cleanup()
+        if self.writer is not None:
+            await self.writer.close(timeout_s=max(grace, 5.0))
+        if self.forwarder is not None:
+            await self.forwarder.close(timeout_s=grace)
+        if self.query is not None:
+            await self.query.stop(grace)
+        if self._retention_task is not None:
+            self._retention_task.cancel()
+            await asyncio.gather(self._retention_task, return_exceptions=True)
+        if self._pool is not None:
+            await self._pool.close()
+
+
+def _http_port(runner: web.AppRunner) -> int:
+    for site in runner.sites:
+        server = getattr(site, "_server", None)
+        if server is not None and server.sockets:
+            return server.sockets[0].getsockname()[1]
+    raise OSError("OTLP/HTTP listener has no socket")
+
+
+async def create_server(
+    settings: CollectorSettings,
+    *,
+    database_url: str | None = None,
+    tracer_provider=None,  # noqa: ANN001 - opentelemetry TracerProvider for the query server's spans
+    clock: Callable[[], int] = time.time_ns,
+) -> CollectorServer:
+    """Start the collector (see module docstring). `clock` (ns since the epoch) is for tests.
+
+    Raises OSError when a listen address cannot be bound, asyncpg errors when the database is
+    unreachable, MigrationError on a changed migration.
+    """
+    url = database_url or settings.database_url
+    if not url:
+        raise ValueError("database_url is required (resolve it with services.common.db.resolve_database_url)")
+    srv = CollectorServer(settings)
+    try:
+        await migrate(url, SCHEMA, MIGRATIONS)
+        srv._pool = await create_pool(url, SCHEMA, settings.db_pool_min,
+                                      max(settings.db_pool_max, settings.writer_workers + 2))
+        repo = srv.repo = Repository(srv._pool)
+        srv.retention = Retention(repo, retention_days=settings.retention_days,
+                                  ahead_days=settings.partitions_ahead_days,
+                                  interval_s=settings.retention_interval_s, clock=clock)
+        await srv.retention.run_once()
+        srv._retention_task = asyncio.create_task(srv.retention.run_forever(), name="retention")
+
+        def window() -> Window:
+            return Window.at(clock(), settings.retention_days, settings.max_future_skew_s)
+
+        srv.writer = BatchWriter(repo.copy_spans, max_spans=settings.queue_max_spans,
+                                 batch_max_spans=settings.batch_max_spans, workers=settings.writer_workers,
+                                 retry_after_s=settings.retry_after_s)
+        if settings.forward_endpoint:
+            srv.forwarder = Forwarder(settings.forward_endpoint, queue_max=settings.forward_queue_max,
+                                      timeout_s=settings.forward_timeout_s,
+                                      max_attempts=settings.forward_max_attempts)
+        ingestor = Ingestor(srv.writer, window, srv.forwarder.submit if srv.forwarder else None)
+
+        provider = tracer_provider or trace.get_tracer_provider()
+        tracer = provider.get_tracer("services.tracecollector")
+        # OTLP/gRPC: public, untraced; grpc enforces the 4 MiB limit after decompression.
+        srv.otlp = GrpcServer(
+            [ServiceInterceptor(None, {}, tracer, public_prefixes=(otlp_grpc.PUBLIC_PREFIX,))],
+            grace_s=settings.shutdown_grace_s, max_message_bytes=settings.grpc_max_message_bytes,
+        )
+        srv.otlp.add(trace_service_pb2_grpc.add_TraceServiceServicer_to_server,
+                     otlp_grpc.TraceServiceServicer(ingestor, settings.retry_after_s), otlp_grpc.SERVICE_NAME)
+        srv.ports["otlp_grpc"] = srv.otlp.bind(settings.otlp_grpc_listen)
+        await srv.otlp.start()
+
+        reader = TraceReader(repo, window, max_search_days=settings.retention_days)
+        srv.query = GrpcServer([ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer)],
+                               grace_s=settings.shutdown_grace_s)
+        srv.query.add(traces_pb2_grpc.add_TraceQueryServiceServicer_to_server, TraceQueryServicer(reader),
+                      "agentfeedback.traces.v1.TraceQueryService")
+        srv.ports["query"] = srv.port = srv.query.bind(settings.query_listen)
+        await srv.query.start()
+
+        app = otlp_http.create_app(ingestor, max_body_bytes=settings.http_max_body_bytes,
+                                   retry_after_s=settings.retry_after_s)
+        srv.http_runner = web.AppRunner(app, access_log=None)
+        await srv.http_runner.setup()
+        await web.TCPSite(srv.http_runner, settings.otlp_http_host, settings.otlp_http_port).start()
+        srv.ports["otlp_http"] = _http_port(srv.http_runner)
+    except BaseException:
+        await srv.stop(0)
+        raise
+    log.info("trace collector: OTLP/gRPC %d, OTLP/HTTP %d, query %d",
+             srv.ports["otlp_grpc"], srv.ports["otlp_http"], srv.ports["query"])
+    return srv

@@ -1,0 +1,455 @@
+"""Trace collector ingest over real OTLP/gRPC and OTLP/HTTP, real PostgreSQL, real OTel exporters.
+
+Fixtures here (`collector`, `start_collector`) and the span builders are reused by
+test_collector_query.py.
+"""
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import os
+import time
+
+import aiohttp
+import asyncpg
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
+from services.common.auth import mint_token
+from services.common.errors import error_info, status_details
+from services.tracecollector.server import create_server
+from services.tracecollector.settings import CollectorSettings
+from tests.stack import TEST_JWT_SECRET
+
+NS = 1_000_000_000
+MIB = 1024 * 1024
+
+
+# --- builders --------------------------------------------------------------------------------
+
+
+def new_trace_id() -> bytes:
+    return os.urandom(16)
+
+
+def new_span_id() -> bytes:
+    return os.urandom(8)
+
+
+def kv(key: str, value: object) -> common_pb2.KeyValue:
+    v = common_pb2.AnyValue()
+    if isinstance(value, bool):
+        v.bool_value = value
+    elif isinstance(value, int):
+        v.int_value = value
+    elif isinstance(value, float):
+        v.double_value = value
+    elif isinstance(value, bytes):
+        v.bytes_value = value
+    elif isinstance(value, list):
+        v.array_value.values.extend(kv("", x).value for x in value)
+    elif isinstance(value, dict):
+        v.kvlist_value.values.extend(kv(k, x) for k, x in value.items())
+    else:
+        v.string_value = str(value)
+    return common_pb2.KeyValue(key=key, value=v)
+
+
+def span(trace_id: bytes, span_id: bytes, *, parent: bytes = b"", name: str = "op", start_ns: int | None = None,
+         duration_ns: int = 1_000_000, attrs: dict | None = None, **kw) -> trace_pb2.Span:
+    start = time.time_ns() - 60 * NS if start_ns is None else start_ns
+    return trace_pb2.Span(
+        trace_id=trace_id, span_id=span_id, parent_span_id=parent, name=name, kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
+        start_time_unix_nano=start, end_time_unix_nano=start + duration_ns,
+        attributes=[kv(k, v) for k, v in (attrs or {}).items()], **kw,
+    )
+
+
+def request(spans: list[trace_pb2.Span], service: str = "svc-test") -> trace_service_pb2.ExportTraceServiceRequest:
+    return trace_service_pb2.ExportTraceServiceRequest(resource_spans=[trace_pb2.ResourceSpans(
+        resource=resource_pb2.Resource(attributes=[kv("service.name", service)]),
+        scope_spans=[trace_pb2.ScopeSpans(scope=common_pb2.InstrumentationScope(name="tests"), spans=spans)],
+    )])
+
+
+def one_trace(n: int = 5, start_ns: int | None = None, **kw) -> tuple[bytes, list[trace_pb2.Span]]:
+    """A trace of `n` spans: a root and n-1 children, 1 ms apart."""
+    tid = new_trace_id()
+    base = time.time_ns() - 60 * NS if start_ns is None else start_ns
+    root = new_span_id()
+    spans = [span(tid, root, name="root", start_ns=base, duration_ns=10_000_000, **kw)]
+    spans += [span(tid, new_span_id(), parent=root, name=f"child-{i}", start_ns=base + (i + 1) * 1_000_000, **kw)
+              for i in range(n - 1)]
+    return tid, spans
+
+
+# --- fixtures --------------------------------------------------------------------------------
+
+
+class Collector:
+    """A running collector plus clients for it."""
+
+    def __init__(self, server, database_url: str):
+        self.server = server
+        self.database_url = database_url
+        self.ports = server.ports
+        self._channels: list[grpc.aio.Channel] = []
+
+    def otlp(self, **channel_kw) -> trace_service_pb2_grpc.TraceServiceStub:
+        ch = grpc.aio.insecure_channel(f"127.0.0.1:{self.ports['otlp_grpc']}", **channel_kw)
+        self._channels.append(ch)
+        return trace_service_pb2_grpc.TraceServiceStub(ch)
+
+    def query(self) -> traces_pb2_grpc.TraceQueryServiceStub:
+        ch = grpc.aio.insecure_channel(f"127.0.0.1:{self.ports['query']}")
+        self._channels.append(ch)
+        return traces_pb2_grpc.TraceQueryServiceStub(ch)
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['otlp_http']}/v1/traces"
+
+    def md(self, scopes: tuple[str, ...] = ("traces:read",)) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {mint_token(TEST_JWT_SECRET, 'sre', scopes)}"),)
+
+    async def get_trace(self, trace_id: bytes, **kw) -> traces_pb2.Trace:
+        return await self.query().GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id.hex(), **kw), metadata=self.md())
+
+    async def span_rows(self) -> int:
+        conn = await asyncpg.connect(self.database_url)
+        try:
+            return await conn.fetchval("SELECT count(*) FROM traces.spans")
+        finally:
+            await conn.close()
+
+    async def close(self) -> None:
+        for ch in self._channels:
+            await ch.close()
+        await self.server.stop(0.5)
+
+
+@pytest.fixture
+async def start_collector(database_url: str, tmp_path):
+    started: list[Collector] = []
+
+    async def start(clock=None, **overrides) -> Collector:
+        settings = CollectorSettings(
+            otlp_grpc_listen="127.0.0.1:0", otlp_http_host="127.0.0.1", otlp_http_port=0,
+            query_listen="127.0.0.1:0", jwt_secret=TEST_JWT_SECRET, data_dir=tmp_path, shutdown_grace_s=0.5,
+            **overrides,
+        )
+        kw = {"clock": clock} if clock else {}
+        c = Collector(await create_server(settings, database_url=database_url, **kw), database_url)
+        started.append(c)
+        return c
+
+    yield start
+    for c in reversed(started):
+        await c.close()
+
+
+@pytest.fixture
+async def collector(start_collector) -> Collector:
+    return await start_collector()
+
+
+def grpc_retry_delay_s(err: grpc.aio.AioRpcError) -> float | None:
+    for d in status_details(err):
+        if d.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            ri = error_details_pb2.RetryInfo()
+            d.Unpack(ri)
+            return ri.retry_delay.ToNanoseconds() / NS
+    return None
+
+
+# --- tests -----------------------------------------------------------------------------------
+
+
+async def test_F09_same_export_twice_in_a_row_and_twice_in_parallel_reads_five_spans(collector):
+    tid, spans = one_trace(5)
+    req = request(spans)
+    stub = collector.otlp()
+    for _ in range(2):
+        resp = await stub.Export(req)
+        assert not resp.HasField("partial_success")
+    await asyncio.gather(stub.Export(req), stub.Export(req))
+    trace = await collector.get_trace(tid)
+    assert len(trace.spans) == 5
+    assert sorted(s.span_id for s in trace.spans) == sorted(s.span_id.hex() for s in spans)
+    # Every copy was stored (COPY appends); reads collapse them.
+    assert await collector.span_rows() == 20
+
+
+async def test_F14_bad_ids_rejected_through_partial_success_the_rest_stored(collector):
+    tid, good = one_trace(5)
+    bad = [
+        span(bytes(16), new_span_id(), name="zero-trace-id"),
+        span(tid, b"\x01\x02\x03", name="three-byte-span-id"),
+        span(tid, b"", name="no-span-id"),
+    ]
+    resp = await collector.otlp().Export(request(good[:2] + bad + good[2:]))
+    assert resp.partial_success.rejected_spans == 3
+    msg = resp.partial_success.error_message
+    assert "trace_id" in msg and "span_id" in msg, msg
+    assert len((await collector.get_trace(tid)).spans) == 5
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await collector.query().GetTrace(traces_pb2.GetTraceRequest(trace_id="0" * 32), metadata=collector.md())
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert await collector.span_rows() == 5
+
+
+async def test_reversed_zero_and_out_of_window_times_rejected(collector):
+    tid = new_trace_id()
+    now = time.time_ns()
+    ok = span(tid, new_span_id(), name="ok")
+    reversed_ = span(tid, new_span_id(), start_ns=now - NS, duration_ns=-1000)
+    zero = span(tid, new_span_id())
+    zero.start_time_unix_nano = 0
+    too_old = span(tid, new_span_id(), start_ns=now - 16 * 86_400 * NS)
+    future = span(tid, new_span_id(), start_ns=now + 2 * 3600 * NS)
+    resp = await collector.otlp().Export(request([ok, reversed_, zero, too_old, future]))
+    assert resp.partial_success.rejected_spans == 4
+    for word in ("before start", "zero", "older than the retention window", "future"):
+        assert word in resp.partial_success.error_message
+    assert [s.name for s in (await collector.get_trace(tid)).spans] == ["ok"]
+
+
+async def test_F12_nul_in_span_attribute_is_stored_as_replacement_character(collector):
+    tid = new_trace_id()
+    s = span(tid, new_span_id(), name="na\x00me", attrs={"chat.content": "ok\x00bad", "k\x00": "v"})
+    s.events.add(name="chat.in", time_unix_nano=s.start_time_unix_nano, attributes=[kv("x", "a\x00b")])
+    resp = await collector.otlp().Export(request([s]))
+    assert not resp.HasField("partial_success")
+    got = (await collector.get_trace(tid)).spans[0]
+    assert got.name == "na\ufffdme"
+    assert got.attributes["chat.content"] == "ok\ufffdbad"
+    assert got.attributes["k\ufffd"] == "v"
+    assert got.events[0].attributes["x"] == "a\ufffdb"
+
+
+async def test_empty_export_succeeds_over_grpc_and_http(collector):
+    resp = await collector.otlp().Export(trace_service_pb2.ExportTraceServiceRequest())
+    assert not resp.HasField("partial_success")
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(collector.http_url, data=b"", headers={"Content-Type": "application/x-protobuf"})
+        assert r.status == 200
+        assert r.headers["Content-Type"] == "application/x-protobuf"
+        assert not trace_service_pb2.ExportTraceServiceResponse.FromString(await r.read()).HasField("partial_success")
+
+
+async def test_gzip_export_over_grpc(collector):
+    tid, spans = one_trace(3)
+    await collector.otlp(compression=grpc.Compression.Gzip).Export(request(spans))
+    assert len((await collector.get_trace(tid)).spans) == 3
+
+
+async def test_gzip_export_over_http_protobuf(collector):
+    tid, spans = one_trace(3)
+    body = gzip.compress(request(spans).SerializeToString())
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(collector.http_url, data=body,
+                            headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
+        assert r.status == 200, await r.text()
+    assert len((await collector.get_trace(tid)).spans) == 3
+
+
+def _padded_request(total_bytes: int) -> trace_service_pb2.ExportTraceServiceRequest:
+    """One valid span whose request serializes to exactly `total_bytes`."""
+    tid = new_trace_id()
+    req = request([span(tid, new_span_id(), attrs={"pad": ""})])
+    base = req.ByteSize()
+    pad = total_bytes - base
+    # The pad's length prefix grows with the pad: shrink until the total is exact.
+    while True:
+        req.resource_spans[0].scope_spans[0].spans[0].attributes[0].value.string_value = "x" * pad
+        size = req.ByteSize()
+        if size == total_bytes:
+            return req
+        pad -= size - total_bytes
+
+
+async def test_grpc_message_of_4mib_plus_one_byte_is_rejected_and_nothing_stored(collector):
+    stub = collector.otlp()
+    too_big = _padded_request(4 * MIB + 1)
+    assert too_big.ByteSize() == 4 * MIB + 1
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await stub.Export(too_big)
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # Compressed it is tiny on the wire; the limit still applies after decompression.
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await collector.otlp(compression=grpc.Compression.Gzip).Export(too_big)
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert await collector.span_rows() == 0
+    # At the limit it is accepted.
+    ok = _padded_request(4 * MIB)
+    await stub.Export(ok)
+    assert await collector.span_rows() == 1
+
+
+async def test_otlp_json_with_hex_ids_integer_enums_and_string_int64_is_accepted(collector):
+    tid, sid, child = new_trace_id(), new_span_id(), new_span_id()
+    start = time.time_ns() - 5 * NS
+    doc = {
+        "resourceSpans": [{
+            "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "json-svc"}}]},
+            "scopeSpans": [{
+                "scope": {"name": "json-scope"},
+                "spans": [
+                    {"traceId": tid.hex().upper(), "spanId": sid.hex(), "name": "root", "kind": 2,
+                     "startTimeUnixNano": str(start), "endTimeUnixNano": str(start + 2_000_000),
+                     "attributes": [{"key": "http.status_code", "value": {"intValue": "200"}},
+                                    {"key": "ok", "value": {"boolValue": True}}],
+                     "status": {"code": 2, "message": "boom"}, "someFutureField": {"x": 1}},
+                    {"traceId": tid.hex(), "spanId": child.hex(), "parentSpanId": sid.hex(), "name": "child",
+                     "startTimeUnixNano": start + 1000, "endTimeUnixNano": start + 2000,
+                     "links": [{"traceId": "ab" * 16, "spanId": "cd" * 8}]},
+                    {"traceId": "not-hex", "spanId": sid.hex(), "name": "bad",
+                     "startTimeUnixNano": str(start), "endTimeUnixNano": str(start)},
+                ],
+            }],
+        }],
+    }
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(collector.http_url, data=json.dumps(doc), headers={"Content-Type": "application/json"})
+        assert r.status == 200, await r.text()
+        assert r.headers["Content-Type"] == "application/json"
+        body = await r.json()
+    assert body["partialSuccess"]["rejectedSpans"] == "1"
+    assert "trace_id" in body["partialSuccess"]["errorMessage"]
+    trace = await collector.get_trace(tid)
+    root, ch = trace.spans
+    assert (root.name, root.kind, root.status_code, root.status_message) == (
+        "root", traces_pb2.SPAN_KIND_SERVER, traces_pb2.STATUS_CODE_ERROR, "boom")
+    assert root.attributes["http.status_code"] == 200 and root.attributes["ok"] is True
+    assert root.service_name == "json-svc" and root.scope_name == "json-scope"
+    assert ch.parent_span_id == sid.hex()
+    assert (ch.links[0].trace_id, ch.links[0].span_id) == ("ab" * 16, "cd" * 8)
+
+
+async def test_http_rejects_undecodable_body_with_400_and_unknown_type_with_415(collector):
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(collector.http_url, data=b"\xff\xff\xff", headers={"Content-Type": "application/x-protobuf"})
+        assert r.status == 400
+        assert status_pb2.Status.FromString(await r.read()).message
+        r = await http.post(collector.http_url, data=b"{", headers={"Content-Type": "application/json"})
+        assert r.status == 400
+        r = await http.post(collector.http_url, data=b"x", headers={"Content-Type": "text/plain"})
+        assert r.status == 415
+
+
+async def test_http_body_over_the_limit_after_decompression_is_413(start_collector):
+    c = await start_collector(http_max_body_bytes=64 * 1024)
+    big = _padded_request(64 * 1024 + 1).SerializeToString()
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(c.http_url, data=gzip.compress(big),
+                            headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
+        assert r.status == 413
+        r = await http.post(c.http_url, data=big, headers={"Content-Type": "application/x-protobuf"})
+        assert r.status == 413
+    assert await c.span_rows() == 0
+
+
+async def test_backpressure_unavailable_with_retry_info_and_no_acknowledged_span_lost(start_collector):
+    c = await start_collector(queue_max_spans=8, retry_after_s=2.0)
+    stub = c.otlp()
+    blocker = await asyncpg.connect(c.database_url)
+    tid1, spans1 = one_trace(5)
+    tid2, spans2 = one_trace(5)
+    try:
+        # Hold writers off: COPY needs ROW EXCLUSIVE, which SHARE conflicts with.
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("LOCK TABLE traces.spans IN SHARE MODE")
+        first = asyncio.ensure_future(stub.Export(request(spans1)))
+        while c.server.writer.queued_spans < 5:
+            await asyncio.sleep(0.01)
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await stub.Export(request(spans2))
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert grpc_retry_delay_s(e.value) == 2.0
+        assert error_info(e.value).reason == "COLLECTOR_OVERLOADED"
+        async with aiohttp.ClientSession() as http:
+            r = await http.post(c.http_url, data=request(spans2).SerializeToString(),
+                                headers={"Content-Type": "application/x-protobuf"})
+            assert r.status == 503 and r.headers["Retry-After"] == "2"
+        assert not first.done()  # not acknowledged before commit
+        await tx.rollback()
+        await first
+    finally:
+        await blocker.close()
+    assert len((await c.get_trace(tid1)).spans) == 5
+    await stub.Export(request(spans2))  # the retry the exporter makes
+    assert len((await c.get_trace(tid2)).spans) == 5
+    assert c.server.writer.queued_spans == 0
+
+
+async def test_real_opentelemetry_exporters_grpc_and_http(collector):
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+    from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    exporters = {
+        "grpc": GrpcExporter(endpoint=f"127.0.0.1:{collector.ports['otlp_grpc']}", insecure=True,
+                             compression=grpc.Compression.Gzip),
+        "http": HttpExporter(endpoint=collector.http_url, compression=HttpCompression.Gzip),
+    }
+    for name, exporter in exporters.items():
+        tp = TracerProvider(resource=Resource.create({"service.name": f"exp-{name}"}))
+        tp.add_span_processor(BatchSpanProcessor(exporter))
+        tracer = tp.get_tracer("test")
+        with tracer.start_as_current_span("chat.turn") as root:
+            root.add_event("chat.in", {"n": 1})
+            with tracer.start_as_current_span("tool.call", attributes={"gen_ai.tool.name": "search"}):
+                pass
+        tid = root.get_span_context().trace_id.to_bytes(16, "big")
+        # The SDK exports from its own thread (blocking I/O): keep the event loop serving meanwhile.
+        assert await asyncio.to_thread(tp.force_flush, 10_000)
+        trace = await collector.get_trace(tid)
+        assert [s.name for s in trace.spans] == ["chat.turn", "tool.call"], name
+        assert trace.spans[0].service_name == f"exp-{name}"
+        assert trace.spans[0].events[0].name == "chat.in"
+        assert trace.spans[1].parent_span_id == trace.spans[0].span_id
+        assert trace.spans[1].attributes["gen_ai.tool.name"] == "search"
+        await asyncio.to_thread(tp.shutdown)
+
+
+async def test_forwarder_sends_accepted_spans_to_the_downstream_collector(start_collector, pg_url):
+    # The downstream is a second real collector, on its own database.
+    conn = await asyncpg.connect(pg_url)
+    name = f"downstream_{os.getpid()}_{time.time_ns()}"
+    await conn.execute(f'CREATE DATABASE "{name}"')
+    await conn.close()
+    head, sep, query = pg_url.partition("?")
+    down_url = f"{head.rsplit('/', 1)[0]}/{name}{sep}{query}"
+    try:
+        down = Collector(await create_server(CollectorSettings(
+            otlp_grpc_listen="127.0.0.1:0", otlp_http_port=0, query_listen="127.0.0.1:0",
+            jwt_secret=TEST_JWT_SECRET, shutdown_grace_s=0.5), database_url=down_url), down_url)
+        try:
+            up = await start_collector(forward_endpoint=f"127.0.0.1:{down.ports['otlp_grpc']}")
+            tid, spans = one_trace(4)
+            bad = span(bytes(16), new_span_id())
+            resp = await up.otlp().Export(request(spans + [bad]))
+            assert resp.partial_success.rejected_spans == 1
+            for _ in range(200):
+                if await down.span_rows() >= 4:
+                    break
+                await asyncio.sleep(0.02)
+            assert len((await down.get_trace(tid)).spans) == 4
+            assert await down.span_rows() == 4  # the rejected span was not forwarded
+        finally:
+            await down.close()
+    finally:
+        conn = await asyncpg.connect(pg_url)
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.close()
