@@ -50,6 +50,15 @@ def _ids_to_base64(obj: dict) -> None:
                 obj[k] = _BAD_ID
 
 
+def _objects(parent: dict, *keys: str) -> list[dict]:
+    """The JSON objects in the list `parent[key]` (first key present), skipping anything else."""
+    for k in keys:
+        v = parent.get(k)
+        if v is not None:
+            return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+    return []
+
+
 def parse_json_request(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
     """An OTLP/JSON body as ExportTraceServiceRequest; ValueError when it is not OTLP/JSON."""
     try:
@@ -58,14 +67,14 @@ def parse_json_request(body: bytes) -> trace_service_pb2.ExportTraceServiceReque
         raise ValueError(f"body is not JSON: {e}") from None
     if not isinstance(doc, dict):
         raise ValueError("body must be a JSON object (ExportTraceServiceRequest)")
-    for rs in doc.get("resourceSpans") or doc.get("resource_spans") or ():
-        for ss in (rs.get("scopeSpans") or rs.get("scope_spans") or ()) if isinstance(rs, dict) else ():
-            for sp in (ss.get("spans") or ()) if isinstance(ss, dict) else ():
-                if isinstance(sp, dict):
-                    _ids_to_base64(sp)
-                    for ln in sp.get("links") or ():
-                        if isinstance(ln, dict):
-                            _ids_to_base64(ln)
+    # Ids are hex in OTLP/JSON, base64 in the protobuf JSON mapping: convert before parsing.
+    # Wrongly shaped parts are left to ParseDict, which reports them.
+    for rs in _objects(doc, "resourceSpans", "resource_spans"):
+        for ss in _objects(rs, "scopeSpans", "scope_spans"):
+            for sp in _objects(ss, "spans"):
+                _ids_to_base64(sp)
+                for ln in _objects(sp, "links"):
+                    _ids_to_base64(ln)
     req = trace_service_pb2.ExportTraceServiceRequest()
     try:
         json_format.ParseDict(doc, req, ignore_unknown_fields=True)

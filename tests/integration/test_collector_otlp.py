@@ -63,10 +63,11 @@ def kv(key: str, value: object) -> common_pb2.KeyValue:
 
 
 def span(trace_id: bytes, span_id: bytes, *, parent: bytes = b"", name: str = "op", start_ns: int | None = None,
-         duration_ns: int = 1_000_000, attrs: dict | None = None, **kw) -> trace_pb2.Span:
+         duration_ns: int = 1_000_000, attrs: dict | None = None, kind: int = trace_pb2.Span.SPAN_KIND_INTERNAL,
+         **kw) -> trace_pb2.Span:
     start = time.time_ns() - 60 * NS if start_ns is None else start_ns
     return trace_pb2.Span(
-        trace_id=trace_id, span_id=span_id, parent_span_id=parent, name=name, kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
+        trace_id=trace_id, span_id=span_id, parent_span_id=parent, name=name, kind=kind,
         start_time_unix_nano=start, end_time_unix_nano=start + duration_ns,
         attributes=[kv(k, v) for k, v in (attrs or {}).items()], **kw,
     )

@@ -1,0 +1,219 @@
+"""TraceQueryService and retention against a real collector and PostgreSQL."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import asyncpg
+import grpc
+import pytest
+from google.protobuf import timestamp_pb2
+
+from agentfeedback.traces.v1 import traces_pb2
+from services.common.errors import error_info
+from tests.integration.test_collector_otlp import (  # noqa: F401 - fixtures
+    NS, collector, kv, new_span_id, new_trace_id, one_trace, request, span, start_collector,
+)
+
+DAY = 86_400 * NS
+
+
+def ts(ns: int) -> timestamp_pb2.Timestamp:
+    t = timestamp_pb2.Timestamp()
+    t.FromNanoseconds(ns)
+    return t
+
+
+async def test_get_trace_returns_parents_events_links_typed_attributes_and_resource(collector):
+    tid = new_trace_id()
+    root_id, child_id = new_span_id(), new_span_id()
+    start = time.time_ns() - 10 * NS
+    root = span(tid, root_id, name="chat.turn", start_ns=start, duration_ns=50_000_000, attrs={
+        "s": "text", "i": 42, "big": 2**60, "d": 1.5, "nan": float("nan"), "b": True, "bytes": b"\x00\x01",
+        "arr": ["a", 1], "kv": {"inner": "x"},
+    })
+    root.status.code = 2
+    root.status.message = "agent failed"
+    root.events.add(name="chat.in", time_unix_nano=start + 1, attributes=[kv("message.id", "m1")])
+    child = span(tid, child_id, parent=root_id, name="tool.call", start_ns=start + 1000, kind=3)
+    child.links.add(trace_id=b"\x11" * 16, span_id=b"\x22" * 8, attributes=[kv("why", "caller")])
+    await collector.otlp().Export(request([child, root], service="chat"))
+
+    trace = await collector.get_trace(tid)
+    assert trace.trace_id == tid.hex()
+    r, c = trace.spans  # ordered by start time
+    assert (r.name, r.parent_span_id, r.span_id) == ("chat.turn", "", root_id.hex())
+    assert (r.start_time_unix_nano, r.end_time_unix_nano) == (start, start + 50_000_000)
+    assert (r.status_code, r.status_message) == (traces_pb2.STATUS_CODE_ERROR, "agent failed")
+    a = r.attributes
+    assert (a["s"], a["i"], a["big"], a["d"], a["nan"], a["b"]) == ("text", 42, str(2**60), 1.5, "NaN", True)
+    assert a["bytes"] == "AAE="
+    assert list(a["arr"]) == ["a", 1] and a["kv"]["inner"] == "x"
+    assert r.events[0].name == "chat.in" and r.events[0].attributes["message.id"] == "m1"
+    assert r.resource_attributes["service.name"] == "chat" and r.service_name == "chat"
+    assert (c.parent_span_id, c.kind, c.scope_name) == (root_id.hex(), traces_pb2.SPAN_KIND_CLIENT, "tests")
+    assert (c.links[0].trace_id, c.links[0].span_id) == ("11" * 16, "22" * 8)
+    assert c.links[0].attributes["why"] == "caller"
+
+
+async def test_get_trace_errors_invalid_argument_and_not_found(collector):
+    q = collector.query()
+    for bad in ("xyz", "0" * 32, "ab" * 15):
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await q.GetTrace(traces_pb2.GetTraceRequest(trace_id=bad), metadata=collector.md())
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error_info(e.value).metadata["field"] == "trace_id"
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await collector.get_trace(new_trace_id())
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    info = error_info(e.value)
+    assert info.reason == "TRACE_NOT_FOUND" and info.metadata["retained_since"].endswith("Z")
+
+
+async def test_query_needs_a_token_with_traces_read(collector):
+    q = collector.query()
+    req = traces_pb2.GetTraceRequest(trace_id=new_trace_id().hex())
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await q.GetTrace(req)
+    assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await q.GetTrace(req, metadata=collector.md(scopes=("chat",)))
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_F18_retention_drops_days_past_14_and_keeps_13_day_old_spans(start_collector):
+    # The collector's clock is "now"; the pass runs 1.5 days later, when the first trace is
+    # past 14 days (its whole day is dropped) and the second is 13 days old.
+    real_now = time.time_ns()
+    c = await start_collector(clock=lambda: real_now)
+    old_tid, old_spans = one_trace(3, start_ns=real_now - int(13.5 * DAY))
+    kept_tid, kept_spans = one_trace(3, start_ns=real_now - int(11.5 * DAY))
+    resp = await c.otlp().Export(request(old_spans + kept_spans))
+    assert not resp.HasField("partial_success")
+    assert len((await c.get_trace(old_tid)).spans) == 3
+
+    later = real_now + int(1.5 * DAY)
+    result = await c.server.retention.run_once(now_ns=later)
+    assert result.dropped, "a day should have been dropped"
+    assert len((await c.get_trace(kept_tid)).spans) == 3  # 13 days old at the pass: kept
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await c.get_trace(old_tid)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    assert error_info(e.value).reason == "TRACE_NOT_FOUND"  # no hint: cannot tell
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await c.get_trace(old_tid, time_hint=ts(old_spans[0].start_time_unix_nano))
+    assert error_info(e.value).reason == "TRACE_EXPIRED"
+    # Whole partitions went, not rows: no partition older than the window remains.
+    conn = await asyncpg.connect(c.database_url)
+    try:
+        names = [r[0] for r in await conn.fetch(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'traces.spans'::regclass ORDER BY 1")]
+        assert len(await conn.fetch("SELECT day FROM traces.dropped_days")) == len(result.dropped)
+    finally:
+        await conn.close()
+    assert len(names) == 14 + 1 + 3  # the retained days, today, and 3 ahead (at the pass's clock)
+
+
+async def test_retention_pass_is_idempotent_and_spans_too_old_for_the_window_are_rejected(start_collector):
+    now = time.time_ns()
+    c = await start_collector(clock=lambda: now)
+    first = await c.server.retention.run_once()
+    assert first.created == [] and first.dropped == []
+    _, spans = one_trace(2, start_ns=now - 15 * DAY - NS)
+    resp = await c.otlp().Export(request(spans))
+    assert resp.partial_success.rejected_spans == 2
+    assert await c.span_rows() == 0
+
+
+async def test_search_traces_filters_and_pages(collector):
+    now = time.time_ns()
+    stub, q = collector.otlp(), collector.query()
+    tids = []
+    for i in range(5):
+        tid, spans = one_trace(3, start_ns=now - (10 - i) * NS, attrs={"gen_ai.tool.name": "search" if i % 2 else "read",
+                                                                        "n": i})
+        spans[0].status.code = 2 if i == 4 else 0
+        await stub.Export(request(spans, service="agent" if i < 4 else "chat"))
+        tids.append(tid.hex())
+    slow_tid, slow = one_trace(2, start_ns=now - 3 * NS)
+    slow[1].end_time_unix_nano = slow[1].start_time_unix_nano + 900_000_000
+    await stub.Export(request(slow, service="agent"))
+
+    def search(**kw):
+        return q.SearchTraces(traces_pb2.SearchTracesRequest(
+            start_time=ts(now - 60 * NS), end_time=ts(now), **kw), metadata=collector.md())
+
+    everything = await search(page_size=100)
+    assert [t.trace_id for t in everything.traces] == [slow_tid.hex(), *reversed(tids)]
+    assert everything.next_page_token == ""
+    s = everything.traces[1]
+    assert (s.root_span_name, s.service_name, s.span_count, s.status_code) == (
+        "root", "chat", 3, traces_pb2.STATUS_CODE_ERROR)
+    assert s.duration_nano == 10_000_000
+
+    assert [t.trace_id for t in (await search(service_name="chat")).traces] == [tids[4]]
+    assert [t.trace_id for t in (await search(attributes={"gen_ai.tool.name": "search"})).traces] == [tids[3], tids[1]]
+    assert [t.trace_id for t in (await search(attributes={"gen_ai.tool.name": "search", "n": "3"})).traces] == [tids[3]]
+    assert [t.trace_id for t in (await search(status_code=traces_pb2.STATUS_CODE_ERROR)).traces] == [tids[4]]
+    assert [t.trace_id for t in (await search(min_duration_ms=500)).traces] == [slow_tid.hex()]
+    assert [t.trace_id for t in (await search(span_name="child-1", service_name="agent")).traces] == tids[3::-1]
+
+    pages, token = [], ""
+    while True:
+        page = await search(page_size=2, page_token=token)
+        pages.append([t.trace_id for t in page.traces])
+        token = page.next_page_token
+        if not token:
+            break
+    assert [t for p in pages for t in p] == [t.trace_id for t in everything.traces]
+    assert [len(p) for p in pages] == [2, 2, 2]
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await search(page_size=2, page_token=pages and (await search(page_size=2)).next_page_token,
+                     service_name="other")
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_info(e.value).metadata["field"] == "page_token"
+
+
+async def test_search_traces_needs_a_time_range_of_at_most_14_days(collector):
+    q = collector.query()
+    now = time.time_ns()
+    cases = [
+        (traces_pb2.SearchTracesRequest(end_time=ts(now)), "start_time"),
+        (traces_pb2.SearchTracesRequest(start_time=ts(now)), "end_time"),
+        (traces_pb2.SearchTracesRequest(start_time=ts(now), end_time=ts(now - NS)), "end_time"),
+        (traces_pb2.SearchTracesRequest(start_time=ts(now - 15 * DAY), end_time=ts(now)), "end_time"),
+        (traces_pb2.SearchTracesRequest(start_time=ts(now - NS), end_time=ts(now), page_size=-1), "page_size"),
+    ]
+    for req, field in cases:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await q.SearchTraces(req, metadata=collector.md())
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert error_info(e.value).metadata["field"] == field
+    ok = await q.SearchTraces(traces_pb2.SearchTracesRequest(start_time=ts(now - 14 * DAY), end_time=ts(now)),
+                              metadata=collector.md())
+    assert list(ok.traces) == []
+
+
+async def test_retention_pass_while_ingesting_does_not_stall_exports(start_collector):
+    now = time.time_ns()
+    c = await start_collector(clock=lambda: now)
+    stub = c.otlp()
+    _, old = one_trace(50, start_ns=now - 14 * DAY + NS)
+    await stub.Export(request(old))
+
+    async def ingest_for(seconds: float) -> list[float]:
+        lat, end = [], time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            _, spans = one_trace(20)
+            t0 = time.perf_counter()
+            await stub.Export(request(spans))
+            lat.append(time.perf_counter() - t0)
+        return lat
+
+    ingest = asyncio.create_task(ingest_for(1.0))
+    await asyncio.sleep(0.2)
+    result = await c.server.retention.run_once(now_ns=now + 2 * DAY)
+    lat = await ingest
+    assert len(result.dropped) >= 1
+    assert lat and max(lat) < 2.0  # the lock_timeout bound: a drop never blocks a COPY for longer

@@ -1,0 +1,190 @@
+"""Pure ingest rules: validation, flattening, AnyValue → JSON, NUL policy, OTLP/JSON, retention plan."""
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, date, datetime
+
+import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from services.tracecollector.ingest import (
+    NS_PER_DAY, ROW_FIELDS, BatchWriter, Overloaded, Window, any_value, flatten, to_json, without_rejected,
+)
+from services.tracecollector.otlp_http import parse_json_request
+from services.tracecollector.repository import Partition, partition_day, partition_name
+from services.tracecollector.retention import kept_days, plan
+
+NOW = int(datetime(2026, 11, 30, 12, tzinfo=UTC).timestamp()) * 10**9
+WINDOW = Window.at(NOW, retention_days=14, max_future_skew_s=3600)
+
+
+def _req(*spans: trace_pb2.Span, service: str = "svc") -> trace_service_pb2.ExportTraceServiceRequest:
+    r = trace_service_pb2.ExportTraceServiceRequest()
+    rs = r.resource_spans.add()
+    rs.resource.attributes.add(key="service.name").value.string_value = service
+    rs.scope_spans.add().spans.extend(spans)
+    return r
+
+
+def _span(tid=b"\x01" * 16, sid=b"\x02" * 8, start=NOW - 10**9, end=NOW, **kw) -> trace_pb2.Span:
+    return trace_pb2.Span(trace_id=tid, span_id=sid, start_time_unix_nano=start, end_time_unix_nano=end, **kw)
+
+
+def test_window_keeps_today_and_the_14_previous_utc_days():
+    assert WINDOW.oldest_ns == int(datetime(2026, 11, 16, tzinfo=UTC).timestamp()) * 10**9
+    assert WINDOW.newest_ns == NOW + 3600 * 10**9
+
+
+@pytest.mark.parametrize(("span", "reason"), [
+    (_span(tid=bytes(16)), "trace_id"),
+    (_span(tid=b"\x01" * 15), "trace_id"),
+    (_span(sid=bytes(8)), "span_id"),
+    (_span(sid=b"\x01\x02\x03"), "span_id"),
+    (_span(sid=b""), "span_id"),
+    (_span(parent_span_id=b"\x01" * 4), "parent_span_id"),
+    (_span(start=0, end=0), "start_time_unix_nano is zero"),
+    (_span(start=NOW, end=NOW - 1), "before start"),
+    (_span(start=WINDOW.oldest_ns - 1, end=WINDOW.oldest_ns), "older than the retention window"),
+    (_span(start=WINDOW.newest_ns, end=WINDOW.newest_ns), "future"),
+])
+def test_each_invalid_span_is_rejected_with_a_reason_and_the_rest_kept(span, reason):
+    flat = flatten(_req(_span(sid=b"\x09" * 8), span), WINDOW)
+    assert flat.rejected == 1 and len(flat.rows) == 1
+    assert reason in flat.error_message
+    assert "resource_spans[0].scope_spans[0].spans[1]" in flat.error_message
+
+
+def test_row_shape_and_resource_fields():
+    s = _span(name="op", kind=2, parent_span_id=b"\x03" * 8, trace_state="k=v")
+    s.status.code = 2
+    s.status.message = "bad"
+    s.attributes.add(key="a").value.int_value = 7
+    s.events.add(time_unix_nano=NOW, name="e")
+    s.links.add(trace_id=b"\x04" * 16, span_id=b"\x05" * 8)
+    (row,) = flatten(_req(s, service="chat"), WINDOW).rows
+    r = dict(zip(ROW_FIELDS, row, strict=True))
+    assert (r["name"], r["kind"], r["status_code"], r["status_message"]) == ("op", 2, 2, "bad")
+    assert (r["service_name"], r["parent_span_id"], r["trace_state"]) == ("chat", b"\x03" * 8, "k=v")
+    assert json.loads(r["attributes"]) == {"a": 7}
+    assert json.loads(r["resource_attributes"]) == {"service.name": "chat"}
+    assert json.loads(r["events"]) == [{"time_unix_nano": NOW, "name": "e", "attributes": {}}]
+    assert json.loads(r["links"])[0]["trace_id"] == "04" * 16
+    (root,) = flatten(_req(_span()), WINDOW).rows
+    assert root[2] is None and root[14] is None and root[15] is None
+
+
+def _any(**kw) -> common_pb2.AnyValue:
+    return common_pb2.AnyValue(**kw)
+
+
+def test_any_value_mapping():
+    assert any_value(_any(string_value="s")) == "s"
+    assert any_value(_any(bool_value=False)) is False
+    assert any_value(_any(int_value=-5)) == -5
+    assert any_value(_any(int_value=2**60)) == str(2**60)
+    assert any_value(_any(double_value=2.5)) == 2.5
+    assert any_value(_any(double_value=float("inf"))) == "Infinity"
+    assert any_value(_any(bytes_value=b"\xff")) == "/w=="
+    arr = _any()
+    arr.array_value.values.add(int_value=1)
+    arr.array_value.values.add(string_value="x")
+    assert any_value(arr) == [1, "x"]
+    kvl = _any()
+    kvl.kvlist_value.values.add(key="k").value.bool_value = True
+    assert any_value(kvl) == {"k": True}
+    assert any_value(_any()) is None
+
+
+def test_nul_is_stored_as_replacement_character_and_literal_backslash_u0000_text_is_kept():
+    assert json.loads(to_json({"a\x00": "ok\x00bad"})) == {"a\ufffd": "ok\ufffdbad"}
+    literal = "C:\\u0000 is not a NUL"
+    assert json.loads(to_json({"p": literal, "q": "\\\x00"})) == {"p": literal, "q": "\\\ufffd"}
+    (row,) = flatten(_req(_span(name="x\x00y")), WINDOW).rows
+    assert row[5] == "x\ufffdy"
+
+
+def test_without_rejected_keeps_only_valid_spans():
+    req = _req(_span(), _span(tid=bytes(16)), _span(sid=b"\x07" * 8))
+    out = without_rejected(req, WINDOW)
+    assert [s.span_id for s in out.resource_spans[0].scope_spans[0].spans] == [b"\x02" * 8, b"\x07" * 8]
+    assert len(req.resource_spans[0].scope_spans[0].spans) == 3  # the original is untouched
+
+
+def test_otlp_json_hex_ids_camel_case_and_unknown_fields():
+    body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": [{
+        "traceId": "0102030405060708090A0B0C0D0E0F10", "spanId": "0102030405060708", "kind": 3,
+        "startTimeUnixNano": "5", "endTimeUnixNano": 6, "unknownField": True,
+        "links": [{"traceId": "ff" * 16, "spanId": "zz"}],
+    }]}]}]}).encode()
+    sp = parse_json_request(body).resource_spans[0].scope_spans[0].spans[0]
+    assert sp.trace_id == bytes(range(1, 17)) and sp.span_id == bytes(range(1, 9))
+    assert (sp.kind, sp.start_time_unix_nano, sp.end_time_unix_nano) == (3, 5, 6)
+    assert sp.links[0].trace_id == b"\xff" * 16 and len(sp.links[0].span_id) == 1  # bad hex → rejected later
+    with pytest.raises(ValueError):
+        parse_json_request(b"[1]")
+    with pytest.raises(ValueError):
+        parse_json_request(b'{"resourceSpans": 3}')
+
+
+def test_retention_plan_creates_ahead_and_drops_only_whole_old_days():
+    first, last = kept_days(NOW, 14, 3)
+    assert (first, last) == (date(2026, 11, 16), date(2026, 12, 3))
+    existing = [Partition(partition_name(d), d, False) for d in (date(2026, 11, 14), date(2026, 11, 15),
+                                                                  date(2026, 11, 16), date(2026, 11, 30))]
+    p = plan(existing, NOW, 14, 3)
+    assert [x.day for x in p.drop] == [date(2026, 11, 14), date(2026, 11, 15)]
+    assert date(2026, 11, 16) not in p.create and date(2026, 11, 30) not in p.create
+    assert p.create[0] == date(2026, 11, 17) and p.create[-1] == date(2026, 12, 3)
+    assert plan(existing + [Partition("spans_p20261201", date(2026, 12, 1), True)], NOW, 14, 3).drop[-1].detach_pending
+    assert partition_day(partition_name(date(2026, 1, 2))) == date(2026, 1, 2)
+    assert partition_day("spans") is None
+    assert NS_PER_DAY == 86_400 * 10**9
+
+
+async def test_batch_writer_group_commits_concurrent_requests_and_bounds_the_queue():
+    batches: list[int] = []
+    gate = asyncio.Event()
+
+    async def copy(rows):
+        await gate.wait()
+        batches.append(len(rows))
+
+    w = BatchWriter(copy, max_spans=10, batch_max_spans=100, workers=1, retry_after_s=1.5)
+    w.reserve(4)
+    first = asyncio.create_task(w.write([("a",)] * 4, 4))
+    await asyncio.sleep(0)
+    w.reserve(3)
+    w.reserve(3)
+    second = asyncio.create_task(w.write([("b",)] * 3, 3))
+    third = asyncio.create_task(w.write([("c",)] * 3, 3))
+    with pytest.raises(Overloaded) as e:
+        w.reserve(1)
+    assert e.value.retry_after_s == 1.5
+    await asyncio.sleep(0.01)
+    assert not first.done()  # not acknowledged before the COPY returned
+    gate.set()
+    await asyncio.gather(first, second, third)
+    assert batches == [4, 6]  # the two requests that queued meanwhile went in one COPY
+    assert w.queued_spans == 0
+    await w.close()
+
+
+async def test_batch_writer_isolates_a_failing_request():
+    stored: list[str] = []
+
+    async def copy(rows):
+        if any(r[0] == "bad" for r in rows):
+            raise ValueError("boom")
+        stored.extend(r[0] for r in rows)
+
+    w = BatchWriter(copy, max_spans=100, batch_max_spans=100, workers=1, retry_after_s=1)
+    for _ in range(3):
+        w.reserve(1)
+    results = await asyncio.gather(w.write([("ok1",)], 1), w.write([("bad",)], 1), w.write([("ok2",)], 1),
+                                   return_exceptions=True)
+    assert results[0] is None and results[2] is None and isinstance(results[1], RuntimeError)
+    assert sorted(stored) == ["ok1", "ok2"]
+    await w.close()
