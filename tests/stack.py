@@ -75,11 +75,15 @@ class Stack:
         for p in self.providers.values():
             p.force_flush(10_000)
 
+    async def aflush_spans(self) -> None:
+        """`flush_spans` off the event loop: the in-process collector must keep serving while it runs."""
+        await asyncio.to_thread(self.flush_spans)
+
     async def wait_trace(self, trace_id: str, min_spans: int = 1, timeout_s: float = 10.0):
         """Flush, then poll GetTrace until the trace has at least `min_spans` spans."""
         from agentfeedback.traces.v1 import traces_pb2  # noqa: PLC0415
 
-        self.flush_spans()
+        await self.aflush_spans()
         stub = self.traces()
         deadline = asyncio.get_running_loop().time() + timeout_s
         while True:

@@ -1,0 +1,28 @@
+"""`agentfeedback-agent`: the reference agent process (settings from `AGENTFEEDBACK_AGENT_*` / `OTEL_*`)."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from services.chat.agent.server import create_server
+from services.chat.settings import AgentSettings
+from services.common.server import serve_until_signal
+from services.common.telemetry import setup_logging
+
+log = logging.getLogger(__name__)
+
+
+async def _run(settings: AgentSettings) -> None:
+    server = await create_server(settings)
+    log.info("AgentService listening on port %d (feedback at %s)", server.port, settings.feedback_target)
+    await serve_until_signal(server.stop)
+
+
+def main() -> None:
+    settings = AgentSettings()
+    setup_logging(settings.log_level, settings.log_format)
+    asyncio.run(_run(settings))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""Chat gateway domain: instances, messages, turns — plain data and pure rules (no grpc, no asyncpg).
+
+Resource names (AIP-122): `instances/{instance}` and `instances/{instance}/messages/{message}`.
+Rules that a client can notice live here, each with its source:
+- text policy (case F12): the user's words with a NUL are rejected (`services.common.ids.check_text`);
+  an agent reply with a NUL is stored with each NUL replaced by U+FFFD (the reply is not the owner's
+  words; the turn must survive: both messages are kept) — see `sanitize_reply`;
+- the agent's deadline (design.md, "The turn", step 3) — see `agent_timeout`;
+- keyset paging on (create_time, id) (AIP-158) — see `MessagePage`.
+"""
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import IntEnum
+
+from services.common.errors import InvalidArgument
+from services.common.ids import (
+    check_text,
+    decode_page_token,
+    encode_page_token,
+    parse_name,
+    parse_request_id,
+    parse_trace_id,
+)
+
+INSTANCE_PATTERN = "instances/{}"
+MESSAGE_PATTERN = "instances/{}/messages/{}"
+# Client-chosen instance ids and agent slugs (AIP-122 resource id shape).
+SLUG = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+DEFAULT_AGENT = "reference"
+MAX_DISPLAY_NAME_CHARS = 200
+# audio_key is a storage key, dictation a transcript: bounded like any user-supplied text.
+MAX_AUDIO_KEY_CHARS = 1024
+# Seconds of the caller's remaining time the gateway keeps for itself, so that on expiry it can
+# still mark the turn failed and answer DEADLINE_EXCEEDED with the trace id before the caller gives up.
+DEADLINE_RESERVE_S = 0.02
+# The replacement for U+0000 in an agent reply (Unicode's REPLACEMENT CHARACTER).
+NUL_REPLACEMENT = "\ufffd"
+
+
+class Role(IntEnum):
+    """Mirrors agentfeedback.chat.v1.Role."""
+
+    UNSPECIFIED = 0
+    USER = 1
+    ASSISTANT = 2
+
+
+class Channel(IntEnum):
+    """Mirrors agentfeedback.chat.v1.Channel."""
+
+    UNSPECIFIED = 0
+    TEXT = 1
+    VOICE = 2
+
+
+@dataclass(frozen=True)
+class Instance:
+    owner: str
+    id: str
+    display_name: str
+    agent: str
+    create_time: datetime
+
+    @property
+    def name(self) -> str:
+        return f"instances/{self.id}"
+
+
+@dataclass(frozen=True)
+class Message:
+    instance_id: str
+    id: str
+    role: Role
+    content: str
+    trace_id: str
+    turn_index: int
+    create_time: datetime
+    channel: Channel = Channel.UNSPECIFIED
+    audio_key: str = ""
+    dictation: str = ""
+    model: str = ""
+    agent: str = ""
+
+    @property
+    def name(self) -> str:
+        return f"instances/{self.instance_id}/messages/{self.id}"
+
+
+@dataclass(frozen=True)
+class NewInstance:
+    id: str
+    display_name: str
+    agent: str
+    request_id: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class TurnInput:
+    """A validated SendMessage/StreamMessage request."""
+
+    instance_id: str
+    content: str
+    channel: Channel
+    audio_key: str
+    dictation: str
+    request_id: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """A stored turn (for request_id retries): its state and messages."""
+
+    trace_id: str
+    turn_index: int
+    state: str  # RUNNING | DONE | FAILED
+    user_message: Message
+    reply: Message | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    create_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class AgentReply:
+    """What the agent returned for a turn (already free of NUL characters)."""
+
+    content: str
+    model: str
+    nul_replaced: int = 0
+    tool_calls: list[str] = field(default_factory=list)
+
+
+def parse_instance_name(name: str, field_path: str = "name") -> str:
+    """`instances/{instance}` → instance id; INVALID_ARGUMENT naming `field_path` otherwise."""
+    return parse_name(name, INSTANCE_PATTERN, field_path)[0]
+
+
+def parse_message_name(name: str, field_path: str = "name") -> tuple[str, str]:
+    """`instances/{instance}/messages/{message}` → (instance id, message id)."""
+    a, b = parse_name(name, MESSAGE_PATTERN, field_path)
+    return a, b
+
+
+def validate_new_instance(display_name: str, agent: str, instance_id: str, request_id: str,
+                          new_id: str) -> NewInstance:
+    """CreateInstance input. INVALID_ARGUMENT for an empty/too long/NUL `instance.display_name`,
+    an `instance.agent` or `instance_id` that is not a slug `[a-z][a-z0-9-]{0,62}`, a bad `request_id`.
+    Empty agent → `reference`; empty instance_id → `new_id`.
+    """
+    check_text(display_name, "instance.display_name", MAX_DISPLAY_NAME_CHARS, required=True)
+    agent = agent or DEFAULT_AGENT
+    if not SLUG.match(agent):
+        raise InvalidArgument("instance.agent", "must match [a-z][a-z0-9-]{0,62} (e.g. 'reference')")
+    if instance_id and not SLUG.match(instance_id):
+        raise InvalidArgument("instance_id", "must match [a-z][a-z0-9-]{0,62}")
+    rid = parse_request_id(request_id)
+    return NewInstance(id=instance_id or new_id, display_name=display_name, agent=agent, request_id=rid)
+
+
+def validate_turn(instance: str, content: str, channel: int, audio_key: str, dictation: str,
+                  request_id: str, max_content_chars: int) -> TurnInput:
+    """SendMessage/StreamMessage input; INVALID_ARGUMENT naming the first bad field:
+    `instance` (not `instances/{id}`), `content` (empty or whitespace only, over `max_content_chars`
+    code points, or containing NUL), `channel` (unknown value), `audio_key` / `dictation` (NUL, too
+    long), `request_id` (not a UUID). Nothing is written before this passes.
+    """
+    instance_id = parse_instance_name(instance, "instance")
+    check_text(content, "content", max_content_chars, required=True)
+    if channel not in Channel._value2member_map_:
+        raise InvalidArgument("channel", f"unknown channel {channel}")
+    check_text(audio_key, "audio_key", MAX_AUDIO_KEY_CHARS)
+    check_text(dictation, "dictation", max_content_chars)
+    rid = parse_request_id(request_id)
+    ch = Channel(channel)
+    if ch == Channel.UNSPECIFIED:
+        ch = Channel.VOICE if (audio_key or dictation) else Channel.TEXT
+    return TurnInput(instance_id, content, ch, audio_key, dictation, rid)
+
+
+def agent_timeout(caller_remaining_s: float | None, cap_s: float,
+                  reserve_s: float = DEADLINE_RESERVE_S) -> float:
+    """Seconds the agent call may take: the caller's remaining time less `reserve_s`, at most `cap_s`.
+
+    No caller deadline (None) → `cap_s` (design.md, "The turn" step 3: none forwarded from the
+    caller, a configured cap applies). Never below 1 ms (an expired caller still gets a real
+    DEADLINE_EXCEEDED from the agent call rather than a special case).
+    """
+    if caller_remaining_s is None:
+        return cap_s
+    return max(0.001, min(cap_s, caller_remaining_s - reserve_s))
+
+
+def sanitize_reply(text: str) -> tuple[str, int]:
+    """Policy for an agent reply containing U+0000 (case F12): PostgreSQL `text` cannot hold it and
+    the turn must not fail for it, so each NUL becomes U+FFFD; returns (text, number replaced).
+    The user's own words are never rewritten: they are rejected instead (`validate_turn`).
+    """
+    n = text.count("\x00")
+    return (text.replace("\x00", NUL_REPLACEMENT), n) if n else (text, 0)
+
+
+def filter_trace_id(value: str) -> str | None:
+    """ListMessages `trace_id` filter: empty → None; else a W3C trace id (INVALID_ARGUMENT `trace_id`)."""
+    return parse_trace_id(value, "trace_id") if value else None
+
+
+@dataclass(frozen=True)
+class MessagePage:
+    """Keyset position after the last returned message: (create_time in µs since epoch, id).
+
+    Messages sharing a create time are ordered by id, so a page boundary between them never
+    skips or repeats one (AIP-158). The token also pins the filters it was issued for.
+    """
+
+    after_us: int
+    after_id: str
+
+    @staticmethod
+    def token(m: Message, filters: str) -> str:
+        return encode_page_token({"t": to_us(m.create_time), "id": m.id, "f": filters})
+
+    @staticmethod
+    def parse(token: str, filters: str) -> MessagePage | None:
+        pos = decode_page_token(token)
+        if pos is None:
+            return None
+        if pos.get("f") != filters or not isinstance(pos.get("t"), int) or not isinstance(pos.get("id"), str):
+            raise InvalidArgument("page_token", "does not belong to this parent and these filters")
+        return MessagePage(pos["t"], pos["id"])
+
+    @property
+    def after_time(self) -> datetime:
+        return from_us(self.after_us)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_US = timedelta(microseconds=1)
+
+
+def to_us(dt: datetime) -> int:
+    """Exact integer microseconds since the epoch (float timestamps can lose one)."""
+    return (dt - EPOCH) // _US
+
+
+def from_us(us: int) -> datetime:
+    return EPOCH + us * _US
+
+
+def instance_page_token(i: Instance) -> str:
+    """ListInstances keyset token: (create_time, id) of the last instance returned."""
+    return encode_page_token({"t": to_us(i.create_time), "id": i.id})
+
+
+def parse_instance_page(token: str) -> tuple[datetime, str] | None:
+    pos = decode_page_token(token)
+    if pos is None:
+        return None
+    if not isinstance(pos.get("t"), int) or not isinstance(pos.get("id"), str):
+        raise InvalidArgument("page_token", "is not a token this service issued")
+    return from_us(pos["t"]), pos["id"]
+
+
+def time_from_ns(t_ns: int) -> datetime:
+    """A UTC datetime from integer nanoseconds since the epoch (µs precision, as PostgreSQL stores)."""
+    return EPOCH + (t_ns // 1000) * _US
+
+
+@dataclass(frozen=True)
+class ThinkInput:
+    """What the gateway sends the agent for one turn (mirrors agentfeedback.agent.v1.ThinkRequest)."""
+
+    instance: str
+    agent: str
+    history: list[tuple[Role, str]]
+    content: str
+    turn_index: int
+    user_message: str
+
+
+class AgentCallError(Exception):
+    """The agent call failed. `kind`: DEADLINE_EXCEEDED | UNAVAILABLE | CANCELLED | FAILED."""
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail

@@ -1,0 +1,240 @@
+"""All SQL of the chat gateway (schema `chat`), as constants, and the one class that runs it.
+
+Every query is owner-scoped: a row of another owner is never read, changed or deleted.
+The turn is written in two short transactions (user message first, reply later); no connection is
+held while the agent thinks (style.md: never hold a DB connection while awaiting another service).
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import asyncpg
+
+from services.chat.domain import (
+    Channel,
+    Instance,
+    Message,
+    MessagePage,
+    NewInstance,
+    Role,
+    TurnInput,
+    TurnRecord,
+)
+
+INSERT_INSTANCE = """
+INSERT INTO instances (owner, id, display_name, agent, request_id, create_time)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT DO NOTHING
+RETURNING owner, id, display_name, agent, create_time
+"""
+SELECT_INSTANCE = "SELECT owner, id, display_name, agent, create_time FROM instances WHERE owner = $1 AND id = $2"
+SELECT_INSTANCE_BY_REQUEST = """
+SELECT owner, id, display_name, agent, create_time FROM instances WHERE owner = $1 AND request_id = $2
+"""
+LIST_INSTANCES = """
+SELECT owner, id, display_name, agent, create_time FROM instances
+WHERE owner = $1 AND ($2::timestamptz IS NULL OR (create_time, id) > ($2, $3))
+ORDER BY create_time, id
+LIMIT $4
+"""
+
+# Claims the next turn index (row lock on the instance for the rest of the short transaction).
+NEXT_TURN = """
+UPDATE instances SET next_turn_index = next_turn_index + 1
+WHERE owner = $1 AND id = $2
+RETURNING agent, next_turn_index - 1 AS turn_index
+"""
+INSERT_TURN = """
+INSERT INTO turns (owner, instance_id, trace_id, request_id, turn_index, user_message_id, create_time)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT DO NOTHING
+RETURNING trace_id
+"""
+MESSAGE_COLUMNS = (
+    "instance_id, id, role, content, trace_id, turn_index, create_time, channel, audio_key, dictation, model, agent"
+)
+INSERT_MESSAGE = f"""
+INSERT INTO messages (owner, {MESSAGE_COLUMNS})
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+"""
+# The `$3` newest messages before the new turn, newest first (the caller reverses them).
+SELECT_HISTORY = """
+SELECT role, content FROM messages
+WHERE owner = $1 AND instance_id = $2 AND trace_id <> $3
+ORDER BY create_time DESC, id DESC
+LIMIT $4
+"""
+FINISH_TURN = """
+UPDATE turns SET state = 'DONE', reply_message_id = $4
+WHERE owner = $1 AND instance_id = $2 AND trace_id = $3
+"""
+FAIL_TURN = """
+UPDATE turns SET state = 'FAILED', error_code = $4, error_message = $5
+WHERE owner = $1 AND instance_id = $2 AND trace_id = $3 AND state = 'RUNNING'
+"""
+SELECT_TURN_BY_REQUEST = """
+SELECT trace_id, turn_index, state, user_message_id, reply_message_id, error_code, error_message, create_time
+FROM turns WHERE owner = $1 AND instance_id = $2 AND request_id = $3
+"""
+SELECT_MESSAGE = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE owner = $1 AND instance_id = $2 AND id = $3"
+LIST_MESSAGES = f"""
+SELECT {MESSAGE_COLUMNS} FROM messages
+WHERE owner = $1 AND instance_id = $2
+  AND ($3::text IS NULL OR trace_id = $3)
+  AND ($4::integer IS NULL OR turn_index = $4)
+  AND ($5::timestamptz IS NULL OR (create_time, id) > ($5, $6))
+ORDER BY create_time, id
+LIMIT $7
+"""
+CLEAR_MESSAGES = "DELETE FROM messages WHERE owner = $1 AND instance_id = $2"
+CLEAR_TURNS = "DELETE FROM turns WHERE owner = $1 AND instance_id = $2"
+DELETE_TURN_MESSAGES = "DELETE FROM messages WHERE owner = $1 AND instance_id = $2 AND trace_id = $3"
+DELETE_TURN = "DELETE FROM turns WHERE owner = $1 AND instance_id = $2 AND trace_id = $3"
+
+
+def _instance(r: asyncpg.Record) -> Instance:
+    return Instance(owner=r["owner"], id=r["id"], display_name=r["display_name"], agent=r["agent"],
+                    create_time=r["create_time"])
+
+
+def _message(r: asyncpg.Record) -> Message:
+    return Message(
+        instance_id=r["instance_id"], id=r["id"], role=Role(r["role"]), content=r["content"],
+        trace_id=r["trace_id"], turn_index=r["turn_index"], create_time=r["create_time"],
+        channel=Channel(r["channel"]), audio_key=r["audio_key"], dictation=r["dictation"],
+        model=r["model"], agent=r["agent"],
+    )
+
+
+def _message_args(owner: str, m: Message) -> tuple:
+    return (owner, m.instance_id, m.id, int(m.role), m.content, m.trace_id, m.turn_index, m.create_time,
+            int(m.channel), m.audio_key, m.dictation, m.model, m.agent)
+
+
+class InstanceExists(Exception):
+    """CreateInstance with an id the owner already uses (and not a request_id retry)."""
+
+
+class RequestRace(Exception):
+    """Two requests with one request_id raced; the loser's transaction was rolled back."""
+
+
+class Repository:
+    """The chat schema, over one asyncpg pool created at start-up."""
+
+    def __init__(self, pool: asyncpg.Pool):
+        self._pool = pool
+
+    async def create_instance(self, owner: str, new: NewInstance, now: datetime) -> Instance:
+        """Insert; a retry with the same request_id returns the first row. InstanceExists on an id clash."""
+        async with self._pool.acquire() as conn:
+            if new.request_id is not None:
+                r = await conn.fetchrow(SELECT_INSTANCE_BY_REQUEST, owner, new.request_id)
+                if r is not None:
+                    return _instance(r)
+            r = await conn.fetchrow(INSERT_INSTANCE, owner, new.id, new.display_name, new.agent, new.request_id, now)
+            if r is not None:
+                return _instance(r)
+            if new.request_id is not None:  # a concurrent retry won the race
+                r = await conn.fetchrow(SELECT_INSTANCE_BY_REQUEST, owner, new.request_id)
+                if r is not None:
+                    return _instance(r)
+            raise InstanceExists(new.id)
+
+    async def get_instance(self, owner: str, instance_id: str) -> Instance | None:
+        r = await self._pool.fetchrow(SELECT_INSTANCE, owner, instance_id)
+        return _instance(r) if r is not None else None
+
+    async def list_instances(self, owner: str, after: tuple[datetime, str] | None, limit: int) -> list[Instance]:
+        t, i = after if after else (None, None)
+        return [_instance(r) for r in await self._pool.fetch(LIST_INSTANCES, owner, t, i, limit)]
+
+    async def turn_by_request(self, owner: str, instance_id: str, request_id: uuid.UUID) -> TurnRecord | None:
+        """The turn a request_id already produced (any state), or None."""
+        async with self._pool.acquire() as conn:
+            return await self._turn_by_request(conn, owner, instance_id, request_id)
+
+    async def _turn_by_request(self, conn: asyncpg.Connection, owner: str, instance_id: str,
+                               request_id: uuid.UUID) -> TurnRecord | None:
+        t = await conn.fetchrow(SELECT_TURN_BY_REQUEST, owner, instance_id, request_id)
+        if t is None:
+            return None
+        user = await conn.fetchrow(SELECT_MESSAGE, owner, instance_id, t["user_message_id"])
+        reply = None
+        if t["reply_message_id"]:
+            reply = await conn.fetchrow(SELECT_MESSAGE, owner, instance_id, t["reply_message_id"])
+        if user is None:  # the messages were deleted (DeleteTurn / ClearMessages) after the turn
+            return None
+        return TurnRecord(
+            trace_id=t["trace_id"], turn_index=t["turn_index"], state=t["state"], user_message=_message(user),
+            reply=_message(reply) if reply is not None else None, error_code=t["error_code"],
+            error_message=t["error_message"], create_time=t["create_time"],
+        )
+
+    async def begin_turn(self, owner: str, turn: TurnInput, trace_id: str, message_id: str, t0: datetime,
+                         history_limit: int) -> tuple[Message, list[tuple[Role, str]]] | TurnRecord | None:
+        """Store the user message of a new turn (one transaction) and read the history before it.
+
+        Returns (user message, history oldest first); or the existing TurnRecord when
+        `turn.request_id` was already used; or None when the instance does not exist for `owner`.
+        """
+        async with self._pool.acquire() as conn:
+            async with conn.transaction():
+                if turn.request_id is not None:
+                    existing = await self._turn_by_request(conn, owner, turn.instance_id, turn.request_id)
+                    if existing is not None:
+                        return existing
+                inst = await conn.fetchrow(NEXT_TURN, owner, turn.instance_id)
+                if inst is None:
+                    return None
+                user = Message(
+                    instance_id=turn.instance_id, id=message_id, role=Role.USER, content=turn.content,
+                    trace_id=trace_id, turn_index=inst["turn_index"], create_time=t0, channel=turn.channel,
+                    audio_key=turn.audio_key, dictation=turn.dictation, agent=inst["agent"],
+                )
+                inserted = await conn.fetchval(INSERT_TURN, owner, turn.instance_id, trace_id, turn.request_id,
+                                               user.turn_index, message_id, t0)
+                if inserted is None:
+                    raise RequestRace()
+                await conn.execute(INSERT_MESSAGE, *_message_args(owner, user))
+                rows = await conn.fetch(SELECT_HISTORY, owner, turn.instance_id, trace_id, history_limit) \
+                    if history_limit else []
+        history = [(Role(r["role"]), r["content"]) for r in reversed(rows)]
+        return user, history
+
+    async def finish_turn(self, owner: str, reply: Message) -> None:
+        """Store the reply and mark the turn DONE (one transaction)."""
+        async with self._pool.acquire() as conn:
+            async with conn.transaction():
+                await conn.execute(INSERT_MESSAGE, *_message_args(owner, reply))
+                await conn.execute(FINISH_TURN, owner, reply.instance_id, reply.trace_id, reply.id)
+
+    async def fail_turn(self, owner: str, instance_id: str, trace_id: str, code: str, message: str) -> None:
+        await self._pool.execute(FAIL_TURN, owner, instance_id, trace_id, code, message)
+
+    async def get_message(self, owner: str, instance_id: str, message_id: str) -> Message | None:
+        r = await self._pool.fetchrow(SELECT_MESSAGE, owner, instance_id, message_id)
+        return _message(r) if r is not None else None
+
+    async def list_messages(self, owner: str, instance_id: str, after: MessagePage | None, limit: int,
+                            trace_id: str | None, turn_index: int | None) -> list[Message]:
+        t, i = (after.after_time, after.after_id) if after else (None, None)
+        rows = await self._pool.fetch(LIST_MESSAGES, owner, instance_id, trace_id, turn_index, t, i, limit)
+        return [_message(r) for r in rows]
+
+    async def clear_messages(self, owner: str, instance_id: str) -> int:
+        """Delete every message (and turn record) of the instance; returns the messages deleted."""
+        async with self._pool.acquire() as conn:
+            async with conn.transaction():
+                status = await conn.execute(CLEAR_MESSAGES, owner, instance_id)
+                await conn.execute(CLEAR_TURNS, owner, instance_id)
+        return int(status.split()[-1])
+
+    async def delete_turn(self, owner: str, instance_id: str, trace_id: str) -> int:
+        """Delete the messages (and record) of one turn; returns the messages deleted."""
+        async with self._pool.acquire() as conn:
+            async with conn.transaction():
+                status = await conn.execute(DELETE_TURN_MESSAGES, owner, instance_id, trace_id)
+                await conn.execute(DELETE_TURN, owner, instance_id, trace_id)
+        return int(status.split()[-1])

@@ -1,0 +1,63 @@
+"""Chat gateway wiring: migrations, pool, agent channel, servicer, interceptor; nothing else.
+
+`create_server(settings, database_url=..., tracer_provider=...)` follows the service contract
+(preamble / tests/stack.py): applies `services/chat/migrations` to schema `chat`, creates the pool and
+the agent channel once, binds `settings.listen` (port 0 allowed), starts, returns the GrpcServer.
+Stop order: NOT_SERVING → drain → agent channel close → pool close → span flush.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+from opentelemetry.sdk.trace import TracerProvider
+
+from agentfeedback.chat.v1 import chat_pb2_grpc
+from services.chat.agent_client import AgentClient
+from services.chat.repository import Repository
+from services.chat.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, ChatServicer
+from services.chat.settings import ChatSettings
+from services.chat.turn import TurnRunner
+from services.common.auth import Authenticator
+from services.common.db import create_pool, migrate, resolve_database_url
+from services.common.server import GrpcServer, ServiceInterceptor
+from services.common.telemetry import setup_tracing
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+SCHEMA = "chat"
+
+
+async def create_server(settings: ChatSettings, *, database_url: str | None = None,
+                        tracer_provider: TracerProvider | None = None) -> GrpcServer:
+    """A started ChatService server. Raises OSError when `settings.listen` cannot be bound and
+    asyncpg/OSError errors when PostgreSQL cannot be reached."""
+    url = database_url or resolve_database_url(settings)
+    await migrate(url, SCHEMA, MIGRATIONS)
+    own_provider = tracer_provider is None
+    provider = tracer_provider or setup_tracing("chat")
+    tracer = provider.get_tracer("services.chat")
+    pool = await create_pool(url, SCHEMA, settings.db_pool_min, settings.db_pool_max)
+    channel = grpc.aio.insecure_channel(settings.agent_target)
+    repo = Repository(pool)
+    turns = TurnRunner(repo, AgentClient(channel), tracer, settings.agent_timeout_cap_s, settings.history_messages)
+    interceptor = ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS)
+    server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s)
+    server.add(chat_pb2_grpc.add_ChatServiceServicer_to_server, ChatServicer(repo, turns, settings.max_content_chars),
+               SERVICE)
+    server.bind(settings.listen)
+
+    async def close_channel() -> None:
+        await channel.close()
+
+    async def close_pool() -> None:
+        await pool.close()
+
+    server.on_stop(close_channel)
+    server.on_stop(close_pool)
+    if own_provider:
+        async def flush() -> None:
+            provider.shutdown()
+
+        server.on_stop(flush)
+    await server.start()
+    return server

@@ -1,0 +1,169 @@
+"""`agentfeedback.chat.v1.ChatService`: thin translation between protos and the chat domain.
+
+Every method needs scope `chat` (METHOD_SCOPES); the owner is the token's `sub`. Errors are
+raised as DomainError and mapped once by `services.common.server.ServiceInterceptor`.
+SendMessage and StreamMessage are `UNTRACED_METHODS`: the interceptor opens no server span for
+them, because the turn's own root span (`chat.turn`, a new trace) is the turn's trace.
+"""
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import grpc
+from google.protobuf import empty_pb2
+from opentelemetry import trace
+
+from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
+from services.chat import domain
+from services.chat.domain import Instance, Message, MessagePage
+from services.chat.repository import InstanceExists, Repository
+from services.chat.turn import StreamStart, TurnRunner
+from services.common.auth import SCOPE_CHAT, current_principal
+from services.common.errors import DomainError, InvalidArgument, NotFound
+from services.common.ids import new_id, page_size
+from services.common.server import extract_context
+
+SERVICE = "agentfeedback.chat.v1.ChatService"
+METHOD_SCOPES: dict[str, str | None] = {
+    f"/{SERVICE}/{m}": SCOPE_CHAT
+    for m in ("CreateInstance", "GetInstance", "ListInstances", "SendMessage", "StreamMessage", "GetMessage",
+              "ListMessages", "ClearMessages", "DeleteTurn")
+}
+UNTRACED_METHODS = (f"/{SERVICE}/SendMessage", f"/{SERVICE}/StreamMessage")
+# grpc-python reports "no deadline" as a remaining time this large (or None).
+_NO_DEADLINE_S = 10**7
+
+
+def _ts(dt: datetime):
+    from google.protobuf.timestamp_pb2 import Timestamp  # noqa: PLC0415
+
+    t = Timestamp()
+    t.FromDatetime(dt)
+    return t
+
+
+def instance_pb(i: Instance) -> chat_pb2.Instance:
+    return chat_pb2.Instance(name=i.name, display_name=i.display_name, agent=i.agent, owner=i.owner,
+                             create_time=_ts(i.create_time))
+
+
+def message_pb(m: Message) -> chat_pb2.Message:
+    return chat_pb2.Message(
+        name=m.name, role=int(m.role), content=m.content, trace_id=m.trace_id, turn_index=m.turn_index,
+        create_time=_ts(m.create_time), channel=int(m.channel), audio_key=m.audio_key, dictation=m.dictation,
+        model=m.model, agent=m.agent,
+    )
+
+
+def caller_remaining(context: grpc.aio.ServicerContext) -> float | None:
+    """Seconds left of the caller's deadline, None when the caller set none."""
+    r = context.time_remaining()
+    return None if r is None or r > _NO_DEADLINE_S else max(0.0, r)
+
+
+class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
+    def __init__(self, repo: Repository, turns: TurnRunner, max_content_chars: int):
+        self._repo = repo
+        self._turns = turns
+        self._max_chars = max_content_chars
+
+    async def CreateInstance(self, request, context):  # noqa: N802
+        """AIP-133; ALREADY_EXISTS when the owner already has `instance_id` (and it is not a retry)."""
+        owner = current_principal().sub
+        new = domain.validate_new_instance(request.instance.display_name, request.instance.agent,
+                                           request.instance_id, request.request_id, new_id())
+        try:
+            inst = await self._repo.create_instance(owner, new, datetime.now(UTC))
+        except InstanceExists:
+            raise DomainError(message=f"instances/{new.id} already exists", reason="ALREADY_EXISTS",
+                              metadata={"resource": f"instances/{new.id}"},
+                              code=grpc.StatusCode.ALREADY_EXISTS) from None
+        return instance_pb(inst)
+
+    async def GetInstance(self, request, context):  # noqa: N802
+        inst = await self._instance(request.name, "name")
+        return instance_pb(inst)
+
+    async def ListInstances(self, request, context):  # noqa: N802
+        owner = current_principal().sub
+        size = page_size(request.page_size, default=100)
+        after = domain.parse_instance_page(request.page_token)
+        rows = await self._repo.list_instances(owner, after, size + 1)
+        resp = chat_pb2.ListInstancesResponse(instances=[instance_pb(i) for i in rows[:size]])
+        if len(rows) > size:
+            resp.next_page_token = domain.instance_page_token(rows[size - 1])
+        return resp
+
+    async def SendMessage(self, request, context):  # noqa: N802
+        p = current_principal()
+        turn = self._turn(request)
+        res = await self._turns.send(p.sub, p.token, turn, _caller(context), caller_remaining(context))
+        return chat_pb2.SendMessageResponse(user_message=message_pb(res.user_message), reply=message_pb(res.reply),
+                                            trace_id=res.trace_id)
+
+    async def StreamMessage(self, request, context):  # noqa: N802
+        p = current_principal()
+        turn = self._turn(request)
+        async for ev in self._turns.stream(p.sub, p.token, turn, _caller(context), caller_remaining(context)):
+            if isinstance(ev, StreamStart):
+                yield chat_pb2.StreamMessageResponse(user_message=message_pb(ev.user_message), trace_id=ev.trace_id)
+            elif isinstance(ev, Message):
+                yield chat_pb2.StreamMessageResponse(reply=message_pb(ev), trace_id=ev.trace_id)
+            else:
+                yield chat_pb2.StreamMessageResponse(reply_delta=ev)
+
+    async def GetMessage(self, request, context):  # noqa: N802
+        owner = current_principal().sub
+        instance_id, message_id = domain.parse_message_name(request.name)
+        m = await self._repo.get_message(owner, instance_id, message_id)
+        if m is None:
+            raise NotFound(request.name)
+        return message_pb(m)
+
+    async def ListMessages(self, request, context):  # noqa: N802
+        """Oldest first; keyset on (create_time, id); filters `trace_id`, `turn_index`."""
+        inst = await self._instance(request.parent, "parent")
+        size = page_size(request.page_size, default=100)
+        trace_id = domain.filter_trace_id(request.trace_id)
+        turn_index = request.turn_index if request.HasField("turn_index") else None
+        filters = f"{inst.id}|{trace_id or ''}|{'' if turn_index is None else turn_index}"
+        after = MessagePage.parse(request.page_token, filters)
+        rows = await self._repo.list_messages(inst.owner, inst.id, after, size + 1, trace_id, turn_index)
+        resp = chat_pb2.ListMessagesResponse(messages=[message_pb(m) for m in rows[:size]])
+        if len(rows) > size:
+            resp.next_page_token = MessagePage.token(rows[size - 1], filters)
+        return resp
+
+    async def ClearMessages(self, request, context):  # noqa: N802
+        inst = await self._instance(request.parent, "parent")
+        n = await self._repo.clear_messages(inst.owner, inst.id)
+        return chat_pb2.ClearMessagesResponse(deleted_count=n)
+
+    async def DeleteTurn(self, request, context):  # noqa: N802
+        inst = await self._instance(request.parent, "parent")
+        trace_id = domain.filter_trace_id(request.trace_id)
+        if trace_id is None:
+            raise InvalidArgument("trace_id", "is required (32 hexadecimal characters)")
+        if await self._repo.delete_turn(inst.owner, inst.id, trace_id) == 0:
+            raise NotFound(f"{inst.name} turn {trace_id}")
+        return empty_pb2.Empty()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    async def _instance(self, name: str, field_path: str) -> Instance:
+        """The caller's instance by name; NOT_FOUND when unknown or another owner's."""
+        owner = current_principal().sub
+        inst = await self._repo.get_instance(owner, domain.parse_instance_name(name, field_path))
+        if inst is None:
+            raise NotFound(name)
+        return inst
+
+    def _turn(self, request) -> domain.TurnInput:
+        return domain.validate_turn(request.instance, request.content, request.channel, request.audio_key,
+                                    request.dictation, request.request_id, self._max_chars)
+
+
+def _caller(context: grpc.aio.ServicerContext) -> trace.SpanContext | None:
+    """The caller's span context from `traceparent` (kept as a link on the turn, never its parent)."""
+    sc = trace.get_current_span(extract_context(context)).get_span_context()
+    return sc if sc.is_valid else None

@@ -1,0 +1,274 @@
+"""The turn (design.md, "The turn"): one new trace per turn, the user message stored before the agent
+is called, the agent called with the turn's context, the reply stored with the same trace id.
+
+No grpc and no SQL here: the agent is reached through `AgentPort` (`services.chat.agent_client`
+adapts gRPC), rows through `services.chat.repository.Repository`. OpenTelemetry is the one
+dependency, because making the turn addressable *is* this module's job.
+
+Spans and events of a turn (all under one trace id minted here):
+- `chat.turn` (SERVER, root): started at t0 with an empty parent context; the caller's
+  `traceparent` (if any) only as a span link. Attributes: `chat.instance`, `chat.turn_index`,
+  `chat.user_message`, `chat.reply_message`, `chat.request_id`.
+- event `chat.in` at t0 (the same clock reading as the user message's create_time);
+- event `chat.reply_sanitized` when the agent's reply held NUL characters (count);
+- event `chat.out` when the reply is stored;
+- the agent's `agent.think` / `tool.call` spans are children (context injected into gRPC metadata).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import NoReturn, Protocol
+
+import grpc  # only for status codes of errors without a helper class in services.common.errors
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from services.chat.domain import (
+    AgentCallError,
+    AgentReply,
+    Message,
+    Role,
+    ThinkInput,
+    TurnInput,
+    TurnRecord,
+    agent_timeout,
+    sanitize_reply,
+    time_from_ns,
+)
+from services.chat.repository import Repository, RequestRace
+from services.common.errors import DeadlineExceeded, DomainError, NotFound, Unavailable
+from services.common.ids import new_id
+
+log = logging.getLogger(__name__)
+
+TURN_SPAN = "chat.turn"
+# How often a retry polls a turn that another request with the same request_id is still running.
+RETRY_POLL_S = 0.05
+
+
+class AgentPort(Protocol):
+    """How the gateway reaches the agent (gRPC in production: `services.chat.agent_client`)."""
+
+    async def think(self, req: ThinkInput, *, timeout_s: float, metadata: tuple[tuple[str, str], ...]
+                    ) -> AgentReply: ...
+
+    def stream(self, req: ThinkInput, *, timeout_s: float, metadata: tuple[tuple[str, str], ...]
+               ) -> AsyncIterator[str | AgentReply]: ...
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    user_message: Message
+    reply: Message
+    trace_id: str
+
+
+@dataclass(frozen=True)
+class StreamStart:
+    """First event of a streamed turn: the stored user message."""
+
+    user_message: Message
+    trace_id: str
+
+
+class TurnRunner:
+    """Runs turns. One per gateway process; `repo` and `agent` are created once at start-up."""
+
+    def __init__(self, repo: Repository, agent: AgentPort, tracer: trace.Tracer, cap_s: float,
+                 history_messages: int):
+        self._repo = repo
+        self._agent = agent
+        self._tracer = tracer
+        self._cap_s = cap_s
+        self._history = history_messages
+
+    async def send(self, owner: str, token: str, turn: TurnInput, caller: trace.SpanContext | None,
+                   caller_remaining_s: float | None) -> TurnResult:
+        """One complete turn (SendMessage). Raises NotFound (`instance`), DeadlineExceeded,
+        Unavailable, or DomainError(INTERNAL, AGENT_FAILED) — the last three with ErrorInfo metadata
+        `trace_id` and `user_message` (the stored, addressable user message).
+        A `turn.request_id` seen before returns the stored turn without calling the agent again.
+        """
+        t0_ns = time.time_ns()
+        started = await self._start(owner, turn, caller, t0_ns, caller_remaining_s)
+        if isinstance(started, TurnResult):
+            return started
+        span, user, history, agent_slug = started
+        try:
+            timeout = agent_timeout(caller_remaining_s, self._cap_s)
+            reply = await self._agent.think(
+                self._think_input(turn, user, history, agent_slug), timeout_s=timeout,
+                metadata=self._metadata(span, token),
+            )
+            stored = await self._store_reply(owner, span, user, reply)
+            return TurnResult(user, stored, user.trace_id)
+        except BaseException as err:
+            await self._fail(owner, span, user, err)
+        finally:
+            span.end()
+
+    async def stream(self, owner: str, token: str, turn: TurnInput, caller: trace.SpanContext | None,
+                     caller_remaining_s: float | None) -> AsyncIterator[StreamStart | str | Message]:
+        """The streamed turn (StreamMessage): yields StreamStart, then reply chunks (str), then the
+        stored reply (Message). Same rules and errors as `send`; no partial reply is ever stored.
+        """
+        t0_ns = time.time_ns()
+        started = await self._start(owner, turn, caller, t0_ns, caller_remaining_s)
+        if isinstance(started, TurnResult):  # a retry: replay the stored turn
+            yield StreamStart(started.user_message, started.trace_id)
+            yield started.reply.content
+            yield started.reply
+            return
+        span, user, history, agent_slug = started
+        try:
+            yield StreamStart(user, user.trace_id)
+            timeout = agent_timeout(caller_remaining_s, self._cap_s)
+            final: AgentReply | None = None
+            async for item in self._agent.stream(
+                self._think_input(turn, user, history, agent_slug), timeout_s=timeout,
+                metadata=self._metadata(span, token),
+            ):
+                if isinstance(item, AgentReply):
+                    final = item
+                else:
+                    yield sanitize_reply(item)[0]
+            if final is None:
+                raise AgentCallError("FAILED", "the agent's stream ended without a final reply")
+            yield await self._store_reply(owner, span, user, final)
+        except BaseException as err:
+            await self._fail(owner, span, user, err)
+        finally:
+            span.end()
+
+    # -- steps ---------------------------------------------------------------------------------
+
+    async def _start(self, owner: str, turn: TurnInput, caller: trace.SpanContext | None, t0_ns: int,
+                     caller_remaining_s: float | None):
+        """Steps 1–2: the root span at t0 and the stored user message. A request_id retry returns
+        the stored TurnResult (no new span, no agent call)."""
+        if turn.request_id is not None:
+            done = await self._replay(owner, turn, caller_remaining_s)
+            if done is not None:
+                return done
+        links = [Link(caller)] if caller is not None and caller.is_valid else []
+        span = self._tracer.start_span(
+            TURN_SPAN, context=otel_context.Context(), kind=SpanKind.SERVER, start_time=t0_ns, links=links,
+            attributes={"chat.instance": f"instances/{turn.instance_id}", "rpc.system": "grpc"},
+        )
+        if turn.request_id is not None:
+            span.set_attribute("chat.request_id", str(turn.request_id))
+        trace_id = format(span.get_span_context().trace_id, "032x")
+        t0 = time_from_ns(t0_ns)
+        try:
+            try:
+                began = await self._repo.begin_turn(owner, turn, trace_id, new_id(), t0, self._history)
+            except RequestRace:
+                began = None if turn.request_id is None else await self._replay(owner, turn, caller_remaining_s)
+                if began is None:
+                    raise
+            if began is None:
+                span.set_attribute("rpc.grpc.status_code", 5)
+                raise NotFound(f"instances/{turn.instance_id}")
+            if isinstance(began, (TurnRecord, TurnResult)):
+                span.set_attribute("chat.duplicate_request", True)
+                return began if isinstance(began, TurnResult) else await self._replay(owner, turn, caller_remaining_s)
+        except BaseException as err:
+            if not isinstance(err, NotFound):
+                span.set_status(Status(StatusCode.ERROR, type(err).__name__))
+            span.end()
+            raise
+        user, history = began
+        span.set_attribute("chat.turn_index", user.turn_index)
+        span.set_attribute("chat.user_message", user.name)
+        span.add_event("chat.in", {"chat.message": user.name, "chat.content_chars": len(user.content),
+                                   "chat.channel": user.channel.name}, timestamp=t0_ns)
+        return span, user, history, user.agent
+
+    async def _replay(self, owner: str, turn: TurnInput, caller_remaining_s: float | None) -> TurnResult | None:
+        """The stored outcome of a request_id already used: its TurnResult, its error re-raised, or
+        (while the first request still runs) waiting for it within the caller's time."""
+        assert turn.request_id is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + agent_timeout(caller_remaining_s, self._cap_s)
+        while True:
+            rec = await self._repo.turn_by_request(owner, turn.instance_id, turn.request_id)
+            if rec is None:
+                return None
+            if rec.state == "DONE" and rec.reply is not None:
+                return TurnResult(rec.user_message, rec.reply, rec.trace_id)
+            if rec.state == "FAILED":
+                raise _turn_error(rec.error_code or "FAILED", rec.error_message or "", rec.trace_id,
+                                  rec.user_message.name)
+            if loop.time() >= deadline:
+                raise _turn_error("DEADLINE_EXCEEDED", "the first request with this request_id is still running",
+                                  rec.trace_id, rec.user_message.name)
+            await asyncio.sleep(RETRY_POLL_S)
+
+    def _think_input(self, turn: TurnInput, user: Message, history: list[tuple[Role, str]], agent: str
+                     ) -> ThinkInput:
+        return ThinkInput(instance=f"instances/{turn.instance_id}", agent=agent, history=history,
+                          content=user.content, turn_index=user.turn_index, user_message=user.name)
+
+    @staticmethod
+    def _metadata(span: trace.Span, token: str) -> tuple[tuple[str, str], ...]:
+        """Step 3: the turn's W3C context + the caller's token (the agent acts on the owner's behalf)."""
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        return (("authorization", f"Bearer {token}"), *carrier.items())
+
+    async def _store_reply(self, owner: str, span: trace.Span, user: Message, reply: AgentReply) -> Message:
+        """Step 5: the reply (same trace id and turn index), then `chat.out`."""
+        text, replaced = sanitize_reply(reply.content)
+        if replaced:
+            span.add_event("chat.reply_sanitized", {"chat.nul_replaced": replaced})
+        now_ns = time.time_ns()
+        msg = Message(
+            instance_id=user.instance_id, id=new_id(), role=Role.ASSISTANT, content=text, trace_id=user.trace_id,
+            turn_index=user.turn_index, create_time=time_from_ns(now_ns), model=reply.model, agent=user.agent,
+        )
+        await asyncio.shield(self._repo.finish_turn(owner, msg))
+        span.set_attribute("chat.reply_message", msg.name)
+        span.add_event("chat.out", {"chat.message": msg.name, "chat.content_chars": len(text),
+                                    "gen_ai.response.model": reply.model}, timestamp=now_ns)
+        return msg
+
+    async def _fail(self, owner: str, span: trace.Span, user: Message, err: BaseException) -> NoReturn:
+        """Step 6: the root span ERROR, the turn marked FAILED (the user message stays); raises the
+        error the caller gets (ErrorInfo metadata: `trace_id`, `user_message`); a cancellation
+        is re-raised as it is."""
+        if isinstance(err, AgentCallError):
+            code, detail = err.kind, err.detail
+        elif isinstance(err, (asyncio.CancelledError, GeneratorExit)):
+            code, detail = "CANCELLED", "the caller cancelled the turn"
+        elif isinstance(err, DomainError):
+            code, detail = err.reason, err.message
+        else:
+            code, detail = "INTERNAL", type(err).__name__
+            log.error("turn %s failed", user.trace_id, exc_info=err)
+        span.set_status(Status(StatusCode.ERROR, f"{code}: {detail}"[:200]))
+        span.set_attribute("error.type", code)
+        try:
+            await asyncio.shield(self._repo.fail_turn(owner, user.instance_id, user.trace_id, code, detail[:1000]))
+        except Exception:  # noqa: BLE001 - the caller's error matters more than the bookkeeping
+            log.exception("could not mark turn %s failed", user.trace_id)
+        if not isinstance(err, Exception):  # CancelledError, GeneratorExit, KeyboardInterrupt
+            raise err
+        raise _turn_error(code, detail, user.trace_id, user.name) from err
+
+
+def _turn_error(code: str, detail: str, trace_id: str, user_message: str) -> BaseException:
+    md = {"trace_id": trace_id, "user_message": user_message}
+    if code == "DEADLINE_EXCEEDED":
+        return DeadlineExceeded(f"the agent did not answer in time: {detail}", reason="AGENT_DEADLINE_EXCEEDED", **md)
+    if code == "UNAVAILABLE":
+        return Unavailable(f"the agent is unreachable: {detail}", retry_after_s=1.0, reason="AGENT_UNAVAILABLE", **md)
+    if code == "CANCELLED":
+        return DomainError(message="the turn was cancelled by its caller", reason="TURN_CANCELLED", metadata=md,
+                           code=grpc.StatusCode.CANCELLED)
+    return DomainError(message=f"the agent failed: {detail}", reason="AGENT_FAILED", metadata=md,
+                       code=grpc.StatusCode.INTERNAL)

@@ -1,0 +1,85 @@
+"""The turn, end to end through real servers: chat gateway → reference agent → collector (+ feedback).
+
+Spans are checked as the collector stored them (`Stack.wait_trace`), not in memory.
+"""
+from __future__ import annotations
+
+import uuid
+
+import grpc
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry import propagate, trace
+
+from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.traces.v1 import traces_pb2
+from tests.stack import Stack
+
+CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_PARENT = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_PARENT}-01"
+
+
+async def new_instance(stack: Stack, sub: str = "alice", agent: str = "reference") -> str:
+    inst = await stack.chat().CreateInstance(
+        chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="My agent", agent=agent)),
+        metadata=stack.md(sub))
+    return inst.name
+
+
+def by_name(t: traces_pb2.Trace, name: str) -> list[traces_pb2.Span]:
+    return [s for s in t.spans if s.name == name]
+
+
+def events(t: traces_pb2.Trace, name: str) -> list[tuple[traces_pb2.Span, traces_pb2.SpanEvent]]:
+    return [(s, e) for s in t.spans for e in s.events if e.name == name]
+
+
+def check_turn_trace(t: traces_pb2.Trace, trace_id: str) -> None:
+    """F01: every span shares the minted id; tool span ⊂ agent span ⊂ turn; caller only a link."""
+    assert trace_id != CALLER_TRACE
+    assert {s.trace_id for s in t.spans} == {trace_id}
+    (turn,) = by_name(t, "chat.turn")
+    (think,) = by_name(t, "agent.think")
+    tools = by_name(t, "tool.call")
+    assert tools, "the agent made no tool call"
+    assert turn.parent_span_id == ""
+    assert [(link.trace_id, link.span_id) for link in turn.links] == [(CALLER_TRACE, CALLER_PARENT)]
+    assert think.parent_span_id == turn.span_id
+    assert all(s.parent_span_id == think.span_id for s in tools)
+    assert tools[0].attributes["gen_ai.tool.name"] and tools[0].attributes["gen_ai.tool.call.id"]
+    assert [e.name for e in turn.events][:1] == ["chat.in"] and turn.events[-1].name == "chat.out"
+
+
+async def test_F01_turn_spans_share_minted_trace_id_caller_only_linked(stack: Stack):
+    parent = await new_instance(stack)
+    md = (*stack.md(), ("traceparent", TRACEPARENT))
+    r = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="hello there"),
+                                       metadata=md)
+    assert r.trace_id == r.user_message.trace_id == r.reply.trace_id
+    assert r.user_message.turn_index == r.reply.turn_index == 0
+    assert r.reply.content and r.reply.role == chat_pb2.ROLE_ASSISTANT
+    t = await stack.wait_trace(r.trace_id, min_spans=3)
+    check_turn_trace(t, r.trace_id)
+    # Both stored messages carry the id too.
+    listed = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=parent, trace_id=r.trace_id),
+                                             metadata=stack.md())
+    assert [(m.role, m.trace_id) for m in listed.messages] == [
+        (chat_pb2.ROLE_USER, r.trace_id), (chat_pb2.ROLE_ASSISTANT, r.trace_id)]
+
+
+async def test_F01_streaming_turn_same_rules(stack: Stack):
+    parent = await new_instance(stack)
+    md = (*stack.md(), ("traceparent", TRACEPARENT))
+    items = [x async for x in stack.chat().StreamMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="tell me a story"), metadata=md)]
+    first, *deltas, last = items
+    assert first.WhichOneof("event") == "user_message" and last.WhichOneof("event") == "reply"
+    trace_id = first.trace_id
+    assert first.user_message.trace_id == last.reply.trace_id == last.trace_id == trace_id
+    assert deltas and "".join(d.reply_delta for d in deltas) == last.reply.content
+    t = await stack.wait_trace(trace_id, min_spans=3)
+    check_turn_trace(t, trace_id)
+    listed = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md())
+    assert [m.trace_id for m in listed.messages] == [trace_id, trace_id]
+    assert listed.messages[1].content == last.reply.content
