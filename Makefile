@@ -19,9 +19,24 @@ $(STAMP): pyproject.toml
 
 # Generated code: gen/ (never committed, never edited). buf lint runs when buf is installed (console/ npm deps).
 gen/.stamp: $(STAMP) $(shell find protos -name '*.proto') scripts/gen_protos.py
-	@if [ -x console/node_modules/.bin/buf ]; then (cd protos && ../console/node_modules/.bin/buf lint); fi
+	@if [ -x console/node_modules/.bin/buf ]; then (cd console && PYTHON=../$(PY) npm run --silent lint:protos); fi
 	$(PY) scripts/gen_protos.py
 	touch gen/.stamp
+
+# The console (console/): npm ci from the committed package-lock.json, TypeScript generated from protos/
+# by buf + protoc-gen-es into console/src/gen, type check, Vite build into console/dist (static files).
+CONSOLE_SRC := $(shell find console/src console/scripts -path console/src/gen -prune -o -type f -print 2>/dev/null) \
+	console/index.html console/vite.config.ts console/tsconfig.json console/buf.gen.yaml
+
+console: console/dist/.stamp
+
+console/node_modules/.stamp: console/package.json console/package-lock.json
+	cd console && npm ci --no-audit --no-fund
+	touch $@
+
+console/dist/.stamp: $(STAMP) console/node_modules/.stamp $(CONSOLE_SRC) $(shell find protos -name '*.proto')
+	cd console && PYTHON=../$(PY) npm run build
+	touch $@
 
 proto: $(STAMP)
 	rm -f gen/.stamp

@@ -1,5 +1,6 @@
-// Stage the API protos for buf: ../protos/agentfeedback plus google/api/field_behavior.proto, which
-// our protos import. The latter is taken from the Python `googleapis-common-protos` package in the
+// Stage the API protos for buf: ../protos/agentfeedback plus google/api/field_behavior.proto (our
+// protos import it) and google/rpc/error_details.proto (ErrorInfo / BadRequest, read from errors by
+// the console). Both are taken from the Python `googleapis-common-protos` package in the
 // project's virtualenv (the same source scripts/gen_protos.py uses), so nothing is fetched from the
 // Buf Schema Registry. Output: console/.proto-build/ (gitignored, recreated on every run).
 //
@@ -16,14 +17,18 @@ const python = process.env.PYTHON ?? join(repo, ".venv", "bin", "python");
 if (!existsSync(python) && !process.env.PYTHON) {
   throw new Error(`no Python at ${python}: run \`make setup\` first, or set PYTHON to a Python with googleapis-common-protos`);
 }
-const fieldBehavior = execFileSync(
+// site-packages/ (the directory holding google/api and google/rpc).
+const googleRoot = execFileSync(
   python,
-  ["-c", "import google.api.field_behavior_pb2 as m, pathlib; print(pathlib.Path(m.__file__).with_name('field_behavior.proto'))"],
+  ["-c", "import google.api.field_behavior_pb2 as m, pathlib; print(pathlib.Path(m.__file__).parents[2])"],
   { encoding: "utf8" },
 ).trim();
+const deps = ["google/api/field_behavior.proto", "google/rpc/error_details.proto"];
 
 rmSync(out, { recursive: true, force: true });
 cpSync(join(repo, "protos", "agentfeedback"), join(out, "agentfeedback"), { recursive: true });
-mkdirSync(join(out, "google", "api"), { recursive: true });
-cpSync(fieldBehavior, join(out, "google", "api", "field_behavior.proto"));
+for (const dep of deps) {
+  mkdirSync(dirname(join(out, dep)), { recursive: true });
+  cpSync(join(googleRoot, dep), join(out, dep));
+}
 console.log(`staged protos into ${out}`);

@@ -1,0 +1,68 @@
+// The console shell: hash routes, the top navigation, sign-in guard.
+//   #/signin                      sign in with a token
+//   #/agents                      the owner's agents
+//   #/agents/<id>/chat|feedback|trace[?trace=<id>&feedback=<name>]
+//   #/feedback[?status=OPEN]      everything the owner flagged, across agents
+//   #/stats                       statistics (scope feedback:admin)
+import "./style.css";
+import { principal, signOut } from "./api";
+import { h, mount } from "./dom";
+import { agentPage } from "./pages/agent";
+import { agentsPage } from "./pages/agents";
+import { feedbackPage } from "./pages/feedback";
+import { signInPage } from "./pages/signin";
+import { statsPage } from "./pages/stats";
+import { go, parseRoute } from "./router";
+
+const app = document.getElementById("app")!;
+
+function nav(active: string) {
+  const p = principal();
+  const link = (href: string, label: string, key: string) =>
+    h("a", { href, class: active === key ? "active" : "", "aria-current": active === key ? "page" : undefined }, label);
+  return h(
+    "header",
+    { class: "top" },
+    h("strong", { class: "brand" }, "agent-feedback"),
+    h(
+      "nav",
+      {},
+      link("#/agents", "Agents", "agents"),
+      link("#/feedback", "Feedback", "feedback"),
+      p?.scopes.has("feedback:admin") ? link("#/stats", "Statistics", "stats") : null,
+    ),
+    h(
+      "span",
+      { class: "who" },
+      p ? h("span", { class: "muted", "data-testid": "who" }, p.sub) : null,
+      p ? h("button", { class: "link", onclick: () => { signOut(); go("#/signin"); } }, "Sign out") : null,
+    ),
+  );
+}
+
+async function render(): Promise<void> {
+  const route = parseRoute();
+  const p = principal();
+  const section = route.path[0] ?? "";
+  if (!p && section !== "signin") {
+    location.hash = "#/signin";
+    return;
+  }
+  const main = h("main", {});
+  mount(app, nav(section), main);
+  switch (section) {
+    case "signin":
+      return signInPage(main);
+    case "agents":
+      return route.path[1] ? agentPage(main, route.path[1], route.path[2] ?? "chat", route.query) : agentsPage(main);
+    case "feedback":
+      return feedbackPage(main, route.query);
+    case "stats":
+      return statsPage(main);
+    default:
+      location.hash = "#/agents";
+  }
+}
+
+window.addEventListener("hashchange", () => void render());
+void render();

@@ -1,0 +1,31 @@
+// An agent's page: tabs Chat, Feedback (this agent's reports, whatever the agent declares), Trace.
+import { api, errorText } from "../api";
+import { h, mount } from "../dom";
+import { chatTab } from "./chat";
+import { feedbackList } from "./feedbackList";
+import { traceTab } from "./trace";
+
+const TABS: [string, string][] = [
+  ["chat", "Chat"],
+  ["feedback", "Feedback"],
+  ["trace", "Trace"],
+];
+
+export async function agentPage(main: HTMLElement, id: string, tab: string, query: URLSearchParams): Promise<void> {
+  const instance = `instances/${id}`;
+  const title = h("h1", {}, id);
+  const sub = h("p", { class: "muted" });
+  const tabs = h("nav", { class: "tabs", role: "tablist", "aria-label": "Agent sections" },
+    TABS.map(([key, label]) =>
+      h("a", { href: `#/agents/${encodeURIComponent(id)}/${key}`, role: "tab", "aria-selected": String(key === tab), class: key === tab ? "active" : "" }, label)));
+  const panel = h("section", { class: "tab-panel", role: "tabpanel" });
+  mount(main, h("p", {}, h("a", { href: "#/agents" }, "← Agents")), title, sub, tabs, panel);
+  if (id !== "_") {
+    api().chat.getInstance({ name: instance })
+      .then((i) => { title.textContent = i.displayName || id; sub.textContent = `agent ${i.agent}`; })
+      .catch((e) => { sub.textContent = errorText(e); });
+  }
+  if (tab === "feedback") await feedbackList(panel, { instance });
+  else if (tab === "trace") await traceTab(panel, id === "_" ? "" : instance, query);
+  else await chatTab(panel, instance, query);
+}

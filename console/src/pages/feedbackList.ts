@@ -1,0 +1,172 @@
+// Feedback rows, shared by the account-wide Feedback page and an agent's Feedback tab.
+// Each row: time, agent, the owner's words, the quoted target, status, "open the conversation"
+// (unavailable when the chat was cleared or the turn deleted), "open the trace" (honest about
+// expired / not recorded spans), and triage (status + issue URL, UpdateFeedback with the etag).
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { api, Code, errorCode, errorText, lastSegment, principal, uuid4 } from "../api";
+import { append, h, mount, timeEl } from "../dom";
+import { Author, Status, TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
+
+export const STATUS_NAMES: [Status, string][] = [
+  [Status.OPEN, "open"],
+  [Status.TRIAGED, "triaged"],
+  [Status.FILED, "filed"],
+  [Status.DISMISSED, "dismissed"],
+];
+
+export function statusName(s: Status): string {
+  return STATUS_NAMES.find(([v]) => v === s)?.[1] ?? "unspecified";
+}
+
+export interface ListOptions {
+  instance?: string;
+  status?: Status;
+  highlight?: string;
+}
+
+/** Fill `container` with the caller's feedback (newest first), paged with "Load more". */
+export async function feedbackList(container: HTMLElement, opts: ListOptions): Promise<void> {
+  const list = h("div", { class: "feedback-list", "aria-busy": "true" });
+  const error = h("p", { class: "error", role: "alert" });
+  const more = h("button", { type: "button", hidden: true }, "Load more");
+  mount(container, list, error, more);
+  let pageToken = "";
+  const load = async () => {
+    try {
+      const r = await api().feedback.listFeedback({ pageSize: 50, pageToken, instance: opts.instance ?? "", status: opts.status ?? Status.UNSPECIFIED });
+      if (!pageToken && !r.feedback.length) list.append(h("p", { class: "muted empty" }, "Nothing flagged yet."));
+      for (const fb of r.feedback) list.append(feedbackRow(fb, opts.highlight === fb.name));
+      pageToken = r.nextPageToken;
+      more.hidden = !pageToken;
+    } catch (e) {
+      error.textContent = errorText(e);
+    } finally {
+      list.removeAttribute("aria-busy");
+    }
+  };
+  more.addEventListener("click", () => void load());
+  await load();
+  container.querySelector(".feedback-row.focused")?.scrollIntoView({ block: "center" });
+}
+
+function agentLabel(fb: Feedback): string {
+  const ctxAgent = fb.snapshot?.context?.agent ?? "";
+  const inst = fb.instance ? lastSegment(fb.instance) : "";
+  if (inst && ctxAgent) return `${inst} (${ctxAgent})`;
+  return inst || ctxAgent || "—";
+}
+
+function traceIdOf(fb: Feedback): string {
+  return fb.snapshot?.traceId || (fb.target.case === "traceId" ? fb.target.value : "");
+}
+
+/** "open the trace", or an honest statement of why there is none. */
+function traceLink(fb: Feedback): HTMLElement {
+  const tid = traceIdOf(fb);
+  const state = fb.traceSnapshot?.state ?? TraceSnapshotState.UNSPECIFIED;
+  if (!tid) return h("span", { class: "unavailable trace-state" }, "no trace (not a chat turn)");
+  const href = `#/agents/${encodeURIComponent(lastSegment(fb.instance) || "_")}/trace?trace=${tid}&feedback=${encodeURIComponent(fb.name)}`;
+  switch (state) {
+    case TraceSnapshotState.EXPIRED:
+      return h("span", { class: "trace-state" }, h("span", { class: "unavailable" }, "trace expired"), " · ", h("a", { href, class: "open-trace" }, "frozen copy"));
+    case TraceSnapshotState.UNAVAILABLE:
+      return h("span", { class: "unavailable trace-state" }, "trace not recorded");
+    case TraceSnapshotState.PENDING:
+      return h("span", { class: "trace-state" }, h("a", { href, class: "open-trace" }, "open the trace"), h("span", { class: "muted" }, " (spans still arriving)"));
+    default:
+      return h("a", { href, class: "open-trace trace-state" }, "open the trace");
+  }
+}
+
+/** "open the conversation" once the target message is known to still exist. */
+function conversationLink(fb: Feedback): HTMLElement {
+  const slot = h("span", { class: "conv-link muted" }, "checking conversation…");
+  const inst = fb.instance ? lastSegment(fb.instance) : "";
+  if (!inst) {
+    slot.textContent = "no conversation (not a chat turn)";
+    slot.className = "conv-link unavailable";
+    return slot;
+  }
+  const href = fb.target.case === "message"
+    ? `#/agents/${encodeURIComponent(inst)}/chat?message=${encodeURIComponent(fb.target.value)}`
+    : `#/agents/${encodeURIComponent(inst)}/chat?trace=${traceIdOf(fb)}`;
+  const check = fb.target.case === "message"
+    ? api().chat.getMessage({ name: fb.target.value }).then(() => true)
+    : api().chat.listMessages({ parent: fb.instance, traceId: traceIdOf(fb), pageSize: 1 }).then((r) => r.messages.length > 0);
+  check
+    .then((exists) => {
+      slot.replaceChildren(
+        exists
+          ? h("a", { href, class: "open-conversation" }, "open the conversation")
+          : h("span", { class: "unavailable" }, "conversation unavailable (chat cleared or turn deleted)"),
+      );
+      slot.className = "conv-link";
+    })
+    .catch((e) => {
+      slot.className = "conv-link unavailable";
+      slot.textContent = errorCode(e) === Code.NotFound ? "conversation unavailable (chat cleared or turn deleted)" : `conversation: ${errorText(e)}`;
+    });
+  return slot;
+}
+
+function triage(fb: Feedback, row: HTMLElement): HTMLElement | null {
+  if (!principal()?.scopes.has("feedback:triage")) return null;
+  const status = h("select", { "aria-label": "Status", class: "triage-status" },
+    STATUS_NAMES.map(([v, n]) => h("option", { value: String(v), selected: v === fb.status }, n)));
+  const issue = h("input", { type: "url", class: "triage-issue", placeholder: "https://tracker/issue/123", value: fb.issueUrl, "aria-label": "Issue URL" });
+  const msg = h("span", { class: "triage-msg", role: "status" });
+  return h(
+    "form",
+    {
+      class: "triage",
+      onsubmit: async (ev: Event) => {
+        ev.preventDefault();
+        try {
+          const updated = await api().feedback.updateFeedback({
+            feedback: { name: fb.name, status: Number(status.value) as Status, issueUrl: issue.value.trim(), etag: fb.etag },
+            updateMask: { paths: ["status", "issue_url"] },
+            requestId: uuid4(),
+          });
+          row.replaceWith(feedbackRow(updated, true));
+        } catch (e) {
+          if (errorCode(e) === Code.Aborted) {
+            const current = await api().feedback.getFeedback({ name: fb.name });
+            const fresh = feedbackRow(current, true);
+            fresh.querySelector(".triage-msg")!.textContent = "Someone changed this report meanwhile: this is the current version; apply your change again.";
+            row.replaceWith(fresh);
+          } else {
+            msg.textContent = errorText(e);
+          }
+        }
+      },
+    },
+    status,
+    issue,
+    h("button", { type: "submit" }, "Save"),
+    msg,
+  );
+}
+
+export function feedbackRow(fb: Feedback, focused = false): HTMLElement {
+  const row = h("article", { class: `feedback-row${focused ? " focused" : ""}`, dataset: { name: fb.name, trace: traceIdOf(fb) } });
+  const target = fb.snapshot?.targetText ?? "";
+  const role = fb.snapshot?.targetRole === "ROLE_USER" ? "your message" : "the agent's reply";
+  append(row, [
+    h("header", { class: "fb-head" },
+      timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined),
+      h("span", { class: "fb-agent" }, agentLabel(fb)),
+      h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)),
+      fb.author === Author.AGENT ? h("span", { class: "badge" }, "recorded by the agent") : null,
+    ),
+    h("p", { class: "fb-words" }, fb.body),
+    target
+      ? h("blockquote", { class: "fb-quote", cite: fb.target.case === "message" ? fb.target.value : undefined },
+          h("span", { class: "muted" }, `On ${role}: `), target, fb.snapshot?.targetTextClipped ? h("span", { class: "muted" }, " […]") : null)
+      : null,
+    fb.issueUrl ? h("p", {}, "Issue: ", h("a", { href: fb.issueUrl, rel: "noopener noreferrer", target: "_blank" }, fb.issueUrl)) : null,
+    h("p", { class: "fb-links" }, conversationLink(fb), " · ", traceLink(fb)),
+  ]);
+  const t = triage(fb, row);
+  if (t) row.append(t);
+  return row;
+}
