@@ -83,3 +83,78 @@ async def test_F01_streaming_turn_same_rules(stack: Stack):
     listed = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md())
     assert [m.trace_id for m in listed.messages] == [trace_id, trace_id]
     assert listed.messages[1].content == last.reply.content
+
+
+async def test_chat_truncated_carries_turn_trace_id(stack: Stack):
+    """list_subordinates returns more than tool_result_max_bytes: the tool layer cuts it and says so."""
+    parent = await new_instance(stack)
+    r = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
+        instance=parent, content="…how many agents do you have in total? Give me their names."), metadata=stack.md())
+    t = await stack.wait_trace(r.trace_id, min_spans=3)
+    (tool,) = by_name(t, "tool.call")
+    assert tool.attributes["gen_ai.tool.name"] == "list_subordinates"
+    ((span, ev),) = events(t, "chat.truncated")
+    assert span.trace_id == r.trace_id == r.reply.trace_id
+    original, kept = ev.attributes["tool.result.original_bytes"], ev.attributes["tool.result.kept_bytes"]
+    assert kept <= 4096 < original  # AgentSettings.tool_result_max_bytes default
+    assert tool.attributes["tool.result.size_bytes"] == original
+    assert "120 agents in total" in r.reply.content and "cut at" in r.reply.content
+
+
+async def test_chat_invented_result_carries_turn_trace_id(stack: Stack):
+    parent = await new_instance(stack)
+    r = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
+        instance=parent, content="Please send the weekly report to my team."), metadata=stack.md())
+    assert "send_report returned" in r.reply.content  # the scripted claim
+    t = await stack.wait_trace(r.trace_id, min_spans=3)
+    ((span, ev),) = events(t, "chat.invented_result")
+    assert span.name == "agent.think" and span.trace_id == r.trace_id
+    assert ev.attributes["gen_ai.tool.name"] == "send_report"
+    assert "send_report" not in {s.attributes["gen_ai.tool.name"] for s in by_name(t, "tool.call")}
+
+
+async def test_remember_that_you_got_that_wrong_records_feedback_not_memory(stack: Stack):
+    from agentfeedback.feedback.v1 import feedback_pb2 as fpb
+
+    parent = await new_instance(stack)
+    first = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="What is 2+2?"),
+                                           metadata=stack.md())
+    r = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
+        instance=parent, content="Remember that you got that wrong."), metadata=stack.md())
+    t = await stack.wait_trace(r.trace_id, min_spans=3)
+    names = [s.attributes["gen_ai.tool.name"] for s in by_name(t, "tool.call")]
+    assert names == ["record_feedback"]
+    assert "filed that as feedback" in r.reply.content
+    # The row: author AGENT, anchored to this turn's trace id, the owner's words paraphrased.
+    listed = await stack.feedback().ListFeedback(fpb.ListFeedbackRequest(trace_id=r.trace_id), metadata=stack.md())
+    (row,) = listed.feedback
+    assert row.author == fpb.AUTHOR_AGENT and row.trace_id == r.trace_id and row.owner == "alice"
+    assert "Remember that you got that wrong." in row.body
+    assert first.trace_id != r.trace_id
+    # The other phrasing routes the same way.
+    plain = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
+        instance=parent, content="that's wrong, write that down"), metadata=stack.md())
+    t2 = await stack.wait_trace(plain.trace_id, min_spans=3)
+    assert [s.attributes["gen_ai.tool.name"] for s in by_name(t2, "tool.call")] == ["record_feedback"]
+
+
+async def test_clear_messages_leaves_feedback_intact(stack: Stack):
+    from agentfeedback.feedback.v1 import feedback_pb2 as fpb
+
+    parent = await new_instance(stack)
+    r = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="hello there"),
+                                       metadata=stack.md())
+    fb = await stack.feedback().CreateFeedback(fpb.CreateFeedbackRequest(
+        feedback=fpb.Feedback(message=r.reply.name, body="the greeting was off"), request_id=str(uuid.uuid4())),
+        metadata=stack.md())
+    cleared = await stack.chat().ClearMessages(chat_pb2.ClearMessagesRequest(parent=parent), metadata=stack.md())
+    assert cleared.deleted_count == 2
+    left = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md())
+    assert list(left.messages) == []
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await stack.chat().GetMessage(chat_pb2.GetMessageRequest(name=r.reply.name), metadata=stack.md())
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    got = await stack.feedback().GetFeedback(fpb.GetFeedbackRequest(name=fb.name), metadata=stack.md())
+    assert got.body == "the greeting was off"
+    assert got.snapshot.target_text == r.reply.content[:2000]
+    assert got.snapshot.trace_id == r.trace_id
