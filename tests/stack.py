@@ -99,6 +99,9 @@ class Stack:
             await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
+        # Export what is pending while the collector still runs (a provider shut down after the
+        # collector stopped retries against a dead endpoint for seconds).
+        await self.aflush_spans()
         for ch in self.channels:
             await ch.close()
         for name in ("chat", "agent", "feedback", "collector"):
