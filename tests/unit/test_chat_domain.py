@@ -1,0 +1,65 @@
+"""Pure rules of the chat gateway (no servers)."""
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from services.chat import domain
+from services.chat.domain import Channel, Message, MessagePage, Role
+from services.common.errors import InvalidArgument
+
+
+def test_agent_timeout_forwards_callers_time_less_reserve_and_caps():
+    assert domain.agent_timeout(None, 120.0) == 120.0  # no caller deadline: the cap, nothing more
+    assert domain.agent_timeout(500.0, 120.0) == 120.0
+    assert domain.agent_timeout(1.0, 120.0) == pytest.approx(0.9)  # 10 % reserve
+    assert domain.agent_timeout(0.1, 120.0) == pytest.approx(0.08)  # at least 20 ms reserve
+    assert domain.agent_timeout(60.0, 120.0) == pytest.approx(59.75)  # at most 250 ms reserve
+    assert domain.agent_timeout(0.0, 120.0) == 0.001
+
+
+def test_sanitize_reply_replaces_nul_and_counts():
+    assert domain.sanitize_reply("ok\x00bad\x00") == ("ok\ufffdbad\ufffd", 2)
+    assert domain.sanitize_reply("fine") == ("fine", 0)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"instance": "instances/a/b"}, "instance"),
+    ({"content": ""}, "content"),
+    ({"content": "a\x00"}, "content"),
+    ({"content": "x" * 11}, "content"),
+    ({"channel": 7}, "channel"),
+    ({"audio_key": "k\x00"}, "audio_key"),
+    ({"dictation": "d\x00"}, "dictation"),
+    ({"request_id": "nope"}, "request_id"),
+])
+def test_validate_turn_names_the_bad_field(kwargs, field):
+    args = {"instance": "instances/a", "content": "hi", "channel": 0, "audio_key": "", "dictation": "",
+            "request_id": "", "max_content_chars": 10} | kwargs
+    with pytest.raises(InvalidArgument) as e:
+        domain.validate_turn(**args)
+    assert e.value.field_path == field
+
+
+def test_validate_turn_infers_channel():
+    t = domain.validate_turn("instances/a", "hi", 0, "audio/1", "", "", 10)
+    assert t.channel == Channel.VOICE and t.instance_id == "a"
+    assert domain.validate_turn("instances/a", "hi", 0, "", "", "", 10).channel == Channel.TEXT
+
+
+def test_message_page_token_roundtrip_and_binding():
+    t = datetime(2026, 5, 6, 7, 8, 9, 999999, tzinfo=UTC)
+    m = Message("i", "abc", Role.USER, "x", "0" * 31 + "1", 0, t)
+    tok = MessagePage.token(m, "i||")
+    page = MessagePage.parse(tok, "i||")
+    assert page.after_time == t and page.after_id == "abc"
+    with pytest.raises(InvalidArgument):
+        MessagePage.parse(tok, "other||")
+    with pytest.raises(InvalidArgument):
+        MessagePage.parse("garbage!", "i||")
+
+
+def test_time_from_ns_keeps_microseconds():
+    ns = 1_790_000_000_123_456_789
+    assert domain.to_us(domain.time_from_ns(ns)) == ns // 1000
