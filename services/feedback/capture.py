@@ -44,7 +44,9 @@ class CaptureWorker:
         chat: ChatClient,
         settings: FeedbackSettings,
         owner_token: Callable[[str], str | None],
+        clock: Callable[[], dt.datetime] | None = None,
     ):
+        self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._repo = repo
         self._traces = traces
         self._chat = chat
@@ -96,7 +98,7 @@ class CaptureWorker:
         return n + len(rows)
 
     async def _capture(self, row) -> None:
-        now = dt.datetime.now(dt.UTC)
+        now = self._clock()
         expired = domain.spans_expired(row["turn_time"], now, self._s.trace_retention_days)
         attempts = row["capture_attempts"]
         try:

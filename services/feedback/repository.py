@@ -29,7 +29,8 @@ INSERT INTO feedback (id, owner, request_id, target_kind, message, coding_sessio
     surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, next_capture_at,
     refresh_at, create_time, update_time)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-    CASE WHEN $18 = 1 THEN now() ELSE NULL END, CASE WHEN $16 = 2 THEN now() ELSE NULL END, now(), now())
+    CASE WHEN $18::smallint = 1 AND $9::text <> '' THEN now() ELSE NULL END,
+    CASE WHEN $16::smallint = 2 THEN now() ELSE NULL END, now(), now())
 ON CONFLICT (owner, request_id) DO NOTHING
 RETURNING {FEEDBACK_COLUMNS}"""
 
@@ -50,10 +51,10 @@ LIST_FEEDBACK = f"""
 SELECT {FEEDBACK_COLUMNS} FROM feedback
 WHERE owner = $1
   AND ($2 = '' OR instance = $2)
-  AND ($3 = 0 OR status = $3)
-  AND ($4 = 0 OR author = $4)
-  AND ($5 = 0 OR sentiment = $5)
-  AND ($6 = 0 OR category = $6)
+  AND ($3::smallint = 0 OR status = $3)
+  AND ($4::smallint = 0 OR author = $4)
+  AND ($5::smallint = 0 OR sentiment = $5)
+  AND ($6::smallint = 0 OR category = $6)
   AND ($7::timestamptz IS NULL OR create_time >= $7)
   AND ($8::timestamptz IS NULL OR create_time < $8)
   AND ($9 = '' OR body ILIKE $9 ESCAPE '\\' OR snapshot->>'target_text' ILIKE $9 ESCAPE '\\')
@@ -157,14 +158,14 @@ _RATING_CHANGED = """(($9 AND r.sentiment IS DISTINCT FROM $7) OR ($10 AND r.cat
     OR ($11 AND r.note IS DISTINCT FROM $12) OR r.origin <> 1)"""
 CAS_RATING = f"""
 UPDATE ratings AS r SET
-    sentiment = CASE WHEN $9 THEN $7 ELSE r.sentiment END,
-    category = CASE WHEN $10 THEN $8 ELSE r.category END,
+    sentiment = CASE WHEN $9 THEN $7::smallint ELSE r.sentiment END,
+    category = CASE WHEN $10 THEN $8::smallint ELSE r.category END,
     note = CASE WHEN $11 THEN $12 ELSE r.note END,
     origin = 1,
     message = CASE WHEN $13 = '' THEN r.message ELSE $13 END,
     version = r.version + CASE WHEN {_RATING_CHANGED} THEN 1 ELSE 0 END,
     update_time = CASE WHEN {_RATING_CHANGED} THEN GREATEST(now(), r.update_time) ELSE r.update_time END
-WHERE r.conversation = $1 AND r.turn_index = $2 AND r.owner = $3 AND r.scope = $4 AND r.aspect = $5
+WHERE r.conversation = $1 AND r.turn_index = $2 AND r.owner = $3 AND r.scope = $4::smallint AND r.aspect = $5
   AND r.artifact_id = $6 AND r.version = $14
 RETURNING {RATING_COLUMNS}"""
 
@@ -212,15 +213,15 @@ FROM feedback WHERE create_time >= $1 GROUP BY 1"""
 RECENT_RATINGS = f"""
 SELECT {RATING_COLUMNS} FROM ratings
 WHERE origin = 1
-  AND ($1 = 0 OR scope = $1) AND ($2 = '' OR aspect = $2) AND ($3 = 0 OR sentiment = $3)
-  AND ($4 = 0 OR category = $4) AND ($5 = '' OR note ILIKE $5 ESCAPE '\\')
+  AND ($1::smallint = 0 OR scope = $1) AND ($2 = '' OR aspect = $2) AND ($3::smallint = 0 OR sentiment = $3)
+  AND ($4::smallint = 0 OR category = $4) AND ($5 = '' OR note ILIKE $5 ESCAPE '\\')
   AND (NOT $6 OR sentiment = 3)
   AND ($7::timestamptz IS NULL OR (update_time, id) < ($7, $8))
 ORDER BY update_time DESC, id DESC LIMIT $9"""
 
 RECENT_FEEDBACK = f"""
 SELECT {FEEDBACK_COLUMNS} FROM feedback
-WHERE ($1 = 0 OR category = $1) AND ($2 = '' OR body ILIKE $2 ESCAPE '\\')
+WHERE ($1::smallint = 0 OR category = $1) AND ($2 = '' OR body ILIKE $2 ESCAPE '\\')
   AND (NOT $3 OR sentiment = 2)
   AND ($4::timestamptz IS NULL OR (create_time, id) < ($4, $5))
 ORDER BY create_time DESC, id DESC LIMIT $6"""

@@ -6,7 +6,9 @@ capture worker, the ticket sink, the gRPC server (auth + scopes + spans + error 
 """
 from __future__ import annotations
 
+import datetime as dt
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -53,8 +55,13 @@ class _ServiceToken:
 
 
 async def create_server(settings: FeedbackSettings, *, database_url: str | None = None,
-                        tracer_provider: TracerProvider | None = None, run_worker: bool = True) -> GrpcServer:
-    """Start FeedbackService on `settings.listen` (port 0 = any free port). See the module docstring."""
+                        tracer_provider: TracerProvider | None = None, run_worker: bool = True,
+                        clock: Callable[[], dt.datetime] | None = None) -> GrpcServer:
+    """Start FeedbackService on `settings.listen` (port 0 = any free port). See the module docstring.
+
+    run_worker: False starts no capture worker in this process (another replica does the work).
+    clock: the wall clock (UTC) used for retention decisions; tests pass a shifted one to age data.
+    """
     url = database_url or resolve_database_url(settings)
     await migrate(url, "feedback", MIGRATIONS)
     pool = await repository.create_pool(url, settings.db_pool_min, settings.db_pool_max)
@@ -66,9 +73,9 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     repo = Repository(pool)
     chat = ChatClient(chat_channel, settings.chat_timeout_s)
     tokens = _ServiceToken(settings)
-    worker = CaptureWorker(repo, TracesClient(traces_channel, tokens), chat, settings, tokens.owner_token)
+    worker = CaptureWorker(repo, TracesClient(traces_channel, tokens), chat, settings, tokens.owner_token, clock)
     sink = make_sink(settings)
-    servicer = FeedbackServicer(repo, chat, worker if run_worker else None, sink, settings, tracer)
+    servicer = FeedbackServicer(repo, chat, worker if run_worker else None, sink, settings, tracer, clock)
 
     server = GrpcServer([ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer)],
                         grace_s=settings.shutdown_grace_s)

@@ -134,7 +134,8 @@ def _version_from_etag(etag: str, field_path: str) -> int:
 
 class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     def __init__(self, repo: Repository, chat: ChatClient, worker: CaptureWorker | None, sink: TrackerSink,
-                 settings: FeedbackSettings, tracer: trace.Tracer):
+                 settings: FeedbackSettings, tracer: trace.Tracer, clock=None):
+        self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
         self._repo = repo
         self._chat = chat
         self._worker = worker
@@ -145,7 +146,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                                                   message_text=settings.tracker_include_message_text)
 
     def _proto(self, row: Mapping[str, Any]) -> pb.Feedback:
-        return feedback_proto(row, self._s.trace_retention_days)
+        return feedback_proto(row, self._s.trace_retention_days, self._clock())
 
     # ------------------------------------------------------------ reports
     async def CreateFeedback(self, request: pb.CreateFeedbackRequest, context) -> pb.Feedback:
@@ -308,7 +309,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                 return None
             if not domain.etag_matches(new.etag, cur["version"]):
                 raise Aborted(f"etag {new.etag} is stale; the current one is {domain.etag(cur['version'])}",
-                              current=feedback_proto(cur, retention))
+                              current=feedback_proto(cur, retention, self._clock()))
             status = new.status if "status" in paths else cur["status"]
             url = new.issue_url if "issue_url" in paths else cur["issue_url"]
             domain.check_transition(cur["status"], status)
@@ -459,7 +460,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     async def GetFeedbackStats(self, request: pb.GetFeedbackStatsRequest, context) -> pb.FeedbackStats:
         """Counts over the window (UTC days ending today), every owner, USER-origin ratings only."""
         days = domain.check_window_days(request.window_days)
-        today = dt.datetime.now(dt.UTC).date()
+        today = self._clock().date()
         start_day = today - dt.timedelta(days=days - 1)
         since = dt.datetime.combine(start_day, dt.time(), dt.UTC)
         st = await self._repo.stats(since)

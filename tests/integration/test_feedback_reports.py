@@ -1,0 +1,497 @@
+"""Feedback reports over real gRPC and a real PostgreSQL, with the real chat gateway, agent and trace
+collector of the `stack` fixture (tests/stack.py). Tests named after field cases carry the case id.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+from aiohttp import web
+from google.protobuf import field_mask_pb2
+
+from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from agentfeedback.feedback.v1 import feedback_pb2_grpc
+from agentfeedback.traces.v1 import traces_pb2
+from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
+from services.common.errors import error_info, status_details
+from services.feedback.server import create_server
+from services.feedback.settings import FeedbackSettings
+from tests.stack import TEST_JWT_SECRET, Stack
+
+PENDING, CAPTURED, EXPIRED = pb.TRACE_SNAPSHOT_STATE_PENDING, pb.TRACE_SNAPSHOT_STATE_CAPTURED, pb.TRACE_SNAPSHOT_STATE_EXPIRED
+
+
+def rid() -> str:
+    return str(uuid.uuid4())
+
+
+async def new_instance(stack: Stack, sub: str = "alice") -> str:
+    inst = await stack.chat().CreateInstance(
+        chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name=f"{sub}'s agent", agent="reference")),
+        metadata=stack.md(sub))
+    return inst.name
+
+
+async def send(stack: Stack, instance: str, content: str, sub: str = "alice", **kw) -> chat_pb2.SendMessageResponse:
+    return await stack.chat().SendMessage(
+        chat_pb2.SendMessageRequest(instance=instance, content=content, request_id=rid(), **kw), metadata=stack.md(sub))
+
+
+async def flag(stack: Stack, message: str, body: str = "that's wrong", sub: str = "alice", **kw) -> pb.Feedback:
+    return await stack.feedback().CreateFeedback(
+        pb.CreateFeedbackRequest(feedback=pb.Feedback(message=message, body=body, **kw), request_id=rid()),
+        metadata=stack.md(sub))
+
+
+async def get(stack: Stack, name: str, sub: str = "alice") -> pb.Feedback:
+    return await stack.feedback().GetFeedback(pb.GetFeedbackRequest(name=name), metadata=stack.md(sub))
+
+
+async def wait_state(stack: Stack, name: str, state: int, timeout_s: float = 20.0) -> pb.Feedback:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        fb = await get(stack, name)
+        if fb.trace_snapshot.state == state:
+            return fb
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} stayed {pb.TraceSnapshotState.Name(fb.trace_snapshot.state)}")
+        await asyncio.sleep(0.1)
+
+
+async def list_all(stack: Stack, sub: str = "alice", **filters) -> list[pb.Feedback]:
+    out, token = [], ""
+    while True:
+        resp = await stack.feedback().ListFeedback(pb.ListFeedbackRequest(page_token=token, **filters),
+                                                   metadata=stack.md(sub))
+        out += resp.feedback
+        token = resp.next_page_token
+        if not token:
+            return out
+
+
+def assert_clipped(snapshot_text: str, clipped: bool, original: str, limit: int = 2000) -> None:
+    """A snapshot text is the original, or its first `limit` code points flagged as clipped."""
+    assert snapshot_text == original[:limit]
+    assert clipped == (len(original) > limit)
+
+
+async def expect_error(awaitable, code: grpc.StatusCode) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await awaitable
+    assert e.value.code() == code, e.value.details()
+    return e.value
+
+
+async def test_F04_feedback_on_the_reply_of_turn_2_of_3_snapshots_turn_2(stack):
+    inst = await new_instance(stack)
+    turns = [await send(stack, inst, f"question number {i}: what is {i} + {i}?") for i in range(3)]
+    fb = await flag(stack, turns[1].reply.name, "the second answer is wrong", sentiment=pb.SENTIMENT_BAD)
+    t2 = turns[1]
+    assert fb.message == t2.reply.name
+    assert fb.instance == inst
+    assert fb.snapshot.source == pb.SNAPSHOT_SOURCE_CHAT_SERVICE
+    assert fb.snapshot.trace_id == t2.trace_id
+    assert fb.snapshot.turn_index == t2.reply.turn_index
+    assert fb.snapshot.target_role == "ROLE_ASSISTANT"
+    assert_clipped(fb.snapshot.target_text, fb.snapshot.target_text_clipped, t2.reply.content)
+    assert fb.snapshot.target_time == t2.reply.create_time
+    assert fb.snapshot.preceding_user_text == "question number 1: what is 1 + 1?"
+    assert fb.author == pb.AUTHOR_USER and fb.status == pb.STATUS_OPEN
+    assert [f.name for f in await list_all(stack)] == [fb.name]
+
+
+async def test_F03_feedback_under_a_callers_traceparent_is_stored_readable_and_listed_once(stack):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hello")
+    caller_trace = uuid.uuid4().hex
+    md = stack.md() + (("traceparent", f"00-{caller_trace}-{uuid.uuid4().hex[:16]}-01"),)
+    fb = await stack.feedback().CreateFeedback(
+        pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, body="from another service"),
+                                 request_id=rid()), metadata=md)
+    assert (await get(stack, fb.name)).body == "from another service"
+    listed = await list_all(stack, trace_id=turn.trace_id)
+    assert [f.name for f in listed] == [fb.name]
+    assert fb.snapshot.trace_id == turn.trace_id
+    assert await list_all(stack, trace_id=caller_trace) == []
+
+
+async def test_F05_pending_until_spans_land_then_captured_and_random_message_is_not_found(stack):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "list your tools please")
+    # The exporters have not flushed yet (batch delay 5 s): the collector has nothing of the turn.
+    await expect_error(stack.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=turn.trace_id), metadata=stack.md()),
+                       grpc.StatusCode.NOT_FOUND)
+    fb = await flag(stack, turn.reply.name, "tool output looks off")
+    assert fb.trace_snapshot.state == PENDING
+    listed = await list_all(stack)
+    assert [f.name for f in listed] == [fb.name] and listed[0].trace_snapshot.state == PENDING
+
+    trace = await stack.wait_trace(turn.trace_id, min_spans=3)
+    captured = await wait_state(stack, fb.name, CAPTURED)
+    tool_spans = [s for s in trace.spans if s.name == "tool.call"]
+    assert tool_spans, "the agent makes at least one tool call per turn"
+    names = {s.attributes.fields["gen_ai.tool.name"].string_value for s in tool_spans}
+    assert {c.name for c in captured.trace_snapshot.tool_calls} == names
+    assert {c.span_id for c in captured.trace_snapshot.tool_calls} == {s.span_id for s in tool_spans}
+    assert all(c.duration_ms >= 0 for c in captured.trace_snapshot.tool_calls)
+    assert captured.trace_snapshot.capture_time.seconds > 0
+    assert {s.span_id for s in captured.trace_snapshot.spans} >= {s.span_id for s in trace.spans
+                                                                   if s.name != "feedback.create"}
+
+    random_message = f"{inst}/messages/{uuid.uuid4().hex}"
+    await expect_error(flag(stack, random_message, "nope"), grpc.StatusCode.NOT_FOUND)
+    assert [f.name for f in await list_all(stack)] == [fb.name]
+
+
+async def test_F08_retry_with_the_same_request_id_returns_the_first_row_and_none_is_rejected(stack):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    req = pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, body="dup?"), request_id=rid())
+    first = await stack.feedback().CreateFeedback(req, metadata=stack.md())
+    again = await stack.feedback().CreateFeedback(req, metadata=stack.md())
+    assert again.name == first.name and again.create_time == first.create_time
+    # Ten concurrent retries of a new request: still one row.
+    req2 = pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, body="race"), request_id=rid())
+    got = await asyncio.gather(*(stack.feedback().CreateFeedback(req2, metadata=stack.md()) for _ in range(10)))
+    assert len({g.name for g in got}) == 1
+    assert sorted(f.body for f in await list_all(stack)) == ["dup?", "race"]
+    # No request id: INVALID_ARGUMENT naming the field, nothing written.
+    e = await expect_error(stack.feedback().CreateFeedback(
+        pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, body="no id")), metadata=stack.md()),
+        grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "request_id"
+    assert len(await list_all(stack)) == 2
+
+
+async def test_F12_feedback_body_with_nul_is_rejected_naming_the_field_and_both_messages_survive(stack):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hello")
+    e = await expect_error(flag(stack, turn.reply.name, "ok\x00bad"), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "feedback.body"
+    assert error_info(e).reason == "NUL_CHARACTER"
+    assert await list_all(stack) == []
+    msgs = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=inst), metadata=stack.md())
+    assert [m.name for m in msgs.messages] == [turn.user_message.name, turn.reply.name]
+
+
+@pytest.mark.parametrize("n,ok", [(3999, True), (4000, True), (4001, False), (100_000, False)])
+async def test_F16_body_limit_in_code_points_stored_exactly_or_rejected(stack, n, ok):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hello")
+    body = ("é😀ab" * (n // 4 + 1))[:n]  # multi-byte characters: 4000 code points is ~10 kB of UTF-8
+    assert len(body) == n
+    if ok:
+        fb = await flag(stack, turn.reply.name, body)
+        assert (await get(stack, fb.name)).body == body
+        return
+    e = await expect_error(flag(stack, turn.reply.name, body), grpc.StatusCode.INVALID_ARGUMENT)
+    info = error_info(e)
+    assert info.metadata["field"] == "feedback.body" and info.metadata["limit"] == "4000"
+    assert "4000" in e.details()
+    assert await list_all(stack) == []
+
+
+async def test_S01_voice_turn_keeps_audio_key_dictation_and_exact_snapshots(stack):
+    inst = await new_instance(stack)
+    content = "…how many agents do you have in total? Give me their names."
+    dictation = "…how many ages does Kevin total give me the next"
+    audio_key = f"audio/{uuid.uuid4().hex}.webm"
+    turn = await send(stack, inst, content, channel=chat_pb2.CHANNEL_VOICE, audio_key=audio_key, dictation=dictation)
+    fb = await flag(stack, turn.reply.name, "it misheard me", sentiment=pb.SENTIMENT_BAD)
+    fb = await get(stack, fb.name)
+    assert fb.snapshot.context.audio_key == audio_key
+    assert fb.snapshot.context.dictation == dictation
+    assert fb.snapshot.context.channel == "CHANNEL_VOICE"
+    assert fb.snapshot.preceding_user_text == content
+    assert_clipped(fb.snapshot.target_text, fb.snapshot.target_text_clipped, turn.reply.content)
+    assert not fb.snapshot.preceding_user_text_clipped
+
+
+async def test_F18_spans_expired_feedback_keeps_words_snapshots_voice_and_frozen_tool_calls(stack, tmp_path):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "how many agents?", channel=chat_pb2.CHANNEL_VOICE, audio_key="audio/k1",
+                      dictation="how many ages")
+    fb = await flag(stack, turn.reply.name, "wrong count")
+    await stack.wait_trace(turn.trace_id, min_spans=3)
+    captured = await wait_state(stack, fb.name, CAPTURED)
+    assert captured.trace_snapshot.tool_calls and not captured.trace_snapshot.spans_expired
+    # A second turn whose spans never reach the collector before they age out.
+    late = await send(stack, inst, "and now?")
+    late_fb = await flag(stack, late.reply.name, "never captured")
+
+    # 15 days pass: the collector's retention drops the day's partition...
+    fifteen_days = dt.timedelta(days=15)
+    await stack.servers["collector"].retention.run_once(now_ns=time.time_ns() + int(fifteen_days.total_seconds() * 1e9))
+    await expect_error(stack.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=turn.trace_id), metadata=stack.md()),
+                       grpc.StatusCode.NOT_FOUND)
+    # ...and a feedback replica whose clock is 15 days ahead reads the same database.
+    aged = await start_feedback(stack, tmp_path, clock=lambda: dt.datetime.now(dt.UTC) + fifteen_days)
+    try:
+        stub = feedback_pb2_grpc.FeedbackServiceStub(stack.channel_to(aged.port))
+        old = await stub.GetFeedback(pb.GetFeedbackRequest(name=fb.name), metadata=stack.md())
+        assert old.body == "wrong count"
+        assert old.snapshot == captured.snapshot and old.snapshot.preceding_user_text == "how many agents?"
+        assert_clipped(old.snapshot.target_text, old.snapshot.target_text_clipped, turn.reply.content)
+        assert old.snapshot.context.audio_key == "audio/k1" and old.snapshot.context.dictation == "how many ages"
+        assert old.trace_snapshot.tool_calls == captured.trace_snapshot.tool_calls
+        assert old.trace_snapshot.state == CAPTURED and old.trace_snapshot.spans_expired
+        deadline = time.monotonic() + 20
+        while (g := await stub.GetFeedback(pb.GetFeedbackRequest(name=late_fb.name), metadata=stack.md())
+               ).trace_snapshot.state == PENDING:
+            assert time.monotonic() < deadline, "the aged worker never marked the uncaptured turn EXPIRED"
+            await asyncio.sleep(0.1)
+        assert g.trace_snapshot.state == EXPIRED and g.trace_snapshot.spans_expired
+        assert g.body == "never captured" and g.snapshot.target_text == late.reply.content[:2000]
+    finally:
+        await aged.stop(0.5)
+
+
+async def start_feedback(stack: Stack, data_dir: Path, clock=None, **overrides):
+    """Another feedback server process-equivalent on the stack's database (its own pool and worker)."""
+    values = dict(
+        listen="127.0.0.1:0", chat_target=f"127.0.0.1:{stack.ports['chat']}",
+        traces_target=f"127.0.0.1:{stack.ports['query']}", capture_poll_s=0.2, capture_backoff_s=0.2,
+        database_url=stack.database_url, data_dir=data_dir, jwt_secret=TEST_JWT_SECRET, shutdown_grace_s=0.5,
+        tracker_markdown_dir=str(data_dir / "tickets"))
+    settings = FeedbackSettings(**{**values, **overrides})
+    return await create_server(settings, database_url=stack.database_url, clock=clock)
+
+
+def _channel_to(self: Stack, port: int) -> grpc.aio.Channel:
+    ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    self.channels.append(ch)
+    return ch
+
+
+Stack.channel_to = _channel_to  # type: ignore[attr-defined]
+
+
+async def test_F22_another_user_cannot_read_create_update_or_delete_and_no_token_is_unauthenticated(stack):
+    inst = await new_instance(stack, "alice")
+    turn = await send(stack, inst, "mine", sub="alice")
+    fb = await flag(stack, turn.reply.name, "alice's words", sub="alice")
+    fbs = stack.feedback()
+    await expect_error(flag(stack, turn.reply.name, "bob's words", sub="bob"), grpc.StatusCode.NOT_FOUND)
+    await expect_error(fbs.CreateFeedback(pb.CreateFeedbackRequest(
+        feedback=pb.Feedback(trace_id=turn.trace_id, instance=inst, body="bob via trace"), request_id=rid()),
+        metadata=stack.md("bob")), grpc.StatusCode.NOT_FOUND)
+    assert await list_all(stack, "bob") == []
+    await expect_error(get(stack, fb.name, "bob"), grpc.StatusCode.NOT_FOUND)
+    await expect_error(fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, status=pb.STATUS_DISMISSED), update_mask=field_mask_pb2.FieldMask(
+            paths=["status"])), metadata=stack.md("bob")), grpc.StatusCode.NOT_FOUND)
+    await expect_error(fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=fb.name), metadata=stack.md("bob")),
+                       grpc.StatusCode.NOT_FOUND)
+    await expect_error(fbs.FileFeedback(pb.FileFeedbackRequest(name=fb.name), metadata=stack.md("bob")),
+                       grpc.StatusCode.NOT_FOUND)
+    after = await get(stack, fb.name)
+    assert after.etag == fb.etag and after.status == pb.STATUS_OPEN and after.body == fb.body
+    assert [f.name for f in await list_all(stack, "alice")] == [fb.name]
+    await expect_error(fbs.GetFeedback(pb.GetFeedbackRequest(name=fb.name)), grpc.StatusCode.UNAUTHENTICATED)
+    # Scopes: the agent-facing token can write but not read; triage needs feedback:triage.
+    writer = stack.md("alice", (SCOPE_FEEDBACK_WRITE, "chat"))
+    await expect_error(fbs.GetFeedback(pb.GetFeedbackRequest(name=fb.name), metadata=writer),
+                       grpc.StatusCode.PERMISSION_DENIED)
+    reader = stack.md("alice", (SCOPE_FEEDBACK_READ,))
+    await expect_error(fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, status=pb.STATUS_TRIAGED),
+        update_mask=field_mask_pb2.FieldMask(paths=["status"])), metadata=reader), grpc.StatusCode.PERMISSION_DENIED)
+    await expect_error(fbs.GetFeedbackStats(pb.GetFeedbackStatsRequest(), metadata=reader),
+                       grpc.StatusCode.PERMISSION_DENIED)
+
+
+async def test_update_status_with_etag_stale_etag_is_aborted_with_the_current_row_and_body_is_immutable(stack):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    fb = await flag(stack, turn.reply.name, "words")
+    fbs = stack.feedback()
+    mask = field_mask_pb2.FieldMask(paths=["status"])
+    triaged = await fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, status=pb.STATUS_TRIAGED, etag=fb.etag), update_mask=mask),
+        metadata=stack.md())
+    assert triaged.status == pb.STATUS_TRIAGED and triaged.etag != fb.etag
+    e = await expect_error(fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, status=pb.STATUS_DISMISSED, etag=fb.etag), update_mask=mask),
+        metadata=stack.md()), grpc.StatusCode.ABORTED)
+    current = [d for d in status_details(e) if d.Is(pb.Feedback.DESCRIPTOR)]
+    assert len(current) == 1
+    row = pb.Feedback()
+    current[0].Unpack(row)
+    assert row.status == pb.STATUS_TRIAGED and row.etag == triaged.etag
+    e = await expect_error(fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, body="rewritten"), update_mask=field_mask_pb2.FieldMask(paths=["body"])),
+        metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "update_mask"
+    filed = await fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, status=pb.STATUS_FILED, issue_url="https://tracker.example/1"),
+        update_mask=field_mask_pb2.FieldMask(paths=["status", "issue_url"]), request_id=(r := rid())),
+        metadata=stack.md())
+    assert filed.issue_url == "https://tracker.example/1"
+    # A retry of the same update returns the row, nothing new written.
+    again = await fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, status=pb.STATUS_FILED, issue_url="https://tracker.example/1",
+                             etag=triaged.etag), update_mask=field_mask_pb2.FieldMask(paths=["status", "issue_url"]),
+        request_id=r), metadata=stack.md())
+    assert again.etag == filed.etag
+    await expect_error(fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, status=pb.STATUS_TRIAGED), update_mask=mask), metadata=stack.md()),
+        grpc.StatusCode.FAILED_PRECONDITION)
+    reopened = await fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, status=pb.STATUS_OPEN), update_mask=mask), metadata=stack.md())
+    assert reopened.status == pb.STATUS_OPEN and reopened.body == "words"
+    await fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=fb.name), metadata=stack.md())
+    await expect_error(get(stack, fb.name), grpc.StatusCode.NOT_FOUND)
+    await expect_error(fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=fb.name), metadata=stack.md()),
+                       grpc.StatusCode.NOT_FOUND)
+
+
+async def test_list_filters_and_pages_newest_first_without_repeats(stack):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    made = []
+    for i in range(7):
+        made.append(await flag(stack, turn.reply.name, f"report {i} {'needle' if i % 3 == 0 else ''}",
+                               sentiment=pb.SENTIMENT_BAD if i % 2 else pb.SENTIMENT_GOOD,
+                               category=pb.CATEGORY_TOOL_FAILURE if i == 4 else pb.CATEGORY_OTHER))
+    pages, token = [], ""
+    while True:
+        resp = await stack.feedback().ListFeedback(pb.ListFeedbackRequest(page_size=3, page_token=token),
+                                                   metadata=stack.md())
+        pages.append([f.name for f in resp.feedback])
+        token = resp.next_page_token
+        if not token:
+            break
+    flat = [n for p in pages for n in p]
+    assert flat == [f.name for f in reversed(made)] and [len(p) for p in pages] == [3, 3, 1]
+    assert {f.body for f in await list_all(stack, text="NEEDLE")} == {"report 0 needle", "report 3 needle",
+                                                                      "report 6 needle"}
+    assert len(await list_all(stack, sentiment=pb.SENTIMENT_BAD)) == 3
+    assert [f.body for f in await list_all(stack, category=pb.CATEGORY_TOOL_FAILURE)] == ["report 4 "]
+    assert len(await list_all(stack, instance=inst, status=pb.STATUS_OPEN)) == 7
+    assert await list_all(stack, author=pb.AUTHOR_AGENT) == []
+    future = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    from google.protobuf import timestamp_pb2  # noqa: PLC0415
+    ts = timestamp_pb2.Timestamp()
+    ts.FromDatetime(future)
+    assert await list_all(stack, start_time=ts) == []
+
+
+async def test_trace_id_target_by_the_agent_resolves_the_turn_and_emits_a_span_event_without_the_body(stack):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "count to three")
+    fb = await stack.feedback().CreateFeedback(pb.CreateFeedbackRequest(
+        feedback=pb.Feedback(trace_id=turn.trace_id, instance=inst, body="secret owner words", author=pb.AUTHOR_AGENT,
+                             category=pb.CATEGORY_BROKEN_RESPONSE), request_id=rid()), metadata=stack.md())
+    assert fb.trace_id == turn.trace_id and fb.author == pb.AUTHOR_AGENT
+    assert fb.snapshot.target_text == turn.reply.content[:2000] and fb.snapshot.preceding_user_text == "count to three"
+    await expect_error(stack.feedback().CreateFeedback(pb.CreateFeedbackRequest(
+        feedback=pb.Feedback(trace_id=turn.trace_id, body="no instance"), request_id=rid()), metadata=stack.md()),
+        grpc.StatusCode.INVALID_ARGUMENT)
+    trace = await stack.wait_trace(turn.trace_id, min_spans=4)
+    deadline = time.monotonic() + 10
+    while not (mine := [s for s in trace.spans if s.name == "feedback.create"]):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+        stack.flush_spans()
+        trace = await stack.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=turn.trace_id), metadata=stack.md())
+    events = [e for s in mine for e in s.events if e.name == "feedback.created"]
+    assert len(events) == 1
+    attrs = events[0].attributes.fields
+    assert attrs["feedback.id"].string_value == fb.name.split("/")[1]
+    assert attrs["feedback.category"].string_value == "CATEGORY_BROKEN_RESPONSE"
+    assert "secret owner words" not in str(mine)
+
+
+async def test_chat_unreachable_accepts_client_snapshot_then_the_worker_fills_the_authoritative_one(stack, tmp_path):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "what is the weather?")
+    dead_port = 1  # nothing listens on port 1 of loopback: connection refused at once
+    down = await start_feedback(stack, tmp_path, chat_target=f"127.0.0.1:{dead_port}", chat_timeout_s=0.5)
+    try:
+        stub = feedback_pb2_grpc.FeedbackServiceStub(stack.channel_to(down.port))
+        req = pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, body="chat was down"),
+                                       request_id=rid())
+        e = await expect_error(stub.CreateFeedback(req, metadata=stack.md()), grpc.StatusCode.UNAVAILABLE)
+        assert error_info(e).reason == "CHAT_UNAVAILABLE"
+        req.client_snapshot.CopyFrom(pb.Snapshot(target_role="ROLE_ASSISTANT", target_text="as the client saw it",
+                                                 preceding_user_text="what is the weather?", trace_id=turn.trace_id))
+        fb = await stub.CreateFeedback(req, metadata=stack.md())
+        assert fb.snapshot.source == pb.SNAPSHOT_SOURCE_CLIENT and fb.snapshot.target_text == "as the client saw it"
+    finally:
+        await down.stop(0.5)
+    # The stack's own replica (chat reachable) replaces it from the database queue.
+    deadline = time.monotonic() + 20
+    while (g := await get(stack, fb.name)).snapshot.source != pb.SNAPSHOT_SOURCE_CHAT_SERVICE:
+        assert time.monotonic() < deadline, "client snapshot never replaced"
+        await asyncio.sleep(0.1)
+    assert g.snapshot.target_text == turn.reply.content[:2000] and g.body == "chat was down"
+
+
+async def test_file_feedback_twice_and_concurrently_files_one_markdown_ticket(stack):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi there")
+    fb = await flag(stack, turn.reply.name, "private words of the owner", category=pb.CATEGORY_TOOL_FAILURE)
+    fbs = stack.feedback()
+    got = await asyncio.gather(*(fbs.FileFeedback(pb.FileFeedbackRequest(name=fb.name), metadata=stack.md())
+                                 for _ in range(5)))
+    again = await fbs.FileFeedback(pb.FileFeedbackRequest(name=fb.name), metadata=stack.md())
+    urls = {g.issue_url for g in got} | {again.issue_url}
+    assert len(urls) == 1 and again.status == pb.STATUS_FILED
+    files = list((stack.data_dir / "tickets").glob("*.md"))
+    assert len(files) == 1 and files[0].resolve().as_uri() == again.issue_url
+    text = files[0].read_text()
+    assert fb.name in text and turn.trace_id in text and "tool failure" in text
+    assert "private words of the owner" not in text and turn.reply.content[:200] not in text
+
+
+@pytest.fixture
+async def issues_endpoint_imitating_github():
+    """A local aiohttp server that imitates GitHub's `POST /repos/{owner}/{repo}/issues` (records calls)."""
+    calls: list[dict] = []
+
+    async def create_issue(request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == "Bearer gh-test-token"
+        payload = await request.json()
+        calls.append({"path": request.path, **payload})
+        n = len(calls)
+        owner, repo = request.match_info["owner"], request.match_info["repo"]
+        return web.json_response({"number": n, "html_url": f"https://github.example/{owner}/{repo}/issues/{n}"},
+                                 status=201)
+
+    app = web.Application()
+    app.router.add_post("/repos/{owner}/{repo}/issues", create_issue)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}", calls
+    await runner.cleanup()
+
+
+async def test_file_feedback_to_github_sink_posts_one_issue_with_the_default_fields(
+        stack, tmp_path, issues_endpoint_imitating_github):
+    api, calls = issues_endpoint_imitating_github
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hello")
+    fb = await flag(stack, turn.reply.name, "owner's private complaint", category=pb.CATEGORY_NETWORK)
+    srv = await start_feedback(stack, tmp_path, tracker="github", tracker_github_api=api,
+                               tracker_github_repo="acme/agent", tracker_github_token="gh-test-token")
+    try:
+        stub = feedback_pb2_grpc.FeedbackServiceStub(stack.channel_to(srv.port))
+        first, second = await asyncio.gather(*(stub.FileFeedback(pb.FileFeedbackRequest(name=fb.name),
+                                                                 metadata=stack.md()) for _ in range(2)))
+        third = await stub.FileFeedback(pb.FileFeedbackRequest(name=fb.name), metadata=stack.md())
+    finally:
+        await srv.stop(0.5)
+    assert len(calls) == 1 and calls[0]["path"] == "/repos/acme/agent/issues"
+    assert first.issue_url == second.issue_url == third.issue_url == "https://github.example/acme/agent/issues/1"
+    assert "network" in calls[0]["title"] + calls[0]["body"] and turn.trace_id in calls[0]["body"]
+    assert "owner's private complaint" not in calls[0]["body"] and turn.reply.content[:200] not in calls[0]["body"]
+    assert (await get(stack, fb.name)).status == pb.STATUS_FILED
