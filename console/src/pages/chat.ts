@@ -135,7 +135,7 @@ function messageEl(state: ChatState, log: HTMLElement, m: Message): HTMLElement 
 
   const actions: { key: string; label: string; glyph: string; pressed?: boolean; run: () => Promise<void> | void }[] = [
     {
-      key: "copy", label: "Copy", glyph: "⧉",
+      key: "copy", label: "Copy", glyph: "",
       run: async () => {
         await copyText(m.content);
         status.textContent = "Copied.";
@@ -144,14 +144,14 @@ function messageEl(state: ChatState, log: HTMLElement, m: Message): HTMLElement 
   ];
   if (assistant) {
     actions.push(
-      { key: "like", label: "Like", glyph: "👍", pressed: reaction?.sentiment === RatingSentiment.POSITIVE, run: () => react(state, log, m, RatingSentiment.POSITIVE, status) },
-      { key: "dislike", label: "Dislike", glyph: "👎", pressed: reaction?.sentiment === RatingSentiment.NEGATIVE, run: () => react(state, log, m, RatingSentiment.NEGATIVE, status) },
+      { key: "like", label: "Like", glyph: "▲", pressed: reaction?.sentiment === RatingSentiment.POSITIVE, run: () => react(state, log, m, RatingSentiment.POSITIVE, status) },
+      { key: "dislike", label: "Dislike", glyph: "▼", pressed: reaction?.sentiment === RatingSentiment.NEGATIVE, run: () => react(state, log, m, RatingSentiment.NEGATIVE, status) },
     );
   }
   actions.push(
     { key: "report", label: "Report a problem", glyph: "⚑", run: () => openReport(reportSlot, m, status) },
     { key: "trace", label: "Open the trace", glyph: "⌁", run: () => { location.hash = `#/agents/${encodeURIComponent(state.id)}/trace?trace=${m.traceId}`; } },
-    { key: "delete", label: "Delete turn", glyph: "🗑", run: () => deleteTurn(state, log, m, status) },
+    { key: "delete", label: "Delete turn", glyph: "×", run: () => deleteTurn(state, log, m, status) },
   );
 
   const inline = h(
@@ -162,7 +162,7 @@ function messageEl(state: ChatState, log: HTMLElement, m: Message): HTMLElement 
         type: "button", class: `act act-${a.key}`, title: a.label, "aria-label": a.label,
         "aria-pressed": a.pressed === undefined ? undefined : String(a.pressed),
         onclick: () => void a.run(),
-      }, h("span", { "aria-hidden": "true" }, a.glyph), h("span", { class: "act-text" }, a.label)),
+      }, a.glyph ? h("span", { "aria-hidden": "true", class: "glyph" }, a.glyph) : null, h("span", { class: "act-text" }, a.label)),
     ),
   );
   const menu = h("div", { class: "menu", role: "menu", hidden: true });
@@ -181,7 +181,7 @@ function messageEl(state: ChatState, log: HTMLElement, m: Message): HTMLElement 
         type: "button", role: a.pressed === undefined ? "menuitem" : "menuitemcheckbox", class: `menu-item act-${a.key}`,
         "aria-checked": a.pressed === undefined ? undefined : String(a.pressed),
         onclick: () => { closeMenu(); void a.run(); },
-      }, h("span", { "aria-hidden": "true" }, a.glyph), " ", a.label),
+      }, a.glyph ? h("span", { "aria-hidden": "true", class: "glyph" }, a.glyph) : null, a.label),
     ),
   );
   const overflow = h("div", { class: "actions overflow" }, more, menu);

@@ -24,7 +24,7 @@ export async function statsPage(main: HTMLElement): Promise<void> {
       h("h2", {}, "Sentiment per aspect"),
       s.aspects.length
         ? h("table", { class: "aspects" },
-            h("thead", {}, h("tr", {}, h("th", {}, "scope"), h("th", {}, "aspect"), h("th", {}, "👍"), h("th", {}, "neutral"), h("th", {}, "👎"), h("th", {}, "split"))),
+            h("thead", {}, h("tr", {}, h("th", {}, "scope"), h("th", {}, "aspect"), h("th", {}, "positive"), h("th", {}, "neutral"), h("th", {}, "negative"), h("th", {}, "split"))),
             h("tbody", {}, s.aspects.map((a) => {
               const tot = Number(a.positive + a.neutral + a.negative) || 1;
               const pct = (n: bigint) => `${(Number(n) / tot) * 100}%`;

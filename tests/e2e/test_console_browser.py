@@ -1,0 +1,154 @@
+"""The console in a real browser (Debian chromium through Playwright), served from its built static
+files on another origin than the gateway, talking gRPC-web through Envoy to the real stack.
+
+The flow a person does: sign in with a token → add an agent → ask it something (its reply streams in
+and calls a tool) → "report a problem" on the reply with a sentence → the row is on the agent's
+Feedback tab and on the account Feedback page with the quoted reply → "open the trace" shows the
+turn's tool call. Once at desktop width and once at 320 px (actions in one overflow menu, 44 px
+targets, nothing over the timestamp, no sideways scrolling). Screenshots go to test-artifacts/.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+from playwright.async_api import Page, async_playwright, expect
+
+from tests.e2e.grpcweb_support import ARTIFACTS, CONSOLE_DIST, gateway, static_site
+from tests.stack import Stack
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+QUESTION = "How many agents do you have in total? Give me their names."
+TOOL = "list_subordinates"  # the reference agent's tool for this question (services/chat/agent/intents.py)
+
+
+@contextlib.asynccontextmanager
+async def browser_page(width: int, height: int) -> AsyncIterator[Page]:
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            ctx = await browser.new_context(viewport={"width": width, "height": height})
+            page = await ctx.new_page()
+            page.set_default_timeout(15_000)
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            yield page
+            assert not errors, f"uncaught errors in the page: {errors}"
+        finally:
+            await browser.close()
+
+
+async def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def boxes_intersect(a: dict, b: dict) -> bool:
+    return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+
+
+async def assert_timestamps_uncovered(page: Page) -> None:
+    """No visible control of a message overlaps that message's timestamp."""
+    for msg in await page.locator("article.msg").all():
+        t = await msg.locator(".msg-time").bounding_box()
+        assert t and t["width"] > 0
+        for ctl in await msg.locator("button:visible, a:visible, select:visible, textarea:visible").all():
+            b = await ctl.bounding_box()
+            assert b is None or not boxes_intersect(t, b), f"{await ctl.inner_text()!r} covers the timestamp"
+        # and nothing is painted on top of the timestamp's centre
+        top = await page.evaluate(
+            "([x, y]) => { const el = document.elementFromPoint(x, y); return el && el.closest('.msg-time') !== null; }",
+            [t["x"] + t["width"] / 2, t["y"] + t["height"] / 2])
+        assert top, "something is drawn over the message timestamp"
+
+
+async def flag_a_reply_and_follow_it(stack: Stack, page: Page, site: str, gateway_url: str, *, narrow: bool) -> None:
+    tag = "console-320" if narrow else "console-wide"
+    sentence = f"The count is wrong: I have more agents than that ({tag})."
+    await page.goto(f"{site}/?gateway={gateway_url}#/signin")
+    await page.fill("#token", stack.token())
+    await page.click("button[type=submit]")
+    await expect(page.get_by_role("heading", name="Agents")).to_be_visible()
+
+    await page.fill("#agent-name", "Ops desk")
+    await page.click("text=Add agent")
+    await expect(page.locator("#chat-input")).to_be_visible()
+    await page.fill("#chat-input", QUESTION)
+    await page.click("#chat-send")
+    reply = page.locator("article.msg.assistant:not(.streaming)").first
+    await expect(reply).to_be_visible()
+    reply_text = (await reply.locator(".msg-body").inner_text()).strip()
+    trace_id = await reply.get_attribute("data-trace")
+    assert reply_text and trace_id and len(trace_id) == 32
+    await shot(page, f"{tag}-1-chat")
+
+    if narrow:
+        assert not await reply.locator(".actions.inline").is_visible(), "inline actions must collapse at 320 px"
+        more = reply.locator("button.more")
+        box = await more.bounding_box()
+        assert box and box["width"] >= 44 and box["height"] >= 44, box
+        await more.click()
+        items = reply.locator(".menu [role^=menuitem]")
+        assert await items.count() >= 5  # copy, like, dislike, report, trace, delete
+        for item in await items.all():
+            b = await item.bounding_box()
+            assert b and b["height"] >= 44, (await item.inner_text(), b)
+        await assert_timestamps_uncovered(page)
+        await shot(page, f"{tag}-2-menu")
+        await reply.locator(".menu .act-report").click()
+    else:
+        await assert_timestamps_uncovered(page)
+        await reply.locator(".actions.inline .act-report").click()
+    await reply.locator("textarea.report-text").fill(sentence)
+    await reply.locator("text=Send report").click()
+    await expect(reply.locator(".msg-status")).to_contain_text("Reported.")
+    await shot(page, f"{tag}-3-reported")
+
+    # The agent's Feedback tab.
+    await page.get_by_role("tab", name="Feedback").click()
+    row = page.locator(".feedback-row", has_text=sentence)
+    await expect(row).to_have_count(1)
+    await expect(row.locator(".fb-words")).to_have_text(sentence)
+    await expect(row.locator(".fb-quote")).to_contain_text(reply_text[:80])
+    await shot(page, f"{tag}-4-agent-feedback")
+
+    # The account-wide Feedback page.
+    await page.locator("header.top").get_by_role("link", name="Feedback").click()
+    row = page.locator(".feedback-row", has_text=sentence)
+    await expect(row).to_have_count(1)
+    await expect(row.locator(".fb-quote")).to_contain_text(reply_text[:80])
+    await expect(row.locator(".fb-agent")).to_contain_text("reference")
+    await expect(row.locator(".badge.status-open")).to_be_visible()
+    await expect(row.locator("a.open-conversation")).to_be_visible()
+    await shot(page, f"{tag}-5-feedback-page")
+
+    # The turn's spans are at the collector (exported in the background; flushed here so it is now).
+    await stack.wait_trace(trace_id, min_spans=3)
+    await row.locator("a.open-trace").click()
+    tool = page.locator(".wf-span.tool-call", has_text=TOOL)
+    await expect(tool).to_be_visible()
+    await expect(page.locator(".trace-id")).to_have_text(trace_id)
+    await shot(page, f"{tag}-6-trace")
+    if narrow:
+        width = await page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 320, f"page scrolls sideways at 320 px ({width} px wide)"
+
+
+async def test_console_flag_reply_feedback_pages_and_trace(stack, tmp_path):
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(1280, 900) as page:
+                await flag_a_reply_and_follow_it(stack, page, site, envoy.url, narrow=False)
+
+
+async def test_console_flag_flow_at_320px(stack, tmp_path):
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(320, 720) as page:
+                await flag_a_reply_and_follow_it(stack, page, site, envoy.url, narrow=True)
