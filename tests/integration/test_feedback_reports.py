@@ -233,7 +233,7 @@ async def test_F18_spans_expired_feedback_keeps_words_snapshots_voice_and_frozen
     # ...and a feedback replica whose clock is 15 days ahead reads the same database.
     aged = await start_feedback(stack, tmp_path, clock=lambda: dt.datetime.now(dt.UTC) + fifteen_days)
     try:
-        stub = feedback_pb2_grpc.FeedbackServiceStub(stack.channel_to(aged.port))
+        stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, aged.port))
         old = await stub.GetFeedback(pb.GetFeedbackRequest(name=fb.name), metadata=stack.md())
         assert old.body == "wrong count"
         assert old.snapshot == captured.snapshot and old.snapshot.preceding_user_text == "how many agents?"
@@ -263,13 +263,11 @@ async def start_feedback(stack: Stack, data_dir: Path, clock=None, **overrides):
     return await create_server(settings, database_url=stack.database_url, clock=clock)
 
 
-def _channel_to(self: Stack, port: int) -> grpc.aio.Channel:
+def channel_to(stack: Stack, port: int) -> grpc.aio.Channel:
+    """A loopback channel to `port`, closed with the stack."""
     ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    self.channels.append(ch)
+    stack.channels.append(ch)
     return ch
-
-
-Stack.channel_to = _channel_to  # type: ignore[attr-defined]
 
 
 async def test_F22_another_user_cannot_read_create_update_or_delete_and_no_token_is_unauthenticated(stack):
@@ -414,7 +412,7 @@ async def test_chat_unreachable_accepts_client_snapshot_then_the_worker_fills_th
     dead_port = 1  # nothing listens on port 1 of loopback: connection refused at once
     down = await start_feedback(stack, tmp_path, chat_target=f"127.0.0.1:{dead_port}", chat_timeout_s=0.5)
     try:
-        stub = feedback_pb2_grpc.FeedbackServiceStub(stack.channel_to(down.port))
+        stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, down.port))
         req = pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, body="chat was down"),
                                        request_id=rid())
         e = await expect_error(stub.CreateFeedback(req, metadata=stack.md()), grpc.StatusCode.UNAVAILABLE)
@@ -484,7 +482,7 @@ async def test_file_feedback_to_github_sink_posts_one_issue_with_the_default_fie
     srv = await start_feedback(stack, tmp_path, tracker="github", tracker_github_api=api,
                                tracker_github_repo="acme/agent", tracker_github_token="gh-test-token")
     try:
-        stub = feedback_pb2_grpc.FeedbackServiceStub(stack.channel_to(srv.port))
+        stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, srv.port))
         first, second = await asyncio.gather(*(stub.FileFeedback(pb.FileFeedbackRequest(name=fb.name),
                                                                  metadata=stack.md()) for _ in range(2)))
         third = await stub.FileFeedback(pb.FileFeedbackRequest(name=fb.name), metadata=stack.md())

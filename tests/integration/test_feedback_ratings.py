@@ -1,0 +1,251 @@
+"""Ratings (editable judgements) and operator statistics over real gRPC, a real PostgreSQL and the real
+chat gateway of the `stack` fixture. The compare-and-swap test runs a second feedback server as a
+separate OS process on the same database.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import field_mask_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from agentfeedback.feedback.v1 import feedback_pb2_grpc
+from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
+from services.common.errors import error_info, status_details
+from tests.integration.test_feedback_reports import channel_to, expect_error, flag, new_instance, send
+from tests.stack import TEST_JWT_SECRET, Stack, free_ports
+
+ROOT = Path(__file__).resolve().parents[2]
+POS, NEU, NEG = pb.RATING_SENTIMENT_POSITIVE, pb.RATING_SENTIMENT_NEUTRAL, pb.RATING_SENTIMENT_NEGATIVE
+
+
+def rating(conversation: str, turn: int, aspect: str = "reaction", scope: int = pb.RATING_SCOPE_MESSAGE,
+           **kw) -> pb.Rating:
+    return pb.Rating(conversation=conversation, turn_index=turn, scope=scope, aspect=aspect, **kw)
+
+
+async def put(stub, r: pb.Rating, md, mask: list[str] | None = None) -> pb.Rating:
+    req = pb.PutRatingRequest(rating=r, request_id=str(uuid.uuid4()))
+    if mask:
+        req.update_mask.CopyFrom(field_mask_pb2.FieldMask(paths=mask))
+    return await stub.PutRating(req, metadata=md)
+
+
+async def ratings_of(stack: Stack, conversation: str, sub: str = "alice", turn: int | None = None) -> list[pb.Rating]:
+    req = pb.ListRatingsRequest(conversation=conversation)
+    if turn is not None:
+        req.turn_index = turn
+    return list((await stack.feedback().ListRatings(req, metadata=stack.md(sub))).ratings)
+
+
+async def test_F06_like_dislike_dislike_leaves_one_dislike_and_the_last_call_is_a_no_op(stack):
+    inst = await new_instance(stack)
+    t = await send(stack, inst, "hello")
+    fb = stack.feedback()
+    like = await put(fb, rating(inst, t.reply.turn_index, sentiment=POS), stack.md())
+    dislike = await put(fb, rating(inst, t.reply.turn_index, sentiment=NEG), stack.md())
+    again = await put(fb, rating(inst, t.reply.turn_index, sentiment=NEG), stack.md())
+    assert like.version == 1 and dislike.version == 2
+    assert again.version == 2 and again.update_time == dislike.update_time and again.etag == dislike.etag
+    assert dislike.create_time == like.create_time
+    assert dislike.update_time.ToNanoseconds() >= like.update_time.ToNanoseconds()
+    assert dislike.message == t.reply.name and dislike.origin == pb.RATING_ORIGIN_USER
+    stored = await ratings_of(stack, inst)
+    assert len(stored) == 1 and stored[0].sentiment == NEG and stored[0].version == 2
+
+
+async def test_F07_two_aspects_make_two_rows_and_a_replay_changes_nothing(stack):
+    inst = await new_instance(stack)
+    t = await send(stack, inst, "hello")
+    fb = stack.feedback()
+    turn = t.reply.turn_index
+    a1 = await put(fb, rating(inst, turn, "accuracy", sentiment=NEU, note="meh"), stack.md())
+    a2 = await put(fb, rating(inst, turn, "accuracy", sentiment=POS, note="meh"), stack.md())
+    tone_req = pb.PutRatingRequest(rating=rating(inst, turn, "tone", sentiment=NEG, note="curt"),
+                                   request_id=str(uuid.uuid4()))
+    tone = await fb.PutRating(tone_req, metadata=stack.md())
+    replay = await fb.PutRating(tone_req, metadata=stack.md())
+    assert (replay.version, replay.create_time, replay.update_time) == (tone.version, tone.create_time,
+                                                                          tone.update_time)
+    assert a2.version == a1.version + 1
+    stored = {r.aspect: r for r in await ratings_of(stack, inst, turn=turn)}
+    assert set(stored) == {"accuracy", "tone"}
+    assert stored["accuracy"].sentiment == POS and stored["tone"].version == 1
+    # A control owns one field: the mask keeps the note when only the sentiment is sent.
+    only = await put(fb, rating(inst, turn, "tone", sentiment=POS), stack.md(), mask=["sentiment"])
+    assert only.note == "curt" and only.sentiment == POS and only.version == 2
+
+
+async def test_F12_rating_note_with_nul_is_rejected_and_note_limit_is_utf8_bytes(stack):
+    inst = await new_instance(stack)
+    t = await send(stack, inst, "hello")
+    fb = stack.feedback()
+    e = await expect_error(put(fb, rating(inst, t.reply.turn_index, note="ok\x00bad"), stack.md()),
+                           grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "rating.note"
+    fits = "é" * 4096  # 8192 bytes
+    assert (await put(fb, rating(inst, t.reply.turn_index, note=fits), stack.md())).note == fits
+    e = await expect_error(put(fb, rating(inst, t.reply.turn_index, note=fits + "a"), stack.md()),
+                           grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["limit"] == "8192"
+    e = await expect_error(put(fb, rating(inst, t.reply.turn_index, aspect="Bad Slug"), stack.md()),
+                           grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "rating.aspect"
+    assert [r.note for r in await ratings_of(stack, inst)] == [fits]
+
+
+async def test_message_rating_needs_a_stored_non_empty_assistant_message(stack):
+    inst = await new_instance(stack)
+    t = await send(stack, inst, "hello")
+    fb = stack.feedback()
+    await expect_error(put(fb, rating(inst, t.reply.turn_index + 5), stack.md()), grpc.StatusCode.NOT_FOUND)
+    # Other scopes only need the conversation to be the caller's.
+    obj = await put(fb, rating(inst, 0, "task_completion", scope=pb.RATING_SCOPE_CONVERSATION, sentiment=POS),
+                    stack.md())
+    assert obj.message == ""
+    await expect_error(put(fb, rating(f"instances/{uuid.uuid4().hex}", 0, scope=pb.RATING_SCOPE_CONVERSATION),
+                           stack.md()), grpc.StatusCode.NOT_FOUND)
+    assert [r.aspect for r in await ratings_of(stack, inst)] == ["task_completion"]
+
+
+async def test_F22_other_user_rating_is_not_found_and_concurrent_same_etag_gives_one_ok_one_aborted(stack):
+    inst = await new_instance(stack, "alice")
+    t = await send(stack, inst, "hello", sub="alice")
+    fb = stack.feedback()
+    await expect_error(put(fb, rating(inst, t.reply.turn_index, sentiment=NEG), stack.md("bob")),
+                       grpc.StatusCode.NOT_FOUND)
+    assert await ratings_of(stack, inst, "bob") == []
+    base = await put(fb, rating(inst, t.reply.turn_index, sentiment=POS), stack.md())
+    results = await asyncio.gather(
+        put(fb, rating(inst, t.reply.turn_index, sentiment=NEG, etag=base.etag), stack.md()),
+        put(fb, rating(inst, t.reply.turn_index, sentiment=NEU, etag=base.etag), stack.md()),
+        return_exceptions=True)
+    ok = [r for r in results if isinstance(r, pb.Rating)]
+    aborted = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
+    assert len(ok) == 1 and len(aborted) == 1 and aborted[0].code() == grpc.StatusCode.ABORTED
+    cur = pb.Rating()
+    [d for d in status_details(aborted[0]) if d.Is(pb.Rating.DESCRIPTOR)][0].Unpack(cur)
+    assert cur.version == ok[0].version == 2 and cur.sentiment == ok[0].sentiment
+    # Strict even for a no-op: a stale etag with the stored value is still ABORTED.
+    await expect_error(put(fb, rating(inst, t.reply.turn_index, sentiment=cur.sentiment, etag=base.etag),
+                           stack.md()), grpc.StatusCode.ABORTED)
+    await expect_error(fb.PutRating(pb.PutRatingRequest(rating=rating(inst, 0))), grpc.StatusCode.UNAUTHENTICATED)
+    await expect_error(put(fb, rating(inst, 0), stack.md("alice", (SCOPE_FEEDBACK_READ,))),
+                       grpc.StatusCode.PERMISSION_DENIED)
+
+
+def _spawn_feedback_process(stack: Stack, port: int, log: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "AGENTFEEDBACK_DATABASE_URL": stack.database_url,
+        "AGENTFEEDBACK_JWT_SECRET": TEST_JWT_SECRET,
+        "AGENTFEEDBACK_DATA_DIR": str(stack.data_dir / "second"),
+        "AGENTFEEDBACK_FEEDBACK_LISTEN": f"127.0.0.1:{port}",
+        "AGENTFEEDBACK_FEEDBACK_CHAT_TARGET": f"127.0.0.1:{stack.ports['chat']}",
+        "AGENTFEEDBACK_FEEDBACK_TRACES_TARGET": f"127.0.0.1:{stack.ports['query']}",
+        "OTEL_TRACES_EXPORTER": "none",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "gen")]),
+    }
+    return subprocess.Popen([sys.executable, "-m", "services.feedback.main"], cwd=ROOT, env=env,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+async def _wait_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while True:
+            assert proc.poll() is None, f"second feedback process exited: {log.read_text()[-2000:]}"
+            try:
+                r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            assert time.monotonic() < deadline, f"second feedback process not serving: {log.read_text()[-2000:]}"
+            await asyncio.sleep(0.2)
+
+
+@pytest.mark.slow
+async def test_100_concurrent_puts_with_one_etag_from_two_server_processes_one_succeeds(stack, tmp_path):
+    inst = await new_instance(stack)
+    t = await send(stack, inst, "hello")
+    (port,) = free_ports(1)
+    log = tmp_path / "second.log"
+    proc = _spawn_feedback_process(stack, port, log)
+    try:
+        await _wait_serving(port, proc, log)
+        stubs = [stack.feedback(), feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, port))]
+        base = await put(stubs[0], rating(inst, t.reply.turn_index, sentiment=POS, note="start"), stack.md())
+        # Every call changes the note (so none is a no-op) and carries the same etag.
+        calls = [put(stubs[i % 2], rating(inst, t.reply.turn_index, note=f"writer {i}", etag=base.etag), stack.md())
+                 for i in range(100)]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+    ok = [r for r in results if isinstance(r, pb.Rating)]
+    errors = [r for r in results if not isinstance(r, pb.Rating)]
+    assert len(ok) == 1, [getattr(e, "details", lambda: e)() for e in errors[:3]]
+    assert all(isinstance(e, grpc.aio.AioRpcError) and e.code() == grpc.StatusCode.ABORTED for e in errors)
+    (stored,) = await ratings_of(stack, inst)
+    assert stored.version == base.version + len(ok) and stored.note == ok[0].note
+
+
+async def test_delete_is_idempotent_copy_marks_branch_copies_and_stats_count_user_ratings_only(stack):
+    src = await new_instance(stack)
+    fork = await new_instance(stack)
+    turns = [await send(stack, src, f"turn {i}") for i in range(3)]
+    fb = stack.feedback()
+    r0 = await put(fb, rating(src, turns[0].reply.turn_index, sentiment=NEG, category=pb.CATEGORY_TOOL_FAILURE,
+                              note="tool broke"), stack.md())
+    await put(fb, rating(src, turns[1].reply.turn_index, sentiment=POS), stack.md())
+    await put(fb, rating(src, turns[2].reply.turn_index, sentiment=POS), stack.md())
+    copied = await fb.CopyRatings(pb.CopyRatingsRequest(source_conversation=src, target_conversation=fork,
+                                                        through_turn_index=turns[1].reply.turn_index),
+                                  metadata=stack.md())
+    assert copied.copied_count == 2
+    again = await fb.CopyRatings(pb.CopyRatingsRequest(source_conversation=src, target_conversation=fork,
+                                                       through_turn_index=turns[1].reply.turn_index),
+                                 metadata=stack.md())
+    assert again.copied_count == 0
+    forked = await ratings_of(stack, fork)
+    assert [r.origin for r in forked] == [pb.RATING_ORIGIN_BRANCH_COPY] * 2
+    await flag(stack, turns[0].reply.name, "broken tool", sentiment=pb.SENTIMENT_BAD,
+               category=pb.CATEGORY_TOOL_FAILURE)
+    stats = await fb.GetFeedbackStats(pb.GetFeedbackStatsRequest(window_days=7), metadata=stack.md("operator"))
+    assert stats.total_ratings == 3 and stats.negative_ratings == 1 and stats.total_reports == 1
+    (aspect,) = stats.aspects
+    assert (aspect.aspect, aspect.positive, aspect.negative) == ("reaction", 2, 1)
+    assert [(c.category, c.count) for c in stats.categories] == [(pb.CATEGORY_TOOL_FAILURE, 1)]
+    assert len(stats.trend) == 7 and sum(d.positive for d in stats.trend) == 2
+    assert stats.trend[-1].reports == 1 and all(d.reports == 0 for d in stats.trend[:-1])
+    feed = await fb.ListRecentFeedback(pb.ListRecentFeedbackRequest(negative_only=True), metadata=stack.md("op"))
+    kinds = [i.WhichOneof("item") for i in feed.items]
+    assert sorted(kinds) == ["feedback", "rating"]
+    text = await fb.ListRecentFeedback(pb.ListRecentFeedbackRequest(text="TOOL BROKE"), metadata=stack.md("op"))
+    assert [i.rating.name for i in text.items] == [r0.name]
+    pages, token = [], ""
+    while True:
+        resp = await fb.ListRecentFeedback(pb.ListRecentFeedbackRequest(page_size=2, page_token=token),
+                                           metadata=stack.md("op"))
+        pages += [i.rating.name or i.feedback.name for i in resp.items]
+        token = resp.next_page_token
+        if not token:
+            break
+    assert len(pages) == len(set(pages)) == 4  # 3 USER ratings + 1 report; branch copies left out
+    await expect_error(fb.GetFeedbackStats(pb.GetFeedbackStatsRequest(),
+                                           metadata=stack.md("alice", (SCOPE_FEEDBACK_WRITE,))),
+                       grpc.StatusCode.PERMISSION_DENIED)
+    await fb.DeleteRating(pb.DeleteRatingRequest(name=r0.name), metadata=stack.md())
+    await fb.DeleteRating(pb.DeleteRatingRequest(name=r0.name), metadata=stack.md())
+    assert r0.name not in {r.name for r in await ratings_of(stack, src)}
