@@ -39,35 +39,48 @@ ORDER BY create_time, id
 LIMIT $4
 """
 
-# Claims the next turn index (row lock on the instance for the rest of the short transaction).
-NEXT_TURN = """
-UPDATE instances SET next_turn_index = next_turn_index + 1
-WHERE owner = $1 AND id = $2
-RETURNING agent, next_turn_index - 1 AS turn_index
-"""
-INSERT_TURN = """
-INSERT INTO turns (owner, instance_id, trace_id, request_id, turn_index, user_message_id, create_time)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT DO NOTHING
-RETURNING trace_id
-"""
 MESSAGE_COLUMNS = (
     "instance_id, id, role, content, trace_id, turn_index, create_time, channel, audio_key, dictation, model, agent"
 )
-INSERT_MESSAGE = f"""
-INSERT INTO messages (owner, {MESSAGE_COLUMNS})
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+# Step 2 of the turn in ONE statement (atomic, one round trip): claim the next turn index (row lock
+# on the instance), record the turn (request_id unique per instance), store the user message, and
+# read the `$11` newest earlier messages (the statement's snapshot does not see its own insert).
+# No row: the instance does not exist for this owner. `inserted` = 0: a concurrent request with the
+# same request_id won (the turn index it claimed stays unused; indexes only need to be unique).
+BEGIN_TURN = """
+WITH inst AS (
+    UPDATE instances SET next_turn_index = next_turn_index + 1
+    WHERE owner = $1 AND id = $2
+    RETURNING agent, next_turn_index - 1 AS turn_index
+), turn AS (
+    INSERT INTO turns (owner, instance_id, trace_id, request_id, turn_index, user_message_id, create_time)
+    SELECT $1, $2, $3, $4, inst.turn_index, $5, $6 FROM inst
+    ON CONFLICT DO NOTHING
+    RETURNING turn_index
+), msg AS (
+    INSERT INTO messages (owner, instance_id, id, role, content, trace_id, turn_index, create_time, channel,
+                          audio_key, dictation, agent)
+    SELECT $1, $2, $5, 1, $7, $3, turn.turn_index, $6, $8, $9, $10, inst.agent FROM turn, inst
+    RETURNING id
+)
+SELECT inst.turn_index, inst.agent, (SELECT count(*) FROM msg) AS inserted, h.role, h.content
+FROM inst LEFT JOIN LATERAL (
+    SELECT role, content, create_time, id FROM messages
+    WHERE owner = $1 AND instance_id = $2
+    ORDER BY create_time DESC, id DESC
+    LIMIT $11
+) h ON true
+ORDER BY h.create_time, h.id
 """
-# The `$3` newest messages before the new turn, newest first (the caller reverses them).
-SELECT_HISTORY = """
-SELECT role, content FROM messages
-WHERE owner = $1 AND instance_id = $2 AND trace_id <> $3
-ORDER BY create_time DESC, id DESC
-LIMIT $4
-"""
-FINISH_TURN = """
-UPDATE turns SET state = 'DONE', reply_message_id = $4
-WHERE owner = $1 AND instance_id = $2 AND trace_id = $3
+# Step 5 in one statement: the reply and the turn's DONE state.
+FINISH_TURN = f"""
+WITH reply AS (
+    INSERT INTO messages (owner, {MESSAGE_COLUMNS})
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+    RETURNING id
+)
+UPDATE turns SET state = 'DONE', reply_message_id = (SELECT id FROM reply)
+WHERE owner = $1 AND instance_id = $2 AND trace_id = $6
 """
 FAIL_TURN = """
 UPDATE turns SET state = 'FAILED', error_code = $4, error_message = $5
@@ -174,41 +187,33 @@ class Repository:
 
     async def begin_turn(self, owner: str, turn: TurnInput, trace_id: str, message_id: str, t0: datetime,
                          history_limit: int) -> tuple[Message, list[tuple[Role, str]]] | TurnRecord | None:
-        """Store the user message of a new turn (one transaction) and read the history before it.
+        """Store the user message of a new turn and read the history before it (one statement).
 
         Returns (user message, history oldest first); or the existing TurnRecord when
         `turn.request_id` was already used; or None when the instance does not exist for `owner`.
+        Raises RequestRace when a concurrent request with the same request_id stored its turn first.
         """
         async with self._pool.acquire() as conn:
-            async with conn.transaction():
-                if turn.request_id is not None:
-                    existing = await self._turn_by_request(conn, owner, turn.instance_id, turn.request_id)
-                    if existing is not None:
-                        return existing
-                inst = await conn.fetchrow(NEXT_TURN, owner, turn.instance_id)
-                if inst is None:
-                    return None
-                user = Message(
-                    instance_id=turn.instance_id, id=message_id, role=Role.USER, content=turn.content,
-                    trace_id=trace_id, turn_index=inst["turn_index"], create_time=t0, channel=turn.channel,
-                    audio_key=turn.audio_key, dictation=turn.dictation, agent=inst["agent"],
-                )
-                inserted = await conn.fetchval(INSERT_TURN, owner, turn.instance_id, trace_id, turn.request_id,
-                                               user.turn_index, message_id, t0)
-                if inserted is None:
-                    raise RequestRace()
-                await conn.execute(INSERT_MESSAGE, *_message_args(owner, user))
-                rows = await conn.fetch(SELECT_HISTORY, owner, turn.instance_id, trace_id, history_limit) \
-                    if history_limit else []
-        history = [(Role(r["role"]), r["content"]) for r in reversed(rows)]
-        return user, history
+            if turn.request_id is not None:
+                existing = await self._turn_by_request(conn, owner, turn.instance_id, turn.request_id)
+                if existing is not None:
+                    return existing
+            rows = await conn.fetch(BEGIN_TURN, owner, turn.instance_id, trace_id, turn.request_id, message_id, t0,
+                                    turn.content, int(turn.channel), turn.audio_key, turn.dictation, history_limit)
+        if not rows:
+            return None
+        if rows[0]["inserted"] == 0:
+            raise RequestRace()
+        user = Message(
+            instance_id=turn.instance_id, id=message_id, role=Role.USER, content=turn.content, trace_id=trace_id,
+            turn_index=rows[0]["turn_index"], create_time=t0, channel=turn.channel, audio_key=turn.audio_key,
+            dictation=turn.dictation, agent=rows[0]["agent"],
+        )
+        return user, [(Role(r["role"]), r["content"]) for r in rows if r["role"] is not None]
 
     async def finish_turn(self, owner: str, reply: Message) -> None:
-        """Store the reply and mark the turn DONE (one transaction)."""
-        async with self._pool.acquire() as conn:
-            async with conn.transaction():
-                await conn.execute(INSERT_MESSAGE, *_message_args(owner, reply))
-                await conn.execute(FINISH_TURN, owner, reply.instance_id, reply.trace_id, reply.id)
+        """Store the reply and mark the turn DONE (one statement)."""
+        await self._pool.execute(FINISH_TURN, *_message_args(owner, reply))
 
     async def fail_turn(self, owner: str, instance_id: str, trace_id: str, code: str, message: str) -> None:
         await self._pool.execute(FAIL_TURN, owner, instance_id, trace_id, code, message)

@@ -157,6 +157,11 @@ class LazyReplay:
         self._lock = threading.Lock()
         self._index: ReplayIndex | None = None
 
+    @property
+    def loaded(self) -> ReplayIndex | None:
+        """The index when already loaded (no thread hop needed), else None."""
+        return self._index
+
     def get(self) -> ReplayIndex:
         if self._index is None:
             with self._lock:

@@ -179,7 +179,7 @@ def build_registry(tracer: trace.Tracer, max_result_bytes: int, replay: LazyRepl
     reg = ToolRegistry(tracer, max_result_bytes)
 
     async def recall_transcript(args: dict[str, Any], ctx: ToolContext) -> tuple[str, Any]:
-        index = await run_blocking(replay.get)
+        index = replay.loaded or await run_blocking(replay.get)
         match = index.lookup(str(args.get("query", "")), args.get("last_reply"), ctx.turn_index)
         e = match.exchange
         return json.dumps({"conversation": e.conversation_id, "exchange": e.index, "exact": match.exact,
