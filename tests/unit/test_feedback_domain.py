@@ -1,0 +1,176 @@
+"""Pure rules of services/feedback/domain.py: limits, snapshots, status machine, capture decisions,
+frozen spans, rating checks, trend filling and the ticket draft's field policy."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from services.common.errors import FailedPrecondition, InvalidArgument
+from services.feedback import domain as d
+
+T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+
+
+def msg(role: str, content: str, **kw) -> d.MessageView:
+    base = dict(name=f"instances/i/messages/{role}", role=role, content=content, trace_id="ab" * 16, turn_index=1,
+                create_time=T0)
+    return d.MessageView(**{**base, **kw})
+
+
+def span(span_id: str, parent: str = "", name: str = "x", start_ms: int = 0, dur_ms: int = 1, **kw) -> d.SpanView:
+    return d.SpanView(span_id=span_id, parent_span_id=parent, name=name, service_name=kw.pop("service", "chat"),
+                      status=kw.pop("status", "OK"), start_unix_nano=start_ms * 1_000_000,
+                      end_unix_nano=(start_ms + dur_ms) * 1_000_000, **kw)
+
+
+@pytest.mark.parametrize("n", [1, 3999, 4000])
+def test_body_up_to_4000_code_points_is_kept_exactly(n):
+    body = ("😀é" * n)[:n]
+    assert d.check_body(body) == body
+
+
+@pytest.mark.parametrize("body,reason", [("x" * 4001, "TOO_LONG"), ("ok\x00bad", "NUL_CHARACTER"), ("  ", "INVALID_ARGUMENT")])
+def test_body_over_limit_nul_or_blank_is_rejected_naming_the_field(body, reason):
+    with pytest.raises(InvalidArgument) as e:
+        d.check_body(body)
+    assert e.value.field_path == "feedback.body" and e.value.reason == reason
+    if reason == "TOO_LONG":
+        assert e.value.metadata["limit"] == "4000"
+
+
+def test_snapshot_clips_target_to_2000_and_preceding_to_1000_and_says_so():
+    user = msg("ROLE_USER", "u" * 1500, channel="CHANNEL_VOICE", audio_key="a/1", dictation="heard")
+    reply = msg("ROLE_ASSISTANT", "r" * 2500, model="m1", agent="reference")
+    s = d.build_snapshot(reply, [user, reply], client_version="web/1.2")
+    assert s["target_text"] == "r" * 2000 and s["target_text_clipped"]
+    assert s["preceding_user_text"] == "u" * 1000 and s["preceding_user_text_clipped"]
+    assert s["context"] == {"agent": "reference", "model": "m1", "audio_key": "a/1", "dictation": "heard",
+                            "client_version": "web/1.2", "channel": "CHANNEL_VOICE"}
+    assert s["target_time"] == "2026-11-30T12:00:00Z" and s["source"] == d.SOURCE_CHAT
+
+
+def test_snapshot_of_a_user_message_uses_it_as_the_preceding_turn():
+    user = msg("ROLE_USER", "hi")
+    s = d.build_snapshot(user, [user])
+    assert s["preceding_user_text"] == "hi" and not s["target_text_clipped"]
+
+
+def test_client_snapshot_is_marked_client_and_clipped():
+    s = d.client_snapshot({"target_text": "x" * 2001, "preceding_user_text": "y", "source": d.SOURCE_CHAT})
+    assert s["source"] == d.SOURCE_CLIENT and len(s["target_text"]) == 2000 and s["target_text_clipped"]
+    with pytest.raises(InvalidArgument):
+        d.client_snapshot({"target_text": "a\x00"})
+
+
+def test_pick_target_prefers_the_reply():
+    u, r = msg("ROLE_USER", "q"), msg("ROLE_ASSISTANT", "a")
+    assert d.pick_target([u, r]) is r and d.pick_target([u]) is u and d.pick_target([]) is None
+
+
+@pytest.mark.parametrize("cur,new,ok", [
+    (d.STATUS_OPEN, d.STATUS_TRIAGED, True), (d.STATUS_TRIAGED, d.STATUS_FILED, True),
+    (d.STATUS_TRIAGED, d.STATUS_DISMISSED, True), (d.STATUS_FILED, d.STATUS_OPEN, True),
+    (d.STATUS_DISMISSED, d.STATUS_OPEN, True), (d.STATUS_FILED, d.STATUS_TRIAGED, False),
+    (d.STATUS_DISMISSED, d.STATUS_FILED, False), (d.STATUS_FILED, d.STATUS_DISMISSED, False),
+])
+def test_status_machine(cur, new, ok):
+    if ok:
+        d.check_transition(cur, new)
+    else:
+        with pytest.raises(FailedPrecondition):
+            d.check_transition(cur, new)
+
+
+def test_update_mask_refuses_body_and_unknown_paths():
+    assert d.check_update_mask(["status", "issue_url"]) == {"status", "issue_url"}
+    with pytest.raises(InvalidArgument) as e:
+        d.check_update_mask(["body"])
+    assert e.value.reason == "IMMUTABLE_FIELD"
+    for bad in ([], ["owner"]):
+        with pytest.raises(InvalidArgument):
+            d.check_update_mask(bad)
+
+
+def test_etags():
+    assert d.etag_matches("", 3) and d.etag_matches(d.etag(3), 3) and not d.etag_matches(d.etag(2), 3)
+
+
+def test_capture_waits_for_a_root_and_a_stable_span_count_then_freezes():
+    root = span("r" * 16, name="chat.turn", dur_ms=50)
+    tool = span("t" * 16, parent="a" * 16, name="tool.call", start_ms=10, dur_ms=5,
+                attributes={"gen_ai.tool.name": "list_agents", "gen_ai.tool.call.id": "c1",
+                            "tool.result.size_bytes": 9000.0},
+                events=(d.SpanEventView("chat.truncated", 12_000_000, {"kept": 4096}),))
+    agent = span("a" * 16, parent="r" * 16, name="agent.think", start_ms=5, dur_ms=30, service="agent")
+    mine = span("f" * 16, parent="9" * 16, name="feedback.create")
+    kw = dict(attempts=1, max_attempts=5, base_backoff_s=0.5, expired=False)
+    assert d.decide_capture(None, previous_count=-1, **kw).state == d.TRACE_PENDING
+    no_root = d.decide_capture([agent, tool], previous_count=-1, **kw)
+    assert no_root.state == d.TRACE_PENDING and no_root.span_count == 2
+    first = d.decide_capture([root, agent, tool, mine], previous_count=-1, **kw)
+    assert first.state == d.TRACE_PENDING and first.span_count == 3  # our own span is not evidence
+    done = d.decide_capture([root, agent, tool, mine], previous_count=3, **kw)
+    assert done.state == d.TRACE_CAPTURED
+    f = done.frozen
+    assert f["tool_calls"] == [{"name": "list_agents", "call_id": "c1", "status": "OK", "duration_ms": 5.0,
+                                "arguments": "", "result": "", "result_size_bytes": 9000, "span_id": "t" * 16}]
+    assert [e["name"] for e in f["events"]] == ["chat.truncated"]
+    assert f["root_status"] == "OK" and f["duration_ms"] == 50.0
+    assert {s["name"]: s["start_offset_ms"] for s in f["spans"]} == {"chat.turn": 0.0, "agent.think": 5.0,
+                                                                     "tool.call": 10.0}
+
+
+def test_capture_gives_up_as_unavailable_or_expired():
+    kw = dict(previous_count=0, base_backoff_s=1.0)
+    assert d.decide_capture(None, attempts=5, max_attempts=5, expired=False, **kw).state == d.TRACE_UNAVAILABLE
+    assert d.decide_capture([], attempts=1, max_attempts=5, expired=True, **kw).state == d.TRACE_EXPIRED
+    assert d.backoff_s(1, 1.0) == 1.0 and d.backoff_s(3, 1.0) == 4.0 and d.backoff_s(30, 1.0) == d.MAX_BACKOFF_S
+
+
+def test_spans_expired_after_the_retention_window():
+    assert d.spans_expired(T0, T0 + dt.timedelta(days=15), 14)
+    assert not d.spans_expired(T0, T0 + dt.timedelta(days=13), 14)
+    assert not d.spans_expired(None, T0, 14)
+
+
+def test_rating_checks():
+    key = d.RatingKey("instances/i", 0, d.SCOPE_MESSAGE, "reaction", "")
+    d.check_rating(key, "é" * 4096, 8192)
+    with pytest.raises(InvalidArgument) as e:
+        d.check_rating(key, "é" * 4096 + "x", 8192)
+    assert e.value.field_path == "rating.note" and e.value.metadata["limit"] == "8192"
+    for bad, field_path in [(d.RatingKey("instances/i", 0, d.SCOPE_MESSAGE, "Tone!", ""), "rating.aspect"),
+                            (d.RatingKey("instances/i", 0, d.SCOPE_ARTIFACT, "tone", ""), "rating.artifact_id"),
+                            (d.RatingKey("instances/i", -1, d.SCOPE_MESSAGE, "tone", ""), "rating.turn_index"),
+                            (d.RatingKey("instances/i", 0, 0, "tone", ""), "rating.scope")]:
+        with pytest.raises(InvalidArgument) as e:
+            d.check_rating(bad, "", 8192)
+        assert e.value.field_path == field_path
+    assert d.rating_mask([]) == d.RATING_MASK_PATHS and d.rating_mask(["note"]) == {"note"}
+    with pytest.raises(InvalidArgument):
+        d.rating_mask(["version"])
+
+
+def test_trend_has_one_entry_per_day_with_zeros():
+    day = dt.date(2026, 11, 30)
+    rows = [{"day": day, "positive": 2}, {"day": day, "reports": 1}, {"day": day - dt.timedelta(days=2), "negative": 1}]
+    trend = d.fill_trend(rows, day, 4)
+    assert [t["day"] for t in trend] == ["2026-11-27", "2026-11-28", "2026-11-29", "2026-11-30"]
+    assert [(t["positive"], t["negative"], t["reports"]) for t in trend] == [(0, 0, 0), (0, 1, 0), (0, 0, 0),
+                                                                             (2, 0, 1)]
+
+
+def test_ticket_leaves_owner_words_and_message_text_out_unless_enabled():
+    fb = {"name": "feedback/f1", "instance": "instances/i", "message": "instances/i/messages/m", "category": 3,
+          "sentiment": 2, "body": "my private words",
+          "snapshot": {"trace_id": "ab" * 16, "turn_index": 2, "target_text": "the reply text",
+                       "preceding_user_text": "the question", "context": {"dictation": "dictated"}},
+          "trace_snapshot": {"state": 2, "tool_calls": [{"name": "list_agents", "status": "ERROR",
+                                                         "duration_ms": 3.5, "result_size_bytes": "12"}],
+                             "events": [{"name": "chat.invented_result", "span_id": "s1"}]}}
+    title, body = d.render_ticket(fb)
+    assert "tool failure" in title and "ab" * 16 in body and "list_agents | " in body and "chat.invented_result" in body
+    assert "my private words" not in body and "the reply text" not in body and "dictated" not in body
+    _, full = d.render_ticket(fb, d.TicketFields(body=True, message_text=True))
+    assert "> my private words" in full and "> the reply text" in full and "> the question" in full
