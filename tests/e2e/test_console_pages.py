@@ -1,0 +1,138 @@
+"""Console pages beyond the main flag flow, in a real browser against the real stack through Envoy:
+honest trace states, a cleared chat, triage with the etag, the status filter, like/dislike, and the
+Statistics page (feedback:admin only).
+"""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from playwright.async_api import Page, expect
+
+from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.feedback.v1 import feedback_pb2
+from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE, SCOPE_TRACES_READ
+from tests.e2e.grpcweb_support import CONSOLE_DIST, gateway, static_site
+from tests.e2e.test_console_browser import browser_page, shot
+from tests.e2e.test_grpcweb_gateway import create_feedback_request, make_turn
+
+pytestmark = pytest.mark.browser
+
+
+async def sign_in(page: Page, site: str, gateway_url: str, token: str) -> None:
+    await page.goto(f"{site}/?gateway={gateway_url}#/signin")
+    await page.fill("#token", token)
+    await page.click("button[type=submit]")
+    await expect(page.get_by_role("heading", name="Agents")).to_be_visible()
+
+
+async def test_console_trace_not_recorded_and_cleared_chat(stack, tmp_path):
+    """A turn whose chat was cleared: the row keeps the words and the quote, and says the conversation is
+    unavailable; a trace id the collector never saw says "not recorded"."""
+    inst, turn = await make_turn(stack)
+    await stack.feedback().CreateFeedback(create_feedback_request(turn.reply.name, "Cleared later."), metadata=stack.md())
+    await stack.chat().ClearMessages(chat_pb2.ClearMessagesRequest(parent=inst), metadata=stack.md())
+    never = uuid.uuid4().hex
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(1024, 800) as page:
+                await sign_in(page, site, envoy.url, stack.token())
+                await page.goto(f"{site}/#/feedback")
+                row = page.locator(".feedback-row", has_text="Cleared later.")
+                await expect(row.locator(".conv-link")).to_contain_text("conversation unavailable")
+                await expect(row.locator("a.open-conversation")).to_have_count(0)
+                await expect(row.locator(".fb-quote")).to_contain_text(turn.reply.content[:60])
+                await shot(page, "console-cleared-chat")
+                await page.goto(f"{site}/#/agents/{inst.split('/')[-1]}/trace?trace={never}")
+                await expect(page.locator(".trace-missing")).to_have_text(
+                    "Trace not recorded: the collector has no span of this turn.")
+
+
+async def test_console_triage_and_status_filter(stack, tmp_path):
+    _, turn = await make_turn(stack)
+    await stack.feedback().CreateFeedback(create_feedback_request(turn.reply.name, "Needs a ticket."), metadata=stack.md())
+    await stack.feedback().CreateFeedback(create_feedback_request(turn.user_message.name, "Stays open."), metadata=stack.md())
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(1024, 800) as page:
+                await sign_in(page, site, envoy.url, stack.token())
+                await page.goto(f"{site}/#/feedback")
+                row = page.locator(".feedback-row", has_text="Needs a ticket.")
+                await row.locator("select.triage-status").select_option(label="triaged")
+                await row.locator("input.triage-issue").fill("https://tracker.example/issues/42")
+                await row.locator("button", has_text="Save").click()
+                row = page.locator(".feedback-row", has_text="Needs a ticket.")
+                await expect(row.locator(".badge.status-triaged")).to_be_visible()
+                await expect(row.get_by_role("link", name="https://tracker.example/issues/42")).to_be_visible()
+
+                await page.select_option("#status-filter", label="triaged")
+                await expect(page.locator(".feedback-row")).to_have_count(1)
+                await expect(page.locator(".feedback-row .fb-words")).to_have_text("Needs a ticket.")
+                await page.select_option("#status-filter", label="open")
+                await expect(page.locator(".feedback-row")).to_have_count(1)
+                await expect(page.locator(".feedback-row .fb-words")).to_have_text("Stays open.")
+                await shot(page, "console-triage-filter")
+    rows = await stack.feedback().ListFeedback(feedback_pb2.ListFeedbackRequest(status=feedback_pb2.STATUS_TRIAGED),
+                                               metadata=stack.md())
+    assert [(f.body, f.issue_url) for f in rows.feedback] == [("Needs a ticket.", "https://tracker.example/issues/42")]
+
+
+async def test_console_stale_etag_shows_current_row(stack, tmp_path):
+    """Someone else triages the row while the page is open: Save gets ABORTED and shows the current row."""
+    _, turn = await make_turn(stack)
+    fb = await stack.feedback().CreateFeedback(create_feedback_request(turn.reply.name, "Raced."), metadata=stack.md())
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(1024, 800) as page:
+                await sign_in(page, site, envoy.url, stack.token())
+                await page.goto(f"{site}/#/feedback")
+                row = page.locator(".feedback-row", has_text="Raced.")
+                await expect(row).to_be_visible()
+                await stack.feedback().UpdateFeedback(feedback_pb2.UpdateFeedbackRequest(
+                    feedback=feedback_pb2.Feedback(name=fb.name, status=feedback_pb2.STATUS_DISMISSED),
+                    update_mask={"paths": ["status"]}), metadata=stack.md())
+                await row.locator("select.triage-status").select_option(label="triaged")
+                await row.locator("button", has_text="Save").click()
+                row = page.locator(".feedback-row", has_text="Raced.")
+                await expect(row.locator(".triage-msg")).to_contain_text("changed this report meanwhile")
+                await expect(row.locator(".badge.status-dismissed")).to_be_visible()
+    got = await stack.feedback().GetFeedback(feedback_pb2.GetFeedbackRequest(name=fb.name), metadata=stack.md())
+    assert got.status == feedback_pb2.STATUS_DISMISSED
+
+
+async def test_console_reaction_and_statistics(stack, tmp_path):
+    """Dislike a reply (PutRating `reaction`, MESSAGE scope): the glyph stays lit after a reload and the
+    Statistics page counts it; a token without feedback:admin has no Statistics page."""
+    inst, _ = await make_turn(stack)
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(1024, 900) as page:
+                await sign_in(page, site, envoy.url, stack.token())
+                await page.goto(f"{site}/#/agents/{inst.split('/')[-1]}/chat")
+                reply = page.locator("article.msg.assistant").first
+                await reply.locator(".actions.inline .act-dislike").click()
+                await expect(page.locator("article.msg.assistant .actions.inline .act-dislike").first).to_have_attribute(
+                    "aria-pressed", "true")
+                await page.reload()
+                await expect(page.locator("article.msg.assistant .actions.inline .act-dislike").first).to_have_attribute(
+                    "aria-pressed", "true")
+                await expect(page.locator("article.msg.assistant .actions.inline .act-like").first).to_have_attribute(
+                    "aria-pressed", "false")
+
+                await page.locator("header.top").get_by_role("link", name="Statistics").click()
+                await expect(page.locator("[data-stat=ratings] .stat-value")).to_have_text("1")
+                await expect(page.locator("[data-stat=negative] .stat-value")).to_have_text("1")
+                aspect = page.locator("table.aspects tbody tr", has_text="reaction")
+                await expect(aspect.locator("td").nth(4)).to_have_text("1")  # negative column
+                points = await page.locator("svg.trend polyline[data-series=negative]").get_attribute("points")
+                assert len(points.split()) == 30  # one point per day of the 30-day window
+                await shot(page, "console-statistics")
+
+                owner_only = stack.token("alice", (SCOPE_CHAT, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE, SCOPE_TRACES_READ))
+                await page.goto(f"{site}/#/signin")
+                await page.fill("#token", owner_only)
+                await page.click("button[type=submit]")
+                await expect(page.get_by_role("heading", name="Agents")).to_be_visible()
+                await expect(page.locator("header.top").get_by_role("link", name="Statistics")).to_have_count(0)
+                await page.goto(f"{site}/#/stats")
+                await expect(page.locator("main .error")).to_contain_text("PERMISSION_DENIED")
