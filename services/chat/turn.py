@@ -270,5 +270,9 @@ def _turn_error(code: str, detail: str, trace_id: str, user_message: str) -> Bas
     if code == "CANCELLED":
         return DomainError(message="the turn was cancelled by its caller", reason="TURN_CANCELLED", metadata=md,
                            code=grpc.StatusCode.CANCELLED)
-    return DomainError(message=f"the agent failed: {detail}", reason="AGENT_FAILED", metadata=md,
+    if code == "FAILED":
+        return DomainError(message=f"the agent failed: {detail}", reason="AGENT_FAILED", metadata=md,
+                           code=grpc.StatusCode.INTERNAL)
+    # The gateway's own failure (e.g. storing the reply): INTERNAL, still naming the turn.
+    return DomainError(message=f"the turn failed ({detail})", reason="TURN_FAILED", metadata=md,
                        code=grpc.StatusCode.INTERNAL)

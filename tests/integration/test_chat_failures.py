@@ -99,15 +99,25 @@ async def test_S02_chat_in_at_user_message_time_with_slow_agent(database_url: st
 
 
 class StandInAgent(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, reply: str | None):
+    def __init__(self, reply: str | None, delay_s: float = 0.0):
         self.reply = reply
+        self.delay_s = delay_s
         self.calls = 0
+        self.remaining: list[float | None] = []
+        self.metadata: list[dict[str, str]] = []
 
     async def Think(self, request, context):  # noqa: N802
         self.calls += 1
+        self.remaining.append(context.time_remaining())
+        self.metadata.append(dict(context.invocation_metadata()))
         if self.reply is None:
             await context.abort(grpc.StatusCode.INTERNAL, "the model crashed")
         return agent_pb2.ThinkResponse(content=self.reply, model="stand-in")
+
+    async def StreamThink(self, request, context):  # noqa: N802
+        yield agent_pb2.StreamThinkResponse(content_delta=self.reply[:2])
+        await asyncio.sleep(self.delay_s)
+        yield agent_pb2.StreamThinkResponse(done=agent_pb2.ThinkResponse(content=self.reply, model="stand-in"))
 
 
 @pytest.fixture
@@ -206,3 +216,34 @@ async def test_request_id_retry_after_failure_returns_same_error_without_calling
                                    metadata=_md())
         errs.append(MessageToDict(error_info(e.value)))
     assert errs[0] == errs[1] and agent.calls == 1
+
+
+async def test_deadline_forwarded_from_caller_cap_when_none_and_owner_token_on_behalf(gateway_with):
+    stub, spans = await gateway_with(agent := StandInAgent("fine"))
+    parent = await _instance(stub)
+    r1 = await stub.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="a"), metadata=_md())
+    await stub.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="b"), metadata=_md(), timeout=5)
+    no_deadline, five_s = agent.remaining
+    assert 110 < no_deadline <= 120  # ChatSettings.agent_timeout_cap_s default, nothing more
+    assert 4.0 < five_s < 5.0  # the caller's remaining time, less the gateway's reserve
+    md = agent.metadata[0]
+    assert md["authorization"] == _md()[0][1]  # the owner's token, forwarded
+    assert md["traceparent"].split("-")[1] == r1.trace_id  # the turn's context, not a new one
+
+
+async def test_stream_cancelled_by_caller_keeps_user_message_stores_no_half_reply(gateway_with):
+    stub, spans = await gateway_with(StandInAgent("a long reply", delay_s=30))
+    parent = await _instance(stub)
+    call = stub.StreamMessage(chat_pb2.SendMessageRequest(instance=parent, content="go"), metadata=_md())
+    first = await call.read()
+    assert (await call.read()).reply_delta == "a "  # the agent's first chunk, passed through
+    call.cancel()
+    for _ in range(100):  # the gateway notices the cancellation asynchronously
+        turns = [s for s in spans.get_finished_spans() if s.name == "chat.turn"]
+        if turns:
+            break
+        await asyncio.sleep(0.05)
+    (turn,) = turns
+    assert turn.status.status_code == StatusCode.ERROR
+    listed = await stub.ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=_md())
+    assert [m.name for m in listed.messages] == [first.user_message.name]
