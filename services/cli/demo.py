@@ -25,11 +25,11 @@ OWNER_WORDS = (
 
 def demo_turns(conversations: int, turns: int) -> list[list[str]]:
     """User turns of the first `conversations` ShareGPT conversations with at least 2 human turns."""
-    from services.chat.agent.replay import iter_conversations  # noqa: PLC0415 - the one dataset reader
+    from services.chat.agent.replay import load_sharegpt  # noqa: PLC0415 - the one dataset reader
 
     out: list[list[str]] = []
-    for conv in iter_conversations():
-        human = [m.text for m in conv.messages if m.role == "human" and m.text.strip()]
+    for conv in load_sharegpt(limit=50).conversations:
+        human = [e.human for e in conv if e.human.strip()]
         if len(human) >= 2 and all(len(h) < 4000 for h in human[:turns]):
             out.append(human[:turns])
         if len(out) >= conversations:

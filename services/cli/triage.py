@@ -45,6 +45,21 @@ def _run(fn):
     return click.pass_obj(wrapper)
 
 
+def ticket_markdown(fb: feedback_pb2.Feedback) -> str:
+    """The evidence bundle: the same Markdown ticket draft FileFeedback files, here with every field
+    (the owner reading their own row sees their words and the quoted turn) plus the links."""
+    from services.feedback.domain import TicketFields, render_ticket  # noqa: PLC0415 - the one renderer
+
+    row = MessageToDict(fb, preserving_proto_field_name=True, use_integers_for_enums=True)
+    title, body = render_ticket(row, TicketFields(body=True, message_text=True))
+    trace_id = fb.snapshot.trace_id or fb.trace_id
+    links = ["", "### Links", "", f"- conversation: `{fb.instance or '-'}` (agentfeedback feedback show / MCP instance_messages)",
+             f"- trace: `agentfeedback trace get {trace_id}`" if trace_id else "- trace: not recorded"]
+    if fb.issue_url:
+        links.append(f"- issue: {fb.issue_url}")
+    return f"# {title}\n\n{body}" + "\n".join(links) + "\n"
+
+
 def feedback_name(value: str) -> str:
     return value if value.startswith("feedback/") else f"feedback/{value}"
 
@@ -89,9 +104,7 @@ async def show_cmd(c: Clients, feedback_id: str, markdown: bool):
     fb = await c.feedback().GetFeedback(feedback_pb2.GetFeedbackRequest(name=feedback_name(feedback_id)),
                                         metadata=c.md, timeout=c.settings.timeout_s)
     if markdown:
-        from services.feedback.domain import render_ticket  # noqa: PLC0415 - the one ticket renderer
-
-        click.echo(render_ticket(fb))
+        click.echo(ticket_markdown(fb))
     else:
         click.echo(render_feedback(fb))
 
