@@ -44,13 +44,13 @@ proto: $(STAMP)
 
 # The main job: embedded PostgreSQL + every service, real ShareGPT conversations replayed through the
 # gateway, one reply flagged, its evidence printed; then the stack keeps running until Ctrl-C.
-run: setup
+run: setup console
 	$(PY) -m services.cli.main run
 
-test: setup
+test: setup console
 	$(PY) -m pytest -q -p no:cacheprovider
 
-bench: setup
+bench: setup console
 	$(PY) -m tests.bench.run
 
 clean:

@@ -15,6 +15,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
 from services.chat.settings import AgentSettings, ChatSettings
 from services.cli.client import ClientSettings
+from services.common.envoy import GatewaySettings
 from services.common.settings import PROJECT_ROOT, CommonSettings
 from services.feedback.settings import FeedbackSettings
 from services.tracecollector.settings import CollectorSettings
@@ -25,6 +26,7 @@ CLASSES: list[tuple[str, type[BaseSettings]]] = [
     ("reference agent", AgentSettings),
     ("feedback", FeedbackSettings),
     ("trace collector", CollectorSettings),
+    ("gRPC-web gateway / console", GatewaySettings),
     ("CLI / MCP client", ClientSettings),
 ]
 

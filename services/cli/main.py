@@ -91,7 +91,12 @@ async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) ->
         await clients.close()
         click.echo("\nThe stack is running:")
         for c in stack.children:
-            click.echo(f"  {c.name:15s} {c.health_target}")
+            if c.health_target:
+                click.echo(f"  {c.name:15s} {c.health_target}  (gRPC)")
+        if stack.envoy is not None:
+            click.echo(f"  {'gateway':15s} {stack.envoy.url}  (gRPC-web + gRPC, Envoy)")  # type: ignore[attr-defined]
+        if stack.console_url:
+            click.echo(f"  {'console':15s} {stack.console_url}  (sign in with the dev token below)")
         click.echo("\nDev token (all scopes, sub=owner):\n  " + mint_token(dev_secret(common), "owner", DEV_SCOPES))
         click.echo("\nTry:  .venv/bin/agentfeedback feedback list")
         click.echo("      .venv/bin/agentfeedback feedback show <ID>   |   .venv/bin/agentfeedback trace get <TRACE_ID>")

@@ -42,6 +42,8 @@ class LocalStack:
     settings: CommonSettings
     children: list[Child] = field(default_factory=list)
     database_url: str = ""
+    envoy: object | None = None
+    console_url: str = ""
     _pg_handle: object | None = None
 
     @property
@@ -90,8 +92,35 @@ class LocalStack:
             if c.health_target:
                 await wait_serving(c.health_target, timeout_s, c)
             log.info("%s ready", c.name)
+        self._start_gateway_and_console()
+
+    def _port(self, name: str) -> int:
+        target = next(c.health_target for c in self.children if c.name == name)
+        return int(str(target).rsplit(":", 1)[1])
+
+    def _start_gateway_and_console(self) -> None:
+        """Envoy (gRPC-web gateway) in front of the services, and the built console on its own origin."""
+        from services.common.envoy import GatewayPorts, GatewaySettings, start_envoy  # noqa: PLC0415
+
+        gs = GatewaySettings()
+        self.envoy = start_envoy(
+            GatewayPorts(gateway=gs.port, chat=self._port("chat"), feedback=self._port("feedback"),
+                         traces=self._port("tracecollector"), admin=gs.admin_port or None),
+            gs.origins, config_dir=Path(self.settings.data_dir) / "envoy", concurrency=gs.concurrency)
+        dist = PROJECT_ROOT / "console" / "dist"
+        if not (dist / "index.html").exists():
+            log.warning("console not built (make console); the gateway runs without it")
+            return
+        port = str(gs.console_port)
+        out = open(self.log_dir / "console.log", "ab")  # noqa: SIM115 - owned by the child
+        proc = subprocess.Popen([sys.executable, "-m", "http.server", port, "--bind", "127.0.0.1", "--directory", str(dist)],
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.children.append(Child("console", "http.server", None, {}, proc))
+        self.console_url = f"http://127.0.0.1:{port}"
 
     def stop(self, grace_s: float = 15.0) -> None:
+        if self.envoy is not None:
+            self.envoy.stop()  # type: ignore[attr-defined]
         for c in reversed(self.children):
             if c.proc and c.proc.poll() is None:
                 c.proc.send_signal(signal.SIGTERM)

@@ -70,6 +70,8 @@ class GatewaySettings(BaseSettings):
     admin_port: int = Field(default=0, ge=0, le=65535)
     # Envoy worker threads.
     concurrency: int = Field(default=1, ge=1)
+    # Port on which `make run` serves the built console (console/dist) on 127.0.0.1.
+    console_port: int = Field(default=8081, ge=1, le=65535)
 
     @property
     def origins(self) -> tuple[str, ...]:
