@@ -19,7 +19,7 @@ from services.chat.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, Cha
 from services.chat.settings import ChatSettings
 from services.chat.turn import TurnRunner
 from services.common.auth import Authenticator
-from services.common.db import create_pool, migrate, resolve_database_url
+from services.common.db import create_pool, migrate, resolve_database_url, skip_reset
 from services.common.server import GrpcServer, ServiceInterceptor
 from services.common.telemetry import setup_tracing
 
@@ -36,7 +36,8 @@ async def create_server(settings: ChatSettings, *, database_url: str | None = No
     own_provider = tracer_provider is None
     provider = tracer_provider or setup_tracing("chat")
     tracer = provider.get_tracer("services.chat")
-    pool = await create_pool(url, SCHEMA, settings.db_pool_min, settings.db_pool_max)
+    # The chat service never changes session state, so connections skip asyncpg's reset round trip.
+    pool = await create_pool(url, SCHEMA, settings.db_pool_min, settings.db_pool_max, reset=skip_reset)
     channel = grpc.aio.insecure_channel(settings.agent_target)
     repo = Repository(pool)
     turns = TurnRunner(repo, AgentClient(channel), tracer, settings.agent_timeout_cap_s, settings.history_messages)

@@ -40,11 +40,16 @@ def resolve_database_url(settings: CommonSettings) -> str:
     return url
 
 
-async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 10, init=None) -> asyncpg.Pool:
+async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 10, init=None,
+                      reset=None) -> asyncpg.Pool:
     """A pool bound to `schema` (search_path), UTC session time zone, statement cache on.
 
     min_size/max_size: connections kept open / at most (asyncpg defaults 10/10).
     init: optional `async (conn) -> None` run on every new connection (e.g. type codecs).
+    reset: optional `async (conn) -> None` run when a connection goes back to the pool, instead of
+    asyncpg's default reset query (`pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`, one
+    extra round trip per release). Pass `skip_reset` only when the service never changes session
+    state (no SET, LISTEN, session advisory locks or cursors outside transactions).
     Raises OSError / asyncpg.PostgresError when the server cannot be reached (after 10 tries, 0.5 s apart:
     a freshly started embedded server can take a moment).
     """
@@ -56,6 +61,7 @@ async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 
                 min_size=min_size,
                 max_size=max_size,
                 init=init,
+                reset=reset,
                 server_settings={"search_path": f"{schema},public", "TimeZone": "UTC",
                                  "application_name": f"agentfeedback-{schema}"},
             )
@@ -64,6 +70,10 @@ async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 
             await asyncio.sleep(0.5)
     assert last is not None
     raise last
+
+
+async def skip_reset(conn: asyncpg.Connection) -> None:
+    """A pool `reset` that runs no query (asyncpg still rolls back an open transaction itself)."""
 
 
 async def migrate(url: str, schema: str, directory: Path) -> list[int]:
