@@ -1,0 +1,92 @@
+"""The `agentfeedback` CLI against the real stack: the evidence bundle survives span expiry, the
+waterfall, resolve, export."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+from click.testing import CliRunner
+
+from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.feedback.v1 import feedback_pb2
+from services.cli.main import cli
+
+CAPTURED = feedback_pb2.TRACE_SNAPSHOT_STATE_CAPTURED
+
+
+async def _cli(stack, *args: str, sub: str = "alice"):
+    env = {
+        "AGENTFEEDBACK_CLIENT_CHAT_TARGET": f"127.0.0.1:{stack.ports['chat']}",
+        "AGENTFEEDBACK_CLIENT_FEEDBACK_TARGET": f"127.0.0.1:{stack.ports['feedback']}",
+        "AGENTFEEDBACK_CLIENT_TRACES_TARGET": f"127.0.0.1:{stack.ports['query']}",
+        "AGENTFEEDBACK_CLIENT_TOKEN": stack.token(sub),
+    }
+    # The CLI runs its own event loop: run it in a thread so the in-process stack keeps serving.
+    return await asyncio.to_thread(CliRunner().invoke, cli, list(args), env=env, catch_exceptions=False)
+
+
+async def _flagged_turn(stack):
+    chat = stack.chat()
+    inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
+        instance=chat_pb2.Instance(display_name="ops", agent="reference")), metadata=stack.md("alice"))
+    await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content="hello there",
+                                                       request_id=str(uuid.uuid4())), metadata=stack.md("alice"))
+    turn = await chat.SendMessage(chat_pb2.SendMessageRequest(
+        instance=inst.name, content="list my subordinates", channel=chat_pb2.CHANNEL_VOICE, audio_key="audio/77",
+        dictation="list my sub or dinates", request_id=str(uuid.uuid4())), metadata=stack.md("alice"))
+    fb = await stack.feedback().CreateFeedback(feedback_pb2.CreateFeedbackRequest(
+        feedback=feedback_pb2.Feedback(message=turn.reply.name, body="The list stops halfway; it lost people.",
+                                       sentiment=feedback_pb2.SENTIMENT_BAD, category=feedback_pb2.CATEGORY_TOOL_FAILURE),
+        request_id=str(uuid.uuid4())), metadata=stack.md("alice"))
+    await stack.wait_trace(turn.trace_id, min_spans=3)
+    deadline = time.monotonic() + 20
+    while (got := await stack.feedback().GetFeedback(feedback_pb2.GetFeedbackRequest(name=fb.name),
+                                                      metadata=stack.md("alice"))).trace_snapshot.state != CAPTURED:
+        assert time.monotonic() < deadline, "trace snapshot never captured"
+        await asyncio.sleep(0.1)
+    return turn, got
+
+
+async def test_feedback_show_after_span_expiry_still_prints_frozen_tool_calls(stack):
+    turn, fb = await _flagged_turn(stack)
+    fid = fb.name.removeprefix("feedback/")
+    live = await _cli(stack, "trace", "get", turn.trace_id)
+    assert live.exit_code == 0 and "tool.call" in live.output and "chat.in" in live.output
+
+    # 15 days later: the collector drops the day's partition.
+    await stack.servers["collector"].retention.run_once(now_ns=time.time_ns() + 15 * 86400 * 10**9)
+    gone = await _cli(stack, "trace", "get", turn.trace_id)
+    assert gone.exit_code == 1 and "NOT_FOUND" in gone.output
+
+    shown = await _cli(stack, "feedback", "show", fid)
+    assert shown.exit_code == 0, shown.output
+    out = shown.output
+    assert "The list stops halfway; it lost people." in out
+    assert "list my subordinates" in out and "audio/77" in out and "list my sub or dinates" in out
+    assert turn.trace_id in out
+    for tc in fb.trace_snapshot.tool_calls:
+        assert tc.name in out and tc.call_id in out
+    assert "list_subordinates" in out and "chat.truncated" in out
+
+    plain = await _cli(stack, "feedback", "show", fid, "--plain")
+    assert plain.exit_code == 0 and "list_subordinates" in plain.output
+
+
+async def test_list_resolve_export_and_owner_scope(stack, tmp_path):
+    _, fb = await _flagged_turn(stack)
+    fid = fb.name.removeprefix("feedback/")
+    listed = await _cli(stack, "feedback", "list", "--status", "open")
+    assert fid in listed.output and fb.snapshot.trace_id in listed.output
+    assert fid not in (await _cli(stack, "feedback", "list", sub="mallory")).output
+    assert (await _cli(stack, "feedback", "show", fid, sub="mallory")).exit_code == 1
+
+    res = await _cli(stack, "feedback", "resolve", fid, "--status", "triaged")
+    assert res.exit_code == 0 and "STATUS_TRIAGED" in res.output
+    out = tmp_path / "all.jsonl"
+    exp = await _cli(stack, "feedback", "export", "-o", str(out))
+    assert exp.exit_code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["name"] for r in rows] == [fb.name] and rows[0]["status"] == "STATUS_TRIAGED"
+    assert rows[0]["body"] == "The list stops halfway; it lost people."
