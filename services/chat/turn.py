@@ -95,12 +95,13 @@ class TurnRunner:
         A `turn.request_id` seen before returns the stored turn without calling the agent again.
         """
         t0_ns = time.time_ns()
+        deadline = _deadline(caller_remaining_s)
         started = await self._start(owner, turn, caller, t0_ns, caller_remaining_s)
         if isinstance(started, TurnResult):
             return started
         span, user, history, agent_slug = started
         try:
-            timeout = agent_timeout(caller_remaining_s, self._cap_s)
+            timeout = agent_timeout(_left(deadline), self._cap_s)  # measured now, after the DB write
             reply = await self._agent.think(
                 self._think_input(turn, user, history, agent_slug), timeout_s=timeout,
                 metadata=self._metadata(span, token),
@@ -118,6 +119,7 @@ class TurnRunner:
         stored reply (Message). Same rules and errors as `send`; no partial reply is ever stored.
         """
         t0_ns = time.time_ns()
+        deadline = _deadline(caller_remaining_s)
         started = await self._start(owner, turn, caller, t0_ns, caller_remaining_s)
         if isinstance(started, TurnResult):  # a retry: replay the stored turn
             yield StreamStart(started.user_message, started.trace_id)
@@ -127,7 +129,7 @@ class TurnRunner:
         span, user, history, agent_slug = started
         try:
             yield StreamStart(user, user.trace_id)
-            timeout = agent_timeout(caller_remaining_s, self._cap_s)
+            timeout = agent_timeout(_left(deadline), self._cap_s)  # measured now, after the DB write
             final: AgentReply | None = None
             async for item in self._agent.stream(
                 self._think_input(turn, user, history, agent_slug), timeout_s=timeout,
@@ -174,9 +176,11 @@ class TurnRunner:
             if began is None:
                 span.set_attribute("rpc.grpc.status_code", 5)
                 raise NotFound(f"instances/{turn.instance_id}")
-            if isinstance(began, (TurnRecord, TurnResult)):
+            if isinstance(began, (TurnRecord, TurnResult)):  # lost a race with the same request_id
                 span.set_attribute("chat.duplicate_request", True)
-                return began if isinstance(began, TurnResult) else await self._replay(owner, turn, caller_remaining_s)
+                replayed = began if isinstance(began, TurnResult) else await self._replay(owner, turn, caller_remaining_s)
+                span.end()
+                return replayed
         except BaseException as err:
             if not isinstance(err, NotFound):
                 span.set_status(Status(StatusCode.ERROR, type(err).__name__))
@@ -259,6 +263,15 @@ class TurnRunner:
         if not isinstance(err, Exception):  # CancelledError, GeneratorExit, KeyboardInterrupt
             raise err
         raise _turn_error(code, detail, user.trace_id, user.name) from err
+
+
+def _deadline(remaining_s: float | None) -> float | None:
+    """The caller's deadline on the monotonic clock (None: the caller set none)."""
+    return None if remaining_s is None else time.monotonic() + remaining_s
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.monotonic()
 
 
 def _turn_error(code: str, detail: str, trace_id: str, user_message: str) -> BaseException:
