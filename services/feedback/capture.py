@@ -94,34 +94,44 @@ class CaptureWorker:
             await self._refresh(row)
             n += 1
         rows = await self._repo.claim_capture(BATCH, LEASE_S)
-        await asyncio.gather(*(self._capture(r) for r in rows))
+        by_trace: dict[str, list] = {}
+        for r in rows:
+            by_trace.setdefault(r["trace_id"], []).append(r)
+        # One look at the collector per trace, however many reports point at the turn.
+        await asyncio.gather(*(self._capture(trace_id, group) for trace_id, group in by_trace.items()))
         return n + len(rows)
 
-    async def _capture(self, row) -> None:
+    async def _capture(self, trace_id: str, rows: list) -> None:
         now = self._clock()
-        expired = domain.spans_expired(row["turn_time"], now, self._s.trace_retention_days)
-        attempts = row["capture_attempts"]
+        gone = False
         try:
-            spans = await self._traces.get_trace(row["trace_id"])
+            spans = await self._traces.get_trace(trace_id)
+            failure = None
         except TraceExpired:
-            spans, expired = None, True
+            spans, gone, failure = None, True, None
         except TracesUnreachable as e:
-            if attempts >= self._s.capture_max_attempts:
-                await self._repo.capture_done(row["id"], domain.TRACE_UNAVAILABLE, {}, -1)
+            spans, failure = None, e
+        for row in rows:
+            attempts = row["capture_attempts"]
+            if failure is not None:
+                if attempts >= self._s.capture_max_attempts:
+                    await self._repo.capture_done(row["id"], domain.TRACE_UNAVAILABLE, {}, -1)
+                else:
+                    log.warning("collector unreachable for feedback %s (attempt %d): %s", row["id"], attempts, failure)
+                    await self._repo.capture_pending(row["id"], domain.backoff_s(attempts, self._s.capture_backoff_s),
+                                                     row["capture_span_count"])
+                continue
+            expired = gone or domain.spans_expired(row["turn_time"], now, self._s.trace_retention_days)
+            d = domain.decide_capture(
+                spans, previous_count=row["capture_span_count"], attempts=attempts,
+                max_attempts=self._s.capture_max_attempts, base_backoff_s=self._s.capture_backoff_s,
+                expired=expired,
+            )
+            if d.state == domain.TRACE_PENDING:
+                await self._repo.capture_pending(row["id"], d.retry_in_s, d.span_count)
             else:
-                log.warning("collector unreachable for feedback %s (attempt %d): %s", row["id"], attempts, e)
-                await self._repo.capture_pending(row["id"], domain.backoff_s(attempts, self._s.capture_backoff_s),
-                                                 row["capture_span_count"])
-            return
-        d = domain.decide_capture(
-            spans, previous_count=row["capture_span_count"], attempts=attempts,
-            max_attempts=self._s.capture_max_attempts, base_backoff_s=self._s.capture_backoff_s, expired=expired,
-        )
-        if d.state == domain.TRACE_PENDING:
-            await self._repo.capture_pending(row["id"], d.retry_in_s, d.span_count)
-        else:
-            await self._repo.capture_done(row["id"], d.state, d.frozen or {}, d.span_count)
-            log.info("feedback %s trace %s: state %d after %d attempts", row["id"], row["trace_id"], d.state, attempts)
+                await self._repo.capture_done(row["id"], d.state, d.frozen or {}, d.span_count)
+                log.info("feedback %s trace %s: state %d after %d attempts", row["id"], trace_id, d.state, attempts)
 
     async def _refresh(self, row) -> None:
         token = self._owner_token(row["owner"])

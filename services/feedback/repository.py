@@ -24,13 +24,23 @@ FEEDBACK_COLUMNS = """id, owner, request_id, target_kind, message, coding_sessio
 
 GET_BY_REQUEST_ID = f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE owner = $1 AND request_id = $2"
 
+# A turn already frozen for another report of the same owner is copied, not fetched again: the new
+# row is born CAPTURED with the sibling's frozen spans.
 INSERT_FEEDBACK = f"""
 INSERT INTO feedback (id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
     surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, next_capture_at,
-    refresh_at, create_time, update_time)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-    CASE WHEN $18::smallint = 1 AND $9::text <> '' THEN now() ELSE NULL END,
-    CASE WHEN $16::smallint = 2 THEN now() ELSE NULL END, now(), now())
+    refresh_at, trace_snapshot, capture_span_count, capture_time, create_time, update_time)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+    CASE WHEN $18::smallint = 1 AND sib.trace_snapshot IS NOT NULL THEN 2 ELSE $18::smallint END,
+    CASE WHEN $18::smallint = 1 AND $9::text <> '' AND sib.trace_snapshot IS NULL THEN now() ELSE NULL END,
+    CASE WHEN $16::smallint = 2 THEN now() ELSE NULL END,
+    COALESCE(sib.trace_snapshot, '{{}}'::jsonb), COALESCE(sib.capture_span_count, -1), sib.capture_time, now(), now()
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT trace_snapshot, capture_span_count, capture_time FROM feedback
+    WHERE owner = $2 AND trace_id = $9::text AND $9::text <> '' AND trace_state = 2 AND $18::smallint = 1
+    ORDER BY capture_time DESC LIMIT 1
+) AS sib ON true
 ON CONFLICT (owner, request_id) DO NOTHING
 RETURNING {FEEDBACK_COLUMNS}"""
 

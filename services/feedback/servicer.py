@@ -68,6 +68,31 @@ FILING_LEASE_S = 60.0
 FILING_WAIT_S = 30.0
 
 
+class TtlCache:
+    """A bounded map whose entries expire `ttl_s` seconds after they were stored (monotonic clock)."""
+
+    def __init__(self, ttl_s: float, max_entries: int = 10_000):
+        self._ttl_s = ttl_s
+        self._max = max_entries
+        self._d: dict[Any, tuple[float, Any]] = {}
+
+    def get(self, key: Any) -> Any | None:
+        hit = self._d.get(key)
+        if hit is None or hit[0] < time.monotonic():
+            return None
+        return hit[1]
+
+    def put(self, key: Any, value: Any) -> None:
+        if self._ttl_s <= 0:
+            return
+        if len(self._d) >= self._max:
+            now = time.monotonic()
+            self._d = {k: v for k, v in self._d.items() if v[0] >= now}
+            if len(self._d) >= self._max:
+                self._d.clear()
+        self._d[key] = (time.monotonic() + self._ttl_s, value)
+
+
 def _enum(value: int, enum_type, field_path: str, allow_zero: bool = True) -> int:
     if value not in enum_type.values() or (value == 0 and not allow_zero):
         raise InvalidArgument(field_path, f"unknown value {value}")
@@ -81,6 +106,41 @@ def _ts(t: dt.datetime | None, into) -> None:
 
 def _parse_time(t: str) -> dt.datetime:
     return dt.datetime.fromisoformat(t)
+
+
+_SNAPSHOT_FIELDS = frozenset(pb.Snapshot.DESCRIPTOR.fields_by_name) - {"context", "target_time", "source"}
+_CONTEXT_FIELDS = frozenset(pb.FeedbackContext.DESCRIPTOR.fields_by_name)
+_TOOL_FIELDS = frozenset(pb.FrozenToolCall.DESCRIPTOR.fields_by_name)
+_SPAN_FIELDS = frozenset(pb.FrozenSpan.DESCRIPTOR.fields_by_name)
+_TRACE_FIELDS = frozenset({"root_status", "duration_ms"})
+
+
+def _snapshot_into(d: Mapping[str, Any], out: pb.Snapshot) -> None:
+    """Stored snapshot JSON (proto field names) → Snapshot; direct field copies (json_format is ~50x slower)."""
+    for k, v in d.items():
+        if k in _SNAPSHOT_FIELDS:
+            setattr(out, k, v)
+    ctx = d.get("context") or {}
+    for k, v in ctx.items():
+        if k in _CONTEXT_FIELDS:
+            setattr(out.context, k, v)
+    if d.get("target_time"):
+        out.target_time.FromJsonString(d["target_time"])
+
+
+def _trace_snapshot_into(d: Mapping[str, Any], out: pb.TraceSnapshot) -> None:
+    for k in _TRACE_FIELDS & d.keys():
+        setattr(out, k, d[k])
+    for c in d.get("tool_calls") or ():
+        out.tool_calls.add(**{k: v for k, v in c.items() if k in _TOOL_FIELDS})
+    for sp in d.get("spans") or ():
+        out.spans.add(**{k: v for k, v in sp.items() if k in _SPAN_FIELDS})
+    for e in d.get("events") or ():
+        ev = out.events.add(name=e.get("name", ""), span_id=e.get("span_id", ""))
+        if e.get("time"):
+            ev.time.FromJsonString(e["time"])
+        if e.get("attributes"):
+            ev.attributes.update(e["attributes"])
 
 
 def feedback_proto(r: Mapping[str, Any], retention_days: int, now: dt.datetime | None = None) -> pb.Feedback:
@@ -97,9 +157,9 @@ def feedback_proto(r: Mapping[str, Any], retention_days: int, now: dt.datetime |
     else:
         fb.coding.session = r["coding_session"]
         fb.coding.timeline_seq = r["coding_seq"]
-    json_format.ParseDict(r["snapshot"], fb.snapshot, ignore_unknown_fields=True)
+    _snapshot_into(r["snapshot"], fb.snapshot)
     fb.snapshot.source = r["snapshot_source"]
-    json_format.ParseDict(r["trace_snapshot"], fb.trace_snapshot, ignore_unknown_fields=True)
+    _trace_snapshot_into(r["trace_snapshot"], fb.trace_snapshot)
     ts = fb.trace_snapshot
     ts.state = r["trace_state"]
     ts.attempts = r["capture_attempts"]
@@ -142,6 +202,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         self._sink = sink
         self._s = settings
         self._tracer = tracer
+        # (sub, conversation, turn or None) → rated message name: positive chat checks, briefly remembered.
+        self._checked = TtlCache(settings.rating_check_cache_s)
         self._ticket_fields = domain.TicketFields(body=settings.tracker_include_body,
                                                   message_text=settings.tracker_include_message_text)
 
@@ -369,10 +431,23 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         return self._proto(row)
 
     # ------------------------------------------------------------ ratings
-    async def _rated_message(self, conversation: str, turn_index: int, scope: int, md) -> str:
+    async def _rated_message(self, sub: str, conversation: str, turn_index: int, scope: int, md) -> str:
         """Ownership / target check at the chat service (caller's token): MESSAGE scope needs a stored
         non-empty assistant message in that turn (its name is returned); other scopes need the
-        conversation to be the caller's. NOT_FOUND otherwise; UNAVAILABLE when chat is down."""
+        conversation to be the caller's. NOT_FOUND otherwise; UNAVAILABLE when chat is down.
+
+        A positive answer is remembered for `rating_check_cache_s` seconds per (caller, conversation,
+        turn), so a burst of clicks on one turn asks the chat service once; negative answers are never
+        cached. Trade-off: a turn deleted in that window can still be rated for those seconds."""
+        key = (sub, conversation, turn_index if scope == domain.SCOPE_MESSAGE else None)
+        hit = self._checked.get(key)
+        if hit is not None:
+            return hit
+        name = await self._check_rated(conversation, turn_index, scope, md)
+        self._checked.put(key, name)
+        return name
+
+    async def _check_rated(self, conversation: str, turn_index: int, scope: int, md) -> str:
         try:
             if scope == domain.SCOPE_MESSAGE:
                 turn = await self._chat.list_turn(conversation, md, turn_index=turn_index,
@@ -400,7 +475,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         mask = domain.rating_mask(request.update_mask.paths)
         parse_request_id(request.request_id, "request_id")
         version = _version_from_etag(r.etag, "rating.etag") if r.etag else None
-        message = await self._rated_message(r.conversation, r.turn_index, key.scope, p.metadata)
+        message = await self._rated_message(p.sub, r.conversation, r.turn_index, key.scope, p.metadata)
         dbkey = (key.conversation, key.turn_index, p.sub, key.scope, key.aspect, key.artifact_id)
         if version is None:
             row = await self._repo.upsert_rating(dbkey, sentiment, category, r.note, mask, new_id(), message)

@@ -20,6 +20,9 @@ class FeedbackSettings(CommonSettings):
     chat_timeout_s: float = Field(default=2.0, gt=0)
     # Rating note limit in UTF-8 bytes (design.md: default 8192).
     rating_note_max_bytes: int = Field(default=8192, ge=1)
+    # Seconds a positive ownership check of a rated conversation/turn at the chat service is reused for
+    # the same caller (0 = ask the chat service on every PutRating).
+    rating_check_cache_s: float = Field(default=5.0, ge=0)
     # Trace capture worker: seconds between polls, attempts before UNAVAILABLE, first retry delay.
     capture_poll_s: float = Field(default=1.0, gt=0)
     capture_max_attempts: int = Field(default=20, ge=1)
