@@ -124,3 +124,34 @@ def test_services_export_spans_to_the_otel_collector(target):
         endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
         host = endpoint.removeprefix("http://").split(":")[0]
         assert host == "otel-collector" and host in services, f"{target}:{name} exports to {endpoint!r}"
+
+
+def _listen_ports(env: dict) -> set[int]:
+    ports = set()
+    for name, value in env.items():
+        if name.endswith(("_LISTEN", "_PORT")) and value:
+            ports.add(int(str(value).rsplit(":", 1)[-1]))
+    return ports
+
+
+def test_every_target_names_a_service_listening_on_that_port():
+    """`*_TARGET` values (host:port) point at a real peer: in compose a service of ours that listens on that
+    port; in Kubernetes a Service in the same build exposing that port."""
+    problems = []
+    services = compose_config()["services"]
+    for where, _cmd, env in deployed_processes():
+        for name, value in env.items():
+            if not name.endswith("_TARGET"):
+                continue
+            host, _, port = value.rpartition(":")
+            if where.startswith("compose:"):
+                peer = services.get(host)
+                if peer is None or int(port) not in _listen_ports(peer.get("environment") or {}):
+                    problems.append(f"{where}: {name}={value} reaches no compose service listening there")
+            else:
+                target = where.split(":", 1)[0].removeprefix("k8s-")
+                svcs = {o["metadata"]["name"]: o for o in kustomize(target) if o["kind"] == "Service"}
+                svc = svcs.get(host)
+                if svc is None or int(port) not in {p["port"] for p in svc["spec"]["ports"]}:
+                    problems.append(f"{where}: {name}={value} reaches no Service port")
+    assert not problems, "\n".join(problems)
