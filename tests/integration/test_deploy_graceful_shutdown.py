@@ -152,13 +152,15 @@ async def sigterm_under_load(entry_point: str, env: dict[str, str], port: int, c
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([str(exe)], env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
     locker = await asyncpg.connect(database_url)
+    load = Load()
+    tasks: list[asyncio.Task] = []
+    health_ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     try:
         await _wait_serving(port, proc)
-        load = Load()
         workers = [asyncio.create_task(_client(port, load, w, call_fn)) for w in range(WORKERS)]
-        health_ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         seen: list[tuple[float, int]] = []
         watcher = asyncio.create_task(_watch_health(health_pb2_grpc.HealthStub(health_ch), seen))
+        tasks = [*workers, watcher]
         await asyncio.sleep(LOAD_BEFORE_SIGTERM_S)
         acked_before = sum(1 for c in load.calls if c.code == grpc.StatusCode.OK)
         assert acked_before >= WORKERS, (
@@ -184,10 +186,14 @@ async def sigterm_under_load(entry_point: str, env: dict[str, str], port: int, c
         load.stop.set()
         await asyncio.gather(*workers, return_exceptions=True)
         await asyncio.wait_for(watcher, timeout=GRACE_S + 5)
-        await health_ch.close()
         rc = await asyncio.to_thread(proc.wait, GRACE_S + 20)
         exited_after = time.monotonic() - sigterm_at
     finally:
+        load.stop.set()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await health_ch.close()
         await locker.close()
         if proc.poll() is None:
             proc.kill()
