@@ -1,38 +1,38 @@
 """Chat gateway overhead per turn (issue 5): `turn_overhead_p50_ms` / `turn_overhead_p99_ms`.
 
-A turn's time through the gateway (client-observed SendMessage latency over loopback gRPC) minus
-the agent's own time (its `agent.think` span duration), with a zero-think-time reference agent,
-over 1000 sequential turns on one instance (after 50 warm-up turns). Real PostgreSQL, real gRPC,
-the real OTel SDK (batch processors, in-memory exporters so no collector time is counted).
+Set-up as deployed: the chat gateway and the reference agent run as their own processes (their real
+`main()` entry points), exporting spans over OTLP to the real trace collector, against a fresh
+database of the bench's embedded PostgreSQL. The collector runs as a process too; this one is only
+the client.
+
+Figure: a turn's time through the gateway (client-observed SendMessage latency over loopback gRPC)
+minus the agent's own time (its `agent.think` span, read back from the collector), with zero think
+time, over 1000 sequential turns on one instance after 50 warm-up turns.
 Target (issue 5): p50 ≤ 3 ms on the 2-core reference machine.
+Also reported: the same inside the gateway only (`chat.turn` span minus `agent.think`).
 """
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import statistics
+import subprocess
+import sys
 import time
 
 import grpc
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
-from services.chat.agent.server import create_server as create_agent
-from services.chat.server import create_server as create_chat
-from services.chat.settings import AgentSettings, ChatSettings
+from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
+from services.cli.stack import wait_serving
 from services.common.auth import mint_token
+from services.common.settings import PROJECT_ROOT
+from tests.stack import free_ports
 
-HIST = 20
 TURNS = 1000
 WARMUP = 50
 SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
-
-
-def _provider() -> tuple[TracerProvider, InMemorySpanExporter]:
-    exp = InMemorySpanExporter()
-    tp = TracerProvider()
-    tp.add_span_processor(BatchSpanProcessor(exp))
-    return tp, exp
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -40,16 +40,51 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+async def _durations(stub, md, trace_ids: list[str]) -> dict[str, dict[str, float]]:
+    """trace id → {span name: duration ms}, polling until both spans of every turn are stored."""
+    out: dict[str, dict[str, float]] = {}
+    deadline = time.monotonic() + 60
+    for t in trace_ids:
+        while True:
+            try:
+                tr = await stub.GetTrace(traces_pb2.GetTraceRequest(trace_id=t), metadata=md)
+                got = {s.name: (s.end_time_unix_nano - s.start_time_unix_nano) / 1e6 for s in tr.spans}
+                if {"chat.turn", "agent.think"} <= got.keys():
+                    out[t] = got
+                    break
+            except grpc.aio.AioRpcError as e:
+                if e.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"spans of turn {t} never reached the collector")
+            await asyncio.sleep(0.1)
+    return out
+
+
 async def run(ctx) -> dict[str, float]:
     db = await ctx.new_database()
-    common = {"jwt_secret": SECRET, "data_dir": ctx.tmp, "shutdown_grace_s": 0}
-    agent_tp, agent_spans = _provider()
-    chat_tp, chat_spans = _provider()
-    agent = await create_agent(AgentSettings(listen="127.0.0.1:0", think_ms=0, **common), tracer_provider=agent_tp)
-    chat = await create_chat(ChatSettings(listen="127.0.0.1:0", agent_target=f"127.0.0.1:{agent.port}", history_messages=HIST, **common),
-                             database_url=db, tracer_provider=chat_tp)
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{chat.port}")
+    otlp, otlp_http, query, chat_port, agent_port = free_ports(5)
+    env = {
+        **os.environ, "AGENTFEEDBACK_DATABASE_URL": db, "AGENTFEEDBACK_DATA_DIR": str(ctx.tmp),
+        "AGENTFEEDBACK_JWT_SECRET": SECRET, "AGENTFEEDBACK_LOG_LEVEL": "WARNING",
+        "AGENTFEEDBACK_AGENT_LISTEN": f"127.0.0.1:{agent_port}", "AGENTFEEDBACK_AGENT_THINK_MS": "0",
+        "AGENTFEEDBACK_CHAT_LISTEN": f"127.0.0.1:{chat_port}",
+        "AGENTFEEDBACK_CHAT_AGENT_TARGET": f"127.0.0.1:{agent_port}",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp}", "OTEL_BSP_SCHEDULE_DELAY": "500",
+        "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), str(PROJECT_ROOT / "gen")]),
+        "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": f"127.0.0.1:{otlp}",
+        "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(otlp_http),
+        "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": f"127.0.0.1:{query}",
+    }
+    children = (("services.tracecollector.main", query, {"OTEL_TRACES_EXPORTER": "none"}),
+                ("services.chat.agent.main", agent_port, {}), ("services.chat.main", chat_port, {}))
+    procs = []
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{chat_port}")
     try:
+        for module, port, extra in children:
+            procs.append(subprocess.Popen([sys.executable, "-m", module], env={**env, **extra}, cwd=PROJECT_ROOT,
+                                          stdout=subprocess.DEVNULL, start_new_session=True))
+            await wait_serving(f"127.0.0.1:{port}", 60)
         stub = chat_pb2_grpc.ChatServiceStub(channel)
         md = (("authorization", f"Bearer {mint_token(SECRET, 'bench')}"),)
         inst = await stub.CreateInstance(chat_pb2.CreateInstanceRequest(
@@ -61,25 +96,23 @@ async def run(ctx) -> dict[str, float]:
                                        metadata=md)
             if i >= WARMUP:
                 client_ms[r.trace_id] = (time.perf_counter() - t0) * 1000
-        agent_tp.force_flush()
-        think_ms = {format(s.context.trace_id, "032x"): (s.end_time - s.start_time) / 1e6
-                    for s in agent_spans.get_finished_spans() if s.name == "agent.think"}
-        chat_tp.force_flush()
-        turn_ms = {format(s.context.trace_id, "032x"): (s.end_time - s.start_time) / 1e6
-                   for s in chat_spans.get_finished_spans() if s.name == "chat.turn"}
-        overhead = [client_ms[t] - think_ms[t] for t in client_ms]
-        total = list(client_ms.values())
-        return {
-            "turn_overhead_p50_ms": statistics.median(overhead),
-            "turn_overhead_p99_ms": _pct(overhead, 0.99),
-            "turn_total_p50_ms": statistics.median(total),
-            "turn_agent_think_p50_ms": statistics.median(think_ms[t] for t in client_ms),
-            # Inside the gateway only (its chat.turn span minus agent.think): no client-side gRPC cost.
-            "turn_gateway_span_overhead_p50_ms": statistics.median(turn_ms[t] - think_ms[t] for t in client_ms),
-        }
+        for p in procs[1:]:  # SIGTERM: drain, then each service flushes its spans to the collector
+            p.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(p.wait, 30)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{query}") as qch:
+            spans = await _durations(traces_pb2_grpc.TraceQueryServiceStub(qch), md, list(client_ms))
     finally:
         await channel.close()
-        await chat.stop(0)
-        await agent.stop(0)
-        chat_tp.shutdown()
-        agent_tp.shutdown()
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                await asyncio.to_thread(p.wait, 30)
+    overhead = [client_ms[t] - spans[t]["agent.think"] for t in client_ms]
+    return {
+        "turn_overhead_p50_ms": statistics.median(overhead),
+        "turn_overhead_p99_ms": _pct(overhead, 0.99),
+        "turn_total_p50_ms": statistics.median(client_ms.values()),
+        "turn_agent_think_p50_ms": statistics.median(s["agent.think"] for s in spans.values()),
+        "turn_gateway_span_overhead_p50_ms": statistics.median(
+            s["chat.turn"] - s["agent.think"] for s in spans.values()),
+    }
