@@ -247,3 +247,17 @@ async def test_stream_cancelled_by_caller_keeps_user_message_stores_no_half_repl
     assert turn.status.status_code == StatusCode.ERROR
     listed = await stub.ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=_md())
     assert [m.name for m in listed.messages] == [first.user_message.name]
+
+
+async def test_streamed_turn_agent_unreachable_same_guarantees(stack: Stack):
+    parent = await new_instance(stack)
+    await stack.servers.pop("agent").stop(0)
+    call = stack.chat().StreamMessage(chat_pb2.SendMessageRequest(instance=parent, content="are you there?"),
+                                      metadata=stack.md(), timeout=10)
+    first = await call.read()
+    assert first.user_message.trace_id == first.trace_id
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await call.read()
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    trace_id = await assert_failed_turn_addressable(stack, parent, e.value)
+    assert trace_id == first.trace_id
