@@ -54,6 +54,7 @@ class CaptureWorker:
         self._owner_token = owner_token
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="feedback-capture")
@@ -61,17 +62,21 @@ class CaptureWorker:
     def wake(self) -> None:
         self._wake.set()
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Let the pass in flight finish (its rows get their next due time instead of waiting out the
+        lease), at most `timeout_s`; then cancel."""
+        if self._task is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(self._task, timeout_s)
+        except (TimeoutError, asyncio.CancelledError):
+            pass
+        self._task = None
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 busy = await self.run_once()
             except asyncio.CancelledError:
@@ -79,7 +84,7 @@ class CaptureWorker:
             except Exception:  # noqa: BLE001 - the worker survives a bad pass (database restart, …)
                 log.exception("capture pass failed")
                 busy = 0
-            if busy >= BATCH:
+            if busy >= BATCH or self._stopping:
                 continue
             self._wake.clear()
             try:

@@ -239,9 +239,9 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         client_version = request.client_snapshot.context.client_version if request.HasField("client_snapshot") else ""
         check_text(client_version, "client_snapshot.context.client_version", 200)
 
-        existing = await self._repo.get_by_request_id(p.sub, rid)
-        if existing is not None:
-            return self._proto(existing)
+        # The retry lookup and the chat fetch run together (a retry pays one wasted chat read; a first
+        # call saves a round trip).
+        lookup = asyncio.ensure_future(self._repo.get_by_request_id(p.sub, rid))
 
         row: dict[str, Any] = {
             "id": new_id(), "owner": p.sub, "request_id": rid, "target_kind": {"trace_id": "trace"}.get(kind, kind),
@@ -252,8 +252,17 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
             "trace_id": f.trace_id.lower() if kind == "trace_id" else "", "turn_time": None,
             "trace_state": domain.TRACE_NONE, "snapshot": {}, "snapshot_source": domain.SOURCE_NONE,
         }
-        if kind != "coding":
-            await self._resolve_snapshot(row, request, client_version, p.metadata)
+        try:
+            if kind != "coding":
+                await self._resolve_snapshot(row, request, client_version, p.metadata)
+        except BaseException:
+            existing = await lookup
+            if existing is not None:  # a retry of a request that succeeded: its row, whatever chat says now
+                return self._proto(existing)
+            raise
+        existing = await lookup
+        if existing is not None:
+            return self._proto(existing)
         stored = await self._repo.insert_feedback(row)
         if stored["id"] == row["id"]:
             self._emit_created(stored)

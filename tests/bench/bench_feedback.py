@@ -1,10 +1,14 @@
 """Feedback service benchmarks (issue 3): CreateFeedback latency including the snapshot fetch from the
 real chat service (loopback, 1 client, 1000 sequential calls) and PutRating throughput (4 concurrent
-clients, MESSAGE scope, so every put also checks the turn at the chat service).
+clients, MESSAGE scope).
 
-Figures: feedback_create_p50_ms, feedback_create_p99_ms, rating_put_per_s.
+Deployment shape as in design.md: the feedback service runs as its own OS process
+(`python -m services.feedback.main`); the chat gateway, agent and collector run in the benchmark
+process next to the client (tests/stack.py), whose in-process feedback replica stays idle.
+Figures: feedback_create_p50_ms, feedback_create_p99_ms, rating_put_per_s; also the chat service's
+own GetMessage p50 over the same loopback (`feedback_chat_getmessage_p50_ms`, the baseline the
+create path builds on: it makes two chat calls and two SQL statements).
 Targets on the 2-core machine: p99 ≤ 15 ms, ≥ 2,000 ratings/s.
-Everything else of the stack (collector, agent, capture worker, span export) runs as in production.
 """
 from __future__ import annotations
 
@@ -13,14 +17,19 @@ import statistics
 import time
 import uuid
 
+import grpc
+
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
-from tests.stack import start_stack
+from agentfeedback.feedback.v1 import feedback_pb2_grpc
+from tests.integration.test_feedback_ratings import spawn_feedback_process, wait_serving
+from tests.stack import free_ports, start_stack
 
 CREATE_CALLS = 1000
-WARMUP = 50
+WARMUP = 100
+TURNS = 20
 RATING_CLIENTS = 4
-RATINGS_PER_CLIENT = 750
+RATINGS_PER_CLIENT = 1000
 
 
 def _pct(sorted_ms: list[float], p: float) -> float:
@@ -28,45 +37,62 @@ def _pct(sorted_ms: list[float], p: float) -> float:
 
 
 async def run(ctx) -> dict[str, float]:
-    stack = await start_stack(await ctx.new_database(), ctx.tmp / f"feedback-{uuid.uuid4().hex[:6]}")
+    data_dir = ctx.tmp / f"feedback-{uuid.uuid4().hex[:6]}"
+    stack = await start_stack(await ctx.new_database(), data_dir)
+    (port,) = free_ports(1)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = data_dir / "feedback-process.log"
+    proc = spawn_feedback_process(stack, port, log, OTEL_TRACES_EXPORTER="otlp",
+                                  OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{stack.ports['otlp_grpc']}")
     try:
+        await wait_serving(port, proc, log)
         md = stack.md("bench")
-        chat, fb = stack.chat(), stack.feedback()
+        chat = stack.chat()
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        stack.channels.append(channel)
+        fb = feedback_pb2_grpc.FeedbackServiceStub(channel)
         inst = (await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
             instance=chat_pb2.Instance(display_name="bench", agent="reference")), metadata=md)).name
         turns = [await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst, content=f"question {i}",
                                                                     request_id=str(uuid.uuid4())), metadata=md)
-                 for i in range(RATING_CLIENTS)]
-        target = turns[0].reply.name
+                 for i in range(TURNS)]
+        stack.flush_spans()
 
-        async def create() -> float:
-            req = pb.CreateFeedbackRequest(feedback=pb.Feedback(message=target, body="the reply is wrong",
-                                                                sentiment=pb.SENTIMENT_BAD),
-                                           request_id=str(uuid.uuid4()))
+        async def timed(call) -> float:
             t0 = time.perf_counter()
-            await fb.CreateFeedback(req, metadata=md)
+            await call
             return (time.perf_counter() - t0) * 1000
 
-        for _ in range(WARMUP):
-            await create()
-        lat = sorted([await create() for _ in range(CREATE_CALLS)])
+        def create(i: int):
+            return fb.CreateFeedback(pb.CreateFeedbackRequest(
+                feedback=pb.Feedback(message=turns[i % TURNS].reply.name, body="the reply is wrong",
+                                     sentiment=pb.SENTIMENT_BAD), request_id=str(uuid.uuid4())), metadata=md)
 
-        async def rater(c: int) -> None:
+        get_msg = chat_pb2.GetMessageRequest(name=turns[0].reply.name)
+        base = sorted([await timed(chat.GetMessage(get_msg, metadata=md)) for _ in range(300)])
+        for i in range(WARMUP):
+            await create(i)
+        lat = sorted([await timed(create(i)) for i in range(CREATE_CALLS)])
+
+        async def rater(c: int, n: int) -> None:
             turn = turns[c].reply.turn_index
-            for i in range(RATINGS_PER_CLIENT):
+            for i in range(n):
                 sentiment = pb.RATING_SENTIMENT_POSITIVE if i % 2 else pb.RATING_SENTIMENT_NEGATIVE
                 await fb.PutRating(pb.PutRatingRequest(rating=pb.Rating(
                     conversation=inst, turn_index=turn, scope=pb.RATING_SCOPE_MESSAGE, aspect="reaction",
                     sentiment=sentiment), request_id=str(uuid.uuid4())), metadata=md)
 
-        await asyncio.gather(*(rater(c) for c in range(RATING_CLIENTS)))  # warm-up pass, same shape
+        await asyncio.gather(*(rater(c, 100) for c in range(RATING_CLIENTS)))
         t0 = time.perf_counter()
-        await asyncio.gather(*(rater(c) for c in range(RATING_CLIENTS)))
+        await asyncio.gather(*(rater(c, RATINGS_PER_CLIENT) for c in range(RATING_CLIENTS)))
         elapsed = time.perf_counter() - t0
         return {
             "feedback_create_p50_ms": round(statistics.median(lat), 3),
             "feedback_create_p99_ms": round(_pct(lat, 99), 3),
+            "feedback_chat_getmessage_p50_ms": round(statistics.median(base), 3),
             "rating_put_per_s": round(RATING_CLIENTS * RATINGS_PER_CLIENT / elapsed, 1),
         }
     finally:
+        proc.terminate()
+        proc.wait(timeout=15)
         await stack.stop()

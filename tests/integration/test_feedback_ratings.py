@@ -143,7 +143,8 @@ async def test_F22_other_user_rating_is_not_found_and_concurrent_same_etag_gives
                        grpc.StatusCode.PERMISSION_DENIED)
 
 
-def _spawn_feedback_process(stack: Stack, port: int, log: Path) -> subprocess.Popen:
+def spawn_feedback_process(stack: Stack, port: int, log: Path, **extra_env: str) -> subprocess.Popen:
+    """`python -m services.feedback.main` as its own OS process on the stack's database and services."""
     env = {
         **os.environ,
         "AGENTFEEDBACK_DATABASE_URL": stack.database_url,
@@ -154,12 +155,13 @@ def _spawn_feedback_process(stack: Stack, port: int, log: Path) -> subprocess.Po
         "AGENTFEEDBACK_FEEDBACK_TRACES_TARGET": f"127.0.0.1:{stack.ports['query']}",
         "OTEL_TRACES_EXPORTER": "none",
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "gen")]),
+        **extra_env,
     }
     return subprocess.Popen([sys.executable, "-m", "services.feedback.main"], cwd=ROOT, env=env,
                             stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
-async def _wait_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:
+async def wait_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
         stub = health_pb2_grpc.HealthStub(ch)
@@ -181,9 +183,9 @@ async def test_100_concurrent_puts_with_one_etag_from_two_server_processes_one_s
     t = await send(stack, inst, "hello")
     (port,) = free_ports(1)
     log = tmp_path / "second.log"
-    proc = _spawn_feedback_process(stack, port, log)
+    proc = spawn_feedback_process(stack, port, log)
     try:
-        await _wait_serving(port, proc, log)
+        await wait_serving(port, proc, log)
         stubs = [stack.feedback(), feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, port))]
         base = await put(stubs[0], rating(inst, t.reply.turn_index, sentiment=POS, note="start"), stack.md())
         # Every call changes the note (so none is a no-op) and carries the same etag.
