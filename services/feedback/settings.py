@@ -23,9 +23,11 @@ class FeedbackSettings(CommonSettings):
     # Seconds a positive ownership check of a rated conversation/turn at the chat service is reused for
     # the same caller (0 = ask the chat service on every PutRating).
     rating_check_cache_s: float = Field(default=5.0, ge=0)
-    # Trace capture worker: seconds between polls, attempts before UNAVAILABLE, first retry delay.
+    # Trace capture worker: seconds between two looks at its queue (it is also woken by every new report).
     capture_poll_s: float = Field(default=1.0, gt=0)
+    # Looks at the collector before a turn whose spans never arrived is marked UNAVAILABLE.
     capture_max_attempts: int = Field(default=20, ge=1)
+    # First retry delay in seconds; doubles per attempt, at most 60 s.
     capture_backoff_s: float = Field(default=1.0, gt=0)
     # Bearer token (scope `traces:read`) the capture worker presents to the collector. Empty: minted
     # from the HS256 secret as `svc:feedback` (embedded / dev deployments).
