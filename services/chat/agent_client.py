@@ -3,13 +3,14 @@
 DEADLINE_EXCEEDED → DEADLINE_EXCEEDED, UNAVAILABLE → UNAVAILABLE, CANCELLED → CANCELLED,
 anything else → FAILED (with the agent's status code and message).
 """
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
 import grpc
-
 from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
+
 from services.chat.domain import AgentCallError, AgentReply, Role, ThinkInput
 
 _KINDS = {
@@ -22,10 +23,15 @@ _ROLES = {Role.USER: agent_pb2.ROLE_USER, Role.ASSISTANT: agent_pb2.ROLE_ASSISTA
 
 def _request(req: ThinkInput) -> agent_pb2.ThinkRequest:
     return agent_pb2.ThinkRequest(
-        instance=req.instance, agent=req.agent, content=req.content, turn_index=req.turn_index,
+        instance=req.instance,
+        agent=req.agent,
+        content=req.content,
+        turn_index=req.turn_index,
         user_message=req.user_message,
-        history=[agent_pb2.ConversationMessage(role=_ROLES.get(r, agent_pb2.ROLE_UNSPECIFIED), content=c)
-                 for r, c in req.history],
+        history=[
+            agent_pb2.ConversationMessage(role=_ROLES.get(r, agent_pb2.ROLE_UNSPECIFIED), content=c)
+            for r, c in req.history
+        ],
     )
 
 
@@ -44,16 +50,18 @@ class AgentClient:
     def __init__(self, channel: grpc.aio.Channel):
         self._stub = agent_pb2_grpc.AgentServiceStub(channel)
 
-    async def think(self, req: ThinkInput, *, timeout_s: float, metadata: tuple[tuple[str, str], ...]
-                    ) -> AgentReply:
+    async def think(
+        self, req: ThinkInput, *, timeout_s: float, metadata: tuple[tuple[str, str], ...]
+    ) -> AgentReply:
         """The complete reply. Raises AgentCallError (see module doc)."""
         try:
             return _reply(await self._stub.Think(_request(req), timeout=timeout_s, metadata=metadata))
         except grpc.aio.AioRpcError as e:
             raise _error(e) from None
 
-    async def stream(self, req: ThinkInput, *, timeout_s: float, metadata: tuple[tuple[str, str], ...]
-                     ) -> AsyncIterator[str | AgentReply]:
+    async def stream(
+        self, req: ThinkInput, *, timeout_s: float, metadata: tuple[tuple[str, str], ...]
+    ) -> AsyncIterator[str | AgentReply]:
         """Reply chunks (str) as the agent produces them, then the complete AgentReply."""
         call = self._stub.StreamThink(_request(req), timeout=timeout_s, metadata=metadata)
         try:

@@ -8,6 +8,7 @@ Rules that a client can notice live here, each with its source:
 - the agent's deadline (design.md, "The turn", step 3) — see `agent_timeout`;
 - keyset paging on (create_time, id) (AIP-158) — see `MessagePage`.
 """
+
 from __future__ import annotations
 
 import re
@@ -148,8 +149,9 @@ def parse_message_name(name: str, field_path: str = "name") -> tuple[str, str]:
     return a, b
 
 
-def validate_new_instance(display_name: str, agent: str, instance_id: str, request_id: str,
-                          new_id: str) -> NewInstance:
+def validate_new_instance(
+    display_name: str, agent: str, instance_id: str, request_id: str, new_id: str
+) -> NewInstance:
     """CreateInstance input. INVALID_ARGUMENT for an empty/too long/NUL `instance.display_name`,
     an `instance.agent` or `instance_id` that is not a slug `[a-z][a-z0-9-]{0,62}`, a bad `request_id`.
     Empty agent → `reference`; empty instance_id → `new_id`.
@@ -164,8 +166,15 @@ def validate_new_instance(display_name: str, agent: str, instance_id: str, reque
     return NewInstance(id=instance_id or new_id, display_name=display_name, agent=agent, request_id=rid)
 
 
-def validate_turn(instance: str, content: str, channel: int, audio_key: str, dictation: str,
-                  request_id: str, max_content_chars: int) -> TurnInput:
+def validate_turn(
+    instance: str,
+    content: str,
+    channel: int,
+    audio_key: str,
+    dictation: str,
+    request_id: str,
+    max_content_chars: int,
+) -> TurnInput:
     """SendMessage/StreamMessage input; INVALID_ARGUMENT naming the first bad field:
     `instance` (not `instances/{id}`), `content` (empty or whitespace only, over `max_content_chars`
     code points, or containing NUL), `channel` (unknown value), `audio_key` / `dictation` (NUL, too
@@ -194,7 +203,9 @@ def agent_timeout(caller_remaining_s: float | None, cap_s: float) -> float:
     """
     if caller_remaining_s is None:
         return cap_s
-    reserve = min(DEADLINE_RESERVE_MAX_S, max(DEADLINE_RESERVE_MIN_S, DEADLINE_RESERVE_FRACTION * caller_remaining_s))
+    reserve = min(
+        DEADLINE_RESERVE_MAX_S, max(DEADLINE_RESERVE_MIN_S, DEADLINE_RESERVE_FRACTION * caller_remaining_s)
+    )
     return max(0.001, min(cap_s, caller_remaining_s - reserve))
 
 

@@ -1,4 +1,5 @@
 """`agentfeedback-chat`: the chat gateway process (settings from `AGENTFEEDBACK_CHAT_*` / `OTEL_*`)."""
+
 from __future__ import annotations
 
 import asyncio

@@ -4,6 +4,7 @@ Every query is owner-scoped: a row of another owner is never read, changed or de
 The turn is written in two short transactions (user message first, reply later); no connection is
 held while the agent thinks (style.md: never hold a DB connection while awaiting another service).
 """
+
 from __future__ import annotations
 
 import uuid
@@ -28,7 +29,9 @@ VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT DO NOTHING
 RETURNING owner, id, display_name, agent, create_time
 """
-SELECT_INSTANCE = "SELECT owner, id, display_name, agent, create_time FROM instances WHERE owner = $1 AND id = $2"
+SELECT_INSTANCE = (
+    "SELECT owner, id, display_name, agent, create_time FROM instances WHERE owner = $1 AND id = $2"
+)
 SELECT_INSTANCE_BY_REQUEST = """
 SELECT owner, id, display_name, agent, create_time FROM instances WHERE owner = $1 AND request_id = $2
 """
@@ -40,7 +43,8 @@ LIMIT $4
 """
 
 MESSAGE_COLUMNS = (
-    "instance_id, id, role, content, trace_id, turn_index, create_time, channel, audio_key, dictation, model, agent"
+    "instance_id, id, role, content, trace_id, turn_index, create_time, channel, audio_key, dictation, "
+    "model, agent"
 )
 # Step 2 of the turn in ONE statement (atomic, one round trip): claim the next turn index (row lock
 # on the instance), record the turn (request_id unique per instance), store the user message, and
@@ -107,22 +111,48 @@ DELETE_TURN = "DELETE FROM turns WHERE owner = $1 AND instance_id = $2 AND trace
 
 
 def _instance(r: asyncpg.Record) -> Instance:
-    return Instance(owner=r["owner"], id=r["id"], display_name=r["display_name"], agent=r["agent"],
-                    create_time=r["create_time"])
+    return Instance(
+        owner=r["owner"],
+        id=r["id"],
+        display_name=r["display_name"],
+        agent=r["agent"],
+        create_time=r["create_time"],
+    )
 
 
 def _message(r: asyncpg.Record) -> Message:
     return Message(
-        instance_id=r["instance_id"], id=r["id"], role=Role(r["role"]), content=r["content"],
-        trace_id=r["trace_id"], turn_index=r["turn_index"], create_time=r["create_time"],
-        channel=Channel(r["channel"]), audio_key=r["audio_key"], dictation=r["dictation"],
-        model=r["model"], agent=r["agent"],
+        instance_id=r["instance_id"],
+        id=r["id"],
+        role=Role(r["role"]),
+        content=r["content"],
+        trace_id=r["trace_id"],
+        turn_index=r["turn_index"],
+        create_time=r["create_time"],
+        channel=Channel(r["channel"]),
+        audio_key=r["audio_key"],
+        dictation=r["dictation"],
+        model=r["model"],
+        agent=r["agent"],
     )
 
 
 def _message_args(owner: str, m: Message) -> tuple:
-    return (owner, m.instance_id, m.id, int(m.role), m.content, m.trace_id, m.turn_index, m.create_time,
-            int(m.channel), m.audio_key, m.dictation, m.model, m.agent)
+    return (
+        owner,
+        m.instance_id,
+        m.id,
+        int(m.role),
+        m.content,
+        m.trace_id,
+        m.turn_index,
+        m.create_time,
+        int(m.channel),
+        m.audio_key,
+        m.dictation,
+        m.model,
+        m.agent,
+    )
 
 
 class InstanceExists(Exception):
@@ -146,7 +176,9 @@ class Repository:
                 r = await conn.fetchrow(SELECT_INSTANCE_BY_REQUEST, owner, new.request_id)
                 if r is not None:
                     return _instance(r)
-            r = await conn.fetchrow(INSERT_INSTANCE, owner, new.id, new.display_name, new.agent, new.request_id, now)
+            r = await conn.fetchrow(
+                INSERT_INSTANCE, owner, new.id, new.display_name, new.agent, new.request_id, now
+            )
             if r is not None:
                 return _instance(r)
             if new.request_id is not None:  # a concurrent retry won the race
@@ -159,7 +191,9 @@ class Repository:
         r = await self._pool.fetchrow(SELECT_INSTANCE, owner, instance_id)
         return _instance(r) if r is not None else None
 
-    async def list_instances(self, owner: str, after: tuple[datetime, str] | None, limit: int) -> list[Instance]:
+    async def list_instances(
+        self, owner: str, after: tuple[datetime, str] | None, limit: int
+    ) -> list[Instance]:
         t, i = after if after else (None, None)
         return [_instance(r) for r in await self._pool.fetch(LIST_INSTANCES, owner, t, i, limit)]
 
@@ -168,8 +202,9 @@ class Repository:
         async with self._pool.acquire() as conn:
             return await self._turn_by_request(conn, owner, instance_id, request_id)
 
-    async def _turn_by_request(self, conn: asyncpg.Connection, owner: str, instance_id: str,
-                               request_id: uuid.UUID) -> TurnRecord | None:
+    async def _turn_by_request(
+        self, conn: asyncpg.Connection, owner: str, instance_id: str, request_id: uuid.UUID
+    ) -> TurnRecord | None:
         t = await conn.fetchrow(SELECT_TURN_BY_REQUEST, owner, instance_id, request_id)
         if t is None:
             return None
@@ -180,13 +215,19 @@ class Repository:
         if user is None:  # the messages were deleted (DeleteTurn / ClearMessages) after the turn
             return None
         return TurnRecord(
-            trace_id=t["trace_id"], turn_index=t["turn_index"], state=t["state"], user_message=_message(user),
-            reply=_message(reply) if reply is not None else None, error_code=t["error_code"],
-            error_message=t["error_message"], create_time=t["create_time"],
+            trace_id=t["trace_id"],
+            turn_index=t["turn_index"],
+            state=t["state"],
+            user_message=_message(user),
+            reply=_message(reply) if reply is not None else None,
+            error_code=t["error_code"],
+            error_message=t["error_message"],
+            create_time=t["create_time"],
         )
 
-    async def begin_turn(self, owner: str, turn: TurnInput, trace_id: str, message_id: str, t0: datetime,
-                         history_limit: int) -> tuple[Message, list[tuple[Role, str]]] | TurnRecord | None:
+    async def begin_turn(
+        self, owner: str, turn: TurnInput, trace_id: str, message_id: str, t0: datetime, history_limit: int
+    ) -> tuple[Message, list[tuple[Role, str]]] | TurnRecord | None:
         """Store the user message of a new turn and read the history before it (one statement).
 
         Returns (user message, history oldest first); or the existing TurnRecord when
@@ -198,16 +239,36 @@ class Repository:
                 existing = await self._turn_by_request(conn, owner, turn.instance_id, turn.request_id)
                 if existing is not None:
                     return existing
-            rows = await conn.fetch(BEGIN_TURN, owner, turn.instance_id, trace_id, turn.request_id, message_id, t0,
-                                    turn.content, int(turn.channel), turn.audio_key, turn.dictation, history_limit)
+            rows = await conn.fetch(
+                BEGIN_TURN,
+                owner,
+                turn.instance_id,
+                trace_id,
+                turn.request_id,
+                message_id,
+                t0,
+                turn.content,
+                int(turn.channel),
+                turn.audio_key,
+                turn.dictation,
+                history_limit,
+            )
         if not rows:
             return None
         if rows[0]["inserted"] == 0:
             raise RequestRace()
         user = Message(
-            instance_id=turn.instance_id, id=message_id, role=Role.USER, content=turn.content, trace_id=trace_id,
-            turn_index=rows[0]["turn_index"], create_time=t0, channel=turn.channel, audio_key=turn.audio_key,
-            dictation=turn.dictation, agent=rows[0]["agent"],
+            instance_id=turn.instance_id,
+            id=message_id,
+            role=Role.USER,
+            content=turn.content,
+            trace_id=trace_id,
+            turn_index=rows[0]["turn_index"],
+            create_time=t0,
+            channel=turn.channel,
+            audio_key=turn.audio_key,
+            dictation=turn.dictation,
+            agent=rows[0]["agent"],
         )
         return user, [(Role(r["role"]), r["content"]) for r in rows if r["role"] is not None]
 
@@ -222,8 +283,15 @@ class Repository:
         r = await self._pool.fetchrow(SELECT_MESSAGE, owner, instance_id, message_id)
         return _message(r) if r is not None else None
 
-    async def list_messages(self, owner: str, instance_id: str, after: MessagePage | None, limit: int,
-                            trace_id: str | None, turn_index: int | None) -> list[Message]:
+    async def list_messages(
+        self,
+        owner: str,
+        instance_id: str,
+        after: MessagePage | None,
+        limit: int,
+        trace_id: str | None,
+        turn_index: int | None,
+    ) -> list[Message]:
         t, i = (after.after_time, after.after_id) if after else (None, None)
         rows = await self._pool.fetch(LIST_MESSAGES, owner, instance_id, trace_id, turn_index, t, i, limit)
         return [_message(r) for r in rows]

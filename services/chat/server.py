@@ -5,14 +5,15 @@
 the agent channel once, binds `settings.listen` (port 0 allowed), starts, returns the GrpcServer.
 Stop order: NOT_SERVING → drain → agent channel close → pool close → span flush.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import grpc
+from agentfeedback.chat.v1 import chat_pb2_grpc
 from opentelemetry.sdk.trace import TracerProvider
 
-from agentfeedback.chat.v1 import chat_pb2_grpc
 from services.chat.agent_client import AgentClient
 from services.chat.repository import Repository
 from services.chat.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, ChatServicer
@@ -27,8 +28,9 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 SCHEMA = "chat"
 
 
-async def create_server(settings: ChatSettings, *, database_url: str | None = None,
-                        tracer_provider: TracerProvider | None = None) -> GrpcServer:
+async def create_server(
+    settings: ChatSettings, *, database_url: str | None = None, tracer_provider: TracerProvider | None = None
+) -> GrpcServer:
     """A started ChatService server. Raises OSError when `settings.listen` cannot be bound and
     asyncpg/OSError errors when PostgreSQL cannot be reached."""
     url = database_url or resolve_database_url(settings)
@@ -40,11 +42,18 @@ async def create_server(settings: ChatSettings, *, database_url: str | None = No
     pool = await create_pool(url, SCHEMA, settings.db_pool_min, settings.db_pool_max, reset=skip_reset)
     channel = grpc.aio.insecure_channel(settings.agent_target)
     repo = Repository(pool)
-    turns = TurnRunner(repo, AgentClient(channel), tracer, settings.agent_timeout_cap_s, settings.history_messages)
-    interceptor = ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS)
+    turns = TurnRunner(
+        repo, AgentClient(channel), tracer, settings.agent_timeout_cap_s, settings.history_messages
+    )
+    interceptor = ServiceInterceptor(
+        Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS
+    )
     server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s)
-    server.add(chat_pb2_grpc.add_ChatServiceServicer_to_server, ChatServicer(repo, turns, settings.max_content_chars),
-               SERVICE)
+    server.add(
+        chat_pb2_grpc.add_ChatServiceServicer_to_server,
+        ChatServicer(repo, turns, settings.max_content_chars),
+        SERVICE,
+    )
     server.bind(settings.listen)
 
     async def close_channel() -> None:
@@ -56,6 +65,7 @@ async def create_server(settings: ChatSettings, *, database_url: str | None = No
     server.on_stop(close_channel)
     server.on_stop(close_pool)
     if own_provider:
+
         async def flush() -> None:
             provider.shutdown()
 

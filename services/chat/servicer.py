@@ -5,15 +5,16 @@ raised as DomainError and mapped once by `services.common.server.ServiceIntercep
 SendMessage and StreamMessage are `UNTRACED_METHODS`: the interceptor opens no server span for
 them, because the turn's own root span (`chat.turn`, a new trace) is the turn's trace.
 """
+
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
 import grpc
+from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from google.protobuf import empty_pb2
 from opentelemetry import trace
 
-from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from services.chat import domain
 from services.chat.domain import Instance, Message, MessagePage
 from services.chat.repository import InstanceExists, Repository
@@ -26,8 +27,17 @@ from services.common.server import extract_context
 SERVICE = "agentfeedback.chat.v1.ChatService"
 METHOD_SCOPES: dict[str, str | None] = {
     f"/{SERVICE}/{m}": SCOPE_CHAT
-    for m in ("CreateInstance", "GetInstance", "ListInstances", "SendMessage", "StreamMessage", "GetMessage",
-              "ListMessages", "ClearMessages", "DeleteTurn")
+    for m in (
+        "CreateInstance",
+        "GetInstance",
+        "ListInstances",
+        "SendMessage",
+        "StreamMessage",
+        "GetMessage",
+        "ListMessages",
+        "ClearMessages",
+        "DeleteTurn",
+    )
 }
 UNTRACED_METHODS = (f"/{SERVICE}/SendMessage", f"/{SERVICE}/StreamMessage")
 # grpc-python reports "no deadline" as a remaining time this large (or None).
@@ -43,15 +53,24 @@ def _ts(dt: datetime):
 
 
 def instance_pb(i: Instance) -> chat_pb2.Instance:
-    return chat_pb2.Instance(name=i.name, display_name=i.display_name, agent=i.agent, owner=i.owner,
-                             create_time=_ts(i.create_time))
+    return chat_pb2.Instance(
+        name=i.name, display_name=i.display_name, agent=i.agent, owner=i.owner, create_time=_ts(i.create_time)
+    )
 
 
 def message_pb(m: Message) -> chat_pb2.Message:
     return chat_pb2.Message(
-        name=m.name, role=int(m.role), content=m.content, trace_id=m.trace_id, turn_index=m.turn_index,
-        create_time=_ts(m.create_time), channel=int(m.channel), audio_key=m.audio_key, dictation=m.dictation,
-        model=m.model, agent=m.agent,
+        name=m.name,
+        role=int(m.role),
+        content=m.content,
+        trace_id=m.trace_id,
+        turn_index=m.turn_index,
+        create_time=_ts(m.create_time),
+        channel=int(m.channel),
+        audio_key=m.audio_key,
+        dictation=m.dictation,
+        model=m.model,
+        agent=m.agent,
     )
 
 
@@ -70,14 +89,22 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
     async def CreateInstance(self, request, context):  # noqa: N802
         """AIP-133; ALREADY_EXISTS when the owner already has `instance_id` (and it is not a retry)."""
         owner = current_principal().sub
-        new = domain.validate_new_instance(request.instance.display_name, request.instance.agent,
-                                           request.instance_id, request.request_id, new_id())
+        new = domain.validate_new_instance(
+            request.instance.display_name,
+            request.instance.agent,
+            request.instance_id,
+            request.request_id,
+            new_id(),
+        )
         try:
             inst = await self._repo.create_instance(owner, new, datetime.now(UTC))
         except InstanceExists:
-            raise DomainError(message=f"instances/{new.id} already exists", reason="ALREADY_EXISTS",
-                              metadata={"resource": f"instances/{new.id}"},
-                              code=grpc.StatusCode.ALREADY_EXISTS) from None
+            raise DomainError(
+                message=f"instances/{new.id} already exists",
+                reason="ALREADY_EXISTS",
+                metadata={"resource": f"instances/{new.id}"},
+                code=grpc.StatusCode.ALREADY_EXISTS,
+            ) from None
         return instance_pb(inst)
 
     async def GetInstance(self, request, context):  # noqa: N802
@@ -98,15 +125,18 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         p = current_principal()
         turn = self._turn(request)
         res = await self._turns.send(p.sub, p.token, turn, _caller(context), caller_remaining(context))
-        return chat_pb2.SendMessageResponse(user_message=message_pb(res.user_message), reply=message_pb(res.reply),
-                                            trace_id=res.trace_id)
+        return chat_pb2.SendMessageResponse(
+            user_message=message_pb(res.user_message), reply=message_pb(res.reply), trace_id=res.trace_id
+        )
 
     async def StreamMessage(self, request, context):  # noqa: N802
         p = current_principal()
         turn = self._turn(request)
         async for ev in self._turns.stream(p.sub, p.token, turn, _caller(context), caller_remaining(context)):
             if isinstance(ev, StreamStart):
-                yield chat_pb2.StreamMessageResponse(user_message=message_pb(ev.user_message), trace_id=ev.trace_id)
+                yield chat_pb2.StreamMessageResponse(
+                    user_message=message_pb(ev.user_message), trace_id=ev.trace_id
+                )
             elif isinstance(ev, Message):
                 yield chat_pb2.StreamMessageResponse(reply=message_pb(ev), trace_id=ev.trace_id)
             else:
@@ -159,8 +189,15 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         return inst
 
     def _turn(self, request) -> domain.TurnInput:
-        return domain.validate_turn(request.instance, request.content, request.channel, request.audio_key,
-                                    request.dictation, request.request_id, self._max_chars)
+        return domain.validate_turn(
+            request.instance,
+            request.content,
+            request.channel,
+            request.audio_key,
+            request.dictation,
+            request.request_id,
+            self._max_chars,
+        )
 
 
 def _caller(context: grpc.aio.ServicerContext) -> trace.SpanContext | None:

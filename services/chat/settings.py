@@ -1,4 +1,5 @@
 """Chat gateway settings (prefix `AGENTFEEDBACK_CHAT_`), validated once at start-up."""
+
 from __future__ import annotations
 
 from pydantic import Field

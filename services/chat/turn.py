@@ -14,6 +14,7 @@ Spans and events of a turn (all under one trace id minted here):
 - event `chat.out` when the reply is stored;
 - the agent's `agent.think` / `tool.call` spans are children (context injected into gRPC metadata).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -54,11 +55,13 @@ RETRY_POLL_S = 0.05
 class AgentPort(Protocol):
     """How the gateway reaches the agent (gRPC in production: `services.chat.agent_client`)."""
 
-    async def think(self, req: ThinkInput, *, timeout_s: float, metadata: tuple[tuple[str, str], ...]
-                    ) -> AgentReply: ...
+    async def think(
+        self, req: ThinkInput, *, timeout_s: float, metadata: tuple[tuple[str, str], ...]
+    ) -> AgentReply: ...
 
-    def stream(self, req: ThinkInput, *, timeout_s: float, metadata: tuple[tuple[str, str], ...]
-               ) -> AsyncIterator[str | AgentReply]: ...
+    def stream(
+        self, req: ThinkInput, *, timeout_s: float, metadata: tuple[tuple[str, str], ...]
+    ) -> AsyncIterator[str | AgentReply]: ...
 
 
 @dataclass(frozen=True)
@@ -79,16 +82,23 @@ class StreamStart:
 class TurnRunner:
     """Runs turns. One per gateway process; `repo` and `agent` are created once at start-up."""
 
-    def __init__(self, repo: Repository, agent: AgentPort, tracer: trace.Tracer, cap_s: float,
-                 history_messages: int):
+    def __init__(
+        self, repo: Repository, agent: AgentPort, tracer: trace.Tracer, cap_s: float, history_messages: int
+    ):
         self._repo = repo
         self._agent = agent
         self._tracer = tracer
         self._cap_s = cap_s
         self._history = history_messages
 
-    async def send(self, owner: str, token: str, turn: TurnInput, caller: trace.SpanContext | None,
-                   caller_remaining_s: float | None) -> TurnResult:
+    async def send(
+        self,
+        owner: str,
+        token: str,
+        turn: TurnInput,
+        caller: trace.SpanContext | None,
+        caller_remaining_s: float | None,
+    ) -> TurnResult:
         """One complete turn (SendMessage). Raises NotFound (`instance`), DeadlineExceeded,
         Unavailable, or DomainError(INTERNAL, AGENT_FAILED) — the last three with ErrorInfo metadata
         `trace_id` and `user_message` (the stored, addressable user message).
@@ -103,7 +113,8 @@ class TurnRunner:
         try:
             timeout = agent_timeout(_left(deadline), self._cap_s)  # measured now, after the DB write
             reply = await self._agent.think(
-                self._think_input(turn, user, history, agent_slug), timeout_s=timeout,
+                self._think_input(turn, user, history, agent_slug),
+                timeout_s=timeout,
                 metadata=self._metadata(span, token),
             )
             stored = await self._store_reply(owner, span, user, reply)
@@ -113,8 +124,14 @@ class TurnRunner:
         finally:
             span.end()
 
-    async def stream(self, owner: str, token: str, turn: TurnInput, caller: trace.SpanContext | None,
-                     caller_remaining_s: float | None) -> AsyncIterator[StreamStart | str | Message]:
+    async def stream(
+        self,
+        owner: str,
+        token: str,
+        turn: TurnInput,
+        caller: trace.SpanContext | None,
+        caller_remaining_s: float | None,
+    ) -> AsyncIterator[StreamStart | str | Message]:
         """The streamed turn (StreamMessage): yields StreamStart, then reply chunks (str), then the
         stored reply (Message). Same rules and errors as `send`; no partial reply is ever stored.
         """
@@ -132,7 +149,8 @@ class TurnRunner:
             timeout = agent_timeout(_left(deadline), self._cap_s)  # measured now, after the DB write
             final: AgentReply | None = None
             async for item in self._agent.stream(
-                self._think_input(turn, user, history, agent_slug), timeout_s=timeout,
+                self._think_input(turn, user, history, agent_slug),
+                timeout_s=timeout,
                 metadata=self._metadata(span, token),
             ):
                 if isinstance(item, AgentReply):
@@ -149,8 +167,14 @@ class TurnRunner:
 
     # -- steps ---------------------------------------------------------------------------------
 
-    async def _start(self, owner: str, turn: TurnInput, caller: trace.SpanContext | None, t0_ns: int,
-                     caller_remaining_s: float | None):
+    async def _start(
+        self,
+        owner: str,
+        turn: TurnInput,
+        caller: trace.SpanContext | None,
+        t0_ns: int,
+        caller_remaining_s: float | None,
+    ):
         """Steps 1–2: the root span at t0 and the stored user message. A request_id retry returns
         the stored TurnResult (no new span, no agent call)."""
         if turn.request_id is not None:
@@ -159,7 +183,11 @@ class TurnRunner:
                 return done
         links = [Link(caller)] if caller is not None and caller.is_valid else []
         span = self._tracer.start_span(
-            TURN_SPAN, context=otel_context.Context(), kind=SpanKind.SERVER, start_time=t0_ns, links=links,
+            TURN_SPAN,
+            context=otel_context.Context(),
+            kind=SpanKind.SERVER,
+            start_time=t0_ns,
+            links=links,
             attributes={"chat.instance": f"instances/{turn.instance_id}", "rpc.system": "grpc"},
         )
         if turn.request_id is not None:
@@ -170,7 +198,9 @@ class TurnRunner:
             try:
                 began = await self._repo.begin_turn(owner, turn, trace_id, new_id(), t0, self._history)
             except RequestRace:
-                began = None if turn.request_id is None else await self._replay(owner, turn, caller_remaining_s)
+                began = (
+                    None if turn.request_id is None else await self._replay(owner, turn, caller_remaining_s)
+                )
                 if began is None:
                     raise
             if began is None:
@@ -178,7 +208,11 @@ class TurnRunner:
                 raise NotFound(f"instances/{turn.instance_id}")
             if isinstance(began, (TurnRecord, TurnResult)):  # lost a race with the same request_id
                 span.set_attribute("chat.duplicate_request", True)
-                replayed = began if isinstance(began, TurnResult) else await self._replay(owner, turn, caller_remaining_s)
+                replayed = (
+                    began
+                    if isinstance(began, TurnResult)
+                    else await self._replay(owner, turn, caller_remaining_s)
+                )
                 span.end()
                 return replayed
         except BaseException as err:
@@ -189,11 +223,20 @@ class TurnRunner:
         user, history = began
         span.set_attribute("chat.turn_index", user.turn_index)
         span.set_attribute("chat.user_message", user.name)
-        span.add_event("chat.in", {"chat.message": user.name, "chat.content_chars": len(user.content),
-                                   "chat.channel": user.channel.name}, timestamp=t0_ns)
+        span.add_event(
+            "chat.in",
+            {
+                "chat.message": user.name,
+                "chat.content_chars": len(user.content),
+                "chat.channel": user.channel.name,
+            },
+            timestamp=t0_ns,
+        )
         return span, user, history, user.agent
 
-    async def _replay(self, owner: str, turn: TurnInput, caller_remaining_s: float | None) -> TurnResult | None:
+    async def _replay(
+        self, owner: str, turn: TurnInput, caller_remaining_s: float | None
+    ) -> TurnResult | None:
         """The stored outcome of a request_id already used: its TurnResult, its error re-raised, or
         (while the first request still runs) waiting for it within the caller's time."""
         assert turn.request_id is not None
@@ -206,17 +249,29 @@ class TurnRunner:
             if rec.state == "DONE" and rec.reply is not None:
                 return TurnResult(rec.user_message, rec.reply, rec.trace_id)
             if rec.state == "FAILED":
-                raise _turn_error(rec.error_code or "FAILED", rec.error_message or "", rec.trace_id,
-                                  rec.user_message.name)
+                raise _turn_error(
+                    rec.error_code or "FAILED", rec.error_message or "", rec.trace_id, rec.user_message.name
+                )
             if loop.time() >= deadline:
-                raise _turn_error("DEADLINE_EXCEEDED", "the first request with this request_id is still running",
-                                  rec.trace_id, rec.user_message.name)
+                raise _turn_error(
+                    "DEADLINE_EXCEEDED",
+                    "the first request with this request_id is still running",
+                    rec.trace_id,
+                    rec.user_message.name,
+                )
             await asyncio.sleep(RETRY_POLL_S)
 
-    def _think_input(self, turn: TurnInput, user: Message, history: list[tuple[Role, str]], agent: str
-                     ) -> ThinkInput:
-        return ThinkInput(instance=f"instances/{turn.instance_id}", agent=agent, history=history,
-                          content=user.content, turn_index=user.turn_index, user_message=user.name)
+    def _think_input(
+        self, turn: TurnInput, user: Message, history: list[tuple[Role, str]], agent: str
+    ) -> ThinkInput:
+        return ThinkInput(
+            instance=f"instances/{turn.instance_id}",
+            agent=agent,
+            history=history,
+            content=user.content,
+            turn_index=user.turn_index,
+            user_message=user.name,
+        )
 
     @staticmethod
     def _metadata(span: trace.Span, token: str) -> tuple[tuple[str, str], ...]:
@@ -232,13 +287,23 @@ class TurnRunner:
             span.add_event("chat.reply_sanitized", {"chat.nul_replaced": replaced})
         now_ns = time.time_ns()
         msg = Message(
-            instance_id=user.instance_id, id=new_id(), role=Role.ASSISTANT, content=text, trace_id=user.trace_id,
-            turn_index=user.turn_index, create_time=time_from_ns(now_ns), model=reply.model, agent=user.agent,
+            instance_id=user.instance_id,
+            id=new_id(),
+            role=Role.ASSISTANT,
+            content=text,
+            trace_id=user.trace_id,
+            turn_index=user.turn_index,
+            create_time=time_from_ns(now_ns),
+            model=reply.model,
+            agent=user.agent,
         )
         await asyncio.shield(self._repo.finish_turn(owner, msg))
         span.set_attribute("chat.reply_message", msg.name)
-        span.add_event("chat.out", {"chat.message": msg.name, "chat.content_chars": len(text),
-                                    "gen_ai.response.model": reply.model}, timestamp=now_ns)
+        span.add_event(
+            "chat.out",
+            {"chat.message": msg.name, "chat.content_chars": len(text), "gen_ai.response.model": reply.model},
+            timestamp=now_ns,
+        )
         return msg
 
     async def _fail(self, owner: str, span: trace.Span, user: Message, err: BaseException) -> NoReturn:
@@ -257,7 +322,9 @@ class TurnRunner:
         span.set_status(Status(StatusCode.ERROR, f"{code}: {detail}"[:200]))
         span.set_attribute("error.type", code)
         try:
-            await asyncio.shield(self._repo.fail_turn(owner, user.instance_id, user.trace_id, code, detail[:1000]))
+            await asyncio.shield(
+                self._repo.fail_turn(owner, user.instance_id, user.trace_id, code, detail[:1000])
+            )
         except Exception:  # noqa: BLE001 - the caller's error matters more than the bookkeeping
             log.exception("could not mark turn %s failed", user.trace_id)
         if not isinstance(err, Exception):  # CancelledError, GeneratorExit, KeyboardInterrupt
@@ -277,15 +344,31 @@ def _left(deadline: float | None) -> float | None:
 def _turn_error(code: str, detail: str, trace_id: str, user_message: str) -> BaseException:
     md = {"trace_id": trace_id, "user_message": user_message}
     if code == "DEADLINE_EXCEEDED":
-        return DeadlineExceeded(f"the agent did not answer in time: {detail}", reason="AGENT_DEADLINE_EXCEEDED", **md)
+        return DeadlineExceeded(
+            f"the agent did not answer in time: {detail}", reason="AGENT_DEADLINE_EXCEEDED", **md
+        )
     if code == "UNAVAILABLE":
-        return Unavailable(f"the agent is unreachable: {detail}", retry_after_s=1.0, reason="AGENT_UNAVAILABLE", **md)
+        return Unavailable(
+            f"the agent is unreachable: {detail}", retry_after_s=1.0, reason="AGENT_UNAVAILABLE", **md
+        )
     if code == "CANCELLED":
-        return DomainError(message="the turn was cancelled by its caller", reason="TURN_CANCELLED", metadata=md,
-                           code=grpc.StatusCode.CANCELLED)
+        return DomainError(
+            message="the turn was cancelled by its caller",
+            reason="TURN_CANCELLED",
+            metadata=md,
+            code=grpc.StatusCode.CANCELLED,
+        )
     if code == "FAILED":
-        return DomainError(message=f"the agent failed: {detail}", reason="AGENT_FAILED", metadata=md,
-                           code=grpc.StatusCode.INTERNAL)
+        return DomainError(
+            message=f"the agent failed: {detail}",
+            reason="AGENT_FAILED",
+            metadata=md,
+            code=grpc.StatusCode.INTERNAL,
+        )
     # The gateway's own failure (e.g. storing the reply): INTERNAL, still naming the turn.
-    return DomainError(message=f"the turn failed ({detail})", reason="TURN_FAILED", metadata=md,
-                       code=grpc.StatusCode.INTERNAL)
+    return DomainError(
+        message=f"the turn failed ({detail})",
+        reason="TURN_FAILED",
+        metadata=md,
+        code=grpc.StatusCode.INTERNAL,
+    )

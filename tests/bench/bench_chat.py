@@ -11,6 +11,7 @@ time, over 1000 sequential turns on one instance after 50 warm-up turns.
 Target (issue 5): p50 ≤ 3 ms on the 2-core reference machine.
 Also reported: the same inside the gateway only (`chat.turn` span minus `agent.think`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,9 +23,9 @@ import sys
 import time
 
 import grpc
-
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
+
 from services.cli.stack import wait_serving
 from services.common.auth import mint_token
 from services.common.settings import PROJECT_ROOT
@@ -65,35 +66,52 @@ async def run(ctx) -> dict[str, float]:
     db = await ctx.new_database()
     otlp, otlp_http, query, chat_port, agent_port = free_ports(5)
     env = {
-        **os.environ, "AGENTFEEDBACK_DATABASE_URL": db, "AGENTFEEDBACK_DATA_DIR": str(ctx.tmp),
-        "AGENTFEEDBACK_JWT_SECRET": SECRET, "AGENTFEEDBACK_LOG_LEVEL": "WARNING",
-        "AGENTFEEDBACK_AGENT_LISTEN": f"127.0.0.1:{agent_port}", "AGENTFEEDBACK_AGENT_THINK_MS": "0",
+        **os.environ,
+        "AGENTFEEDBACK_DATABASE_URL": db,
+        "AGENTFEEDBACK_DATA_DIR": str(ctx.tmp),
+        "AGENTFEEDBACK_JWT_SECRET": SECRET,
+        "AGENTFEEDBACK_LOG_LEVEL": "WARNING",
+        "AGENTFEEDBACK_AGENT_LISTEN": f"127.0.0.1:{agent_port}",
+        "AGENTFEEDBACK_AGENT_THINK_MS": "0",
         "AGENTFEEDBACK_CHAT_LISTEN": f"127.0.0.1:{chat_port}",
         "AGENTFEEDBACK_CHAT_AGENT_TARGET": f"127.0.0.1:{agent_port}",
-        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp}", "OTEL_BSP_SCHEDULE_DELAY": "500",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp}",
+        "OTEL_BSP_SCHEDULE_DELAY": "500",
         "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), str(PROJECT_ROOT / "gen")]),
         "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": f"127.0.0.1:{otlp}",
         "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(otlp_http),
         "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": f"127.0.0.1:{query}",
     }
-    children = (("services.tracecollector.main", query, {"OTEL_TRACES_EXPORTER": "none"}),
-                ("services.chat.agent.main", agent_port, {}), ("services.chat.main", chat_port, {}))
+    children = (
+        ("services.tracecollector.main", query, {"OTEL_TRACES_EXPORTER": "none"}),
+        ("services.chat.agent.main", agent_port, {}),
+        ("services.chat.main", chat_port, {}),
+    )
     procs = []
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{chat_port}")
     try:
         for module, port, extra in children:
-            procs.append(subprocess.Popen([sys.executable, "-m", module], env={**env, **extra}, cwd=PROJECT_ROOT,
-                                          stdout=subprocess.DEVNULL, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", module],
+                    env={**env, **extra},
+                    cwd=PROJECT_ROOT,
+                    stdout=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
             await wait_serving(f"127.0.0.1:{port}", 60)
         stub = chat_pb2_grpc.ChatServiceStub(channel)
         md = (("authorization", f"Bearer {mint_token(SECRET, 'bench')}"),)
-        inst = await stub.CreateInstance(chat_pb2.CreateInstanceRequest(
-            instance=chat_pb2.Instance(display_name="bench")), metadata=md)
+        inst = await stub.CreateInstance(
+            chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="bench")), metadata=md
+        )
         client_ms: dict[str, float] = {}
         for i in range(WARMUP + TURNS):
             t0 = time.perf_counter()
-            r = await stub.SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content=f"hello there {i}"),
-                                       metadata=md)
+            r = await stub.SendMessage(
+                chat_pb2.SendMessageRequest(instance=inst.name, content=f"hello there {i}"), metadata=md
+            )
             if i >= WARMUP:
                 client_ms[r.trace_id] = (time.perf_counter() - t0) * 1000
         for p in procs[1:]:  # SIGTERM: drain, then each service flushes its spans to the collector
@@ -114,5 +132,6 @@ async def run(ctx) -> dict[str, float]:
         "turn_total_p50_ms": statistics.median(client_ms.values()),
         "turn_agent_think_p50_ms": statistics.median(s["agent.think"] for s in spans.values()),
         "turn_gateway_span_overhead_p50_ms": statistics.median(
-            s["chat.turn"] - s["agent.think"] for s in spans.values()),
+            s["chat.turn"] - s["agent.think"] for s in spans.values()
+        ),
     }

@@ -1,5 +1,6 @@
 """ChatService resources: instances, messages, paging, access, idempotency, bad input — through the
 real gateway, real agent and real PostgreSQL."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,13 +9,13 @@ from datetime import UTC, datetime
 
 import grpc
 import pytest
-
 from agentfeedback.chat.v1 import chat_pb2
-from services.chat.domain import Channel, Role, TurnInput
+
+from services.chat.domain import Channel, TurnInput
 from services.chat.repository import Repository
+from services.common.auth import SCOPE_FEEDBACK_READ
 from services.common.db import create_pool
 from services.common.errors import error_info
-from services.common.auth import SCOPE_FEEDBACK_READ
 from tests.integration.test_chat_turn import new_instance
 from tests.stack import Stack
 
@@ -29,14 +30,17 @@ async def test_instances_owner_scoped_and_paged(stack: Stack):
     chat = stack.chat()
     names = []
     for i in range(3):
-        inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
-            instance=chat_pb2.Instance(display_name=f"agent {i}")), metadata=stack.md("alice"))
+        inst = await chat.CreateInstance(
+            chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name=f"agent {i}")),
+            metadata=stack.md("alice"),
+        )
         assert inst.owner == "alice" and inst.agent == "reference" and inst.name.startswith("instances/")
         names.append(inst.name)
     got, token = [], ""
     while True:
-        page = await chat.ListInstances(chat_pb2.ListInstancesRequest(page_size=2, page_token=token),
-                                        metadata=stack.md("alice"))
+        page = await chat.ListInstances(
+            chat_pb2.ListInstancesRequest(page_size=2, page_token=token), metadata=stack.md("alice")
+        )
         got += [i.name for i in page.instances]
         token = page.next_page_token
         if not token:
@@ -44,49 +48,74 @@ async def test_instances_owner_scoped_and_paged(stack: Stack):
     assert got == names
     bob = await chat.ListInstances(chat_pb2.ListInstancesRequest(), metadata=stack.md("bob"))
     assert list(bob.instances) == []
-    e = await rpc_error(chat.GetInstance(chat_pb2.GetInstanceRequest(name=names[0]), metadata=stack.md("bob")))
+    e = await rpc_error(
+        chat.GetInstance(chat_pb2.GetInstanceRequest(name=names[0]), metadata=stack.md("bob"))
+    )
     assert e.code() == grpc.StatusCode.NOT_FOUND
 
 
 async def test_create_instance_ids_retry_and_conflict(stack: Stack):
     chat = stack.chat()
     rid = str(uuid.uuid4())
-    req = chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="Home"), instance_id="home",
-                                         request_id=rid)
+    req = chat_pb2.CreateInstanceRequest(
+        instance=chat_pb2.Instance(display_name="Home"), instance_id="home", request_id=rid
+    )
     a = await chat.CreateInstance(req, metadata=stack.md())
     b = await chat.CreateInstance(req, metadata=stack.md())
     assert a == b and a.name == "instances/home"
-    e = await rpc_error(chat.CreateInstance(chat_pb2.CreateInstanceRequest(
-        instance=chat_pb2.Instance(display_name="Other"), instance_id="home"), metadata=stack.md()))
+    e = await rpc_error(
+        chat.CreateInstance(
+            chat_pb2.CreateInstanceRequest(
+                instance=chat_pb2.Instance(display_name="Other"), instance_id="home"
+            ),
+            metadata=stack.md(),
+        )
+    )
     assert e.code() == grpc.StatusCode.ALREADY_EXISTS
     # Another owner may use the same id: names are resolved per owner.
-    c = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
-        instance=chat_pb2.Instance(display_name="Bob's"), instance_id="home"), metadata=stack.md("bob"))
+    c = await chat.CreateInstance(
+        chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="Bob's"), instance_id="home"),
+        metadata=stack.md("bob"),
+    )
     assert c.owner == "bob"
-    for field, inst, iid in [("instance.display_name", chat_pb2.Instance(display_name=""), ""),
-                             ("instance.agent", chat_pb2.Instance(display_name="x", agent="Bad Slug"), ""),
-                             ("instance_id", chat_pb2.Instance(display_name="x"), "Has Spaces")]:
-        e = await rpc_error(chat.CreateInstance(chat_pb2.CreateInstanceRequest(instance=inst, instance_id=iid),
-                                                metadata=stack.md()))
+    for field, inst, iid in [
+        ("instance.display_name", chat_pb2.Instance(display_name=""), ""),
+        ("instance.agent", chat_pb2.Instance(display_name="x", agent="Bad Slug"), ""),
+        ("instance_id", chat_pb2.Instance(display_name="x"), "Has Spaces"),
+    ]:
+        e = await rpc_error(
+            chat.CreateInstance(
+                chat_pb2.CreateInstanceRequest(instance=inst, instance_id=iid), metadata=stack.md()
+            )
+        )
         assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and error_info(e).metadata["field"] == field
 
 
 async def test_access_other_owner_not_found_no_token_unauthenticated_no_scope_denied(stack: Stack):
     chat = stack.chat()
     parent = await new_instance(stack, "alice")
-    r = await chat.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="hello"), metadata=stack.md())
+    r = await chat.SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="hello"), metadata=stack.md()
+    )
     for call in [
-        chat.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="hi"), metadata=stack.md("bob")),
+        chat.SendMessage(
+            chat_pb2.SendMessageRequest(instance=parent, content="hi"), metadata=stack.md("bob")
+        ),
         chat.GetMessage(chat_pb2.GetMessageRequest(name=r.reply.name), metadata=stack.md("bob")),
         chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md("bob")),
         chat.ClearMessages(chat_pb2.ClearMessagesRequest(parent=parent), metadata=stack.md("bob")),
-        chat.DeleteTurn(chat_pb2.DeleteTurnRequest(parent=parent, trace_id=r.trace_id), metadata=stack.md("bob")),
+        chat.DeleteTurn(
+            chat_pb2.DeleteTurnRequest(parent=parent, trace_id=r.trace_id), metadata=stack.md("bob")
+        ),
     ]:
         assert (await rpc_error(call)).code() == grpc.StatusCode.NOT_FOUND
     e = await rpc_error(chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent)))
     assert e.code() == grpc.StatusCode.UNAUTHENTICATED
-    e = await rpc_error(chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent),
-                                          metadata=stack.md("alice", (SCOPE_FEEDBACK_READ,))))
+    e = await rpc_error(
+        chat.ListMessages(
+            chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md("alice", (SCOPE_FEEDBACK_READ,))
+        )
+    )
     assert e.code() == grpc.StatusCode.PERMISSION_DENIED
     # Alice's turn is untouched by all of that.
     listed = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md())
@@ -99,7 +128,10 @@ async def test_bad_turn_input_names_field_and_writes_nothing(stack: Stack):
     cases = [
         ("content", chat_pb2.SendMessageRequest(instance=parent, content="")),
         ("content", chat_pb2.SendMessageRequest(instance=parent, content="   ")),
-        ("content", chat_pb2.SendMessageRequest(instance=parent, content="x" * 32001)),  # ChatSettings default 32000
+        (
+            "content",
+            chat_pb2.SendMessageRequest(instance=parent, content="x" * 32001),
+        ),  # ChatSettings default 32000
         ("content", chat_pb2.SendMessageRequest(instance=parent, content="ok\x00bad")),
         ("request_id", chat_pb2.SendMessageRequest(instance=parent, content="hi", request_id="not-a-uuid")),
         ("instance", chat_pb2.SendMessageRequest(instance="agents/x", content="hi")),
@@ -109,12 +141,16 @@ async def test_bad_turn_input_names_field_and_writes_nothing(stack: Stack):
         e = await rpc_error(chat.SendMessage(req, metadata=stack.md()))
         assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, field
         assert error_info(e).metadata["field"] == field
-    e = await rpc_error(chat.SendMessage(chat_pb2.SendMessageRequest(instance="instances/nope", content="hi"),
-                                         metadata=stack.md()))
+    e = await rpc_error(
+        chat.SendMessage(
+            chat_pb2.SendMessageRequest(instance="instances/nope", content="hi"), metadata=stack.md()
+        )
+    )
     assert e.code() == grpc.StatusCode.NOT_FOUND
     # The limit itself is accepted (code points, multi-byte included).
-    ok = await chat.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="é" * 32000),
-                                metadata=stack.md())
+    ok = await chat.SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="é" * 32000), metadata=stack.md()
+    )
     listed = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md())
     assert [m.name for m in listed.messages] == [ok.user_message.name, ok.reply.name]
     assert listed.messages[0].content == "é" * 32000
@@ -131,7 +167,9 @@ async def test_request_id_retry_does_not_run_agent_twice(stack: Stack):
     # Two retries in parallel of a new request: one turn.
     rid2 = str(uuid.uuid4())
     req2 = chat_pb2.SendMessageRequest(instance=parent, content="and again", request_id=rid2)
-    a, b = await asyncio.gather(chat.SendMessage(req2, metadata=stack.md()), chat.SendMessage(req2, metadata=stack.md()))
+    a, b = await asyncio.gather(
+        chat.SendMessage(req2, metadata=stack.md()), chat.SendMessage(req2, metadata=stack.md())
+    )
     assert a == b
     streamed = [x async for x in chat.StreamMessage(req2, metadata=stack.md())]
     assert streamed[0].user_message == a.user_message and streamed[-1].reply == a.reply
@@ -149,31 +187,53 @@ async def test_voice_turn_fields_stored_and_returned(stack: Stack):
     parent = await new_instance(stack)
     content = "…how many agents do you have in total? Give me their names."
     dictation = "…how many ages does Kevin total give me the next"
-    r = await chat.SendMessage(chat_pb2.SendMessageRequest(
-        instance=parent, content=content, channel=chat_pb2.CHANNEL_VOICE, audio_key="audio/2026/turn-1.opus",
-        dictation=dictation), metadata=stack.md())
+    r = await chat.SendMessage(
+        chat_pb2.SendMessageRequest(
+            instance=parent,
+            content=content,
+            channel=chat_pb2.CHANNEL_VOICE,
+            audio_key="audio/2026/turn-1.opus",
+            dictation=dictation,
+        ),
+        metadata=stack.md(),
+    )
     got = await chat.GetMessage(chat_pb2.GetMessageRequest(name=r.user_message.name), metadata=stack.md())
     assert (got.content, got.channel, got.audio_key, got.dictation) == (
-        content, chat_pb2.CHANNEL_VOICE, "audio/2026/turn-1.opus", dictation)
+        content,
+        chat_pb2.CHANNEL_VOICE,
+        "audio/2026/turn-1.opus",
+        dictation,
+    )
     assert got.agent == "reference" and r.reply.model == "replay:sharegpt"
 
 
 async def test_delete_turn_and_filters(stack: Stack):
     chat = stack.chat()
     parent = await new_instance(stack)
-    turns = [await chat.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content=f"turn {i}"),
-                                    metadata=stack.md()) for i in range(3)]
-    by_index = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, turn_index=1),
-                                       metadata=stack.md())
+    turns = [
+        await chat.SendMessage(
+            chat_pb2.SendMessageRequest(instance=parent, content=f"turn {i}"), metadata=stack.md()
+        )
+        for i in range(3)
+    ]
+    by_index = await chat.ListMessages(
+        chat_pb2.ListMessagesRequest(parent=parent, turn_index=1), metadata=stack.md()
+    )
     assert {m.trace_id for m in by_index.messages} == {turns[1].trace_id} and len(by_index.messages) == 2
-    await chat.DeleteTurn(chat_pb2.DeleteTurnRequest(parent=parent, trace_id=turns[1].trace_id), metadata=stack.md())
-    e = await rpc_error(chat.DeleteTurn(chat_pb2.DeleteTurnRequest(parent=parent, trace_id=turns[1].trace_id),
-                                        metadata=stack.md()))
+    await chat.DeleteTurn(
+        chat_pb2.DeleteTurnRequest(parent=parent, trace_id=turns[1].trace_id), metadata=stack.md()
+    )
+    e = await rpc_error(
+        chat.DeleteTurn(
+            chat_pb2.DeleteTurnRequest(parent=parent, trace_id=turns[1].trace_id), metadata=stack.md()
+        )
+    )
     assert e.code() == grpc.StatusCode.NOT_FOUND
     left = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md())
     assert [m.turn_index for m in left.messages] == [0, 0, 2, 2]
-    e = await rpc_error(chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, trace_id="xyz"),
-                                          metadata=stack.md()))
+    e = await rpc_error(
+        chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, trace_id="xyz"), metadata=stack.md())
+    )
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and error_info(e).metadata["field"] == "trace_id"
 
 
@@ -192,22 +252,37 @@ async def test_list_messages_pages_stable_with_equal_create_times(stack: Stack, 
     finally:
         await pool.close()
     chat = stack.chat()
-    expected = sorted((await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, page_size=100),
-                                               metadata=stack.md())).messages, key=lambda m: m.name)
+    expected = sorted(
+        (
+            await chat.ListMessages(
+                chat_pb2.ListMessagesRequest(parent=parent, page_size=100), metadata=stack.md()
+            )
+        ).messages,
+        key=lambda m: m.name,
+    )
     assert len(expected) == 7 and len({m.create_time.ToNanoseconds() for m in expected}) == 1
     for size in (1, 2, 3):
         got, token = [], ""
         while True:
-            page = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, page_size=size,
-                                                                        page_token=token), metadata=stack.md())
+            page = await chat.ListMessages(
+                chat_pb2.ListMessagesRequest(parent=parent, page_size=size, page_token=token),
+                metadata=stack.md(),
+            )
             got += list(page.messages)
             token = page.next_page_token
             if not token:
                 break
         assert [m.name for m in got] == [m.name for m in expected]
-    assert Role.USER == expected[0].role
     # A token is bound to its parent and filters.
-    page = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, page_size=1), metadata=stack.md())
-    e = await rpc_error(chat.ListMessages(chat_pb2.ListMessagesRequest(
-        parent=parent, page_size=1, page_token=page.next_page_token, turn_index=0), metadata=stack.md()))
+    page = await chat.ListMessages(
+        chat_pb2.ListMessagesRequest(parent=parent, page_size=1), metadata=stack.md()
+    )
+    e = await rpc_error(
+        chat.ListMessages(
+            chat_pb2.ListMessagesRequest(
+                parent=parent, page_size=1, page_token=page.next_page_token, turn_index=0
+            ),
+            metadata=stack.md(),
+        )
+    )
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and error_info(e).metadata["field"] == "page_token"

@@ -1,5 +1,6 @@
 """Turns that fail or misbehave: every one leaves an addressable user message and an ERROR trace
 (design.md, "The turn" step 6), and never an INTERNAL for bad text (case F12)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,15 +9,15 @@ from pathlib import Path
 
 import grpc
 import pytest
+from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
+from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
+from agentfeedback.traces.v1 import traces_pb2
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
-from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
-from agentfeedback.traces.v1 import traces_pb2
 from services.chat.server import create_server as create_chat
 from services.chat.settings import ChatSettings
 from services.common.errors import error_info
@@ -32,8 +33,9 @@ async def assert_failed_turn_addressable(stack: Stack, parent: str, err: grpc.ai
     trace_id, user_message = info.metadata["trace_id"], info.metadata["user_message"]
     m = await stack.chat().GetMessage(chat_pb2.GetMessageRequest(name=user_message), metadata=stack.md())
     assert m.trace_id == trace_id and m.role == chat_pb2.ROLE_USER
-    listed = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=parent, trace_id=trace_id),
-                                             metadata=stack.md())
+    listed = await stack.chat().ListMessages(
+        chat_pb2.ListMessagesRequest(parent=parent, trace_id=trace_id), metadata=stack.md()
+    )
     assert [x.role for x in listed.messages] == [chat_pb2.ROLE_USER]  # no half reply
     t = await stack.wait_trace(trace_id, min_spans=1)
     (turn,) = by_name(t, "chat.turn")
@@ -46,8 +48,11 @@ async def test_agent_unreachable_leaves_addressable_user_message_and_error_trace
     parent = await new_instance(stack)
     await stack.servers.pop("agent").stop(0)
     with pytest.raises(grpc.aio.AioRpcError) as e:
-        await stack.chat().SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="are you there?"),
-                                       metadata=stack.md(), timeout=10)
+        await stack.chat().SendMessage(
+            chat_pb2.SendMessageRequest(instance=parent, content="are you there?"),
+            metadata=stack.md(),
+            timeout=10,
+        )
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     assert error_info(e.value).reason == "AGENT_UNAVAILABLE"
     await assert_failed_turn_addressable(stack, parent, e.value)
@@ -60,11 +65,16 @@ async def test_deadline_leaves_addressable_user_message_and_cancels_agent(databa
         parent = await new_instance(stack)
         t0 = asyncio.get_running_loop().time()
         with pytest.raises(grpc.aio.AioRpcError) as e:
-            await stack.chat().SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="think hard"),
-                                           metadata=stack.md(), timeout=1.0)
+            await stack.chat().SendMessage(
+                chat_pb2.SendMessageRequest(instance=parent, content="think hard"),
+                metadata=stack.md(),
+                timeout=1.0,
+            )
         assert asyncio.get_running_loop().time() - t0 < 1.5
         assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-        assert error_info(e.value).reason == "AGENT_DEADLINE_EXCEEDED"  # the gateway's answer, not the client's
+        assert (
+            error_info(e.value).reason == "AGENT_DEADLINE_EXCEEDED"
+        )  # the gateway's answer, not the client's
         trace_id = await assert_failed_turn_addressable(stack, parent, e.value)
         t = await stack.wait_trace(trace_id, min_spans=2)
         (think,) = by_name(t, "agent.think")
@@ -80,8 +90,11 @@ async def test_S02_chat_in_at_user_message_time_with_slow_agent(database_url: st
     stack = await start_stack(database_url, tmp_path, agent_think_ms=7800)
     try:
         parent = await new_instance(stack)
-        r = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="take your time"),
-                                           metadata=stack.md(), timeout=30)
+        r = await stack.chat().SendMessage(
+            chat_pb2.SendMessageRequest(instance=parent, content="take your time"),
+            metadata=stack.md(),
+            timeout=30,
+        )
         t = await stack.wait_trace(r.trace_id, min_spans=3)
         (turn,) = by_name(t, "chat.turn")
         chat_in = next(e for e in turn.events if e.name == "chat.in")
@@ -117,7 +130,9 @@ class StandInAgent(agent_pb2_grpc.AgentServiceServicer):
     async def StreamThink(self, request, context):  # noqa: N802
         yield agent_pb2.StreamThinkResponse(content_delta=self.reply[:2])
         await asyncio.sleep(self.delay_s)
-        yield agent_pb2.StreamThinkResponse(done=agent_pb2.ThinkResponse(content=self.reply, model="stand-in"))
+        yield agent_pb2.StreamThinkResponse(
+            done=agent_pb2.ThinkResponse(content=self.reply, model="stand-in")
+        )
 
 
 @pytest.fixture
@@ -135,9 +150,17 @@ async def gateway_with(database_url: str, tmp_path: Path):
         exporter = InMemorySpanExporter()
         tp = TracerProvider()
         tp.add_span_processor(SimpleSpanProcessor(exporter))
-        chat = await create_chat(ChatSettings(listen="127.0.0.1:0", agent_target=f"127.0.0.1:{port}",
-                                              jwt_secret=TEST_JWT_SECRET, data_dir=tmp_path, shutdown_grace_s=0),
-                                 database_url=database_url, tracer_provider=tp)
+        chat = await create_chat(
+            ChatSettings(
+                listen="127.0.0.1:0",
+                agent_target=f"127.0.0.1:{port}",
+                jwt_secret=TEST_JWT_SECRET,
+                data_dir=tmp_path,
+                shutdown_grace_s=0,
+            ),
+            database_url=database_url,
+            tracer_provider=tp,
+        )
         started.append(chat)
         ch = grpc.aio.insecure_channel(f"127.0.0.1:{chat.port}")
         channels.append(ch)
@@ -157,8 +180,11 @@ def _md():
 
 
 async def _instance(stub) -> str:
-    return (await stub.CreateInstance(chat_pb2.CreateInstanceRequest(
-        instance=chat_pb2.Instance(display_name="x")), metadata=_md())).name
+    return (
+        await stub.CreateInstance(
+            chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="x")), metadata=_md()
+        )
+    ).name
 
 
 async def test_F12_nul_in_content_rejected_naming_field_nothing_written(gateway_with):
@@ -184,7 +210,9 @@ async def test_F12_nul_in_agent_reply_stored_with_replacement_both_messages_surv
     assert r.reply.content == "ok\ufffdbad"  # documented policy: NUL → U+FFFD in agent replies
     listed = await stub.ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=_md())
     assert [(m.role, m.content) for m in listed.messages] == [
-        (chat_pb2.ROLE_USER, "say it"), (chat_pb2.ROLE_ASSISTANT, "ok\ufffdbad")]
+        (chat_pb2.ROLE_USER, "say it"),
+        (chat_pb2.ROLE_ASSISTANT, "ok\ufffdbad"),
+    ]
     (turn,) = [s for s in spans.get_finished_spans() if s.name == "chat.turn"]
     ev = next(e for e in turn.events if e.name == "chat.reply_sanitized")
     assert ev.attributes["chat.nul_replaced"] == 1
@@ -212,8 +240,9 @@ async def test_request_id_retry_after_failure_returns_same_error_without_calling
     errs = []
     for _ in range(2):
         with pytest.raises(grpc.aio.AioRpcError) as e:
-            await stub.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="hi", request_id=rid),
-                                   metadata=_md())
+            await stub.SendMessage(
+                chat_pb2.SendMessageRequest(instance=parent, content="hi", request_id=rid), metadata=_md()
+            )
         errs.append(MessageToDict(error_info(e.value)))
     assert errs[0] == errs[1] and agent.calls == 1
 
@@ -222,7 +251,9 @@ async def test_deadline_forwarded_from_caller_cap_when_none_and_owner_token_on_b
     stub, spans = await gateway_with(agent := StandInAgent("fine"))
     parent = await _instance(stub)
     r1 = await stub.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="a"), metadata=_md())
-    await stub.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="b"), metadata=_md(), timeout=5)
+    await stub.SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="b"), metadata=_md(), timeout=5
+    )
     no_deadline, five_s = agent.remaining
     assert 110 < no_deadline <= 120  # ChatSettings.agent_timeout_cap_s default, nothing more
     assert 4.0 < five_s < 5.0  # the caller's remaining time, less the gateway's reserve
@@ -252,8 +283,11 @@ async def test_stream_cancelled_by_caller_keeps_user_message_stores_no_half_repl
 async def test_streamed_turn_agent_unreachable_same_guarantees(stack: Stack):
     parent = await new_instance(stack)
     await stack.servers.pop("agent").stop(0)
-    call = stack.chat().StreamMessage(chat_pb2.SendMessageRequest(instance=parent, content="are you there?"),
-                                      metadata=stack.md(), timeout=10)
+    call = stack.chat().StreamMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="are you there?"),
+        metadata=stack.md(),
+        timeout=10,
+    )
     first = await call.read()
     assert first.user_message.trace_id == first.trace_id
     with pytest.raises(grpc.aio.AioRpcError) as e:

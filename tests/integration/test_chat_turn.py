@@ -2,17 +2,16 @@
 
 Spans are checked as the collector stored them (`Stack.wait_trace`), not in memory.
 """
+
 from __future__ import annotations
 
 import uuid
 
 import grpc
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry import propagate, trace
-
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.traces.v1 import traces_pb2
+
 from tests.stack import Stack
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -23,7 +22,8 @@ TRACEPARENT = f"00-{CALLER_TRACE}-{CALLER_PARENT}-01"
 async def new_instance(stack: Stack, sub: str = "alice", agent: str = "reference") -> str:
     inst = await stack.chat().CreateInstance(
         chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="My agent", agent=agent)),
-        metadata=stack.md(sub))
+        metadata=stack.md(sub),
+    )
     return inst.name
 
 
@@ -54,25 +54,33 @@ def check_turn_trace(t: traces_pb2.Trace, trace_id: str) -> None:
 async def test_F01_turn_spans_share_minted_trace_id_caller_only_linked(stack: Stack):
     parent = await new_instance(stack)
     md = (*stack.md(), ("traceparent", TRACEPARENT))
-    r = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="hello there"),
-                                       metadata=md)
+    r = await stack.chat().SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="hello there"), metadata=md
+    )
     assert r.trace_id == r.user_message.trace_id == r.reply.trace_id
     assert r.user_message.turn_index == r.reply.turn_index == 0
     assert r.reply.content and r.reply.role == chat_pb2.ROLE_ASSISTANT
     t = await stack.wait_trace(r.trace_id, min_spans=3)
     check_turn_trace(t, r.trace_id)
     # Both stored messages carry the id too.
-    listed = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=parent, trace_id=r.trace_id),
-                                             metadata=stack.md())
+    listed = await stack.chat().ListMessages(
+        chat_pb2.ListMessagesRequest(parent=parent, trace_id=r.trace_id), metadata=stack.md()
+    )
     assert [(m.role, m.trace_id) for m in listed.messages] == [
-        (chat_pb2.ROLE_USER, r.trace_id), (chat_pb2.ROLE_ASSISTANT, r.trace_id)]
+        (chat_pb2.ROLE_USER, r.trace_id),
+        (chat_pb2.ROLE_ASSISTANT, r.trace_id),
+    ]
 
 
 async def test_F01_streaming_turn_same_rules(stack: Stack):
     parent = await new_instance(stack)
     md = (*stack.md(), ("traceparent", TRACEPARENT))
-    items = [x async for x in stack.chat().StreamMessage(
-        chat_pb2.SendMessageRequest(instance=parent, content="tell me a story"), metadata=md)]
+    items = [
+        x
+        async for x in stack.chat().StreamMessage(
+            chat_pb2.SendMessageRequest(instance=parent, content="tell me a story"), metadata=md
+        )
+    ]
     first, *deltas, last = items
     assert first.WhichOneof("event") == "user_message" and last.WhichOneof("event") == "reply"
     trace_id = first.trace_id
@@ -88,8 +96,12 @@ async def test_F01_streaming_turn_same_rules(stack: Stack):
 async def test_chat_truncated_carries_turn_trace_id(stack: Stack):
     """list_subordinates returns more than tool_result_max_bytes: the tool layer cuts it and says so."""
     parent = await new_instance(stack)
-    r = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
-        instance=parent, content="…how many agents do you have in total? Give me their names."), metadata=stack.md())
+    r = await stack.chat().SendMessage(
+        chat_pb2.SendMessageRequest(
+            instance=parent, content="…how many agents do you have in total? Give me their names."
+        ),
+        metadata=stack.md(),
+    )
     t = await stack.wait_trace(r.trace_id, min_spans=3)
     (tool,) = by_name(t, "tool.call")
     assert tool.attributes["gen_ai.tool.name"] == "list_subordinates"
@@ -103,8 +115,10 @@ async def test_chat_truncated_carries_turn_trace_id(stack: Stack):
 
 async def test_chat_invented_result_carries_turn_trace_id(stack: Stack):
     parent = await new_instance(stack)
-    r = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
-        instance=parent, content="Please send the weekly report to my team."), metadata=stack.md())
+    r = await stack.chat().SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="Please send the weekly report to my team."),
+        metadata=stack.md(),
+    )
     assert "send_report returned" in r.reply.content  # the scripted claim
     t = await stack.wait_trace(r.trace_id, min_spans=3)
     ((span, ev),) = events(t, "chat.invented_result")
@@ -117,23 +131,30 @@ async def test_remember_that_you_got_that_wrong_records_feedback_not_memory(stac
     from agentfeedback.feedback.v1 import feedback_pb2 as fpb
 
     parent = await new_instance(stack)
-    first = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="What is 2+2?"),
-                                           metadata=stack.md())
-    r = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
-        instance=parent, content="Remember that you got that wrong."), metadata=stack.md())
+    first = await stack.chat().SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="What is 2+2?"), metadata=stack.md()
+    )
+    r = await stack.chat().SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="Remember that you got that wrong."),
+        metadata=stack.md(),
+    )
     t = await stack.wait_trace(r.trace_id, min_spans=3)
     names = [s.attributes["gen_ai.tool.name"] for s in by_name(t, "tool.call")]
     assert names == ["record_feedback"]
     assert "filed that as feedback" in r.reply.content
     # The row: author AGENT, anchored to this turn's trace id, the owner's words paraphrased.
-    listed = await stack.feedback().ListFeedback(fpb.ListFeedbackRequest(trace_id=r.trace_id), metadata=stack.md())
+    listed = await stack.feedback().ListFeedback(
+        fpb.ListFeedbackRequest(trace_id=r.trace_id), metadata=stack.md()
+    )
     (row,) = listed.feedback
     assert row.author == fpb.AUTHOR_AGENT and row.trace_id == r.trace_id and row.owner == "alice"
     assert "Remember that you got that wrong." in row.body
     assert first.trace_id != r.trace_id
     # The other phrasing routes the same way.
-    plain = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
-        instance=parent, content="that's wrong, write that down"), metadata=stack.md())
+    plain = await stack.chat().SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="that's wrong, write that down"),
+        metadata=stack.md(),
+    )
     t2 = await stack.wait_trace(plain.trace_id, min_spans=3)
     assert [s.attributes["gen_ai.tool.name"] for s in by_name(t2, "tool.call")] == ["record_feedback"]
 
@@ -142,12 +163,19 @@ async def test_clear_messages_leaves_feedback_intact(stack: Stack):
     from agentfeedback.feedback.v1 import feedback_pb2 as fpb
 
     parent = await new_instance(stack)
-    r = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="hello there"),
-                                       metadata=stack.md())
-    fb = await stack.feedback().CreateFeedback(fpb.CreateFeedbackRequest(
-        feedback=fpb.Feedback(message=r.reply.name, body="the greeting was off"), request_id=str(uuid.uuid4())),
-        metadata=stack.md())
-    cleared = await stack.chat().ClearMessages(chat_pb2.ClearMessagesRequest(parent=parent), metadata=stack.md())
+    r = await stack.chat().SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="hello there"), metadata=stack.md()
+    )
+    fb = await stack.feedback().CreateFeedback(
+        fpb.CreateFeedbackRequest(
+            feedback=fpb.Feedback(message=r.reply.name, body="the greeting was off"),
+            request_id=str(uuid.uuid4()),
+        ),
+        metadata=stack.md(),
+    )
+    cleared = await stack.chat().ClearMessages(
+        chat_pb2.ClearMessagesRequest(parent=parent), metadata=stack.md()
+    )
     assert cleared.deleted_count == 2
     left = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md())
     assert list(left.messages) == []

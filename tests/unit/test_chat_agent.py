@@ -1,4 +1,5 @@
 """The reference agent's pure parts: ShareGPT reading, replay lookup, intent routing, the prompt."""
+
 from __future__ import annotations
 
 import inspect
@@ -13,9 +14,18 @@ from services.chat.agent.reference import Claim, invented_claims
 from services.chat.agent.replay import ReplayIndex, iter_records, load_sharegpt
 from services.chat.agent.tools import ToolOutcome, cut_utf8
 
-REC = [{"id": f"c{i}", "conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": f"a{i} é"},
-                                         {"from": "human", "value": "continue"},
-                                         {"from": "gpt", "value": f"more{i}"}]} for i in range(3)]
+REC = [
+    {
+        "id": f"c{i}",
+        "conversations": [
+            {"from": "human", "value": f"q{i}"},
+            {"from": "gpt", "value": f"a{i} é"},
+            {"from": "human", "value": "continue"},
+            {"from": "gpt", "value": f"more{i}"},
+        ],
+    }
+    for i in range(3)
+]
 
 
 def test_iter_records_stops_at_last_whole_record_of_a_cut_array():
@@ -51,18 +61,21 @@ def test_replay_lookup_exact_follows_conversation_and_falls_back_deterministical
     assert not a.exact and a == b
 
 
-@pytest.mark.parametrize("text, intent", [
-    ("that's wrong, write that down", Intent.COMPLAINT),
-    ("Remember that you got that wrong.", Intent.COMPLAINT),
-    ("remember that you got it wrong again", Intent.COMPLAINT),
-    ("You made a mistake there", Intent.COMPLAINT),
-    ("this is completely incorrect", Intent.COMPLAINT),
-    ("Remember that my sister is called Ana", Intent.MEMORY),
-    ("please note that I work on Fridays", Intent.MEMORY),
-    ("…how many agents do you have in total? Give me their names.", Intent.SUBORDINATES),
-    ("Please send the weekly report to my team.", Intent.SEND_REPORT),
-    ("Summarize the main ideas of Jeff Walker's Product Launch Formula", Intent.REPLAY),
-])
+@pytest.mark.parametrize(
+    "text, intent",
+    [
+        ("that's wrong, write that down", Intent.COMPLAINT),
+        ("Remember that you got that wrong.", Intent.COMPLAINT),
+        ("remember that you got it wrong again", Intent.COMPLAINT),
+        ("You made a mistake there", Intent.COMPLAINT),
+        ("this is completely incorrect", Intent.COMPLAINT),
+        ("Remember that my sister is called Ana", Intent.MEMORY),
+        ("please note that I work on Fridays", Intent.MEMORY),
+        ("…how many agents do you have in total? Give me their names.", Intent.SUBORDINATES),
+        ("Please send the weekly report to my team.", Intent.SEND_REPORT),
+        ("Summarize the main ideas of Jeff Walker's Product Launch Formula", Intent.REPLAY),
+    ],
+)
 def test_route(text, intent):
     assert route(text) is intent
 
@@ -88,7 +101,9 @@ def test_cut_utf8_on_character_boundary():
 
 
 def test_invented_claims_are_those_no_successful_call_backs():
-    calls = [ToolOutcome("c1", "recall_transcript", "OK", "{}", 2, False),
-             ToolOutcome("c2", "write_memory", "ERROR", "{}", 2, False)]
+    calls = [
+        ToolOutcome("c1", "recall_transcript", "OK", "{}", 2, False),
+        ToolOutcome("c2", "write_memory", "ERROR", "{}", 2, False),
+    ]
     claims = [Claim("recall_transcript", "x"), Claim("send_report", "y"), Claim("write_memory", "z")]
     assert [c.tool for c in invented_claims(claims, calls)] == ["send_report", "write_memory"]

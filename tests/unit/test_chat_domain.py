@@ -1,4 +1,5 @@
 """Pure rules of the chat gateway (no servers)."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -24,19 +25,29 @@ def test_sanitize_reply_replaces_nul_and_counts():
     assert domain.sanitize_reply("fine") == ("fine", 0)
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"instance": "instances/a/b"}, "instance"),
-    ({"content": ""}, "content"),
-    ({"content": "a\x00"}, "content"),
-    ({"content": "x" * 11}, "content"),
-    ({"channel": 7}, "channel"),
-    ({"audio_key": "k\x00"}, "audio_key"),
-    ({"dictation": "d\x00"}, "dictation"),
-    ({"request_id": "nope"}, "request_id"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"instance": "instances/a/b"}, "instance"),
+        ({"content": ""}, "content"),
+        ({"content": "a\x00"}, "content"),
+        ({"content": "x" * 11}, "content"),
+        ({"channel": 7}, "channel"),
+        ({"audio_key": "k\x00"}, "audio_key"),
+        ({"dictation": "d\x00"}, "dictation"),
+        ({"request_id": "nope"}, "request_id"),
+    ],
+)
 def test_validate_turn_names_the_bad_field(kwargs, field):
-    args = {"instance": "instances/a", "content": "hi", "channel": 0, "audio_key": "", "dictation": "",
-            "request_id": "", "max_content_chars": 10} | kwargs
+    args = {
+        "instance": "instances/a",
+        "content": "hi",
+        "channel": 0,
+        "audio_key": "",
+        "dictation": "",
+        "request_id": "",
+        "max_content_chars": 10,
+    } | kwargs
     with pytest.raises(InvalidArgument) as e:
         domain.validate_turn(**args)
     assert e.value.field_path == field

@@ -1,5 +1,6 @@
 """The verified-token cache the chat turn relies on for speed (services.common.auth.Authenticator)
 must never outlive a token's `exp` nor accept a token it did not verify."""
+
 from __future__ import annotations
 
 import time

@@ -2,15 +2,15 @@
 owner's forwarded token (on behalf of), the tool span's context as `traceparent`, a fresh UUID4
 request_id, author AGENT, surface CHAT, sentiment BAD, target = the turn's trace id.
 """
+
 from __future__ import annotations
 
 import uuid
 
 import grpc
+from agentfeedback.feedback.v1 import feedback_pb2, feedback_pb2_grpc
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
-
-from agentfeedback.feedback.v1 import feedback_pb2, feedback_pb2_grpc
 
 # Seconds CreateFeedback may take (it resolves a snapshot from the chat service itself).
 TIMEOUT_S = 5.0
@@ -21,19 +21,26 @@ class FeedbackClient:
         self._stub = feedback_pb2_grpc.FeedbackServiceStub(channel)
         self._timeout = timeout_s
 
-    async def create(self, *, trace_id: str, instance: str, body: str, token: str,
-                     otel: otel_context.Context) -> str:
+    async def create(
+        self, *, trace_id: str, instance: str, body: str, token: str, otel: otel_context.Context
+    ) -> str:
         """Creates the row; returns its name (`feedback/{id}`). Raises grpc.aio.AioRpcError on failure."""
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=otel)
         req = feedback_pb2.CreateFeedbackRequest(
             feedback=feedback_pb2.Feedback(
-                trace_id=trace_id, instance=instance, body=body, author=feedback_pb2.AUTHOR_AGENT,
-                surface=feedback_pb2.SURFACE_CHAT, sentiment=feedback_pb2.SENTIMENT_BAD,
+                trace_id=trace_id,
+                instance=instance,
+                body=body,
+                author=feedback_pb2.AUTHOR_AGENT,
+                surface=feedback_pb2.SURFACE_CHAT,
+                sentiment=feedback_pb2.SENTIMENT_BAD,
             ),
             request_id=str(uuid.uuid4()),
         )
         resp = await self._stub.CreateFeedback(
-            req, timeout=self._timeout, metadata=(("authorization", f"Bearer {token}"), *carrier.items()),
+            req,
+            timeout=self._timeout,
+            metadata=(("authorization", f"Bearer {token}"), *carrier.items()),
         )
         return resp.name

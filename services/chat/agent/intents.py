@@ -12,6 +12,7 @@ in this order (first match wins):
    no tool returned (the agent has no such tool) → span event `chat.invented_result`.
 5. REPLAY — anything else → `recall_transcript` (the recorded ShareGPT reply).
 """
+
 from __future__ import annotations
 
 import re
@@ -30,7 +31,9 @@ _WRONG = r"(wrong|incorrect|not right|not true|inaccurate|mistaken|a mistake|an 
 _COMPLAINT = [
     re.compile(rf"\b(that|this|it)(\s+is|'s|’s|\s+was)\s+(\w+\s+){{0,3}}{_WRONG}", re.I),
     re.compile(rf"\byou(\s+are|'re|’re|\s+were)\s+(\w+\s+){{0,3}}{_WRONG}", re.I),
-    re.compile(r"\byou\s+(got|get|have\s+got|had)\s+(that|this|it|them|those|the \w+)\s+(\w+\s+){0,2}wrong\b", re.I),
+    re.compile(
+        r"\byou\s+(got|get|have\s+got|had)\s+(that|this|it|them|those|the \w+)\s+(\w+\s+){0,2}wrong\b", re.I
+    ),
     re.compile(r"\byou\s+(made|make)\s+(a|an)\s+(mistake|error)\b", re.I),
     re.compile(r"\byou\s+(messed|screwed)\s+(that\s+|it\s+)?up\b", re.I),
     re.compile(r"\bwrong\s+(answer|again)\b", re.I),
@@ -38,7 +41,9 @@ _COMPLAINT = [
 _MEMORY = re.compile(r"^\W*(please\s+)?(remember|note|keep in mind|don'?t forget|make a note)\b", re.I)
 _SUBORDINATES = re.compile(
     r"\b(subordinates?|direct reports|how many agents|agents do (you|i) have|list (my|your|all|the) agents"
-    r"|who reports to me|names of (my|your|the) agents)\b", re.I)
+    r"|who reports to me|names of (my|your|the) agents)\b",
+    re.I,
+)
 _SEND_REPORT = re.compile(r"\b(send|email|e-mail|mail|forward)\b.{0,40}\breport\b", re.I)
 
 
@@ -75,5 +80,5 @@ def paraphrase_complaint(content: str, previous_reply: str | None) -> str:
 def memory_fact(content: str) -> str:
     """The fact of a "remember that …" turn, without the leading instruction."""
     m = _MEMORY.search(content)
-    fact = content[m.end():] if m else content
+    fact = content[m.end() :] if m else content
     return re.sub(r"^\s*(that\s+)?", "", fact).strip(" .") or content.strip()

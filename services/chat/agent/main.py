@@ -1,4 +1,5 @@
 """`agentfeedback-agent`: the reference agent process (settings from `AGENTFEEDBACK_AGENT_*` / `OTEL_*`)."""
+
 from __future__ import annotations
 
 import asyncio

@@ -4,6 +4,7 @@ Off unless `AGENTFEEDBACK_AGENT_OPENAI_BASE_URL` and `_MODEL` are set. The model
 through the same `ToolRegistry` (same `tool.call` spans, same truncation); at most MAX_ROUNDS
 model calls per turn. Errors: `BackendError` for a non-2xx answer, a malformed body, or a timeout.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,19 +38,30 @@ class OpenAIBackend:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def complete(self, system: str, history: Sequence[tuple[str, str]], content: str,
-                       registry: ToolRegistry, ctx: ToolContext, deadline_s: float | None) -> AgentResult:
+    async def complete(
+        self,
+        system: str,
+        history: Sequence[tuple[str, str]],
+        content: str,
+        registry: ToolRegistry,
+        ctx: ToolContext,
+        deadline_s: float | None,
+    ) -> AgentResult:
         """Run the chat-completions loop for one turn; returns the final reply and the tool calls made."""
         from services.chat.agent.reference import AgentResult  # noqa: PLC0415 - avoid an import cycle
 
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system},
-                                          *({"role": r, "content": c} for r, c in history),
-                                          {"role": "user", "content": content}]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system},
+            *({"role": r, "content": c} for r, c in history),
+            {"role": "user", "content": content},
+        ]
         calls = []
         end = time.monotonic() + (deadline_s if deadline_s is not None else DEFAULT_TIMEOUT_S * MAX_ROUNDS)
         for _ in range(MAX_ROUNDS):
-            msg = await self._post({"model": self.model, "messages": messages, "tools": registry.openai_tools()},
-                                   max(0.001, end - time.monotonic()))
+            msg = await self._post(
+                {"model": self.model, "messages": messages, "tools": registry.openai_tools()},
+                max(0.001, end - time.monotonic()),
+            )
             tool_calls = msg.get("tool_calls") or []
             if not tool_calls:
                 return AgentResult(str(msg.get("content") or ""), self.model, calls)
@@ -60,8 +72,9 @@ class OpenAIBackend:
                     args = json.loads(fn.get("arguments") or "{}")
                 except json.JSONDecodeError:
                     args = {"_unparsed": fn.get("arguments")}
-                out = await registry.call(str(fn.get("name")), args if isinstance(args, dict) else {}, ctx,
-                                          call_id=tc.get("id"))
+                out = await registry.call(
+                    str(fn.get("name")), args if isinstance(args, dict) else {}, ctx, call_id=tc.get("id")
+                )
                 calls.append(out)
                 messages.append({"role": "tool", "tool_call_id": out.call_id, "content": out.result})
         raise BackendError(f"no final answer after {MAX_ROUNDS} model calls")

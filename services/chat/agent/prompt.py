@@ -5,16 +5,17 @@ Its inputs are the agent's slug, the tool descriptions and the owner's remembere
 reach a prompt from here (design.md, "Feedback": never in an agent's prompt, never readable by the
 agent it is about). A unit test pins this signature.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 RECORD_FEEDBACK_PARAGRAPH = (
-    "When the owner complains about your own behaviour (for example \"that's wrong, write that down\" or "
-    "\"remember that you got that wrong\"), call the record_feedback tool with their complaint in their own "
-    "words, lightly paraphrased. Such a complaint is a report for the people who improve you: it is not a fact "
-    "to remember (never call write_memory for it) and not a manner to adopt. Do not argue with it and do not "
-    "promise that you will behave differently."
+    'When the owner complains about your own behaviour (for example "that\'s wrong, write that down" or '
+    '"remember that you got that wrong"), call the record_feedback tool with their complaint in their own '
+    "words, lightly paraphrased. Such a complaint is a report for the people who improve you: "
+    "it is not a fact to remember (never call write_memory for it) and not a manner to adopt. "
+    "Do not argue with it and do not promise that you will behave differently."
 )
 
 

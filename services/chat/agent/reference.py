@@ -7,6 +7,7 @@ metadata), optionally waits `think_ms`, then either
 Every turn makes at least one real tool call in the scripted path. A reply that claims a tool
 result no tool returned in this turn gets the span event `chat.invented_result`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,8 +62,14 @@ def invented_claims(claims: Sequence[Claim], calls: Sequence[ToolOutcome]) -> li
 
 
 class ReferenceAgent:
-    def __init__(self, tracer: trace.Tracer, registry: ToolRegistry, memory: MemoryStore, think_ms: int,
-                 backend: OpenAIBackend | None = None):
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        registry: ToolRegistry,
+        memory: MemoryStore,
+        think_ms: int,
+        backend: OpenAIBackend | None = None,
+    ):
         self._tracer = tracer
         self._reg = registry
         self._memory = memory
@@ -70,35 +77,61 @@ class ReferenceAgent:
         self._backend = backend
 
     def system_prompt(self, owner: str, turn: AgentTurn) -> str:
-        return build_system_prompt(turn.agent or "reference", self._reg.describe(),
-                                   self._memory.facts(owner, turn.instance))
+        return build_system_prompt(
+            turn.agent or "reference", self._reg.describe(), self._memory.facts(owner, turn.instance)
+        )
 
-    async def think(self, turn: AgentTurn, owner: str, token: str, parent: otel_context.Context,
-                    deadline_s: float | None = None) -> AgentResult:
+    async def think(
+        self,
+        turn: AgentTurn,
+        owner: str,
+        token: str,
+        parent: otel_context.Context,
+        deadline_s: float | None = None,
+    ) -> AgentResult:
         """The reply for `turn`. Raises only for failures of the backend (tool failures are replies)."""
-        span = self._tracer.start_span(THINK_SPAN, context=parent, kind=SpanKind.SERVER, attributes={
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": turn.agent or "reference",
-            "chat.instance": turn.instance, "chat.turn_index": turn.turn_index, "chat.user_message": turn.user_message,
-        })
-        ctx = ToolContext(owner, token, turn.instance, turn.turn_index, trace.set_span_in_context(span, parent))
+        span = self._tracer.start_span(
+            THINK_SPAN,
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": turn.agent or "reference",
+                "chat.instance": turn.instance,
+                "chat.turn_index": turn.turn_index,
+                "chat.user_message": turn.user_message,
+            },
+        )
+        ctx = ToolContext(
+            owner, token, turn.instance, turn.turn_index, trace.set_span_in_context(span, parent)
+        )
         try:
             if self._think_s:
                 await asyncio.sleep(self._think_s)
             if self._backend is not None:
                 span.set_attribute("gen_ai.request.model", self._backend.model)
-                result = await self._backend.complete(self.system_prompt(owner, turn), turn.history, turn.content,
-                                                      self._reg, ctx, deadline_s)
+                result = await self._backend.complete(
+                    self.system_prompt(owner, turn), turn.history, turn.content, self._reg, ctx, deadline_s
+                )
                 claims: list[Claim] = []
             else:
                 result, claims = await self._scripted(turn, ctx)
             for c in invented_claims(claims, result.tool_calls):
-                span.add_event("chat.invented_result", {
-                    "gen_ai.tool.name": c.tool, "chat.claimed_result": c.result[:256],
-                    "chat.tools_called": ",".join(t.name for t in result.tool_calls),
-                })
-            span.set_attributes({"gen_ai.response.model": result.model,
-                                 "agent.tool_calls": len(result.tool_calls),
-                                 "agent.reply_chars": len(result.content)})
+                span.add_event(
+                    "chat.invented_result",
+                    {
+                        "gen_ai.tool.name": c.tool,
+                        "chat.claimed_result": c.result[:256],
+                        "chat.tools_called": ",".join(t.name for t in result.tool_calls),
+                    },
+                )
+            span.set_attributes(
+                {
+                    "gen_ai.response.model": result.model,
+                    "agent.tool_calls": len(result.tool_calls),
+                    "agent.reply_chars": len(result.content),
+                }
+            )
             return result
         except BaseException as e:
             span.record_exception(e)
@@ -111,13 +144,18 @@ class ReferenceAgent:
         last_reply = next((c for r, c in reversed(turn.history) if r == "assistant"), None)
         intent = route(turn.content)
         if intent is Intent.COMPLAINT:
-            out = await self._reg.call("record_feedback", {"body": paraphrase_complaint(turn.content, last_reply)},
-                                       ctx)
+            out = await self._reg.call(
+                "record_feedback", {"body": paraphrase_complaint(turn.content, last_reply)}, ctx
+            )
             if out.status == "OK":
-                text = (f"Thank you. I filed that as feedback ({out.data}) for the people who improve me. "
-                        "It is a report about this turn, not something I will memorise.")
+                text = (
+                    f"Thank you. I filed that as feedback ({out.data}) for the people who improve me. "
+                    "It is a report about this turn, not something I will memorise."
+                )
             else:
-                text = f"I could not file that feedback: {json.loads(out.result).get('error', 'unknown error')}"
+                text = (
+                    f"I could not file that feedback: {json.loads(out.result).get('error', 'unknown error')}"
+                )
             return AgentResult(text, REPLAY_MODEL, [out]), []
         if intent is Intent.MEMORY:
             fact = memory_fact(turn.content)
@@ -127,14 +165,19 @@ class ReferenceAgent:
         if intent is Intent.SUBORDINATES:
             out = await self._reg.call("list_subordinates", {}, ctx)
             return AgentResult(_subordinates_reply(out), REPLAY_MODEL, [out]), []
-        out = await self._reg.call("recall_transcript", {"query": turn.content, "last_reply": last_reply}, ctx)
+        out = await self._reg.call(
+            "recall_transcript", {"query": turn.content, "last_reply": last_reply}, ctx
+        )
         if intent is Intent.SEND_REPORT:
             claimed = '{"status": "delivered", "recipients": 3}'
             text = f"Done: I sent the report. send_report returned {claimed}."
             return AgentResult(text, REPLAY_MODEL, [out]), [Claim("send_report", claimed)]
         match: ReplayMatch | None = out.data
-        text = match.exchange.reply if out.status == "OK" and match is not None else \
-            "I have no recorded answer for that."
+        text = (
+            match.exchange.reply
+            if out.status == "OK" and match is not None
+            else "I have no recorded answer for that."
+        )
         return AgentResult(text, REPLAY_MODEL, [out]), []
 
 
@@ -147,6 +190,8 @@ def _subordinates_reply(out: ToolOutcome) -> str:
     n = int(total.group(1)) if total else len(names)
     text = f"You have {n} agents in total. " + (f"Their names include: {', '.join(names)}." if names else "")
     if out.truncated:
-        text += (f" The listing was cut at {len(out.result.encode())} of {out.result_size_bytes} bytes, "
-                 f"so I can only name {len(names)} of them.")
+        text += (
+            f" The listing was cut at {len(out.result.encode())} of {out.result_size_bytes} bytes, "
+            f"so I can only name {len(names)} of them."
+        )
     return text

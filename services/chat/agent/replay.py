@@ -8,6 +8,7 @@ quietly at the first record that cannot be completed before end of file. Only th
 
 Record shape: `{"id": str, "conversations": [{"from": "human"|"gpt"|"system"|..., "value": str}]}`.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -131,8 +132,11 @@ class ReplayIndex:
         cands = self._by_text.get(content)
         if cands:
             for e in cands:
-                if e.index > 0 and last_reply is not None and \
-                        self.conversations[e.conversation][e.index - 1].reply == last_reply:
+                if (
+                    e.index > 0
+                    and last_reply is not None
+                    and self.conversations[e.conversation][e.index - 1].reply == last_reply
+                ):
                     return ReplayMatch(e, True)
             return ReplayMatch(cands[0], True)
         h = int.from_bytes(hashlib.sha256(content.encode()).digest()[:8], "big")

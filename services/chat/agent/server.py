@@ -4,14 +4,15 @@
 and returns the GrpcServer. No database: `write_memory` is in-process. The ShareGPT data is read on
 the first turn that needs it (off the event loop), once per process.
 """
+
 from __future__ import annotations
 
 import asyncio
 
 import grpc
+from agentfeedback.agent.v1 import agent_pb2_grpc
 from opentelemetry.sdk.trace import TracerProvider
 
-from agentfeedback.agent.v1 import agent_pb2_grpc
 from services.chat.agent.feedback_client import FeedbackClient
 from services.chat.agent.openai_backend import OpenAIBackend
 from services.chat.agent.reference import ReferenceAgent
@@ -24,8 +25,9 @@ from services.common.server import GrpcServer, ServiceInterceptor
 from services.common.telemetry import setup_tracing
 
 
-async def create_server(settings: AgentSettings, *, database_url: str | None = None,
-                        tracer_provider: TracerProvider | None = None) -> GrpcServer:
+async def create_server(
+    settings: AgentSettings, *, database_url: str | None = None, tracer_provider: TracerProvider | None = None
+) -> GrpcServer:
     """A started AgentService server (`database_url` is accepted for the common contract and unused)."""
     own_provider = tracer_provider is None
     provider = tracer_provider or setup_tracing("agent")
@@ -33,13 +35,21 @@ async def create_server(settings: AgentSettings, *, database_url: str | None = N
     feedback_channel = grpc.aio.insecure_channel(settings.feedback_target)
     memory = MemoryStore()
     replay = LazyReplay(settings.replay_conversations)
-    registry = build_registry(tracer, settings.tool_result_max_bytes, replay, FeedbackClient(feedback_channel),
-                              memory, asyncio.to_thread)
+    registry = build_registry(
+        tracer,
+        settings.tool_result_max_bytes,
+        replay,
+        FeedbackClient(feedback_channel),
+        memory,
+        asyncio.to_thread,
+    )
     backend = None
     if settings.openai_base_url and settings.openai_model:
         backend = OpenAIBackend(settings.openai_base_url, settings.openai_model, settings.openai_api_key)
     agent = ReferenceAgent(tracer, registry, memory, settings.think_ms, backend)
-    interceptor = ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS)
+    interceptor = ServiceInterceptor(
+        Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS
+    )
     server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s)
     server.add(agent_pb2_grpc.add_AgentServiceServicer_to_server, AgentServicer(agent), SERVICE)
     server.bind(settings.listen)

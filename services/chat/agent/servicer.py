@@ -4,9 +4,11 @@ Both methods need scope `chat` on the owner's forwarded token (the gateway calls
 behalf). They are untraced by the interceptor: `agent.think` is opened by the agent itself with
 the gateway's context (from `traceparent`) as its parent.
 """
+
 from __future__ import annotations
 
 from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
+
 from services.chat.agent.openai_backend import BackendError
 from services.chat.agent.reference import AgentResult, AgentTurn, ReferenceAgent
 from services.common.auth import SCOPE_CHAT, current_principal
@@ -14,7 +16,10 @@ from services.common.errors import InvalidArgument, Unavailable
 from services.common.server import extract_context
 
 SERVICE = "agentfeedback.agent.v1.AgentService"
-METHOD_SCOPES: dict[str, str | None] = {f"/{SERVICE}/Think": SCOPE_CHAT, f"/{SERVICE}/StreamThink": SCOPE_CHAT}
+METHOD_SCOPES: dict[str, str | None] = {
+    f"/{SERVICE}/Think": SCOPE_CHAT,
+    f"/{SERVICE}/StreamThink": SCOPE_CHAT,
+}
 UNTRACED_METHODS = tuple(METHOD_SCOPES)
 # Reply chunk size of StreamThink, in characters.
 CHUNK_CHARS = 64
@@ -26,16 +31,30 @@ def _turn(request: agent_pb2.ThinkRequest) -> AgentTurn:
     if not request.content.strip():
         raise InvalidArgument("content", "must not be empty")
     return AgentTurn(
-        instance=request.instance, agent=request.agent, content=request.content, turn_index=request.turn_index,
+        instance=request.instance,
+        agent=request.agent,
+        content=request.content,
+        turn_index=request.turn_index,
         user_message=request.user_message,
         history=[(_ROLES.get(m.role, "user"), m.content) for m in request.history],
     )
 
 
 def _response(r: AgentResult) -> agent_pb2.ThinkResponse:
-    return agent_pb2.ThinkResponse(content=r.content, model=r.model, tool_calls=[
-        agent_pb2.ToolCall(id=t.call_id, name=t.name, status=t.status, result_size_bytes=t.result_size_bytes,
-                           truncated=t.truncated) for t in r.tool_calls])
+    return agent_pb2.ThinkResponse(
+        content=r.content,
+        model=r.model,
+        tool_calls=[
+            agent_pb2.ToolCall(
+                id=t.call_id,
+                name=t.name,
+                status=t.status,
+                result_size_bytes=t.result_size_bytes,
+                truncated=t.truncated,
+            )
+            for t in r.tool_calls
+        ],
+    )
 
 
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
@@ -53,12 +72,13 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             raise Unavailable(f"model backend: {e}", reason="MODEL_BACKEND_FAILED") from e
 
     async def Think(self, request, context):  # noqa: N802
-        """The complete reply. INVALID_ARGUMENT (`content` empty); UNAVAILABLE when the model backend fails."""
+        """The complete reply. INVALID_ARGUMENT (`content` empty); UNAVAILABLE when the model backend
+        fails."""
         return _response(await self._run(request, context))
 
     async def StreamThink(self, request, context):  # noqa: N802
         """Reply chunks of CHUNK_CHARS characters, then `done` with the complete reply."""
         result = await self._run(request, context)
         for i in range(0, len(result.content), CHUNK_CHARS):
-            yield agent_pb2.StreamThinkResponse(content_delta=result.content[i:i + CHUNK_CHARS])
+            yield agent_pb2.StreamThinkResponse(content_delta=result.content[i : i + CHUNK_CHARS])
         yield agent_pb2.StreamThinkResponse(done=_response(result))

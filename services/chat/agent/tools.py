@@ -13,6 +13,7 @@ Tools: `recall_transcript` (the recorded reply), `record_feedback` (FeedbackServ
 the owner's behalf, author AGENT, target = the turn's trace id from the OTel context),
 `write_memory` (in-process store), `list_subordinates` (a large listing).
 """
+
 from __future__ import annotations
 
 import json
@@ -98,21 +99,36 @@ class ToolRegistry:
 
     def openai_tools(self) -> list[dict[str, Any]]:
         """The tools in OpenAI chat-completions format."""
-        return [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                  "parameters": t.parameters}} for t in self._tools.values()]
+        return [
+            {
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+            }
+            for t in self._tools.values()
+        ]
 
-    async def call(self, name: str, args: dict[str, Any], ctx: ToolContext, call_id: str | None = None
-                   ) -> ToolOutcome:
+    async def call(
+        self, name: str, args: dict[str, Any], ctx: ToolContext, call_id: str | None = None
+    ) -> ToolOutcome:
         """Run tool `name` under a `tool.call` span (child of `ctx.otel`). Never raises for a tool's
         own failure: the outcome has status ERROR and an `{"error": ...}` result."""
         call_id = call_id or f"call_{uuid.uuid4().hex[:24]}"
         args_text = json.dumps(args, ensure_ascii=False)
-        span = self._tracer.start_span(TOOL_SPAN, context=ctx.otel, kind=SpanKind.INTERNAL, attributes={
-            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id,
-            "gen_ai.tool.call.arguments": cut_utf8(args_text, PREVIEW_BYTES)[0],
-            "tool.arguments.size_bytes": len(args_text.encode()),
-        })
-        tool_ctx = ToolContext(ctx.owner, ctx.token, ctx.instance, ctx.turn_index, trace.set_span_in_context(span))
+        span = self._tracer.start_span(
+            TOOL_SPAN,
+            context=ctx.otel,
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": name,
+                "gen_ai.tool.call.id": call_id,
+                "gen_ai.tool.call.arguments": cut_utf8(args_text, PREVIEW_BYTES)[0],
+                "tool.arguments.size_bytes": len(args_text.encode()),
+            },
+        )
+        tool_ctx = ToolContext(
+            ctx.owner, ctx.token, ctx.instance, ctx.turn_index, trace.set_span_in_context(span)
+        )
         status, data = "OK", None
         try:
             tool = self._tools.get(name)
@@ -126,11 +142,22 @@ class ToolRegistry:
             span.set_status(Status(StatusCode.ERROR, type(e).__name__))
         kept, size, cut = cut_utf8(result, self._max)
         if cut:
-            span.add_event("chat.truncated", {"gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id,
-                                              "tool.result.original_bytes": size,
-                                              "tool.result.kept_bytes": len(kept.encode())})
-        span.set_attributes({"gen_ai.tool.call.result": cut_utf8(kept, PREVIEW_BYTES)[0],
-                             "tool.result.size_bytes": size, "tool.result.truncated": cut})
+            span.add_event(
+                "chat.truncated",
+                {
+                    "gen_ai.tool.name": name,
+                    "gen_ai.tool.call.id": call_id,
+                    "tool.result.original_bytes": size,
+                    "tool.result.kept_bytes": len(kept.encode()),
+                },
+            )
+        span.set_attributes(
+            {
+                "gen_ai.tool.call.result": cut_utf8(kept, PREVIEW_BYTES)[0],
+                "tool.result.size_bytes": size,
+                "tool.result.truncated": cut,
+            }
+        )
         span.end()
         return ToolOutcome(call_id, name, status, kept, size, cut, data)
 
@@ -139,8 +166,9 @@ class ToolRegistry:
 
 
 class FeedbackPort(Protocol):
-    async def create(self, *, trace_id: str, instance: str, body: str, token: str,
-                     otel: otel_context.Context) -> str:
+    async def create(
+        self, *, trace_id: str, instance: str, body: str, token: str, otel: otel_context.Context
+    ) -> str:
         """Creates an AGENT-authored feedback row; returns its name. Raises on failure."""
         ...
 
@@ -155,7 +183,7 @@ class MemoryStore:
     def add(self, owner: str, instance: str, fact: str) -> int:
         facts = self._facts.setdefault((owner, instance), [])
         facts.append(fact)
-        del facts[:-self._limit]
+        del facts[: -self._limit]
         return len(facts)
 
     def facts(self, owner: str, instance: str) -> list[str]:
@@ -169,12 +197,26 @@ _ROLES = ["researcher", "scheduler", "coder", "reviewer", "writer", "analyst"]
 
 def subordinates(owner: str) -> list[dict[str, str]]:
     """The owner's agents in the reference world: SUBORDINATE_COUNT deterministic entries."""
-    return [{"id": f"agent-{i:03d}", "name": f"{_FIRST[i % len(_FIRST)]} {i:03d}", "role": _ROLES[i % len(_ROLES)],
-             "status": "active" if i % 7 else "paused", "owner": owner} for i in range(SUBORDINATE_COUNT)]
+    return [
+        {
+            "id": f"agent-{i:03d}",
+            "name": f"{_FIRST[i % len(_FIRST)]} {i:03d}",
+            "role": _ROLES[i % len(_ROLES)],
+            "status": "active" if i % 7 else "paused",
+            "owner": owner,
+        }
+        for i in range(SUBORDINATE_COUNT)
+    ]
 
 
-def build_registry(tracer: trace.Tracer, max_result_bytes: int, replay: LazyReplay, feedback: FeedbackPort,
-                   memory: MemoryStore, run_blocking: Callable[[Callable[[], Any]], Awaitable[Any]]) -> ToolRegistry:
+def build_registry(
+    tracer: trace.Tracer,
+    max_result_bytes: int,
+    replay: LazyReplay,
+    feedback: FeedbackPort,
+    memory: MemoryStore,
+    run_blocking: Callable[[Callable[[], Any]], Awaitable[Any]],
+) -> ToolRegistry:
     """The registry with the four tools. `run_blocking` runs a blocking call off the event loop."""
     reg = ToolRegistry(tracer, max_result_bytes)
 
@@ -182,15 +224,18 @@ def build_registry(tracer: trace.Tracer, max_result_bytes: int, replay: LazyRepl
         index = replay.loaded or await run_blocking(replay.get)
         match = index.lookup(str(args.get("query", "")), args.get("last_reply"), ctx.turn_index)
         e = match.exchange
-        return json.dumps({"conversation": e.conversation_id, "exchange": e.index, "exact": match.exact,
-                           "reply": e.reply}, ensure_ascii=False), match
+        return json.dumps(
+            {"conversation": e.conversation_id, "exchange": e.index, "exact": match.exact, "reply": e.reply},
+            ensure_ascii=False,
+        ), match
 
     async def record_feedback(args: dict[str, Any], ctx: ToolContext) -> tuple[str, Any]:
         body = str(args.get("body", "")).strip()
         if not body:
             raise ValueError("body is required: the owner's complaint in their words")
-        name = await feedback.create(trace_id=ctx.trace_id, instance=ctx.instance, body=body, token=ctx.token,
-                                     otel=ctx.otel)
+        name = await feedback.create(
+            trace_id=ctx.trace_id, instance=ctx.instance, body=body, token=ctx.token, otel=ctx.otel
+        )
         return json.dumps({"feedback": name, "trace_id": ctx.trace_id}), name
 
     async def write_memory(args: dict[str, Any], ctx: ToolContext) -> tuple[str, Any]:
@@ -204,18 +249,45 @@ def build_registry(tracer: trace.Tracer, max_result_bytes: int, replay: LazyRepl
         agents = subordinates(ctx.owner)
         return json.dumps({"total": len(agents), "agents": agents}), agents
 
-    reg.register(Tool("recall_transcript", "Find the recorded reply to the owner's message in real conversations.",
-                      {"type": "object", "properties": {"query": {"type": "string"},
-                                                        "last_reply": {"type": "string"}},
-                       "required": ["query"]}, recall_transcript))
-    reg.register(Tool("record_feedback",
-                      "File the owner's complaint about your own behaviour as feedback for the people who improve "
-                      "you (not a memory).",
-                      {"type": "object", "properties": {"body": {"type": "string", "maxLength": 4000}},
-                       "required": ["body"]}, record_feedback))
-    reg.register(Tool("write_memory", "Remember a fact the owner told you about themselves or their work.",
-                      {"type": "object", "properties": {"fact": {"type": "string"}}, "required": ["fact"]},
-                      write_memory))
-    reg.register(Tool("list_subordinates", "List the owner's agents (id, name, role, status).",
-                      {"type": "object", "properties": {}}, list_subordinates))
+    reg.register(
+        Tool(
+            "recall_transcript",
+            "Find the recorded reply to the owner's message in real conversations.",
+            {
+                "type": "object",
+                "properties": {"query": {"type": "string"}, "last_reply": {"type": "string"}},
+                "required": ["query"],
+            },
+            recall_transcript,
+        )
+    )
+    reg.register(
+        Tool(
+            "record_feedback",
+            "File the owner's complaint about your own behaviour as feedback for the people who improve "
+            "you (not a memory).",
+            {
+                "type": "object",
+                "properties": {"body": {"type": "string", "maxLength": 4000}},
+                "required": ["body"],
+            },
+            record_feedback,
+        )
+    )
+    reg.register(
+        Tool(
+            "write_memory",
+            "Remember a fact the owner told you about themselves or their work.",
+            {"type": "object", "properties": {"fact": {"type": "string"}}, "required": ["fact"]},
+            write_memory,
+        )
+    )
+    reg.register(
+        Tool(
+            "list_subordinates",
+            "List the owner's agents (id, name, role, status).",
+            {"type": "object", "properties": {}},
+            list_subordinates,
+        )
+    )
     return reg
