@@ -18,7 +18,7 @@ from opentelemetry import trace
 from services.chat import domain
 from services.chat.domain import Instance, Message, MessagePage
 from services.chat.repository import InstanceExists, Repository
-from services.chat.turn import StreamStart, TurnRunner
+from services.chat.turn import StreamStart, TurnCall, TurnRunner
 from services.common.auth import SCOPE_CHAT, current_principal
 from services.common.errors import DomainError, InvalidArgument, NotFound
 from services.common.ids import new_id, page_size
@@ -122,17 +122,13 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         return resp
 
     async def SendMessage(self, request, context):  # noqa: N802
-        p = current_principal()
-        turn = self._turn(request)
-        res = await self._turns.send(p.sub, p.token, turn, _caller(context), caller_remaining(context))
+        res = await self._turns.send(self._call(request, context))
         return chat_pb2.SendMessageResponse(
             user_message=message_pb(res.user_message), reply=message_pb(res.reply), trace_id=res.trace_id
         )
 
     async def StreamMessage(self, request, context):  # noqa: N802
-        p = current_principal()
-        turn = self._turn(request)
-        async for ev in self._turns.stream(p.sub, p.token, turn, _caller(context), caller_remaining(context)):
+        async for ev in self._turns.stream(self._call(request, context)):
             if isinstance(ev, StreamStart):
                 yield chat_pb2.StreamMessageResponse(
                     user_message=message_pb(ev.user_message), trace_id=ev.trace_id
@@ -188,8 +184,10 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
             raise NotFound(name)
         return inst
 
-    def _turn(self, request) -> domain.TurnInput:
-        return domain.validate_turn(
+    def _call(self, request, context) -> TurnCall:
+        """The validated turn (INVALID_ARGUMENT before anything is written) and who asks for it."""
+        p = current_principal()
+        turn = domain.validate_turn(
             request.instance,
             request.content,
             request.channel,
@@ -198,6 +196,7 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
             request.request_id,
             self._max_chars,
         )
+        return TurnCall(p.sub, p.token, turn, _caller(context), caller_remaining(context))
 
 
 def _caller(context: grpc.aio.ServicerContext) -> trace.SpanContext | None:

@@ -65,6 +65,18 @@ class AgentPort(Protocol):
 
 
 @dataclass(frozen=True)
+class TurnCall:
+    """One SendMessage/StreamMessage call: the owner (`sub`) and their token (forwarded to the agent),
+    the validated input, the caller's span context (kept as a link only) and remaining seconds."""
+
+    owner: str
+    token: str
+    turn: TurnInput
+    caller: trace.SpanContext | None
+    caller_remaining_s: float | None
+
+
+@dataclass(frozen=True)
 class TurnResult:
     user_message: Message
     reply: Message
@@ -91,22 +103,16 @@ class TurnRunner:
         self._cap_s = cap_s
         self._history = history_messages
 
-    async def send(
-        self,
-        owner: str,
-        token: str,
-        turn: TurnInput,
-        caller: trace.SpanContext | None,
-        caller_remaining_s: float | None,
-    ) -> TurnResult:
+    async def send(self, call: TurnCall) -> TurnResult:
         """One complete turn (SendMessage). Raises NotFound (`instance`), DeadlineExceeded,
         Unavailable, or DomainError(INTERNAL, AGENT_FAILED) — the last three with ErrorInfo metadata
         `trace_id` and `user_message` (the stored, addressable user message).
         A `turn.request_id` seen before returns the stored turn without calling the agent again.
         """
         t0_ns = time.time_ns()
+        owner, token, turn, caller_remaining_s = call.owner, call.token, call.turn, call.caller_remaining_s
         deadline = _deadline(caller_remaining_s)
-        started = await self._start(owner, turn, caller, t0_ns, caller_remaining_s)
+        started = await self._start(owner, turn, call.caller, t0_ns, caller_remaining_s)
         if isinstance(started, TurnResult):
             return started
         span, user, history, agent_slug = started
@@ -124,20 +130,14 @@ class TurnRunner:
         finally:
             span.end()
 
-    async def stream(
-        self,
-        owner: str,
-        token: str,
-        turn: TurnInput,
-        caller: trace.SpanContext | None,
-        caller_remaining_s: float | None,
-    ) -> AsyncIterator[StreamStart | str | Message]:
+    async def stream(self, call: TurnCall) -> AsyncIterator[StreamStart | str | Message]:
         """The streamed turn (StreamMessage): yields StreamStart, then reply chunks (str), then the
         stored reply (Message). Same rules and errors as `send`; no partial reply is ever stored.
         """
         t0_ns = time.time_ns()
+        owner, token, turn, caller_remaining_s = call.owner, call.token, call.turn, call.caller_remaining_s
         deadline = _deadline(caller_remaining_s)
-        started = await self._start(owner, turn, caller, t0_ns, caller_remaining_s)
+        started = await self._start(owner, turn, call.caller, t0_ns, caller_remaining_s)
         if isinstance(started, TurnResult):  # a retry: replay the stored turn
             yield StreamStart(started.user_message, started.trace_id)
             yield started.reply.content
