@@ -16,6 +16,7 @@ from typing import Any
 import asyncpg
 
 from services.common.db import create_pool as common_create_pool
+from services.common.db import skip_reset
 
 FEEDBACK_COLUMNS = """id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
     surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, trace_snapshot,
@@ -249,8 +250,11 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
 
 
 async def create_pool(url: str, min_size: int, max_size: int) -> asyncpg.Pool:
-    """The service's pool (schema `feedback`, UTC) with jsonb ↔ Python codecs on every connection."""
-    return await common_create_pool(url, "feedback", min_size=min_size, max_size=max_size, init=_init_connection)
+    """The service's pool (schema `feedback`, UTC) with jsonb ↔ Python codecs on every connection.
+    This service keeps no session state (no SET, LISTEN, session advisory lock or cursor outside a
+    transaction), so connections go back to the pool without asyncpg's RESET round trip."""
+    return await common_create_pool(url, "feedback", min_size=min_size, max_size=max_size, init=_init_connection,
+                                    reset=skip_reset)
 
 
 class Repository:
