@@ -41,6 +41,7 @@ SELECT c.relname AS name FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnam
 WHERE n.nspname = 'traces' AND c.relkind = 'r' AND c.relname ~ '^spans_p[0-9]{8}$'
   AND NOT EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid)
 """
+PARTITION_DDL_LOCK = "SELECT pg_advisory_xact_lock(hashtext('traces.spans partitions'))"
 SET_LOCK_TIMEOUT = f"SET lock_timeout = '{DDL_LOCK_TIMEOUT}'"
 RESET_LOCK_TIMEOUT = "RESET lock_timeout"
 # Identifiers below are built only from a date (spans_pYYYYMMDD), never from input.
@@ -151,10 +152,12 @@ class Repository:
         async with self._pool.acquire() as conn:
             await conn.execute(SET_LOCK_TIMEOUT)
             try:
-                attached = {r["name"] for r in await conn.fetch(LIST_PARTITIONS)}
-                if name in attached:
-                    return
                 async with conn.transaction():
+                    # Replicas starting together create each partition once.
+                    await conn.execute(PARTITION_DDL_LOCK)
+                    attached = {r["name"] for r in await conn.fetch(LIST_PARTITIONS)}
+                    if name in attached:
+                        return
                     await conn.execute(CREATE_PARTITION_TABLE.format(name=name))
                     await conn.execute(ATTACH_PARTITION.format(name=name, lo=lo, hi=lo + NS_PER_DAY))
             finally:

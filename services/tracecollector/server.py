@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import asyncpg
 from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
@@ -117,7 +118,18 @@ async def create_server(
         def window() -> Window:
             return Window.at(clock(), settings.retention_days, settings.max_future_skew_s)
 
-        srv.writer = BatchWriter(repo.copy_spans, max_spans=settings.queue_max_spans,
+        retention = srv.retention
+
+        async def copy(rows) -> None:  # noqa: ANN001
+            try:
+                await repo.copy_spans(rows)
+            except asyncpg.CheckViolationError:
+                # A row's day has no partition yet (e.g. the clock passed the days made ahead while
+                # no pass ran): make them now, then store.
+                await retention.run_once()
+                await repo.copy_spans(rows)
+
+        srv.writer = BatchWriter(copy, max_spans=settings.queue_max_spans,
                                  batch_max_spans=settings.batch_max_spans, workers=settings.writer_workers,
                                  retry_after_s=settings.retry_after_s)
         if settings.forward_endpoint:

@@ -454,3 +454,19 @@ async def test_forwarder_sends_accepted_spans_to_the_downstream_collector(start_
         conn = await asyncpg.connect(pg_url)
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await conn.close()
+
+
+async def test_a_dead_downstream_never_slows_or_fails_ingest(start_collector):
+    from tests.stack import free_ports
+
+    (dead,) = free_ports(1)  # nothing listens there
+    c = await start_collector(forward_endpoint=f"127.0.0.1:{dead}", forward_queue_max=2, forward_timeout_s=0.2)
+    stub = c.otlp()
+    t0 = time.perf_counter()
+    for _ in range(6):
+        _, spans = one_trace(2)
+        resp = await stub.Export(request(spans))
+        assert not resp.HasField("partial_success")
+    assert time.perf_counter() - t0 < 2.0
+    assert await c.span_rows() == 12
+    assert c.server.forwarder.dropped >= 3  # bounded queue: the oldest requests were dropped

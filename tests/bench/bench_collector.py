@@ -1,0 +1,473 @@
+"""Trace collector benchmark (`make bench`, or `python -m tests.bench.run collector`).
+
+Figures (issue 4):
+- `collector_ingest_spans_per_s`: OTLP/gRPC Exports of 1000 spans with realistic attributes, 4
+  concurrent clients, each Export acknowledged only after its spans were committed. The collector
+  runs as its own process (`agentfeedback-tracecollector`), the clients in this one.
+- `copy_ceiling_rows_per_s`: asyncpg COPY of the same rows (already flattened, so no decoding and no
+  gRPC) into the same schema: the physical limit of this design. `ingest_vs_copy_ceiling` = ratio.
+  `copy_on_conflict_rows_per_s`: the rejected alternative (unique key, COPY into a staging table +
+  INSERT ... ON CONFLICT DO NOTHING), to show what de-duplicating on write would cost.
+- `get_trace_p99_ms` (+ p50): GetTrace over gRPC on 15 daily partitions holding ≥ 3M spans (loaded
+  with generate_series in SQL, traces of 5 spans).
+- `retention_drop_day_ms`: one retention pass dropping one whole day (200k spans).
+- `phoenix_ingest_spans_per_s`: the same Export payloads, same client code, sent to Arize Phoenix's
+  OTLP/gRPC receiver (`phoenix serve`, installed only for this benchmark into `.bench/phoenix-venv`,
+  its own database on the same PostgreSQL). Phoenix acknowledges an Export before writing it (its
+  bulk inserter commits later), so `phoenix_committed_spans_per_s` (spans visible in its database
+  per second from the first Export) is reported too. `ingest_vs_phoenix` = our ingest / Phoenix's
+  acknowledged rate (the comparison most favourable to Phoenix).
+
+Environment: BENCH_COLLECTOR_PARTS=ingest,copy,gettrace,phoenix (default: all);
+BENCH_COLLECTOR_GET_TRACE_SPANS (default 3_000_000); BENCH_COLLECTOR_EXPORTS (default 120);
+BENCH_COLLECTOR_PHOENIX_EXPORTS (default 12: Phoenix is measured on the first 12 of the same payloads).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import asyncpg
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
+from services.common.auth import mint_token
+from services.common.db import create_pool, migrate
+from services.tracecollector.ingest import NS_PER_DAY, Window, flatten
+from services.tracecollector.repository import SPAN_COLUMNS, Repository, partition_name
+from services.tracecollector.retention import Retention
+from services.tracecollector.server import MIGRATIONS, SCHEMA
+from tests.stack import free_ports
+
+ROOT = Path(__file__).resolve().parents[2]
+PHOENIX_VENV = ROOT / ".bench" / "phoenix-venv"
+EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
+SPANS_PER_EXPORT = 1000
+EXPORTS = int(os.environ.get("BENCH_COLLECTOR_EXPORTS", "120"))
+CLIENTS = 4
+PHOENIX_EXPORTS = int(os.environ.get("BENCH_COLLECTOR_PHOENIX_EXPORTS", "12"))
+NS = 1_000_000_000
+
+
+# --- payloads ----------------------------------------------------------------------------------
+
+
+def _set(attrs, key: str, value: object) -> None:  # noqa: ANN001 - repeated KeyValue
+    v = attrs.add(key=key).value
+    if isinstance(value, bool):
+        v.bool_value = value
+    elif isinstance(value, int):
+        v.int_value = value
+    elif isinstance(value, float):
+        v.double_value = value
+    elif isinstance(value, list):
+        for x in value:
+            v.array_value.values.add(string_value=x)
+    else:
+        v.string_value = value
+
+
+def make_payload(i: int, now_ns: int) -> bytes:
+    """One Export of 1000 spans: 200 agent turns of 5 spans with the attributes our services set."""
+    rnd = random.Random(i)
+    req = trace_service_pb2.ExportTraceServiceRequest()
+    rs = req.resource_spans.add()
+    for k, v in {"service.name": f"agentfeedback-{('chat', 'agent', 'feedback', 'worker')[i % 4]}",
+                 "service.namespace": "agentfeedback", "service.version": "0.1.0", "host.name": f"node-{i % 3}",
+                 "telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry",
+                 "telemetry.sdk.version": "1.45.2", "deployment.environment": "bench"}.items():
+        _set(rs.resource.attributes, k, v)
+    ss = rs.scope_spans.add()
+    ss.scope.name, ss.scope.version = "services.chat", "0.1.0"
+    base = now_ns - 600 * NS
+    for t in range(SPANS_PER_EXPORT // 5):
+        tid = rnd.randbytes(16)
+        ids = [rnd.randbytes(8) for _ in range(5)]
+        start = base + rnd.randrange(500 * NS)
+        turn = ss.spans.add(trace_id=tid, span_id=ids[0], name="chat.turn", kind=trace_pb2.Span.SPAN_KIND_SERVER,
+                            start_time_unix_nano=start, end_time_unix_nano=start + 900_000_000)
+        for k, v in {"rpc.system": "grpc", "rpc.service": "agentfeedback.chat.v1.ChatService",
+                     "rpc.method": "SendMessage", "chat.instance": f"instances/{rnd.randrange(1000)}",
+                     "chat.turn_index": t, "enduser.id": f"user-{rnd.randrange(100)}",
+                     "chat.channel": "voice" if t % 3 == 0 else "text"}.items():
+            _set(turn.attributes, k, v)
+        ev = turn.events.add(name="chat.in", time_unix_nano=start + 1000)
+        _set(ev.attributes, "message.id", rnd.randbytes(8).hex())
+        ev = turn.events.add(name="chat.out", time_unix_nano=start + 899_000_000)
+        _set(ev.attributes, "message.id", rnd.randbytes(8).hex())
+        think = ss.spans.add(trace_id=tid, span_id=ids[1], parent_span_id=ids[0], name="agent.think",
+                             kind=trace_pb2.Span.SPAN_KIND_CLIENT, start_time_unix_nano=start + 1_000_000,
+                             end_time_unix_nano=start + 880_000_000)
+        for k, v in {"gen_ai.system": "openai", "gen_ai.request.model": "gpt-4o-mini",
+                     "gen_ai.usage.input_tokens": rnd.randrange(50, 4000),
+                     "gen_ai.usage.output_tokens": rnd.randrange(10, 800),
+                     "gen_ai.response.finish_reasons": ["stop"], "gen_ai.request.temperature": 0.2}.items():
+            _set(think.attributes, k, v)
+        for j in (2, 3):
+            tool = ss.spans.add(trace_id=tid, span_id=ids[j], parent_span_id=ids[1], name="tool.call",
+                                kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
+                                start_time_unix_nano=start + j * 100_000_000,
+                                end_time_unix_nano=start + j * 100_000_000 + rnd.randrange(1, 90_000_000))
+            for k, v in {"gen_ai.tool.name": ("search", "read_file", "record_feedback")[j % 3],
+                         "gen_ai.tool.call.id": f"call_{rnd.randbytes(6).hex()}",
+                         "gen_ai.tool.arguments": '{"query": "how many agents do you have in total", "limit": 10}',
+                         "gen_ai.tool.result.size": rnd.randrange(100, 20000), "chat.truncated": j == 3}.items():
+                _set(tool.attributes, k, v)
+        db = ss.spans.add(trace_id=tid, span_id=ids[4], parent_span_id=ids[0], name="INSERT chat.messages",
+                          kind=trace_pb2.Span.SPAN_KIND_CLIENT, start_time_unix_nano=start + 885_000_000,
+                          end_time_unix_nano=start + 888_000_000)
+        for k, v in {"db.system": "postgresql", "db.name": "agentfeedback", "server.address": "127.0.0.1",
+                     "db.statement": "INSERT INTO chat.messages (id, instance, trace_id, role, content) "
+                                     "VALUES ($1, $2, $3, $4, $5)", "db.rows_affected": 1}.items():
+            _set(db.attributes, k, v)
+    return req.SerializeToString()
+
+
+async def send_all(port: int, payloads: list[bytes], clients: int = CLIENTS) -> float:
+    """Send every payload over `clients` channels (one Export in flight each); seconds taken."""
+    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(clients)]
+    queue = list(reversed(payloads))
+
+    async def client(ch: grpc.aio.Channel) -> None:
+        export = ch.unary_unary(EXPORT_METHOD)  # raw bytes in and out: no client-side encoding cost
+        while queue:
+            body = queue.pop()
+            give_up = time.monotonic() + 300
+            while True:  # what an OTLP exporter does on backpressure: retry UNAVAILABLE after a pause
+                try:
+                    await export(body, timeout=60)
+                    break
+                except grpc.aio.AioRpcError as e:
+                    if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > give_up:
+                        raise
+                    await asyncio.sleep(0.2)
+
+    try:
+        await asyncio.gather(*(c.channel_ready() for c in channels))
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client(c) for c in channels))
+        return time.perf_counter() - t0
+    finally:
+        for c in channels:
+            await c.close()
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+async def _wait_health(port: int, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"process exited with {proc.returncode}")
+            try:
+                r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError("server did not become healthy")
+            await asyncio.sleep(0.2)
+
+
+async def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}")
+        try:
+            _, w = await asyncio.open_connection("127.0.0.1", port)
+            w.close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listens on {port}") from None
+            await asyncio.sleep(0.5)
+
+
+class CollectorProcess:
+    """`python -m services.tracecollector.main` against `url`, on free ports."""
+
+    def __init__(self, url: str, tmp: Path, **env: str):
+        self.grpc_port, self.http_port, self.query_port = free_ports(3)
+        e = {**os.environ, "OTEL_SDK_DISABLED": "true", "AGENTFEEDBACK_COLLECTOR_DATABASE_URL": url,
+             "AGENTFEEDBACK_COLLECTOR_DATA_DIR": str(tmp), "AGENTFEEDBACK_COLLECTOR_JWT_SECRET": SECRET,
+             "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": f"127.0.0.1:{self.grpc_port}",
+             "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(self.http_port),
+             "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": f"127.0.0.1:{self.query_port}",
+             "AGENTFEEDBACK_COLLECTOR_LOG_LEVEL": "WARNING", **env}
+        self.proc = subprocess.Popen([sys.executable, "-m", "services.tracecollector.main"], cwd=ROOT, env=e)
+
+    async def __aenter__(self) -> CollectorProcess:
+        await _wait_health(self.query_port, self.proc)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.proc.terminate()
+        try:
+            await asyncio.to_thread(self.proc.wait, 30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+# --- parts -------------------------------------------------------------------------------------
+
+
+async def _count(url: str, sql: str) -> int:
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetchval(sql)
+    finally:
+        await conn.close()
+
+
+async def bench_ingest(ctx, payloads: list[bytes]) -> dict[str, float]:  # noqa: ANN001
+    url = await ctx.new_database()
+    async with CollectorProcess(url, ctx.tmp) as c:
+        await send_all(c.grpc_port, payloads[:4])  # warm-up: connections, statement caches
+        secs = await send_all(c.grpc_port, payloads[4:])
+    n = (len(payloads) - 4) * SPANS_PER_EXPORT
+    stored = await _count(url, "SELECT count(*) FROM traces.spans")
+    if stored != len(payloads) * SPANS_PER_EXPORT:
+        raise AssertionError(f"{stored} spans stored, {len(payloads) * SPANS_PER_EXPORT} acknowledged")
+    return {"collector_ingest_spans_per_s": n / secs}
+
+
+async def bench_copy_ceiling(ctx, payloads: list[bytes], now_ns: int) -> dict[str, float]:  # noqa: ANN001
+    url = await ctx.new_database()
+    await migrate(url, SCHEMA, MIGRATIONS)
+    pool = await create_pool(url, SCHEMA, 2, 4)
+    try:
+        repo = Repository(pool)
+        await Retention(repo, retention_days=14, ahead_days=3, interval_s=3600).run_once(now_ns)
+        window = Window.at(now_ns, 14, 3600)
+        batches = [flatten(trace_service_pb2.ExportTraceServiceRequest.FromString(p), window).rows
+                   for p in payloads]
+        best = 0.0
+        for workers in (2, 4):  # the ceiling is the better of the two
+            conn = await pool.acquire()
+            await conn.execute("TRUNCATE traces.spans")
+            await pool.release(conn)
+            todo = list(reversed(batches))
+
+            async def worker() -> None:
+                while todo:
+                    await repo.copy_spans(todo.pop())
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(workers)))
+            best = max(best, len(batches) * SPANS_PER_EXPORT / (time.perf_counter() - t0))
+        return {"copy_ceiling_rows_per_s": best,
+                "copy_on_conflict_rows_per_s": await _copy_on_conflict_rate(ctx, batches, now_ns)}
+    finally:
+        await pool.close()
+
+
+# The alternative to de-duplicating at read time: a unique key (replacing the trace_id index, which it
+# covers) and COPY into a staging table + INSERT ... ON CONFLICT DO NOTHING, per batch.
+UNIQUE_KEY = [
+    "DROP INDEX traces.spans_trace_id_idx",
+    "ALTER TABLE traces.spans ADD PRIMARY KEY (trace_id, span_id, start_ns)",
+]
+STAGING = "CREATE TEMP TABLE IF NOT EXISTS staging (LIKE traces.spans) ON COMMIT DELETE ROWS"
+MERGE = "INSERT INTO traces.spans SELECT * FROM staging ON CONFLICT DO NOTHING"
+
+
+async def _copy_on_conflict_rate(ctx, batches: list[list[tuple]], now_ns: int) -> float:  # noqa: ANN001
+    url = await ctx.new_database()
+    await migrate(url, SCHEMA, MIGRATIONS)
+    pool = await create_pool(url, SCHEMA, 2, 4)
+    try:
+        await Retention(Repository(pool), retention_days=14, ahead_days=3, interval_s=3600).run_once(now_ns)
+        async with pool.acquire() as conn:
+            for stmt in UNIQUE_KEY:
+                await conn.execute(stmt)
+        todo = list(reversed(batches))
+
+        async def worker() -> None:
+            async with pool.acquire() as conn:
+                await conn.execute(STAGING)
+                while todo:
+                    rows = todo.pop()
+                    async with conn.transaction():
+                        await conn.copy_records_to_table("staging", records=rows, columns=SPAN_COLUMNS)
+                        await conn.execute(MERGE)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(worker(), worker())
+        return len(batches) * SPANS_PER_EXPORT / (time.perf_counter() - t0)
+    finally:
+        await pool.close()
+
+
+LOAD_DAY = """
+INSERT INTO traces.{part} (trace_id, span_id, parent_span_id, start_ns, end_ns, name, kind, status_code,
+  status_message, service_name, scope_name, trace_state, attributes, resource_attributes, events, links)
+SELECT decode(md5($1 || ':' || (i / 5)), 'hex'),
+       substr(decode(md5($1 || ':' || i || 's'), 'hex'), 1, 8),
+       CASE WHEN i % 5 = 0 THEN NULL ELSE substr(decode(md5($1 || ':' || (i - i % 5) || 's'), 'hex'), 1, 8) END,
+       $2::bigint + (i / 5) * $4::bigint + (i % 5) * 1000000,
+       $2::bigint + (i / 5) * $4::bigint + (i % 5) * 1000000 + 800000 + (i % 7) * 1000,
+       (ARRAY['chat.turn','agent.think','tool.call','tool.call','INSERT chat.messages'])[i % 5 + 1],
+       CASE i % 5 WHEN 0 THEN 2 ELSE 1 END, 0, '',
+       'agentfeedback-' || (ARRAY['chat','agent','feedback','worker'])[(i / 5) % 4 + 1], 'services.chat', '',
+       jsonb_build_object('gen_ai.tool.name', 'search', 'gen_ai.tool.call.id', 'call_' || i,
+         'gen_ai.usage.input_tokens', i % 4000, 'rpc.system', 'grpc', 'chat.turn_index', i / 5,
+         'gen_ai.tool.arguments', '{{"query": "how many agents do you have in total", "limit": 10}}'),
+       '{{"service.name": "agentfeedback-chat", "service.namespace": "agentfeedback", "service.version": "0.1.0",
+         "host.name": "node-1", "telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry"}}'::jsonb,
+       CASE WHEN i % 5 = 0 THEN '[{{"time_unix_nano": 1, "name": "chat.in", "attributes": {{}}}}]'::jsonb END,
+       NULL
+FROM generate_series(0, $3 - 1) i
+"""
+
+
+def _loaded_trace_id(day: str, k: int) -> bytes:
+    return hashlib.md5(f"{day}:{k}".encode()).digest()  # noqa: S324 - matches the SQL loader
+
+
+async def bench_get_trace(ctx, now_ns: int) -> dict[str, float]:  # noqa: ANN001
+    total = int(os.environ.get("BENCH_COLLECTOR_GET_TRACE_SPANS", "3000000"))
+    days = 15
+    per_day = total // days // 5 * 5
+    url = await ctx.new_database()
+    await migrate(url, SCHEMA, MIGRATIONS)
+    pool = await create_pool(url, SCHEMA, 2, 4)
+    try:
+        repo = Repository(pool)
+        retention = Retention(repo, retention_days=14, ahead_days=3, interval_s=3600)
+        await retention.run_once(now_ns)
+        today = now_ns // NS_PER_DAY * NS_PER_DAY
+        day_starts = [today - d * NS_PER_DAY for d in range(days)]
+        t0 = time.perf_counter()
+        todo = list(day_starts)
+
+        async def loader() -> None:
+            async with pool.acquire() as conn:
+                while todo:
+                    start = todo.pop()
+                    day = time.strftime("%Y%m%d", time.gmtime(start // NS))
+                    await conn.execute(LOAD_DAY.format(part=partition_name(_date(start))), day, start, per_day,
+                                       (NS_PER_DAY - 10 * NS) // (per_day // 5))
+
+        await asyncio.gather(loader(), loader())
+        async with pool.acquire() as conn:
+            await conn.execute("ANALYZE traces.spans")
+            stored = await conn.fetchval("SELECT count(*) FROM traces.spans")
+        load_s = time.perf_counter() - t0
+        async with CollectorProcess(url, ctx.tmp) as c:
+            md = (("authorization", f"Bearer {mint_token(SECRET, 'bench', ('traces:read',))}"),)
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{c.query_port}") as ch:
+                stub = traces_pb2_grpc.TraceQueryServiceStub(ch)
+                rnd = random.Random(7)
+                lat: list[float] = []
+                for i in range(2200):
+                    start = rnd.choice(day_starts)
+                    day = time.strftime("%Y%m%d", time.gmtime(start // NS))
+                    tid = _loaded_trace_id(day, rnd.randrange(per_day // 5)).hex()
+                    t1 = time.perf_counter()
+                    tr = await stub.GetTrace(traces_pb2.GetTraceRequest(trace_id=tid), metadata=md)
+                    if i >= 200:  # the first 200 warm the statement cache and the connection pool
+                        lat.append((time.perf_counter() - t1) * 1000)
+                    if len(tr.spans) != 5:
+                        raise AssertionError(f"trace {tid}: {len(tr.spans)} spans")
+        lat.sort()
+        # Retention: drop the oldest day (one pass one day later), while nothing else runs.
+        result = await retention.run_once(now_ns + NS_PER_DAY)
+        return {
+            "get_trace_p50_ms": lat[len(lat) // 2], "get_trace_p99_ms": lat[int(len(lat) * 0.99) - 1],
+            "get_trace_spans_stored": float(stored), "get_trace_load_s": load_s,
+            "retention_drop_day_ms": result.drop_ms[0], "retention_drop_day_spans": float(per_day),
+        }
+    finally:
+        await pool.close()
+
+
+def _date(ns: int):  # noqa: ANN202
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    return datetime.fromtimestamp(ns // NS, UTC).date()
+
+
+def _ensure_phoenix() -> Path:
+    exe = PHOENIX_VENV / "bin" / "phoenix"
+    has_pg = any((PHOENIX_VENV / "lib").glob("python*/site-packages/asyncpg"))
+    if not exe.exists() or not has_pg:
+        subprocess.run([sys.executable, "-m", "venv", str(PHOENIX_VENV)], check=True)
+        subprocess.run([str(PHOENIX_VENV / "bin" / "pip"), "install", "-q", "arize-phoenix[pg]"], check=True)
+    return exe
+
+
+async def bench_phoenix(ctx, payloads: list[bytes]) -> dict[str, float]:  # noqa: ANN001
+    exe = await asyncio.to_thread(_ensure_phoenix)
+    url = await ctx.new_database()
+    grpc_port, http_port = free_ports(2)
+    workdir = ctx.tmp / "phoenix"
+    workdir.mkdir(exist_ok=True)
+    env = {**os.environ, "PHOENIX_SQL_DATABASE_URL": url, "PHOENIX_GRPC_PORT": str(grpc_port),
+           "PHOENIX_PORT": str(http_port), "PHOENIX_HOST": "127.0.0.1", "PHOENIX_WORKING_DIR": str(workdir),
+           "PHOENIX_TELEMETRY_ENABLED": "false"}
+    log = (ctx.tmp / "phoenix.log").open("w")
+    proc = subprocess.Popen([str(exe), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        await _wait_port(grpc_port, proc)
+        await _wait_port(http_port, proc)
+        # Phoenix ingests ~2 orders of magnitude slower: a subset keeps `make bench` to minutes.
+        warm, measured = payloads[:2], payloads[2:2 + PHOENIX_EXPORTS]
+        await send_all(grpc_port, warm)
+        sql = "SELECT count(*) FROM public.spans"
+        while await _count(url, sql) < len(warm) * SPANS_PER_EXPORT:  # warm-up committed
+            await asyncio.sleep(0.2)
+        base = await _count(url, sql)
+        t0 = time.perf_counter()
+        secs = await send_all(grpc_port, measured)
+        n = len(measured) * SPANS_PER_EXPORT
+        deadline = time.perf_counter() + 300
+        committed = base
+        while committed < base + n and time.perf_counter() < deadline:
+            await asyncio.sleep(0.2)
+            committed = await _count(url, sql)
+        commit_s = time.perf_counter() - t0
+        return {"phoenix_ingest_spans_per_s": n / secs,
+                "phoenix_committed_spans_per_s": (committed - base) / commit_s}
+    finally:
+        proc.terminate()
+        try:
+            await asyncio.to_thread(proc.wait, 30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+async def run(ctx) -> dict[str, float]:  # noqa: ANN001
+    parts = set(os.environ.get("BENCH_COLLECTOR_PARTS", "ingest,copy,gettrace,phoenix").split(","))
+    now_ns = time.time_ns()
+    payloads = [make_payload(i, now_ns) for i in range(EXPORTS)]
+    out: dict[str, float] = {}
+    if "ingest" in parts:
+        out.update(await bench_ingest(ctx, payloads))
+    if "copy" in parts:
+        out.update(await bench_copy_ceiling(ctx, payloads, now_ns))
+    if "gettrace" in parts:
+        out.update(await bench_get_trace(ctx, now_ns))
+    if "phoenix" in parts:
+        out.update(await bench_phoenix(ctx, payloads))
+    if "collector_ingest_spans_per_s" in out and "copy_ceiling_rows_per_s" in out:
+        out["ingest_vs_copy_ceiling"] = out["collector_ingest_spans_per_s"] / out["copy_ceiling_rows_per_s"]
+    if "collector_ingest_spans_per_s" in out and "phoenix_ingest_spans_per_s" in out:
+        out["ingest_vs_phoenix"] = out["collector_ingest_spans_per_s"] / out["phoenix_ingest_spans_per_s"]
+        out["ingest_vs_phoenix_committed"] = out["collector_ingest_spans_per_s"] / out["phoenix_committed_spans_per_s"]
+    return out
