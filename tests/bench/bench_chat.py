@@ -9,7 +9,8 @@ Figure: a turn's time through the gateway (client-observed SendMessage latency o
 minus the agent's own time (its `agent.think` span, read back from the collector), with zero think
 time, over 1000 sequential turns on one instance after 50 warm-up turns.
 Target (issue 5): p50 ≤ 3 ms on the 2-core reference machine.
-Also reported: the same inside the gateway only (`chat.turn` span minus `agent.think`).
+Also reported: the same inside the gateway only (`chat.turn` span minus `agent.think`), and the CPU
+time per turn of the gateway and agent processes (all threads).
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ from tests.stack import free_ports
 TURNS = 1000
 WARMUP = 50
 SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds used so far by process `pid` (Linux /proc; all its threads)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115, PTH123
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -108,12 +115,15 @@ async def run(ctx) -> dict[str, float]:
         )
         client_ms: dict[str, float] = {}
         for i in range(WARMUP + TURNS):
+            if i == WARMUP:
+                cpu0 = {p.pid: _cpu_s(p.pid) for p in procs}
             t0 = time.perf_counter()
             r = await stub.SendMessage(
                 chat_pb2.SendMessageRequest(instance=inst.name, content=f"hello there {i}"), metadata=md
             )
             if i >= WARMUP:
                 client_ms[r.trace_id] = (time.perf_counter() - t0) * 1000
+        cpu_ms = {p.pid: (_cpu_s(p.pid) - cpu0[p.pid]) * 1000 / TURNS for p in procs}
         for p in procs[1:]:  # SIGTERM: drain, then each service flushes its spans to the collector
             p.send_signal(signal.SIGTERM)
             await asyncio.to_thread(p.wait, 30)
@@ -131,6 +141,9 @@ async def run(ctx) -> dict[str, float]:
         "turn_overhead_p99_ms": _pct(overhead, 0.99),
         "turn_total_p50_ms": statistics.median(client_ms.values()),
         "turn_agent_think_p50_ms": statistics.median(s["agent.think"] for s in spans.values()),
+        # CPU per turn of each process (less sensitive to a busy machine than the latencies above).
+        "turn_gateway_cpu_ms": cpu_ms[procs[2].pid],
+        "turn_agent_cpu_ms": cpu_ms[procs[1].pid],
         "turn_gateway_span_overhead_p50_ms": statistics.median(
             s["chat.turn"] - s["agent.think"] for s in spans.values()
         ),
