@@ -8,11 +8,14 @@ process next to the client (tests/stack.py), whose in-process feedback replica s
 Figures: feedback_create_p50_ms, feedback_create_p99_ms, rating_put_per_s; also the chat service's
 own GetMessage p50 over the same loopback (`feedback_chat_getmessage_p50_ms`, the baseline the
 create path builds on: it makes two chat calls and two SQL statements).
+Also the feedback process's own CPU per call (`*_server_cpu_ms`, from /proc: independent of what
+else the shared machine runs) and the 1-minute load average at the end.
 Targets on the 2-core machine: p99 ≤ 15 ms, ≥ 2,000 ratings/s.
 """
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 import uuid
@@ -30,6 +33,12 @@ WARMUP = 100
 TURNS = 20
 RATING_CLIENTS = 4
 RATINGS_PER_CLIENT = 1000
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used so far (/proc/<pid>/stat, clock ticks)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pct(sorted_ms: list[float], p: float) -> float:
@@ -72,7 +81,9 @@ async def run(ctx) -> dict[str, float]:
         base = sorted([await timed(chat.GetMessage(get_msg, metadata=md)) for _ in range(300)])
         for i in range(WARMUP):
             await create(i)
+        cpu0 = _cpu_s(proc.pid)
         lat = sorted([await timed(create(i)) for i in range(CREATE_CALLS)])
+        create_cpu_ms = (_cpu_s(proc.pid) - cpu0) * 1000 / CREATE_CALLS
 
         async def rater(c: int, n: int) -> None:
             turn = turns[c].reply.turn_index
@@ -83,14 +94,19 @@ async def run(ctx) -> dict[str, float]:
                     sentiment=sentiment), request_id=str(uuid.uuid4())), metadata=md)
 
         await asyncio.gather(*(rater(c, 100) for c in range(RATING_CLIENTS)))
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), _cpu_s(proc.pid)
         await asyncio.gather(*(rater(c, RATINGS_PER_CLIENT) for c in range(RATING_CLIENTS)))
         elapsed = time.perf_counter() - t0
+        rating_cpu_ms = (_cpu_s(proc.pid) - cpu0) * 1000 / (RATING_CLIENTS * RATINGS_PER_CLIENT)
         return {
             "feedback_create_p50_ms": round(statistics.median(lat), 3),
             "feedback_create_p99_ms": round(_pct(lat, 99), 3),
             "feedback_chat_getmessage_p50_ms": round(statistics.median(base), 3),
             "rating_put_per_s": round(RATING_CLIENTS * RATINGS_PER_CLIENT / elapsed, 1),
+            # Load-independent: CPU the feedback process spent per call (the machine is shared).
+            "feedback_create_server_cpu_ms": round(create_cpu_ms, 3),
+            "rating_put_server_cpu_ms": round(rating_cpu_ms, 3),
+            "feedback_bench_loadavg_1m": round(os.getloadavg()[0], 2),
         }
     finally:
         proc.terminate()
