@@ -145,11 +145,11 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
         listen=f"127.0.0.1:{p['chat']}", agent_target=f"127.0.0.1:{p['agent']}", **common, **overrides.get("chat", {}),
     )
     stack.servers["chat"] = await create_chat(chat_settings, database_url=database_url, tracer_provider=provider("chat"))
-    feedback_settings = FeedbackSettings(
-        listen=f"127.0.0.1:{p['feedback']}", chat_target=f"127.0.0.1:{p['chat']}",
-        traces_target=f"127.0.0.1:{p['query']}", capture_poll_s=0.2, capture_backoff_s=0.2,
-        tracker_markdown_dir=str(data_dir / "tickets"), **common, **overrides.get("feedback", {}),
-    )
+    feedback_settings = FeedbackSettings(**{
+        "listen": f"127.0.0.1:{p['feedback']}", "chat_target": f"127.0.0.1:{p['chat']}",
+        "traces_target": f"127.0.0.1:{p['query']}", "capture_poll_s": 0.2, "capture_backoff_s": 0.2,
+        "tracker_markdown_dir": str(data_dir / "tickets"), **common, **overrides.get("feedback", {}),
+    })
     stack.servers["feedback"] = await create_feedback(
         feedback_settings, database_url=database_url, tracer_provider=provider("feedback")
     )
