@@ -22,7 +22,7 @@ from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info, status_details
 from services.feedback.server import create_server
 from services.feedback.settings import FeedbackSettings
-from tests.stack import TEST_JWT_SECRET, Stack
+from tests.stack import TEST_JWT_SECRET, Stack, start_stack
 
 PENDING, CAPTURED, EXPIRED = pb.TRACE_SNAPSHOT_STATE_PENDING, pb.TRACE_SNAPSHOT_STATE_CAPTURED, pb.TRACE_SNAPSHOT_STATE_EXPIRED
 
@@ -247,6 +247,30 @@ async def test_F18_spans_expired_feedback_keeps_words_snapshots_voice_and_frozen
         assert g.body == "never captured" and g.snapshot.target_text == late.reply.content[:2000]
     finally:
         await aged.stop(0.5)
+
+
+async def test_F18_a_turn_never_captured_within_retention_is_marked_expired_by_the_worker(database_url, tmp_path):
+    # The stack's own replica never looks at its queue here; only the aged replica's worker does.
+    stack = await start_stack(database_url, tmp_path, feedback={"capture_poll_s": 3600.0})
+    try:
+        inst = await new_instance(stack)
+        turn = await send(stack, inst, "and now?")  # its spans are still in the exporters' buffers
+        aged = await start_feedback(stack, tmp_path, clock=lambda: dt.datetime.now(dt.UTC) + dt.timedelta(days=15))
+        try:
+            stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, aged.port))
+            fb = await stub.CreateFeedback(pb.CreateFeedbackRequest(
+                feedback=pb.Feedback(message=turn.reply.name, body="too late"), request_id=rid()), metadata=stack.md())
+            deadline = time.monotonic() + 20
+            while (g := await stub.GetFeedback(pb.GetFeedbackRequest(name=fb.name), metadata=stack.md())
+                   ).trace_snapshot.state == PENDING:
+                assert time.monotonic() < deadline, "the worker never marked the uncaptured turn EXPIRED"
+                await asyncio.sleep(0.05)
+        finally:
+            await aged.stop(0.5)
+        assert g.trace_snapshot.state == EXPIRED and g.trace_snapshot.spans_expired and g.trace_snapshot.attempts == 1
+        assert g.body == "too late" and g.snapshot.target_text == turn.reply.content[:2000]
+    finally:
+        await stack.stop()
 
 
 async def start_feedback(stack: Stack, data_dir: Path, clock=None, **overrides):
