@@ -186,3 +186,14 @@ async def test_clear_messages_leaves_feedback_intact(stack: Stack):
     assert got.body == "the greeting was off"
     assert got.snapshot.target_text == r.reply.content[:2000]
     assert got.snapshot.trace_id == r.trace_id
+
+
+async def test_remember_a_fact_goes_to_write_memory(stack: Stack):
+    parent = await new_instance(stack)
+    r = await stack.chat().SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="Remember that my sister is called Ana."),
+        metadata=stack.md(),
+    )
+    t = await stack.wait_trace(r.trace_id, min_spans=3)
+    assert [s.attributes["gen_ai.tool.name"] for s in by_name(t, "tool.call")] == ["write_memory"]
+    assert r.reply.content == "Noted. I will remember: my sister is called Ana"
