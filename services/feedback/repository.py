@@ -200,7 +200,7 @@ ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO NOT
 
 # ---- statistics (operator scope; USER-origin ratings only)
 STATS_ASPECTS = """
-SELECT scope, aspect,
+SELECT scope, aspect, count(*) AS total,
     count(*) FILTER (WHERE sentiment = 1) AS positive,
     count(*) FILTER (WHERE sentiment = 2) AS neutral,
     count(*) FILTER (WHERE sentiment = 3) AS negative

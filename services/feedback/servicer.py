@@ -552,12 +552,11 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         for a in st["aspects"]:
             out.aspects.add(scope=a["scope"], aspect=a["aspect"], positive=a["positive"], neutral=a["neutral"],
                             negative=a["negative"])
-            out.total_ratings += a["positive"] + a["neutral"] + a["negative"]
+            out.total_ratings += a["total"]  # ratings without a sentiment (a note only) count too
             out.negative_ratings += a["negative"]
         for c in st["categories"]:
             out.categories.add(category=c["category"], count=c["count"])
             out.total_reports += c["count"]
-        # Unrated ratings (sentiment unspecified) still count as ratings.
         rows = [dict(r) for r in st["rating_trend"]] + [dict(r) for r in st["report_trend"]]
         for d in domain.fill_trend(rows, today, days):
             out.trend.add(**d)
