@@ -12,8 +12,9 @@ class CollectorSettings(CommonSettings):
 
     # OTLP/gRPC TraceService/Export (OTLP default port 4317).
     otlp_grpc_listen: str = "127.0.0.1:4317"
-    # OTLP/HTTP POST /v1/traces (OTLP default port 4318); host and port.
+    # OTLP/HTTP POST /v1/traces: listen host.
     otlp_http_host: str = "127.0.0.1"
+    # OTLP/HTTP listen port (OTLP default 4318; 0 = any free port).
     otlp_http_port: int = Field(default=4318, ge=0, le=65535)
     # TraceQueryService (design.md: 50053).
     query_listen: str = "127.0.0.1:50053"
@@ -33,13 +34,15 @@ class CollectorSettings(CommonSettings):
     partitions_ahead_days: int = Field(default=3, ge=1)
     # Retry delay suggested to exporters when over capacity, seconds.
     retry_after_s: float = Field(default=1.0, gt=0)
-    # HTTP body limit in bytes (design.md: 20 MiB) and gRPC message limit (4 MiB).
+    # OTLP/HTTP body limit in bytes after decompression (design.md: 20 MiB); beyond it 413.
     http_max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
+    # OTLP/gRPC message limit in bytes after decompression (4 MiB); beyond it RESOURCE_EXHAUSTED.
     grpc_max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
     # Optional downstream OTLP/gRPC endpoint (the SREs' backend) receiving every accepted span.
     forward_endpoint: str = ""
     # Export requests waiting for the downstream; beyond it the oldest are dropped (and counted).
     forward_queue_max: int = Field(default=1000, ge=1)
-    # Seconds one forwarded Export may take (attempt), and attempts before giving a request up.
+    # Seconds one attempt to forward an Export may take.
     forward_timeout_s: float = Field(default=10.0, gt=0)
+    # Attempts (retryable failures, exponential backoff) before a forwarded request is dropped.
     forward_max_attempts: int = Field(default=5, ge=1)
