@@ -103,7 +103,7 @@ class Window:
 # --- AnyValue → JSON ---------------------------------------------------------------------------
 
 
-def any_value(v) -> object:  # noqa: ANN001 - opentelemetry.proto.common.v1.AnyValue
+def any_value(v) -> object:
     """The JSON form of an OTLP AnyValue (mapping in the module docstring)."""
     kind = v.WhichOneof("value")
     if kind == "string_value":
@@ -125,7 +125,7 @@ def any_value(v) -> object:  # noqa: ANN001 - opentelemetry.proto.common.v1.AnyV
     return None
 
 
-def attributes_dict(kvs) -> dict[str, object]:  # noqa: ANN001 - repeated KeyValue
+def attributes_dict(kvs) -> dict[str, object]:
     """OTLP attributes as a dict (a repeated key keeps its last value)."""
     out: dict[str, object] = {}
     for kv in kvs:
@@ -189,7 +189,7 @@ def count_spans(request: trace_service_pb2.ExportTraceServiceRequest) -> int:
     return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
 
 
-def _events_json(events) -> str | None:  # noqa: ANN001
+def _events_json(events) -> str | None:
     if not events:
         return None
     return to_json([
@@ -198,7 +198,7 @@ def _events_json(events) -> str | None:  # noqa: ANN001
     ])
 
 
-def _links_json(links) -> str | None:  # noqa: ANN001
+def _links_json(links) -> str | None:
     if not links:
         return None
     return to_json([
@@ -277,7 +277,7 @@ def without_rejected(
     return out
 
 
-def _valid(sp, window: Window) -> bool:  # noqa: ANN001
+def _valid(sp, window: Window) -> bool:
     tid, sid, pid = sp.trace_id, sp.span_id, sp.parent_span_id
     return (
         len(tid) == 16 and tid != _ZERO_TRACE and len(sid) == 8 and sid != _ZERO_SPAN
@@ -389,7 +389,7 @@ class BatchWriter:
                 if not p.done.done():
                     p.done.set_exception(Overloaded(self._retry_after_s, self._reserved))
             raise
-        except Exception:  # noqa: BLE001 - isolate the failing request below
+        except Exception:
             if len(batch) == 1:
                 log.exception("storing %d spans failed", len(batch[0].rows))
                 batch[0].done.set_exception(RuntimeError("storing spans failed"))

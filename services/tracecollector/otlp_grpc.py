@@ -53,12 +53,12 @@ class TraceServiceServicer(trace_service_pb2_grpc.TraceServiceServicer):
         self._ingestor = ingestor
         self._retry_after_s = retry_after_s
 
-    async def Export(self, request, context: grpc.aio.ServicerContext):  # noqa: N802, ANN001
+    async def Export(self, request, context: grpc.aio.ServicerContext):
         try:
             result = await self._ingestor.export(request)
         except Overloaded as e:
             await context.abort_with_status(rpc_status.to_status(to_status(failure(e, self._retry_after_s))))
-        except Exception as e:  # noqa: BLE001 - storage failure: retryable for the exporter
+        except Exception as e:
             log.exception("Export failed")
             await context.abort_with_status(rpc_status.to_status(to_status(failure(e, self._retry_after_s))))
         return export_response(result)

@@ -66,7 +66,7 @@ def parse_json_request(body: bytes) -> trace_service_pb2.ExportTraceServiceReque
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"body is not JSON: {e}") from None
     if not isinstance(doc, dict):
-        raise ValueError("body must be a JSON object (ExportTraceServiceRequest)")
+        raise ValueError("body must be a JSON object (ExportTraceServiceRequest)")  # noqa: TRY004 - bad data → 400
     # Ids are hex in OTLP/JSON, base64 in the protobuf JSON mapping: convert before parsing.
     # Wrongly shaped parts are left to ParseDict, which reports them.
     for rs in _objects(doc, "resourceSpans", "resource_spans"):
@@ -119,7 +119,7 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float)
             return _error(400, status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(e)), reply_type)
         try:
             result = await ingestor.export(req)
-        except Exception as e:  # noqa: BLE001 - Overloaded or storage failure: retryable
+        except Exception as e:
             if not isinstance(e, Overloaded):
                 log.exception("OTLP/HTTP export not stored")
             err = failure(e, retry_after_s)

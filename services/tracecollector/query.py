@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 from google.protobuf import struct_pb2
 
-from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 from services.common.auth import SCOPE_TRACES_READ
 from services.common.errors import InvalidArgument, NotFound
 from services.common.ids import decode_page_token, encode_page_token, page_size, parse_trace_id
@@ -42,7 +43,7 @@ def _struct(raw: str | None) -> struct_pb2.Struct:
     return s
 
 
-def span_proto(r) -> traces_pb2.Span:  # noqa: ANN001 - a row of repository.GET_TRACE
+def span_proto(r) -> traces_pb2.Span:
     """One stored row as a `traces.v1.Span`."""
     sp = traces_pb2.Span(
         trace_id=bytes(r["trace_id"]).hex(),
@@ -127,7 +128,7 @@ class SearchParams:
 class TraceReader:
     """Read rules over the repository. `window()` gives the currently retained `Window`."""
 
-    def __init__(self, repo: Repository, window, max_search_days: int):  # noqa: ANN001
+    def __init__(self, repo: Repository, window: Callable[[], Window], max_search_days: int):
         self._repo = repo
         self._window = window
         self._max_days = max_search_days
@@ -186,11 +187,11 @@ class TraceQueryServicer(traces_pb2_grpc.TraceQueryServiceServicer):
     def __init__(self, reader: TraceReader):
         self._reader = reader
 
-    async def GetTrace(self, request, context):  # noqa: N802, ANN001
+    async def GetTrace(self, request, context):
         return await self._reader.get_trace(request)
 
-    async def SearchTraces(self, request, context):  # noqa: N802, ANN001
+    async def SearchTraces(self, request, context):
         return await self._reader.search(request)
 
 
-__all__ = ["METHOD_SCOPES", "SearchParams", "TraceQueryServicer", "TraceReader", "Window", "span_proto"]
+__all__ = ["METHOD_SCOPES", "SearchParams", "TraceQueryServicer", "TraceReader", "span_proto"]

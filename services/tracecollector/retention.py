@@ -105,5 +105,5 @@ class Retention:
                 await self.run_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - the next pass retries; ingest is unaffected
+            except Exception:
                 log.exception("retention pass failed; retrying in %.0f s", self._interval_s)

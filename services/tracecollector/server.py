@@ -19,11 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
+from agentfeedback.traces.v1 import traces_pb2_grpc
 from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from agentfeedback.traces.v1 import traces_pb2_grpc
 from services.common.auth import Authenticator
 from services.common.db import create_pool, migrate
 from services.common.server import GrpcServer, ServiceInterceptor
@@ -92,7 +92,7 @@ async def create_server(
     settings: CollectorSettings,
     *,
     database_url: str | None = None,
-    tracer_provider=None,  # noqa: ANN001 - opentelemetry TracerProvider for the query server's spans
+    tracer_provider=None,
     clock: Callable[[], int] = time.time_ns,
 ) -> CollectorServer:
     """Start the collector (see module docstring). `clock` (ns since the epoch) is for tests.
@@ -120,7 +120,7 @@ async def create_server(
 
         retention = srv.retention
 
-        async def copy(rows) -> None:  # noqa: ANN001
+        async def copy(rows) -> None:
             try:
                 await repo.copy_spans(rows)
             except asyncpg.CheckViolationError:

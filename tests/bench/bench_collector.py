@@ -32,14 +32,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 import asyncpg
 import grpc
+from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 from services.common.auth import mint_token
 from services.common.db import create_pool, migrate
 from services.tracecollector.ingest import NS_PER_DAY, Window, flatten
@@ -62,7 +63,7 @@ NS = 1_000_000_000
 # --- payloads ----------------------------------------------------------------------------------
 
 
-def _set(attrs, key: str, value: object) -> None:  # noqa: ANN001 - repeated KeyValue
+def _set(attrs, key: str, value: object) -> None:
     v = attrs.add(key=key).value
     if isinstance(value, bool):
         v.bool_value = value
@@ -211,7 +212,7 @@ class CollectorProcess:
              "AGENTFEEDBACK_COLLECTOR_LOG_LEVEL": "WARNING", **env}
         self.proc = subprocess.Popen([sys.executable, "-m", "services.tracecollector.main"], cwd=ROOT, env=e)
 
-    async def __aenter__(self) -> CollectorProcess:
+    async def __aenter__(self) -> Self:
         await _wait_health(self.query_port, self.proc)
         return self
 
@@ -234,7 +235,7 @@ async def _count(url: str, sql: str) -> int:
         await conn.close()
 
 
-async def bench_ingest(ctx, payloads: list[bytes]) -> dict[str, float]:  # noqa: ANN001
+async def bench_ingest(ctx, payloads: list[bytes]) -> dict[str, float]:
     url = await ctx.new_database()
     async with CollectorProcess(url, ctx.tmp) as c:
         await send_all(c.grpc_port, payloads[:4])  # warm-up: connections, statement caches
@@ -246,7 +247,7 @@ async def bench_ingest(ctx, payloads: list[bytes]) -> dict[str, float]:  # noqa:
     return {"collector_ingest_spans_per_s": n / secs}
 
 
-async def bench_copy_ceiling(ctx, payloads: list[bytes], now_ns: int) -> dict[str, float]:  # noqa: ANN001
+async def bench_copy_ceiling(ctx, payloads: list[bytes], now_ns: int) -> dict[str, float]:
     url = await ctx.new_database()
     await migrate(url, SCHEMA, MIGRATIONS)
     pool = await create_pool(url, SCHEMA, 2, 4)
@@ -263,7 +264,7 @@ async def bench_copy_ceiling(ctx, payloads: list[bytes], now_ns: int) -> dict[st
             await pool.release(conn)
             todo = list(reversed(batches))
 
-            async def worker() -> None:
+            async def worker(todo: list = todo) -> None:
                 while todo:
                     await repo.copy_spans(todo.pop())
 
@@ -286,7 +287,7 @@ STAGING = "CREATE TEMP TABLE IF NOT EXISTS staging (LIKE traces.spans) ON COMMIT
 MERGE = "INSERT INTO traces.spans SELECT * FROM staging ON CONFLICT DO NOTHING"
 
 
-async def _copy_on_conflict_rate(ctx, batches: list[list[tuple]], now_ns: int) -> float:  # noqa: ANN001
+async def _copy_on_conflict_rate(ctx, batches: list[list[tuple]], now_ns: int) -> float:
     url = await ctx.new_database()
     await migrate(url, SCHEMA, MIGRATIONS)
     pool = await create_pool(url, SCHEMA, 2, 4)
@@ -336,10 +337,10 @@ FROM generate_series(0, $3 - 1) i
 
 
 def _loaded_trace_id(day: str, k: int) -> bytes:
-    return hashlib.md5(f"{day}:{k}".encode()).digest()  # noqa: S324 - matches the SQL loader
+    return hashlib.md5(f"{day}:{k}".encode()).digest()
 
 
-async def bench_get_trace(ctx, now_ns: int) -> dict[str, float]:  # noqa: ANN001
+async def bench_get_trace(ctx, now_ns: int) -> dict[str, float]:
     total = int(os.environ.get("BENCH_COLLECTOR_GET_TRACE_SPANS", "3000000"))
     days = 15
     per_day = total // days // 5 * 5
@@ -396,8 +397,8 @@ async def bench_get_trace(ctx, now_ns: int) -> dict[str, float]:  # noqa: ANN001
         await pool.close()
 
 
-def _date(ns: int):  # noqa: ANN202
-    from datetime import UTC, datetime  # noqa: PLC0415
+def _date(ns: int):
+    from datetime import UTC, datetime
 
     return datetime.fromtimestamp(ns // NS, UTC).date()
 
@@ -411,7 +412,7 @@ def _ensure_phoenix() -> Path:
     return exe
 
 
-async def bench_phoenix(ctx, payloads: list[bytes]) -> dict[str, float]:  # noqa: ANN001
+async def bench_phoenix(ctx, payloads: list[bytes]) -> dict[str, float]:
     exe = await asyncio.to_thread(_ensure_phoenix)
     url = await ctx.new_database()
     grpc_port, http_port = free_ports(2)
@@ -421,7 +422,7 @@ async def bench_phoenix(ctx, payloads: list[bytes]) -> dict[str, float]:  # noqa
            "PHOENIX_PORT": str(http_port), "PHOENIX_HOST": "127.0.0.1", "PHOENIX_WORKING_DIR": str(workdir),
            "PHOENIX_TELEMETRY_ENABLED": "false"}
     log = (ctx.tmp / "phoenix.log").open("w")
-    proc = subprocess.Popen([str(exe), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([str(exe), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: ASYNC220
     try:
         await _wait_port(grpc_port, proc)
         await _wait_port(http_port, proc)
@@ -452,7 +453,7 @@ async def bench_phoenix(ctx, payloads: list[bytes]) -> dict[str, float]:  # noqa
         log.close()
 
 
-async def run(ctx) -> dict[str, float]:  # noqa: ANN001
+async def run(ctx) -> dict[str, float]:
     parts = set(os.environ.get("BENCH_COLLECTOR_PARTS", "ingest,copy,gettrace,phoenix").split(","))
     now_ns = time.time_ns()
     payloads = [make_payload(i, now_ns) for i in range(EXPORTS)]

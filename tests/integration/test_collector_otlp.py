@@ -15,13 +15,13 @@ import aiohttp
 import asyncpg
 import grpc
 import pytest
+from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
-from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 from services.common.auth import mint_token
 from services.common.errors import error_info, status_details
 from services.tracecollector.server import create_server

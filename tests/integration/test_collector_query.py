@@ -7,13 +7,16 @@ import time
 import asyncpg
 import grpc
 import pytest
+from agentfeedback.traces.v1 import traces_pb2
 from google.protobuf import timestamp_pb2
 
-from agentfeedback.traces.v1 import traces_pb2
 from services.common.errors import error_info
-from tests.integration.test_collector_otlp import (  # noqa: F401 - fixtures
-    NS, collector, kv, new_span_id, new_trace_id, one_trace, request, span, start_collector,
-)
+from tests.integration import test_collector_otlp as otlp
+from tests.integration.test_collector_otlp import NS, kv, new_span_id, new_trace_id, one_trace, request, span
+
+# The collector fixtures, shared with test_collector_otlp.py.
+collector = otlp.collector
+start_collector = otlp.start_collector
 
 DAY = 86_400 * NS
 

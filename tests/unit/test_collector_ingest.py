@@ -11,7 +11,15 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from services.tracecollector.ingest import (
-    NS_PER_DAY, ROW_FIELDS, BatchWriter, Overloaded, Window, any_value, flatten, to_json, without_rejected,
+    NS_PER_DAY,
+    ROW_FIELDS,
+    BatchWriter,
+    Overloaded,
+    Window,
+    any_value,
+    flatten,
+    to_json,
+    without_rejected,
 )
 from services.tracecollector.otlp_http import parse_json_request
 from services.tracecollector.repository import Partition, partition_day, partition_name
