@@ -116,7 +116,10 @@ class CaptureWorker:
             spans, gone, failure = None, True, None
         except TracesUnreachable as e:
             spans, failure = None, e
+        settled: set[str] = set()  # owners whose rows of this trace were all settled at once
         for row in rows:
+            if row["owner"] in settled:
+                continue
             attempts = row["capture_attempts"]
             if failure is not None:
                 if attempts >= self._s.capture_max_attempts:
@@ -134,6 +137,10 @@ class CaptureWorker:
             )
             if d.state == domain.TRACE_PENDING:
                 await self._repo.capture_pending(row["id"], d.retry_in_s, d.span_count)
+            elif d.state in (domain.TRACE_CAPTURED, domain.TRACE_EXPIRED):
+                n = await self._repo.capture_done_trace(row["owner"], trace_id, d.state, d.frozen or {}, d.span_count)
+                settled.add(row["owner"])
+                log.info("trace %s: state %d for %d report(s) after %d attempts", trace_id, d.state, n, attempts)
             else:
                 await self._repo.capture_done(row["id"], d.state, d.frozen or {}, d.span_count)
                 log.info("feedback %s trace %s: state %d after %d attempts", row["id"], trace_id, d.state, attempts)

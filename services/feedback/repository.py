@@ -100,7 +100,7 @@ WITH due AS (
 )
 UPDATE feedback f SET next_capture_at = now() + make_interval(secs => $2), capture_attempts = capture_attempts + 1
 FROM due WHERE f.id = due.id
-RETURNING f.id, f.trace_id, f.turn_time, f.capture_attempts, f.capture_span_count"""
+RETURNING f.id, f.owner, f.trace_id, f.turn_time, f.capture_attempts, f.capture_span_count"""
 
 CAPTURE_PENDING = """
 UPDATE feedback SET next_capture_at = now() + make_interval(secs => $2), capture_span_count = $3
@@ -110,6 +110,13 @@ CAPTURE_DONE = """
 UPDATE feedback SET trace_state = $2, trace_snapshot = $3, capture_span_count = $4, capture_time = now(),
     next_capture_at = NULL, version = version + 1, update_time = GREATEST(now(), update_time)
 WHERE id = $1 AND trace_state = 1"""
+
+# Once a turn is frozen (or known expired) for one report, every other PENDING report of the same
+# owner on that turn gets the same copy (one look at the collector serves them all).
+CAPTURE_DONE_TRACE = """
+UPDATE feedback SET trace_state = $3, trace_snapshot = $4, capture_span_count = $5, capture_time = now(),
+    next_capture_at = NULL, version = version + 1, update_time = GREATEST(now(), update_time)
+WHERE owner = $1 AND trace_id = $2 AND trace_state = 1"""
 
 # Client snapshots waiting for the authoritative one (chat service was down at create time).
 CLAIM_REFRESH = """
@@ -325,6 +332,11 @@ class Repository:
 
     async def capture_done(self, fid: str, state: int, frozen: dict[str, Any], span_count: int) -> None:
         await self.pool.execute(CAPTURE_DONE, fid, state, frozen, span_count)
+
+    async def capture_done_trace(self, owner: str, trace_id: str, state: int, frozen: dict[str, Any],
+                                 span_count: int) -> int:
+        status = await self.pool.execute(CAPTURE_DONE_TRACE, owner, trace_id, state, frozen, span_count)
+        return int(status.rsplit(" ", 1)[-1])
 
     async def claim_refresh(self, limit: int, lease_s: float) -> list[asyncpg.Record]:
         return await self.pool.fetch(CLAIM_REFRESH, limit, lease_s)

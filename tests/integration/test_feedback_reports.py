@@ -128,9 +128,11 @@ async def test_F05_pending_until_spans_land_then_captured_and_random_message_is_
     await expect_error(stack.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=turn.trace_id), metadata=stack.md()),
                        grpc.StatusCode.NOT_FOUND)
     fb = await flag(stack, turn.reply.name, "tool output looks off")
-    assert fb.trace_snapshot.state == PENDING
+    second = await flag(stack, turn.user_message.name, "and my question was misread")
+    assert fb.trace_snapshot.state == PENDING and second.trace_snapshot.state == PENDING
     listed = await list_all(stack)
-    assert [f.name for f in listed] == [fb.name] and listed[0].trace_snapshot.state == PENDING
+    assert [f.name for f in listed] == [second.name, fb.name]
+    assert {f.trace_snapshot.state for f in listed} == {PENDING}
 
     trace = await stack.wait_trace(turn.trace_id, min_spans=3)
     captured = await wait_state(stack, fb.name, CAPTURED)
@@ -143,10 +145,17 @@ async def test_F05_pending_until_spans_land_then_captured_and_random_message_is_
     assert captured.trace_snapshot.capture_time.seconds > 0
     assert {s.span_id for s in captured.trace_snapshot.spans} >= {s.span_id for s in trace.spans
                                                                    if s.name != "feedback.create"}
+    # Both reports of the turn carry the same frozen copy.
+    other = await wait_state(stack, second.name, CAPTURED)
+    assert other.trace_snapshot.tool_calls == captured.trace_snapshot.tool_calls
+    # A third report after the capture is born CAPTURED with that copy (no new look at the collector).
+    third = await flag(stack, turn.reply.name, "still wrong")
+    assert third.trace_snapshot.state == CAPTURED
+    assert third.trace_snapshot.tool_calls == captured.trace_snapshot.tool_calls
 
     random_message = f"{inst}/messages/{uuid.uuid4().hex}"
     await expect_error(flag(stack, random_message, "nope"), grpc.StatusCode.NOT_FOUND)
-    assert [f.name for f in await list_all(stack)] == [fb.name]
+    assert [f.name for f in await list_all(stack)] == [third.name, second.name, fb.name]
 
 
 async def test_F08_retry_with_the_same_request_id_returns_the_first_row_and_none_is_rejected(stack):
