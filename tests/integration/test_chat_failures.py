@@ -60,7 +60,7 @@ async def test_agent_unreachable_leaves_addressable_user_message_and_error_trace
 
 @pytest.mark.slow
 async def test_deadline_leaves_addressable_user_message_and_cancels_agent(database_url: str, tmp_path: Path):
-    stack = await start_stack(database_url, tmp_path, agent_think_ms=3000)
+    stack = await start_stack(database_url, tmp_path, agent_think_ms=4000)
     try:
         parent = await new_instance(stack)
         t0 = asyncio.get_running_loop().time()
@@ -68,9 +68,9 @@ async def test_deadline_leaves_addressable_user_message_and_cancels_agent(databa
             await stack.chat().SendMessage(
                 chat_pb2.SendMessageRequest(instance=parent, content="think hard"),
                 metadata=stack.md(),
-                timeout=1.0,
+                timeout=2.0,
             )
-        assert asyncio.get_running_loop().time() - t0 < 1.5
+        assert asyncio.get_running_loop().time() - t0 < 2.5
         assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         assert (
             error_info(e.value).reason == "AGENT_DEADLINE_EXCEEDED"
@@ -78,8 +78,8 @@ async def test_deadline_leaves_addressable_user_message_and_cancels_agent(databa
         trace_id = await assert_failed_turn_addressable(stack, parent, e.value)
         t = await stack.wait_trace(trace_id, min_spans=2)
         (think,) = by_name(t, "agent.think")
-        # The agent's work was cancelled with the call: it did not run its 3 s.
-        assert (think.end_time_unix_nano - think.start_time_unix_nano) / 1e9 < 2.0
+        # The agent's work was cancelled with the call: it did not run its 4 s.
+        assert (think.end_time_unix_nano - think.start_time_unix_nano) / 1e9 < 3.0
         assert think.status_code == traces_pb2.STATUS_CODE_ERROR
     finally:
         await stack.stop()
