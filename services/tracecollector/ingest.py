@@ -34,7 +34,7 @@ import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
@@ -87,8 +87,9 @@ def utc_day(ns: int) -> datetime:
 class Window:
     """Span start times the collector stores: [oldest_ns, newest_ns).
 
-    `oldest_ns` is 00:00 UTC of the day `retention_days` before today (so 14 keeps today plus 14 whole
-    previous days: exactly the partitions retention keeps); `newest_ns` is now + the allowed future skew.
+    `oldest_ns` is `first_retained_day_ns(now, retention_days)`: the first UTC midnight not older than
+    `retention_days` × 24 h, which is exactly where the partitions retention keeps begin;
+    `newest_ns` is now + the allowed future skew.
     """
 
     oldest_ns: int
@@ -96,8 +97,19 @@ class Window:
 
     @classmethod
     def at(cls, now_ns: int, retention_days: int, max_future_skew_s: int) -> Window:
-        oldest_day = utc_day(now_ns) - timedelta(days=retention_days)
-        return cls(day_start_ns(oldest_day), now_ns + max_future_skew_s * NS_PER_S)
+        return cls(first_retained_day_ns(now_ns, retention_days), now_ns + max_future_skew_s * NS_PER_S)
+
+
+def first_retained_day_ns(now_ns: int, retention_days: int) -> int:
+    """00:00 UTC of the oldest day kept: the first midnight at or after now − `retention_days` × 24 h.
+
+    So a day is dropped as soon as any instant of it is older than the retention period: no span
+    older than `retention_days` days survives a pass, and every span at most `retention_days` − 1
+    days old is kept (case F18: spans past 14 days gone, 13-day-old spans stay). Spans between
+    13 and 14 days old go with their day.
+    """
+    cutoff = now_ns - retention_days * NS_PER_DAY
+    return -(-cutoff // NS_PER_DAY) * NS_PER_DAY
 
 
 # --- AnyValue → JSON ---------------------------------------------------------------------------

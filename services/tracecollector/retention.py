@@ -1,8 +1,9 @@
 """Partition management: daily partitions made ahead, whole days dropped past the retention window.
 
-Rule (design.md "Trace collector", issue 4): with `retention_days` = N, the collector keeps the
-partitions of today and the N previous UTC days, and partitions for `partitions_ahead_days` days
-after today. Older days are dropped whole (DETACH ... CONCURRENTLY + DROP TABLE, repository.py),
+Rule (design.md "Trace collector", issue 4, case F18): with `retention_days` = N, the collector
+keeps the partitions of the UTC days that start at or after now − N × 24 h (N days: the N − 1
+previous days and today), and partitions for `partitions_ahead_days` days after today; see
+`ingest.first_retained_day_ns`. Older days are dropped whole (DETACH ... CONCURRENTLY + DROP TABLE, repository.py),
 never with row DELETEs, so a day's drop costs the same whatever its size and does not stall ingest.
 Spans outside the kept days are rejected at ingest (ingest.Window), never stored in a catch-all.
 
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-from services.tracecollector.ingest import utc_day
+from services.tracecollector.ingest import first_retained_day_ns, utc_day
 from services.tracecollector.repository import Partition, Repository
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,8 @@ class Plan:
 def kept_days(now_ns: int, retention_days: int, ahead_days: int) -> tuple[date, date]:
     """(first, last) UTC day whose partition should exist at `now_ns` (inclusive)."""
     today = utc_day(now_ns).date()
-    return today - timedelta(days=retention_days), today + timedelta(days=ahead_days)
+    first = utc_day(first_retained_day_ns(now_ns, retention_days)).date()
+    return first, today + timedelta(days=ahead_days)
 
 
 def plan(existing: list[Partition], now_ns: int, retention_days: int, ahead_days: int) -> Plan:

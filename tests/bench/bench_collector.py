@@ -352,7 +352,8 @@ async def bench_get_trace(ctx, now_ns: int) -> dict[str, float]:
         retention = Retention(repo, retention_days=14, ahead_days=3, interval_s=3600)
         await retention.run_once(now_ns)
         today = now_ns // NS_PER_DAY * NS_PER_DAY
-        day_starts = [today - d * NS_PER_DAY for d in range(days)]
+        # The 13 previous days, today and tomorrow: 15 partitions that retention keeps.
+        day_starts = [today - d * NS_PER_DAY for d in range(-1, days - 1)]
         t0 = time.perf_counter()
         todo = list(day_starts)
 

@@ -84,12 +84,13 @@ async def test_query_needs_a_token_with_traces_read(collector):
     assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
-async def test_F18_retention_drops_days_past_14_and_keeps_13_day_old_spans(start_collector):
-    # The collector's clock is "now"; the pass runs 1.5 days later, when the first trace is
-    # past 14 days (its whole day is dropped) and the second is 13 days old.
-    real_now = time.time_ns()
+@pytest.mark.parametrize("hour", [0.5, 11, 23.5])
+async def test_F18_retention_drops_days_past_14_and_keeps_13_day_old_spans(start_collector, hour):
+    # The collector's clock is "now" (at several times of day); the pass runs 1.5 days later, when
+    # the first trace is 14.5 days old (its whole day is dropped) and the second 13 days old (kept).
+    real_now = time.time_ns() // DAY * DAY + int(hour * 3600 * NS)
     c = await start_collector(clock=lambda: real_now)
-    old_tid, old_spans = one_trace(3, start_ns=real_now - int(13.5 * DAY))
+    old_tid, old_spans = one_trace(3, start_ns=real_now - 13 * DAY)
     kept_tid, kept_spans = one_trace(3, start_ns=real_now - int(11.5 * DAY))
     resp = await c.otlp().Export(request(old_spans + kept_spans))
     assert not resp.HasField("partial_success")
@@ -115,7 +116,7 @@ async def test_F18_retention_drops_days_past_14_and_keeps_13_day_old_spans(start
         assert len(await conn.fetch("SELECT day FROM traces.dropped_days")) == len(result.dropped)
     finally:
         await conn.close()
-    assert len(names) == 14 + 1 + 3  # the retained days, today, and 3 ahead (at the pass's clock)
+    assert len(names) == 14 + 3  # the 14 retained days (today included) and 3 ahead, at the pass's clock
 
 
 async def test_retention_pass_is_idempotent_and_spans_too_old_for_the_window_are_rejected(start_collector):
@@ -202,7 +203,7 @@ async def test_a_retention_pass_blocked_by_a_reader_does_not_stall_exports(start
     now = time.time_ns()
     c = await start_collector(clock=lambda: now)
     stub = c.otlp()
-    old_tid, old = one_trace(50, start_ns=now - 14 * DAY + NS)
+    old_tid, old = one_trace(50, start_ns=now - 13 * DAY)
     await stub.Export(request(old))
     reader = await asyncpg.connect(c.database_url)
     try:

@@ -12,6 +12,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from services.tracecollector.ingest import (
     NS_PER_DAY,
+    first_retained_day_ns,
     ROW_FIELDS,
     BatchWriter,
     Overloaded,
@@ -41,9 +42,18 @@ def _span(tid=b"\x01" * 16, sid=b"\x02" * 8, start=NOW - 10**9, end=NOW, **kw) -
     return trace_pb2.Span(trace_id=tid, span_id=sid, start_time_unix_nano=start, end_time_unix_nano=end, **kw)
 
 
-def test_window_keeps_today_and_the_14_previous_utc_days():
-    assert WINDOW.oldest_ns == int(datetime(2026, 11, 16, tzinfo=UTC).timestamp()) * 10**9
+def test_window_starts_at_the_first_midnight_within_the_last_14_days():
+    assert WINDOW.oldest_ns == int(datetime(2026, 11, 17, tzinfo=UTC).timestamp()) * 10**9
     assert WINDOW.newest_ns == NOW + 3600 * 10**9
+
+
+@pytest.mark.parametrize("hour", [0, 1, 12, 23])
+def test_F18_at_any_time_of_day_13_day_old_spans_are_kept_and_older_than_14_days_are_not(hour):
+    now = int(datetime(2026, 11, 30, hour, 30, tzinfo=UTC).timestamp()) * 10**9
+    oldest = first_retained_day_ns(now, 14)
+    assert oldest <= now - 13 * NS_PER_DAY
+    assert oldest > now - 14 * NS_PER_DAY
+    assert oldest % NS_PER_DAY == 0
 
 
 @pytest.mark.parametrize(("span", "reason"), [
@@ -139,12 +149,12 @@ def test_otlp_json_hex_ids_camel_case_and_unknown_fields():
 
 def test_retention_plan_creates_ahead_and_drops_only_whole_old_days():
     first, last = kept_days(NOW, 14, 3)
-    assert (first, last) == (date(2026, 11, 16), date(2026, 12, 3))
+    assert (first, last) == (date(2026, 11, 17), date(2026, 12, 3))
     existing = [Partition(partition_name(d), d, False) for d in (date(2026, 11, 14), date(2026, 11, 15),
                                                                   date(2026, 11, 16), date(2026, 11, 30))]
     p = plan(existing, NOW, 14, 3)
-    assert [x.day for x in p.drop] == [date(2026, 11, 14), date(2026, 11, 15)]
-    assert date(2026, 11, 16) not in p.create and date(2026, 11, 30) not in p.create
+    assert [x.day for x in p.drop] == [date(2026, 11, 14), date(2026, 11, 15), date(2026, 11, 16)]
+    assert date(2026, 11, 30) not in p.create
     assert p.create[0] == date(2026, 11, 17) and p.create[-1] == date(2026, 12, 3)
     assert plan(existing + [Partition("spans_p20261201", date(2026, 12, 1), True)], NOW, 14, 3).drop[-1].detach_pending
     assert partition_day(partition_name(date(2026, 1, 2))) == date(2026, 1, 2)
