@@ -12,12 +12,12 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from services.tracecollector.ingest import (
     NS_PER_DAY,
-    first_retained_day_ns,
     ROW_FIELDS,
     BatchWriter,
     Overloaded,
     Window,
     any_value,
+    first_retained_day_ns,
     flatten,
     to_json,
     without_rejected,
