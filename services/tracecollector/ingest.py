@@ -365,6 +365,8 @@ class BatchWriter:
         cancel the write (its rows are committed anyway; a retry is deduplicated at read time).
         """
         fut = asyncio.get_running_loop().create_future()
+        # A caller cancelled meanwhile never reads the outcome: mark it retrieved (no loop warning).
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._pending.append(_Pending(rows, reserved, fut))
         self._wake.set()
         await asyncio.shield(fut)

@@ -470,3 +470,29 @@ async def test_a_dead_downstream_never_slows_or_fails_ingest(start_collector):
     assert time.perf_counter() - t0 < 2.0
     assert await c.span_rows() == 12
     assert c.server.forwarder.dropped >= 3  # bounded queue: the oldest requests were dropped
+
+
+async def test_an_export_retried_after_a_client_deadline_reads_once(collector):
+    # The exporter gives up waiting (deadline) while the COPY is held back; its spans still commit,
+    # and the retry it then sends is stored again: reads show each span once.
+    stub = collector.otlp()
+    tid, spans = one_trace(5)
+    blocker = await asyncpg.connect(collector.database_url)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute("LOCK TABLE traces.spans IN SHARE MODE")
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await stub.Export(request(spans), timeout=0.3)
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        await tx.rollback()
+    finally:
+        await blocker.close()
+    resp = await stub.Export(request(spans))
+    assert not resp.HasField("partial_success")
+    for _ in range(100):  # both copies are stored (the first one by another writer, maybe later)
+        if await collector.span_rows() == 10:
+            break
+        await asyncio.sleep(0.02)
+    assert await collector.span_rows() == 10
+    assert len((await collector.get_trace(tid)).spans) == 5
