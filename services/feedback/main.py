@@ -3,6 +3,7 @@ SIGTERM/SIGINT (graceful: drain, then close)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
 from services.common.db import resolve_database_url
@@ -16,6 +17,9 @@ log = logging.getLogger(__name__)
 
 async def _serve(settings: FeedbackSettings) -> None:
     server = await create_server(settings, database_url=resolve_database_url(settings))
+    # Start-up objects (modules, protos, pools) never die: keep them out of the collector's scans so
+    # full collections stay short (tail latency).
+    gc.freeze()
     log.info("FeedbackService listening on port %d", server.port)
     await serve_until_signal(server.stop)
 

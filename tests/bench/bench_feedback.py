@@ -65,7 +65,8 @@ async def run(ctx) -> dict[str, float]:
         turns = [await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst, content=f"question {i}",
                                                                     request_id=str(uuid.uuid4())), metadata=md)
                  for i in range(TURNS)]
-        stack.flush_spans()
+        for t in turns:  # every turn's spans are at the collector before the clock starts
+            await stack.wait_trace(t.trace_id, min_spans=3)
 
         async def timed(call) -> float:
             t0 = time.perf_counter()

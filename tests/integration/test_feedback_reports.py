@@ -427,7 +427,7 @@ async def test_trace_id_target_by_the_agent_resolves_the_turn_and_emits_a_span_e
     while not (mine := [s for s in trace.spans if s.name == "feedback.create"]):
         assert time.monotonic() < deadline
         await asyncio.sleep(0.1)
-        stack.flush_spans()
+        await stack.aflush_spans()
         trace = await stack.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=turn.trace_id), metadata=stack.md())
     events = [e for s in mine for e in s.events if e.name == "feedback.created"]
     assert len(events) == 1
