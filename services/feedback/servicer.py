@@ -185,6 +185,17 @@ def rating_proto(r: Mapping[str, Any]) -> pb.Rating:
     return out
 
 
+def _keyset(token: str) -> tuple[dt.datetime, str] | None:
+    """A (time, id) keyset position from a page token this service issued; INVALID_ARGUMENT otherwise."""
+    tok = decode_page_token(token)
+    if tok is None:
+        return None
+    try:
+        return _parse_time(tok["t"]), str(tok["i"])
+    except (KeyError, TypeError, ValueError):
+        raise InvalidArgument("page_token", "is not a token this service issued") from None
+
+
 def _version_from_etag(etag: str, field_path: str) -> int:
     v = etag.strip().removeprefix("W/").strip('"')
     if not v.isdigit():
@@ -353,8 +364,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
             "text": check_text(request.text, "text", 200),
             "trace_id": parse_trace_id(request.trace_id, "trace_id") if request.trace_id else "",
         }
-        tok = decode_page_token(request.page_token)
-        after = (_parse_time(tok["t"]), tok["i"]) if tok else None
+        after = _keyset(request.page_token)
         rows = await self._repo.list_feedback(p.sub, filters, after, size + 1)
         out = pb.ListFeedbackResponse(feedback=[self._proto(r) for r in rows[:size]])
         if len(rows) > size:
@@ -511,8 +521,11 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         parse_name(request.conversation, "instances/{}", "conversation")
         size = page_size(request.page_size, 100, 1000)
         tok = decode_page_token(request.page_token)
+        key = tok.get("k") if tok else None
+        if tok is not None and not (isinstance(key, list) and len(key) == 4):
+            raise InvalidArgument("page_token", "is not a token this service issued")
         turn = request.turn_index if request.HasField("turn_index") else None
-        rows = await self._repo.list_ratings(p.sub, request.conversation, turn, tok["k"] if tok else None, size + 1)
+        rows = await self._repo.list_ratings(p.sub, request.conversation, turn, key, size + 1)
         out = pb.ListRatingsResponse(ratings=[rating_proto(r) for r in rows[:size]])
         if len(rows) > size:
             last = rows[size - 1]
@@ -578,8 +591,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         }
         if f["aspect"] and not domain.ASPECT_SLUG.match(f["aspect"]):
             raise InvalidArgument("aspect", "must be a slug [a-z][a-z0-9_]{0,63}")
-        tok = decode_page_token(request.page_token)
-        after = (_parse_time(tok["t"]), tok["i"]) if tok else None
+        after = _keyset(request.page_token)
         rating_only = bool(f["scope"] or f["aspect"] or f["sentiment"])
         ratings, reports = await self._repo.recent(f, after, size + 1, ratings=True, reports=not rating_only)
         merged = sorted([(r["update_time"], r["id"], "r", r) for r in ratings]

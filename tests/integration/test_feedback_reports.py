@@ -409,6 +409,10 @@ async def test_list_filters_and_pages_newest_first_without_repeats(stack):
     ts = timestamp_pb2.Timestamp()
     ts.FromDatetime(future)
     assert await list_all(stack, start_time=ts) == []
+    for bad in ("not-a-token", "eyJ4IjoxfQ"):  # garbage, and base64 of {"x":1}
+        e = await expect_error(stack.feedback().ListFeedback(pb.ListFeedbackRequest(page_token=bad),
+                                                             metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+        assert error_info(e).metadata["field"] == "page_token"
 
 
 async def test_trace_id_target_by_the_agent_resolves_the_turn_and_emits_a_span_event_without_the_body(stack):
