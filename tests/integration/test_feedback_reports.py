@@ -282,7 +282,22 @@ async def test_F18_a_turn_never_captured_within_retention_is_marked_expired_by_t
         await stack.stop()
 
 
-async def start_feedback(stack: Stack, data_dir: Path, clock=None, **overrides):
+async def test_capture_work_lives_in_the_database_and_survives_the_replica_that_took_the_report(stack, tmp_path):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "which tools did you use?")
+    # A replica without a worker takes the report and is gone before the spans land.
+    gone = await start_feedback(stack, tmp_path, run_worker=False)
+    stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, gone.port))
+    fb = await stub.CreateFeedback(pb.CreateFeedbackRequest(
+        feedback=pb.Feedback(message=turn.reply.name, body="left behind"), request_id=rid()), metadata=stack.md())
+    await gone.stop(0.5)
+    assert fb.trace_snapshot.state == PENDING
+    await stack.wait_trace(turn.trace_id, min_spans=3)
+    captured = await wait_state(stack, fb.name, CAPTURED)  # the stack's replica found it in the queue
+    assert captured.trace_snapshot.tool_calls and captured.body == "left behind"
+
+
+async def start_feedback(stack: Stack, data_dir: Path, clock=None, run_worker: bool = True, **overrides):
     """Another feedback server process-equivalent on the stack's database (its own pool and worker)."""
     values = dict(
         listen="127.0.0.1:0", chat_target=f"127.0.0.1:{stack.ports['chat']}",
@@ -290,7 +305,7 @@ async def start_feedback(stack: Stack, data_dir: Path, clock=None, **overrides):
         database_url=stack.database_url, data_dir=data_dir, jwt_secret=TEST_JWT_SECRET, shutdown_grace_s=0.5,
         tracker_markdown_dir=str(data_dir / "tickets"))
     settings = FeedbackSettings(**{**values, **overrides})
-    return await create_server(settings, database_url=stack.database_url, clock=clock,
+    return await create_server(settings, database_url=stack.database_url, clock=clock, run_worker=run_worker,
                                tracer_provider=stack.providers["feedback"])
 
 
