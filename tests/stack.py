@@ -123,7 +123,8 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
     from services.tracecollector.settings import CollectorSettings
 
     p = dict(zip(["otlp_grpc", "otlp_http", "query", "chat", "agent", "feedback"], free_ports(6), strict=True))
-    common = {"database_url": database_url, "data_dir": data_dir, "jwt_secret": TEST_JWT_SECRET, "shutdown_grace_s": 0.5}
+    common = {"database_url": database_url, "data_dir": data_dir, "jwt_secret": TEST_JWT_SECRET, "shutdown_grace_s": 0.5,
+              "shutdown_drain_s": 0.0}
     stack = Stack(ports=p, data_dir=data_dir, database_url=database_url)
 
     def provider(name: str) -> TracerProvider:

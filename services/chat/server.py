@@ -48,7 +48,7 @@ async def create_server(
     interceptor = ServiceInterceptor(
         Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS
     )
-    server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s)
+    server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.add(
         chat_pb2_grpc.add_ChatServiceServicer_to_server,
         ChatServicer(repo, turns, settings.max_content_chars),

@@ -8,7 +8,6 @@ Stop: SIGTERM to every child (they drain: NOT_SERVING → in-flight calls finish
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import signal
@@ -18,9 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
+from services.common.server import wait_serving
 from services.common.settings import PROJECT_ROOT, CommonSettings
 
 log = logging.getLogger(__name__)
@@ -90,7 +87,10 @@ class LocalStack:
             c.proc = subprocess.Popen([sys.executable, "-m", c.module], env=c.env, stdout=out, stderr=subprocess.STDOUT,
                                       cwd=PROJECT_ROOT, start_new_session=True)
             if c.health_target:
-                await wait_serving(c.health_target, timeout_s, c)
+                try:
+                    await wait_serving(c.health_target, timeout_s, c.proc)
+                except (RuntimeError, TimeoutError) as e:
+                    raise RuntimeError(f"{c.name}: {e}; see {self.log_dir / (c.name + '.log')}") from None
             log.info("%s ready", c.name)
         self._start_gateway_and_console()
 
@@ -133,22 +133,3 @@ class LocalStack:
                     c.proc.kill()
         if self._pg_handle is not None:
             self._pg_handle.cleanup()  # type: ignore[attr-defined]
-
-
-async def wait_serving(target: str, timeout_s: float, child: Child | None = None) -> None:
-    """Poll grpc.health.v1 Check on `target` until SERVING; RuntimeError with the log tail otherwise."""
-    deadline = time.monotonic() + timeout_s
-    async with grpc.aio.insecure_channel(target) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while True:
-            if child and child.proc and child.proc.poll() is not None:
-                raise RuntimeError(f"{child.name} exited with {child.proc.returncode}; see its log in .data/logs/")
-            try:
-                r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.aio.AioRpcError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{target} not SERVING after {timeout_s:.0f} s")
-            await asyncio.sleep(0.2)

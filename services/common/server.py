@@ -271,3 +271,27 @@ async def serve_until_signal(stop: Callable[[], Awaitable[None]]) -> None:
     await ev.wait()
     log.info("signal received: draining")
     await stop()
+
+
+async def wait_serving(target: str, timeout_s: float = 60.0, proc: Any = None) -> None:
+    """Poll grpc.health.v1 `Check("")` on `target` every 0.2 s until SERVING.
+
+    `proc` (a subprocess.Popen, optional): fail fast with RuntimeError when it exits meanwhile.
+    Raises TimeoutError after `timeout_s` seconds.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    async with grpc.aio.insecure_channel(target) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while True:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"process serving {target} exited with {proc.returncode}")
+            try:
+                r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.aio.AioRpcError:
+                pass
+            if loop.time() > deadline:
+                raise TimeoutError(f"{target} not SERVING after {timeout_s:.0f} s")
+            await asyncio.sleep(0.2)

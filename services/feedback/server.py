@@ -78,7 +78,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     servicer = FeedbackServicer(repo, chat, worker if run_worker else None, sink, settings, tracer, clock)
 
     server = GrpcServer([ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer)],
-                        grace_s=settings.shutdown_grace_s)
+                        grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.add(feedback_pb2_grpc.add_FeedbackServiceServicer_to_server, servicer, SERVICE)
     server.bind(settings.listen)
     await server.start()

@@ -143,7 +143,7 @@ async def create_server(
         # OTLP/gRPC: public, untraced; grpc enforces the 4 MiB limit after decompression.
         srv.otlp = GrpcServer(
             [ServiceInterceptor(None, {}, tracer, public_prefixes=(otlp_grpc.PUBLIC_PREFIX,))],
-            grace_s=settings.shutdown_grace_s, max_message_bytes=settings.grpc_max_message_bytes,
+            grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s, max_message_bytes=settings.grpc_max_message_bytes,
         )
         srv.otlp.add(trace_service_pb2_grpc.add_TraceServiceServicer_to_server,
                      otlp_grpc.TraceServiceServicer(ingestor, settings.retry_after_s), otlp_grpc.SERVICE_NAME)
@@ -152,7 +152,7 @@ async def create_server(
 
         reader = TraceReader(repo, window, max_search_days=settings.retention_days)
         srv.query = GrpcServer([ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer)],
-                               grace_s=settings.shutdown_grace_s)
+                               grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
         srv.query.add(traces_pb2_grpc.add_TraceQueryServiceServicer_to_server, TraceQueryServicer(reader),
                       "agentfeedback.traces.v1.TraceQueryService")
         srv.ports["query"] = srv.port = srv.query.bind(settings.query_listen)

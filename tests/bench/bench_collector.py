@@ -37,7 +37,6 @@ from typing import Self
 import asyncpg
 import grpc
 from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
@@ -46,6 +45,7 @@ from services.common.db import create_pool, migrate
 from services.tracecollector.ingest import NS_PER_DAY, Window, flatten
 from services.tracecollector.repository import SPAN_COLUMNS, Repository, partition_name
 from services.tracecollector.retention import Retention
+from services.common.server import wait_serving
 from services.tracecollector.server import MIGRATIONS, SCHEMA
 from tests.stack import free_ports
 
@@ -167,21 +167,7 @@ async def send_all(port: int, payloads: list[bytes], clients: int = CLIENTS) -> 
 
 
 async def _wait_health(port: int, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"process exited with {proc.returncode}")
-            try:
-                r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.aio.AioRpcError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("server did not become healthy")
-            await asyncio.sleep(0.2)
+    await wait_serving(f"127.0.0.1:{port}", timeout_s, proc)
 
 
 async def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 180.0) -> None:

@@ -156,7 +156,7 @@ async def gateway_with(database_url: str, tmp_path: Path):
                 agent_target=f"127.0.0.1:{port}",
                 jwt_secret=TEST_JWT_SECRET,
                 data_dir=tmp_path,
-                shutdown_grace_s=0,
+                shutdown_grace_s=0, shutdown_drain_s=0,
             ),
             database_url=database_url,
             tracer_provider=tp,

@@ -143,7 +143,7 @@ async def start_collector(database_url: str, tmp_path):
     async def start(clock=None, **overrides) -> Collector:
         settings = CollectorSettings(
             otlp_grpc_listen="127.0.0.1:0", otlp_http_host="127.0.0.1", otlp_http_port=0,
-            query_listen="127.0.0.1:0", jwt_secret=TEST_JWT_SECRET, data_dir=tmp_path, shutdown_grace_s=0.5,
+            query_listen="127.0.0.1:0", jwt_secret=TEST_JWT_SECRET, data_dir=tmp_path, shutdown_grace_s=0.5, shutdown_drain_s=0,
             **overrides,
         )
         kw = {"clock": clock} if clock else {}
@@ -435,7 +435,7 @@ async def test_forwarder_sends_accepted_spans_to_the_downstream_collector(start_
     try:
         down = Collector(await create_server(CollectorSettings(
             otlp_grpc_listen="127.0.0.1:0", otlp_http_port=0, query_listen="127.0.0.1:0",
-            jwt_secret=TEST_JWT_SECRET, shutdown_grace_s=0.5), database_url=down_url), down_url)
+            jwt_secret=TEST_JWT_SECRET, shutdown_grace_s=0.5, shutdown_drain_s=0), database_url=down_url), down_url)
         try:
             up = await start_collector(forward_endpoint=f"127.0.0.1:{down.ports['otlp_grpc']}")
             tid, spans = one_trace(4)

@@ -35,6 +35,7 @@ from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from agentfeedback.feedback.v1 import feedback_pb2, feedback_pb2_grpc
+from services.common.server import wait_serving
 from services.common.auth import mint_token
 from tests.stack import free_ports
 
@@ -109,19 +110,7 @@ async def _client(port: int, load: Load, worker: int, call_fn: CallFn) -> None:
 
 
 async def _wait_serving(port: int, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while True:
-            assert proc.poll() is None, f"process exited early with {proc.returncode}"
-            try:
-                r = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.aio.AioRpcError:
-                pass
-            assert time.monotonic() < deadline, "the service did not report SERVING"
-            await asyncio.sleep(0.1)
+    await wait_serving(f"127.0.0.1:{port}", timeout_s, proc)
 
 
 async def _watch_health(stub: health_pb2_grpc.HealthStub, seen: list[tuple[float, int]]) -> None:

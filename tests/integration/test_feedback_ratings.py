@@ -8,17 +8,16 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import grpc
 import pytest
 from google.protobuf import field_mask_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
+from services.common.server import wait_serving as common_wait_serving
 from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info, status_details
 from tests.integration.test_feedback_reports import channel_to, expect_error, flag, new_instance, send
@@ -162,19 +161,10 @@ def spawn_feedback_process(stack: Stack, port: int, log: Path, **extra_env: str)
 
 
 async def wait_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while True:
-            assert proc.poll() is None, f"second feedback process exited: {log.read_text()[-2000:]}"
-            try:
-                r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.aio.AioRpcError:
-                pass
-            assert time.monotonic() < deadline, f"second feedback process not serving: {log.read_text()[-2000:]}"
-            await asyncio.sleep(0.2)
+    try:
+        await common_wait_serving(f"127.0.0.1:{port}", timeout_s, proc)
+    except (RuntimeError, TimeoutError) as e:
+        raise AssertionError(f"second feedback process: {e}: {log.read_text()[-2000:]}") from None
 
 
 @pytest.mark.slow

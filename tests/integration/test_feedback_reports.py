@@ -302,7 +302,7 @@ async def start_feedback(stack: Stack, data_dir: Path, clock=None, run_worker: b
     values = dict(
         listen="127.0.0.1:0", chat_target=f"127.0.0.1:{stack.ports['chat']}",
         traces_target=f"127.0.0.1:{stack.ports['query']}", capture_poll_s=0.2, capture_backoff_s=0.2,
-        database_url=stack.database_url, data_dir=data_dir, jwt_secret=TEST_JWT_SECRET, shutdown_grace_s=0.5,
+        database_url=stack.database_url, data_dir=data_dir, jwt_secret=TEST_JWT_SECRET, shutdown_grace_s=0.5, shutdown_drain_s=0,
         tracker_markdown_dir=str(data_dir / "tickets"))
     settings = FeedbackSettings(**{**values, **overrides})
     return await create_server(settings, database_url=stack.database_url, clock=clock, run_worker=run_worker,

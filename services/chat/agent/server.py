@@ -50,7 +50,7 @@ async def create_server(
     interceptor = ServiceInterceptor(
         Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS
     )
-    server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s)
+    server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.add(agent_pb2_grpc.add_AgentServiceServicer_to_server, AgentServicer(agent), SERVICE)
     server.bind(settings.listen)
 
