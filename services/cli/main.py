@@ -84,7 +84,13 @@ async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) ->
     stack = LocalStack(common)
     click.echo("starting PostgreSQL and the services (logs in .data/logs/) …")
     try:
-        await stack.start()
+        try:
+            await stack.start()
+        except RuntimeError as e:
+            raise click.ClickException(str(e)) from None
+        targets = {c.name: c.health_target for c in stack.children}
+        settings = settings.model_copy(update={"chat_target": targets["chat"], "feedback_target": targets["feedback"],
+                                               "traces_target": targets["tracecollector"]})
         clients = Clients.from_settings(settings)
         if not no_demo:
             await run_demo(clients, echo=click.echo)

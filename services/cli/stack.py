@@ -60,7 +60,6 @@ class LocalStack:
     def plan(self) -> list[Child]:
         base = {
             **os.environ,
-            "AGENTFEEDBACK_DATABASE_URL": self.database_url,
             "AGENTFEEDBACK_DATA_DIR": str(self.settings.data_dir),
             "OTEL_EXPORTER_OTLP_ENDPOINT": os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
             "OTEL_BSP_SCHEDULE_DELAY": os.environ.get("OTEL_BSP_SCHEDULE_DELAY", "500"),
@@ -79,9 +78,14 @@ class LocalStack:
         ]
 
     async def start(self, timeout_s: float = 120.0) -> None:
+        """Start everything; RuntimeError naming the process and its log when one fails, or naming
+        the port and the variable that moves it when a port is already taken (another stack?)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.database_url = self._database()
         self.children = self.plan()
+        _check_ports_free(self.children)
+        self.database_url = self._database()
+        for c in self.children:
+            c.env["AGENTFEEDBACK_DATABASE_URL"] = self.database_url
         for c in self.children:
             out = open(self.log_dir / f"{c.name}.log", "ab")  # noqa: SIM115 - owned by the child
             c.proc = subprocess.Popen([sys.executable, "-m", c.module], env=c.env, stdout=out, stderr=subprocess.STDOUT,
@@ -133,3 +137,34 @@ class LocalStack:
                     c.proc.kill()
         if self._pg_handle is not None:
             self._pg_handle.cleanup()  # type: ignore[attr-defined]
+
+
+_PORT_VARIABLES = {
+    "tracecollector": "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN",
+    "feedback": "AGENTFEEDBACK_FEEDBACK_LISTEN",
+    "agent": "AGENTFEEDBACK_AGENT_LISTEN",
+    "chat": "AGENTFEEDBACK_CHAT_LISTEN",
+}
+
+
+def _check_ports_free(children: list[Child]) -> None:
+    """RuntimeError when something already listens on a port the stack needs (health checks would
+    otherwise talk to the other process)."""
+    import socket  # noqa: PLC0415
+
+    from services.common.envoy import GatewaySettings  # noqa: PLC0415
+
+    gs = GatewaySettings()
+    wanted = [(c.health_target, _PORT_VARIABLES.get(c.name, "")) for c in children if c.health_target]
+    wanted += [
+        (os.environ.get("AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN", "127.0.0.1:4317"), "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN"),
+        (f"127.0.0.1:{os.environ.get('AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT', '4318')}", "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT"),
+        (f"127.0.0.1:{gs.port}", "AGENTFEEDBACK_GATEWAY_PORT"),
+        (f"127.0.0.1:{gs.console_port}", "AGENTFEEDBACK_GATEWAY_CONSOLE_PORT"),
+    ]
+    for target, var in wanted:
+        host, _, port = str(target).rpartition(":")
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex((host or "127.0.0.1", int(port))) == 0:
+                raise RuntimeError(f"{target} is already in use (another stack running?); stop it or set {var}")
