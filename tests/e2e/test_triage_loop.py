@@ -5,8 +5,10 @@ id, pulls exactly that turn's tool calls, and resolves it FILED with an issue UR
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import subprocess
 import sys
 import uuid
 
@@ -19,6 +21,7 @@ from services.common.auth import ALL_SCOPES
 from services.common.settings import PROJECT_ROOT
 from tests.e2e.grpcweb_support import CHAT, FEEDBACK, gateway
 from tests.e2e import grpcweb_support as web
+from tests.stack import free_ports
 
 
 def _mcp_params(stack, token: str) -> StdioServerParameters:
@@ -96,3 +99,38 @@ async def test_flag_via_grpcweb_then_triage_over_mcp(stack, tmp_path):
 
     got = await stack.feedback().GetFeedback(feedback_pb2.GetFeedbackRequest(name=created.name), metadata=stack.md("alice"))
     assert got.status == feedback_pb2.STATUS_FILED and got.issue_url == "https://tracker.example/1"
+
+
+async def test_mcp_over_streamable_http_is_owner_scoped(stack):
+    """The same MCP server over streamable HTTP (its other transport): each owner sees only their rows."""
+    chat = stack.chat()
+    inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
+        instance=chat_pb2.Instance(display_name="a", agent="reference")), metadata=stack.md("alice"))
+    turn = await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content="hi",
+                                                              request_id=str(uuid.uuid4())), metadata=stack.md("alice"))
+    fb = await stack.feedback().CreateFeedback(feedback_pb2.CreateFeedbackRequest(
+        feedback=feedback_pb2.Feedback(message=turn.reply.name, body="wrong greeting"),
+        request_id=str(uuid.uuid4())), metadata=stack.md("alice"))
+
+    async def rows_seen_by(sub: str) -> list[str]:
+        (port,) = free_ports(1)
+        params = _mcp_params(stack, stack.token(sub))
+        proc = subprocess.Popen([sys.executable, "-m", "services.feedback.mcp_server", "--transport", "streamable-http",
+                                 "--port", str(port)], env=params.env, cwd=params.cwd,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(100):
+                try:
+                    async with httpx.AsyncClient() as h:
+                        await h.get(f"http://127.0.0.1:{port}/mcp")
+                    break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.1)
+            async with Client(f"http://127.0.0.1:{port}/mcp") as mcp:
+                return [r["name"] for r in _payload(await mcp.call_tool("list_feedback", {}))["feedback"]]
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+    assert await rows_seen_by("alice") == [fb.name]
+    assert await rows_seen_by("mallory") == []
