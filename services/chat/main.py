@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from services.chat.server import create_server
 from services.chat.settings import ChatSettings
 from services.common.db import resolve_database_url
-from services.common.server import serve_until_signal
+from services.common.server import freeze_startup_objects, run_service, serve_until_signal
 from services.common.telemetry import setup_logging
 
 log = logging.getLogger(__name__)
@@ -16,6 +15,7 @@ log = logging.getLogger(__name__)
 
 async def _run(settings: ChatSettings) -> None:
     server = await create_server(settings, database_url=resolve_database_url(settings))
+    freeze_startup_objects()
     log.info("ChatService listening on port %d (agent at %s)", server.port, settings.agent_target)
     await serve_until_signal(server.stop)
 
@@ -23,7 +23,7 @@ async def _run(settings: ChatSettings) -> None:
 def main() -> None:
     settings = ChatSettings()
     setup_logging(settings.log_level, settings.log_format)
-    asyncio.run(_run(settings))
+    run_service(lambda: _run(settings))
 
 
 if __name__ == "__main__":

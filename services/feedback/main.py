@@ -2,12 +2,10 @@
 SIGTERM/SIGINT (graceful: drain, then close)."""
 from __future__ import annotations
 
-import asyncio
-import gc
 import logging
 
 from services.common.db import resolve_database_url
-from services.common.server import serve_until_signal
+from services.common.server import freeze_startup_objects, run_service, serve_until_signal
 from services.common.telemetry import setup_logging
 from services.feedback.server import create_server
 from services.feedback.settings import FeedbackSettings
@@ -17,9 +15,7 @@ log = logging.getLogger(__name__)
 
 async def _serve(settings: FeedbackSettings) -> None:
     server = await create_server(settings, database_url=resolve_database_url(settings))
-    # Start-up objects (modules, protos, pools) never die: keep them out of the collector's scans so
-    # full collections stay short (tail latency).
-    gc.freeze()
+    freeze_startup_objects()
     log.info("FeedbackService listening on port %d", server.port)
     await serve_until_signal(server.stop)
 
@@ -27,7 +23,7 @@ async def _serve(settings: FeedbackSettings) -> None:
 def main() -> None:
     settings = FeedbackSettings()
     setup_logging(settings.log_level, settings.log_format)
-    asyncio.run(_serve(settings))
+    run_service(lambda: _serve(settings))
 
 
 if __name__ == "__main__":

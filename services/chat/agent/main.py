@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from services.chat.agent.server import create_server
 from services.chat.settings import AgentSettings
-from services.common.server import serve_until_signal
+from services.common.server import freeze_startup_objects, run_service, serve_until_signal
 from services.common.telemetry import setup_logging
 
 log = logging.getLogger(__name__)
@@ -15,6 +14,7 @@ log = logging.getLogger(__name__)
 
 async def _run(settings: AgentSettings) -> None:
     server = await create_server(settings)
+    freeze_startup_objects()
     log.info("AgentService listening on port %d (feedback at %s)", server.port, settings.feedback_target)
     await serve_until_signal(server.stop)
 
@@ -22,7 +22,7 @@ async def _run(settings: AgentSettings) -> None:
 def main() -> None:
     settings = AgentSettings()
     setup_logging(settings.log_level, settings.log_format)
-    asyncio.run(_run(settings))
+    run_service(lambda: _run(settings))
 
 
 if __name__ == "__main__":
