@@ -49,7 +49,16 @@ def metadata_dict(context: grpc.aio.ServicerContext) -> dict[str, str]:
 
 def extract_context(context: grpc.aio.ServicerContext) -> otel_context.Context:
     """The caller's W3C trace context from gRPC metadata (empty context when none)."""
-    return propagate.extract(metadata_dict(context), getter=_MetadataGetter())  # type: ignore[arg-type]
+    return _extract(metadata_dict(context))
+
+
+def _extract(md: dict[str, str]) -> otel_context.Context:
+    """`propagate.extract` of `md`; without any header the propagators read (`traceparent`, …) that is
+    the empty Context, returned without running them (most internal calls carry none)."""
+    textmap = propagate.get_global_textmap()
+    if textmap.fields.isdisjoint(md):
+        return otel_context.Context()
+    return textmap.extract(md, getter=_MetadataGetter())  # type: ignore[arg-type]
 
 
 class ServiceInterceptor(grpc.aio.ServerInterceptor):
@@ -74,30 +83,36 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         self._tracer = tracer
         self._public = tuple(ALWAYS_PUBLIC_PREFIXES) + tuple(public_prefixes)
         self._untraced = frozenset(untraced)
+        # method → (the service's handler, our wrapped handler): built once per method, not per call.
+        self._wrapped: dict[str, tuple[Any, Any]] = {}
 
     async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or method.startswith(self._public):
             return handler
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = handler
         if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
+            wrapped = grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(method, handler.unary_unary),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
+        elif handler.unary_stream:
+            wrapped = grpc.unary_stream_rpc_method_handler(
                 self._wrap_stream(method, handler.unary_stream),
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
-        return handler
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
 
-    def _authenticate(self, method: str, context: grpc.aio.ServicerContext) -> None:
+    def _authenticate(self, method: str, md: dict[str, str]) -> None:
         if self._auth is None:
             return
-        md = metadata_dict(context)
         principal = self._auth.authenticate(md.get("authorization"))
         if method not in self._scopes:
             # Fail closed: a method nobody mapped is not callable.
@@ -108,16 +123,10 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             principal.require(scope)
         set_current_principal(principal)
 
-    def _start_span(self, method: str, context: grpc.aio.ServicerContext):
+    def _start_span(self, method: str, md: dict[str, str], span_name: str, attributes: dict[str, str]):
         if method in self._untraced:
             return None
-        service, _, name = method.lstrip("/").rpartition("/")
-        return self._tracer.start_span(
-            method.lstrip("/"),
-            context=extract_context(context),
-            kind=SpanKind.SERVER,
-            attributes={"rpc.system": "grpc", "rpc.service": service, "rpc.method": name},
-        )
+        return self._tracer.start_span(span_name, context=_extract(md), kind=SpanKind.SERVER, attributes=attributes)
 
     async def _fail(self, err: BaseException, context: grpc.aio.ServicerContext, span) -> None:
         if isinstance(err, DomainError):
@@ -137,13 +146,16 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         await context.abort_with_status(rpc_status.to_status(internal_status(trace_id)))
 
     def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]):
+        span_name, attributes = _span_naming(method)
+
         async def wrapped(request, context):
             token = _current.set(None)
             span = None
             try:
                 try:
-                    self._authenticate(method, context)
-                    span = self._start_span(method, context)
+                    md = metadata_dict(context)
+                    self._authenticate(method, md)
+                    span = self._start_span(method, md, span_name, attributes)
                     if span is None:
                         return await behavior(request, context)
                     with trace.use_span(span, end_on_exit=False):
@@ -160,13 +172,16 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         return wrapped
 
     def _wrap_stream(self, method: str, behavior: Callable[..., Any]):
+        span_name, attributes = _span_naming(method)
+
         async def wrapped(request, context):
             token = _current.set(None)
             span = None
             try:
                 try:
-                    self._authenticate(method, context)
-                    span = self._start_span(method, context)
+                    md = metadata_dict(context)
+                    self._authenticate(method, md)
+                    span = self._start_span(method, md, span_name, attributes)
                     ctx_token = otel_context.attach(trace.set_span_in_context(span)) if span else None
                     try:
                         async for item in behavior(request, context):
@@ -184,6 +199,13 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                 _current.reset(token)
 
         return wrapped
+
+
+def _span_naming(method: str) -> tuple[str, dict[str, str]]:
+    """SERVER span name and attributes of a full method name `/pkg.Service/Method` (OpenTelemetry RPC
+    conventions: `rpc.system`, `rpc.service`, `rpc.method`)."""
+    service, _, name = method.lstrip("/").rpartition("/")
+    return method.lstrip("/"), {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
 
 
 class GrpcServer:
