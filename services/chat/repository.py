@@ -95,14 +95,20 @@ SELECT trace_id, turn_index, state, user_message_id, reply_message_id, error_cod
 FROM turns WHERE owner = $1 AND instance_id = $2 AND request_id = $3
 """
 SELECT_MESSAGE = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE owner = $1 AND instance_id = $2 AND id = $3"
+# The instance check and the page in ONE statement (one round trip): no row = no such instance for
+# this owner; one row of NULLs (id IS NULL) = the instance exists and the page is empty.
 LIST_MESSAGES = f"""
-SELECT {MESSAGE_COLUMNS} FROM messages
-WHERE owner = $1 AND instance_id = $2
-  AND ($3::text IS NULL OR trace_id = $3)
-  AND ($4::integer IS NULL OR turn_index = $4)
-  AND ($5::timestamptz IS NULL OR (create_time, id) > ($5, $6))
-ORDER BY create_time, id
-LIMIT $7
+SELECT m.* FROM instances i LEFT JOIN LATERAL (
+    SELECT {MESSAGE_COLUMNS} FROM messages
+    WHERE owner = $1 AND instance_id = $2
+      AND ($3::text IS NULL OR trace_id = $3)
+      AND ($4::integer IS NULL OR turn_index = $4)
+      AND ($5::timestamptz IS NULL OR (create_time, id) > ($5, $6))
+    ORDER BY create_time, id
+    LIMIT $7
+) m ON true
+WHERE i.owner = $1 AND i.id = $2
+ORDER BY m.create_time, m.id
 """
 CLEAR_MESSAGES = "DELETE FROM messages WHERE owner = $1 AND instance_id = $2"
 CLEAR_TURNS = "DELETE FROM turns WHERE owner = $1 AND instance_id = $2"
@@ -291,10 +297,14 @@ class Repository:
         limit: int,
         trace_id: str | None,
         turn_index: int | None,
-    ) -> list[Message]:
+    ) -> list[Message] | None:
+        """One page of the instance's messages, oldest first; None when the instance does not exist
+        for `owner` (checked in the same statement)."""
         t, i = (after.after_time, after.after_id) if after else (None, None)
         rows = await self._pool.fetch(LIST_MESSAGES, owner, instance_id, trace_id, turn_index, t, i, limit)
-        return [_message(r) for r in rows]
+        if not rows:
+            return None
+        return [_message(r) for r in rows if r["id"] is not None]
 
     async def clear_messages(self, owner: str, instance_id: str) -> int:
         """Delete every message (and turn record) of the instance; returns the messages deleted."""

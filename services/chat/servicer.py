@@ -148,13 +148,17 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
 
     async def ListMessages(self, request, context):  # noqa: N802
         """Oldest first; keyset on (create_time, id); filters `trace_id`, `turn_index`."""
-        inst = await self._instance(request.parent, "parent")
+        owner = current_principal().sub
+        instance_id = domain.parse_instance_name(request.parent, "parent")
         size = page_size(request.page_size, default=100)
         trace_id = domain.filter_trace_id(request.trace_id)
         turn_index = request.turn_index if request.HasField("turn_index") else None
-        filters = f"{inst.id}|{trace_id or ''}|{'' if turn_index is None else turn_index}"
+        filters = f"{instance_id}|{trace_id or ''}|{'' if turn_index is None else turn_index}"
         after = MessagePage.parse(request.page_token, filters)
-        rows = await self._repo.list_messages(inst.owner, inst.id, after, size + 1, trace_id, turn_index)
+        # The instance check rides in the same statement (one round trip).
+        rows = await self._repo.list_messages(owner, instance_id, after, size + 1, trace_id, turn_index)
+        if rows is None:
+            raise NotFound(request.parent)
         resp = chat_pb2.ListMessagesResponse(messages=[message_pb(m) for m in rows[:size]])
         if len(rows) > size:
             resp.next_page_token = MessagePage.token(rows[size - 1], filters)
