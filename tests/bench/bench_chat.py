@@ -69,9 +69,11 @@ async def _durations(stub, md, trace_ids: list[str]) -> dict[str, dict[str, floa
     return out
 
 
-async def run(ctx) -> dict[str, float]:
-    db = await ctx.new_database()
-    otlp, otlp_http, query, chat_port, agent_port = free_ports(5)
+def service_env(ctx, db: str) -> tuple[dict[str, str], dict[str, int]]:
+    """Environment and ports for the collector, agent, chat gateway and feedback service as their
+    own processes on database `db` (spans over OTLP to the collector, batches every 0.5 s)."""
+    otlp, otlp_http, query, chat_port, agent_port, feedback_port = free_ports(6)
+    ports = {"query": query, "chat": chat_port, "agent": agent_port, "feedback": feedback_port}
     env = {
         **os.environ,
         "AGENTFEEDBACK_DATABASE_URL": db,
@@ -82,6 +84,10 @@ async def run(ctx) -> dict[str, float]:
         "AGENTFEEDBACK_AGENT_THINK_MS": "0",
         "AGENTFEEDBACK_CHAT_LISTEN": f"127.0.0.1:{chat_port}",
         "AGENTFEEDBACK_CHAT_AGENT_TARGET": f"127.0.0.1:{agent_port}",
+        "AGENTFEEDBACK_AGENT_FEEDBACK_TARGET": f"127.0.0.1:{feedback_port}",
+        "AGENTFEEDBACK_FEEDBACK_LISTEN": f"127.0.0.1:{feedback_port}",
+        "AGENTFEEDBACK_FEEDBACK_CHAT_TARGET": f"127.0.0.1:{chat_port}",
+        "AGENTFEEDBACK_FEEDBACK_TRACES_TARGET": f"127.0.0.1:{query}",
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp}",
         "OTEL_BSP_SCHEDULE_DELAY": "500",
         "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), str(PROJECT_ROOT / "gen")]),
@@ -89,15 +95,22 @@ async def run(ctx) -> dict[str, float]:
         "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(otlp_http),
         "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": f"127.0.0.1:{query}",
     }
-    children = (
-        ("services.tracecollector.main", query, {"OTEL_TRACES_EXPORTER": "none"}),
-        ("services.chat.agent.main", agent_port, {}),
-        ("services.chat.main", chat_port, {}),
-    )
-    procs = []
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{chat_port}")
+    return env, ports
+
+
+async def start_services(env: dict[str, str], ports: dict[str, int], names: list[str]) -> list[subprocess.Popen]:
+    """Start `names` (of collector, agent, chat, feedback) in that order, each as its own process
+    (its real `main()`), waiting until each is SERVING. The caller stops them (`stop_services`)."""
+    modules = {
+        "collector": ("services.tracecollector.main", "query", {"OTEL_TRACES_EXPORTER": "none"}),
+        "agent": ("services.chat.agent.main", "agent", {}),
+        "chat": ("services.chat.main", "chat", {}),
+        "feedback": ("services.feedback.main", "feedback", {}),
+    }
+    procs: list[subprocess.Popen] = []
     try:
-        for module, port, extra in children:
+        for name in names:
+            module, port, extra = modules[name]
             procs.append(
                 subprocess.Popen(
                     [sys.executable, "-m", module],
@@ -107,7 +120,28 @@ async def run(ctx) -> dict[str, float]:
                     start_new_session=True,
                 )
             )
-            await wait_serving(f"127.0.0.1:{port}", 60)
+            await wait_serving(f"127.0.0.1:{ports[port]}", 60, procs[-1])
+    except BaseException:
+        await stop_services(procs)
+        raise
+    return procs
+
+
+async def stop_services(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each still running process (graceful: it drains and flushes its spans) and wait."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(p.wait, 30)
+
+
+async def run(ctx) -> dict[str, float]:
+    env, ports = service_env(ctx, await ctx.new_database())
+    chat_port, query = ports["chat"], ports["query"]
+    procs: list[subprocess.Popen] = []
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{chat_port}")
+    try:
+        procs = await start_services(env, ports, ["collector", "agent", "chat"])
         stub = chat_pb2_grpc.ChatServiceStub(channel)
         md = (("authorization", f"Bearer {mint_token(SECRET, 'bench')}"),)
         inst = await stub.CreateInstance(
@@ -131,10 +165,7 @@ async def run(ctx) -> dict[str, float]:
             spans = await _durations(traces_pb2_grpc.TraceQueryServiceStub(qch), md, list(client_ms))
     finally:
         await channel.close()
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                await asyncio.to_thread(p.wait, 30)
+        await stop_services(procs)
     overhead = [client_ms[t] - spans[t]["agent.think"] for t in client_ms]
     return {
         "turn_overhead_p50_ms": statistics.median(overhead),

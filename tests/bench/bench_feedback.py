@@ -2,9 +2,12 @@
 real chat service (loopback, 1 client, 1000 sequential calls) and PutRating throughput (4 concurrent
 clients, MESSAGE scope).
 
-Deployment shape as in design.md: the feedback service runs as its own OS process
-(`python -m services.feedback.main`); the chat gateway, agent and collector run in the benchmark
-process next to the client (tests/stack.py), whose in-process feedback replica stays idle.
+Deployment shape as in design.md: the feedback service, the chat gateway, the agent and the
+collector each run as their own OS process (their real `main()`, as bench_chat starts them); this
+process is only the client. (Until 2026-11-30 chat, agent and collector ran in-process here, next to
+the client: the collector's ingest of each 512-span export batch and the bench process's full GC of
+that whole stack then stalled the chat calls CreateFeedback waits for by 20–40 ms, several times a
+run — the p99 measured the bench's own loop, not the services.)
 Figures: feedback_create_p50_ms, feedback_create_p99_ms, rating_put_per_s; also the chat service's
 own GetMessage p50 over the same loopback (`feedback_chat_getmessage_p50_ms`, the baseline the
 create path builds on: it makes two chat calls and two SQL statements).
@@ -22,11 +25,12 @@ import uuid
 
 import grpc
 
-from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
-from tests.integration.test_feedback_ratings import spawn_feedback_process, wait_serving
-from tests.stack import free_ports, start_stack
+from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
+from services.common.auth import mint_token
+from tests.bench.bench_chat import SECRET, service_env, start_services, stop_services
 
 CREATE_CALLS = 1000
 WARMUP = 100
@@ -45,28 +49,40 @@ def _pct(sorted_ms: list[float], p: float) -> float:
     return sorted_ms[min(len(sorted_ms) - 1, int(round(p / 100 * (len(sorted_ms) - 1))))]
 
 
+async def _wait_trace(query: traces_pb2_grpc.TraceQueryServiceStub, md, trace_id: str, min_spans: int) -> None:
+    """Poll the collector until the trace has `min_spans` spans (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            tr = await query.GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=md)
+            if len(tr.spans) >= min_spans:
+                return
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"spans of turn {trace_id} never reached the collector")
+        await asyncio.sleep(0.1)
+
+
 async def run(ctx) -> dict[str, float]:
-    data_dir = ctx.tmp / f"feedback-{uuid.uuid4().hex[:6]}"
-    stack = await start_stack(await ctx.new_database(), data_dir)
-    (port,) = free_ports(1)
-    data_dir.mkdir(parents=True, exist_ok=True)
-    log = data_dir / "feedback-process.log"
-    proc = spawn_feedback_process(stack, port, log, OTEL_TRACES_EXPORTER="otlp",
-                                  OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{stack.ports['otlp_grpc']}")
+    env, ports = service_env(ctx, await ctx.new_database())
+    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{ports[n]}") for n in ("chat", "feedback", "query")]
+    procs = []
     try:
-        await wait_serving(port, proc, log)
-        md = stack.md("bench")
-        chat = stack.chat()
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        stack.channels.append(channel)
-        fb = feedback_pb2_grpc.FeedbackServiceStub(channel)
+        procs = await start_services(env, ports, ["collector", "agent", "chat", "feedback"])
+        proc = procs[-1]
+        md = (("authorization", f"Bearer {mint_token(SECRET, 'bench')}"),)
+        chat = chat_pb2_grpc.ChatServiceStub(channels[0])
+        fb = feedback_pb2_grpc.FeedbackServiceStub(channels[1])
+        query = traces_pb2_grpc.TraceQueryServiceStub(channels[2])
         inst = (await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
             instance=chat_pb2.Instance(display_name="bench", agent="reference")), metadata=md)).name
         turns = [await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst, content=f"question {i}",
                                                                     request_id=str(uuid.uuid4())), metadata=md)
                  for i in range(TURNS)]
         for t in turns:  # every turn's spans are at the collector before the clock starts
-            await stack.wait_trace(t.trace_id, min_spans=3)
+            await _wait_trace(query, md, t.trace_id, min_spans=3)
 
         async def timed(call) -> float:
             t0 = time.perf_counter()
@@ -110,6 +126,6 @@ async def run(ctx) -> dict[str, float]:
             "feedback_bench_loadavg_1m": round(os.getloadavg()[0], 2),
         }
     finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-        await stack.stop()
+        for ch in channels:
+            await ch.close()
+        await stop_services(procs)
