@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import re
 import uuid
@@ -76,6 +77,31 @@ def decode_page_token(token: str, field_path: str = "page_token") -> dict[str, A
         return out
     except (ValueError, json.JSONDecodeError):
         raise InvalidArgument(field_path, "is not a token this service issued") from None
+
+
+# google.protobuf.Timestamp's documented range: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z
+# (timestamp.proto), i.e. seconds in [-62135596800, 253402300799] and 0 <= nanos < 1e9.
+TIMESTAMP_MIN_SECONDS = -62_135_596_800
+TIMESTAMP_MAX_SECONDS = 253_402_300_799
+
+
+def parse_timestamp(ts: Any, field_path: str) -> dt.datetime:
+    """A google.protobuf.Timestamp → timezone-aware UTC datetime (microsecond precision).
+
+    Raises InvalidArgument naming `field_path` when `seconds` is outside
+    0001-01-01..9999-12-31 or `nanos` is outside [0, 1e9) — the range documented in
+    google/protobuf/timestamp.proto (protobuf's ToDatetime raises ValueError there, which
+    would otherwise surface as INTERNAL).
+    """
+    seconds, nanos = int(ts.seconds), int(ts.nanos)
+    if not TIMESTAMP_MIN_SECONDS <= seconds <= TIMESTAMP_MAX_SECONDS:
+        raise InvalidArgument(
+            field_path, "seconds must be within 0001-01-01T00:00:00Z..9999-12-31T23:59:59Z "
+            f"({TIMESTAMP_MIN_SECONDS}..{TIMESTAMP_MAX_SECONDS}; got {seconds})",
+        )
+    if not 0 <= nanos < 1_000_000_000:
+        raise InvalidArgument(field_path, f"nanos must be within 0..999999999 (got {nanos})")
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds, microseconds=nanos // 1000)
 
 
 def page_size(value: int, default: int = 50, maximum: int = 1000, field_path: str = "page_size") -> int:
