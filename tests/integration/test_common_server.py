@@ -87,3 +87,17 @@ async def test_health_reflection_and_graceful_drain(server):
         assert r.status == health_pb2.HealthCheckResponse.NOT_SERVING
         assert (await in_flight).content == "alice"  # the in-flight call finished during the drain
         await stopping
+
+
+async def test_undecodable_request_is_invalid_argument_not_unknown(server):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        raw = ch.unary_unary(THINK, request_serializer=None, response_deserializer=None)
+        for garbage in (b"\n\x02\xc3(", b"\xff\xff\xff\xff"):  # invalid UTF-8 in a string field; garbage
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await raw(garbage, metadata=_md())
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert error_info(e.value).reason == "UNDECODABLE_REQUEST"
+            assert "ThinkRequest" in e.value.details()
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await raw(b"\xff\xff\xff\xff")  # no token: authentication comes first
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
