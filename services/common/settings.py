@@ -45,3 +45,36 @@ class CommonSettings(BaseSettings):
     # asyncpg pool size per service process.
     db_pool_min: int = Field(default=2, ge=1, validation_alias=AliasChoices("AGENTFEEDBACK_DB_POOL_MIN"))
     db_pool_max: int = Field(default=10, ge=1, validation_alias=AliasChoices("AGENTFEEDBACK_DB_POOL_MAX"))
+
+
+# `host:port` or `[ipv6]:port` (gRPC listen addresses and targets); port 0 = any free port.
+LISTEN_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$"
+
+
+class SettingsError(SystemExit):
+    """A bad environment value, named by its variable; exits the process with status 1 and the message."""
+
+
+def env_variable(cls: type[BaseSettings], field: str) -> str:
+    """The environment variable a settings field is read from."""
+    f = cls.model_fields.get(field)
+    alias = f.validation_alias if f is not None else None
+    if alias is not None and hasattr(alias, "choices"):
+        return str(alias.choices[0])
+    return (str(cls.model_config.get("env_prefix", "")) + field).upper()
+
+
+def load_settings(cls: type[BaseSettings], **overrides):
+    """`cls(**overrides)`, or SettingsError whose message names each bad variable, its value, and why
+    (read once at start-up: a bad value stops the service before it serves anything)."""
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    try:
+        return cls(**overrides)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            field = str(err["loc"][0]) if err.get("loc") else "?"
+            var = env_variable(cls, field) if field in cls.model_fields else field
+            lines.append(f"  {var}={err.get('input')!r}: {err['msg']}")
+        raise SettingsError("invalid configuration:\n" + "\n".join(lines)) from None

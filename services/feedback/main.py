@@ -9,6 +9,7 @@ from services.common.server import freeze_startup_objects, run_service, serve_un
 from services.common.telemetry import setup_logging
 from services.feedback.server import create_server
 from services.feedback.settings import FeedbackSettings
+from services.common.settings import load_settings
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +22,7 @@ async def _serve(settings: FeedbackSettings) -> None:
 
 
 def main() -> None:
-    settings = FeedbackSettings()
+    settings = load_settings(FeedbackSettings)
     setup_logging(settings.log_level, settings.log_format)
     run_service(lambda: _serve(settings))
 

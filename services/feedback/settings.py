@@ -4,18 +4,18 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from services.common.settings import CommonSettings
+from services.common.settings import LISTEN_PATTERN, CommonSettings
 
 
 class FeedbackSettings(CommonSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_FEEDBACK_", extra="ignore")
 
     # Listen address of FeedbackService (design.md: 50052).
-    listen: str = "127.0.0.1:50052"
+    listen: str = Field(default="127.0.0.1:50052", pattern=LISTEN_PATTERN)
     # ChatService address (snapshots are resolved there with the caller's token).
-    chat_target: str = "127.0.0.1:50051"
+    chat_target: str = Field(default="127.0.0.1:50051", pattern=LISTEN_PATTERN)
     # TraceQueryService address (the capture worker freezes the turn's spans from there).
-    traces_target: str = "127.0.0.1:50053"
+    traces_target: str = Field(default="127.0.0.1:50053", pattern=LISTEN_PATTERN)
     # Seconds the snapshot fetch from the chat service may take before falling back.
     chat_timeout_s: float = Field(default=2.0, gt=0)
     # Rating note limit in UTF-8 bytes (design.md: default 8192).

