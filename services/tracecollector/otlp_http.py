@@ -20,6 +20,7 @@ import logging
 import math
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, status_pb2
@@ -65,6 +66,8 @@ def parse_json_request(body: bytes) -> trace_service_pb2.ExportTraceServiceReque
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"body is not JSON: {e}") from None
+    except RecursionError:
+        raise ValueError("body is not OTLP/JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise ValueError("body must be a JSON object (ExportTraceServiceRequest)")  # noqa: TRY004 - bad data → 400
     # Ids are hex in OTLP/JSON, base64 in the protobuf JSON mapping: convert before parsing.
@@ -78,7 +81,8 @@ def parse_json_request(body: bytes) -> trace_service_pb2.ExportTraceServiceReque
     req = trace_service_pb2.ExportTraceServiceRequest()
     try:
         json_format.ParseDict(doc, req, ignore_unknown_fields=True)
-    except json_format.ParseError as e:
+    except (json_format.ParseError, RecursionError) as e:
+        # ParseDict stops at 100 nested messages (ParseError); RecursionError is the backstop.
         raise ValueError(f"body is not an OTLP/JSON ExportTraceServiceRequest: {e}") from None
     return req
 
@@ -110,6 +114,15 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float)
             st = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED,
                                    message=f"request body exceeds {max_body_bytes} bytes (after decompression)")
             return _error(413, st, reply_type)
+        except RequestPayloadError as e:  # e.g. Content-Encoding gzip on a body that is not gzip
+            st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
+                                   message=f"request body cannot be read: {str(e).strip()}")
+            # The rest of the body cannot be read either: mark it read (aiohttp would otherwise try
+            # to drain it after the answer and log the same failure), answer, close the connection.
+            request.content.feed_eof()
+            resp = _error(400, st, reply_type)
+            resp.force_close()
+            return resp
         try:
             if ctype == JSON:
                 req = parse_json_request(body)

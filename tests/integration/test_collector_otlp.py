@@ -16,6 +16,7 @@ import asyncpg
 import grpc
 import pytest
 from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
+from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1 import common_pb2
@@ -496,3 +497,76 @@ async def test_an_export_retried_after_a_client_deadline_reads_once(collector):
         await asyncio.sleep(0.02)
     assert await collector.span_rows() == 10
     assert len((await collector.get_trace(tid)).spans) == 5
+
+
+async def test_http_malformed_bodies_are_400_with_a_status_message_never_500(collector):
+    """Bad data is the client's fault (OTLP/HTTP: 400 + google.rpc.Status), whatever is wrong with it."""
+    one_request = request(one_trace(20)[1]).SerializeToString()
+    deep_value = '{"arrayValue":{"values":[' * 150 + '{"intValue":"1"}' + "]}}" * 150
+    span_json = '{"traceId":"%s","spanId":"%s","startTimeUnixNano":"1","endTimeUnixNano":"2","attributes":[%s]}'
+    bodies = {
+        "gzip header on a plain body": (b"notgzip", "application/json", "gzip"),
+        "truncated gzip": (gzip.compress(one_request)[: len(gzip.compress(one_request)) // 2],
+                           "application/x-protobuf", "gzip"),
+        "deflate that is not deflate": (b"notdeflate", "application/x-protobuf", "deflate"),
+        "deeply nested JSON array": (b"[" * 100_000 + b"]" * 100_000, "application/json", None),
+        "deeply nested JSON object": (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "application/json", None),
+        "AnyValue nested deeper than 100": (
+            ('{"resourceSpans":[{"scopeSpans":[{"spans":[%s]}]}]}'
+             % span_json % ("ab" * 16, "cd" * 8, '{"key":"k","value":%s}' % deep_value)).encode(),
+            "application/json", None),
+        "int64 of 5000 digits": (
+            b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"startTimeUnixNano":' + b"9" * 5000 + b"}]}]}]}",
+            "application/json", None),
+        "uint64 out of range": (
+            b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"startTimeUnixNano":"99999999999999999999999"}]}]}]}',
+            "application/json", None),
+        "wrong JSON types": (b'{"resourceSpans":[1,"x",null]}', "application/json", None),
+        "a JSON array, not an object": (b"[]", "application/json", None),
+        "truncated protobuf": (request([span(b"\x01" * 16, b"\x02" * 8)]).SerializeToString()[:-3],
+                               "application/x-protobuf", None),
+        "protobuf nested deeper than 100": (_deep_protobuf(150), "application/x-protobuf", None),
+    }
+    async with aiohttp.ClientSession(auto_decompress=False) as http:
+        for what, (body, ctype, encoding) in bodies.items():
+            headers = {"Content-Type": ctype}
+            if encoding:
+                headers["Content-Encoding"] = encoding
+            r = await http.post(collector.http_url, data=body, headers=headers)
+            assert r.status == 400, what
+            raw = await r.read()
+            st = (json_format.Parse(raw, status_pb2.Status()) if ctype == "application/json"
+                  else status_pb2.Status.FromString(raw))
+            assert st.code == 3 and st.message, what  # INVALID_ARGUMENT with a reason a person can act on
+    assert await collector.span_rows() == 0
+    # The listener still serves a good request afterwards.
+    tid, spans = one_trace(2)
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(collector.http_url, data=request(spans).SerializeToString(),
+                            headers={"Content-Type": "application/x-protobuf"})
+        assert r.status == 200
+    assert len((await collector.get_trace(tid)).spans) == 2
+
+
+def _deep_protobuf(depth: int) -> bytes:
+    """An ExportTraceServiceRequest whose one attribute is an array nested `depth` levels."""
+    v = common_pb2.AnyValue(int_value=1)
+    body = v.SerializeToString()
+    for _ in range(depth):  # AnyValue.array_value (5) → ArrayValue.values (1) → AnyValue
+        arr = b"\x0a" + _varint(len(body)) + body
+        body = b"\x2a" + _varint(len(arr)) + arr
+    kv = b"\x0a\x01k" + b"\x12" + _varint(len(body)) + body
+    sp = (b"\x0a\x10" + b"\x01" * 16 + b"\x12\x08" + b"\x02" * 8 + b"\x2a\x02op"
+          + b"\x4a" + _varint(len(kv)) + kv)
+    ss = b"\x12" + _varint(len(sp)) + sp
+    rs = b"\x12" + _varint(len(ss)) + ss
+    return b"\x0a" + _varint(len(rs)) + rs
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
