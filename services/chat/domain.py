@@ -100,6 +100,8 @@ class NewInstance:
     display_name: str
     agent: str
     request_id: uuid.UUID | None
+    # services.common.ids.request_fingerprint of the request (stored with request_id, AIP-155).
+    request_fingerprint: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ class TurnInput:
     audio_key: str
     dictation: str
     request_id: uuid.UUID | None
+    # services.common.ids.request_fingerprint of the request (stored with request_id, AIP-155).
+    request_fingerprint: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,7 @@ class TurnRecord:
     error_code: str | None = None
     error_message: str | None = None
     create_time: datetime | None = None
+    request_fingerprint: bytes | None = None  # None on turns stored before fingerprints existed
 
 
 @dataclass(frozen=True)
@@ -150,11 +155,17 @@ def parse_message_name(name: str, field_path: str = "name") -> tuple[str, str]:
 
 
 def validate_new_instance(
-    display_name: str, agent: str, instance_id: str, request_id: str, new_id: str
+    display_name: str,
+    agent: str,
+    instance_id: str,
+    request_id: str,
+    new_id: str,
+    request_fingerprint: bytes | None = None,
 ) -> NewInstance:
     """CreateInstance input. INVALID_ARGUMENT for an empty/too long/NUL `instance.display_name`,
     an `instance.agent` or `instance_id` that is not a slug `[a-z][a-z0-9-]{0,62}`, a bad `request_id`.
-    Empty agent → `reference`; empty instance_id → `new_id`.
+    Empty agent → `reference`; empty instance_id → `new_id`. `request_fingerprint` identifies the
+    request a `request_id` belongs to (a reuse with another request is refused when stored).
     """
     check_text(display_name, "instance.display_name", MAX_DISPLAY_NAME_CHARS, required=True)
     agent = agent or DEFAULT_AGENT
@@ -163,7 +174,10 @@ def validate_new_instance(
     if instance_id and not SLUG.match(instance_id):
         raise InvalidArgument("instance_id", "must match [a-z][a-z0-9-]{0,62}")
     rid = parse_request_id(request_id)
-    return NewInstance(id=instance_id or new_id, display_name=display_name, agent=agent, request_id=rid)
+    return NewInstance(
+        id=instance_id or new_id, display_name=display_name, agent=agent, request_id=rid,
+        request_fingerprint=request_fingerprint if rid is not None else None,
+    )
 
 
 def validate_turn(
@@ -174,6 +188,7 @@ def validate_turn(
     dictation: str,
     request_id: str,
     max_content_chars: int,
+    request_fingerprint: bytes | None = None,
 ) -> TurnInput:
     """SendMessage/StreamMessage input; INVALID_ARGUMENT naming the first bad field:
     `instance` (not `instances/{id}`), `content` (empty or whitespace only, over `max_content_chars`
@@ -190,7 +205,9 @@ def validate_turn(
     ch = Channel(channel)
     if ch == Channel.UNSPECIFIED:
         ch = Channel.VOICE if (audio_key or dictation) else Channel.TEXT
-    return TurnInput(instance_id, content, ch, audio_key, dictation, rid)
+    return TurnInput(
+        instance_id, content, ch, audio_key, dictation, rid, request_fingerprint if rid is not None else None
+    )
 
 
 def agent_timeout(caller_remaining_s: float | None, cap_s: float) -> float:

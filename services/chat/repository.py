@@ -22,10 +22,11 @@ from services.chat.domain import (
     TurnInput,
     TurnRecord,
 )
+from services.common.ids import check_same_request
 
 INSERT_INSTANCE = """
-INSERT INTO instances (owner, id, display_name, agent, request_id, create_time)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO instances (owner, id, display_name, agent, request_id, create_time, request_fingerprint)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT DO NOTHING
 RETURNING owner, id, display_name, agent, create_time
 """
@@ -33,7 +34,8 @@ SELECT_INSTANCE = (
     "SELECT owner, id, display_name, agent, create_time FROM instances WHERE owner = $1 AND id = $2"
 )
 SELECT_INSTANCE_BY_REQUEST = """
-SELECT owner, id, display_name, agent, create_time FROM instances WHERE owner = $1 AND request_id = $2
+SELECT owner, id, display_name, agent, create_time, request_fingerprint FROM instances
+WHERE owner = $1 AND request_id = $2
 """
 LIST_INSTANCES = """
 SELECT owner, id, display_name, agent, create_time FROM instances
@@ -57,8 +59,9 @@ WITH inst AS (
     WHERE owner = $1 AND id = $2
     RETURNING agent, next_turn_index - 1 AS turn_index
 ), turn AS (
-    INSERT INTO turns (owner, instance_id, trace_id, request_id, turn_index, user_message_id, create_time)
-    SELECT $1, $2, $3, $4, inst.turn_index, $5, $6 FROM inst
+    INSERT INTO turns (owner, instance_id, trace_id, request_id, turn_index, user_message_id, create_time,
+                       request_fingerprint)
+    SELECT $1, $2, $3, $4, inst.turn_index, $5, $6, $12 FROM inst
     ON CONFLICT DO NOTHING
     RETURNING turn_index
 ), msg AS (
@@ -91,7 +94,8 @@ UPDATE turns SET state = 'FAILED', error_code = $4, error_message = $5
 WHERE owner = $1 AND instance_id = $2 AND trace_id = $3 AND state = 'RUNNING'
 """
 SELECT_TURN_BY_REQUEST = """
-SELECT trace_id, turn_index, state, user_message_id, reply_message_id, error_code, error_message, create_time
+SELECT trace_id, turn_index, state, user_message_id, reply_message_id, error_code, error_message, create_time,
+       request_fingerprint
 FROM turns WHERE owner = $1 AND instance_id = $2 AND request_id = $3
 """
 SELECT_MESSAGE = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE owner = $1 AND instance_id = $2 AND id = $3"
@@ -176,20 +180,24 @@ class Repository:
         self._pool = pool
 
     async def create_instance(self, owner: str, new: NewInstance, now: datetime) -> Instance:
-        """Insert; a retry with the same request_id returns the first row. InstanceExists on an id clash."""
+        """Insert; a retry with the same request_id returns the first row. InstanceExists on an id clash;
+        InvalidArgument(request_id, REQUEST_ID_REUSED) when the request_id was used for another request."""
         async with self._pool.acquire() as conn:
             if new.request_id is not None:
                 r = await conn.fetchrow(SELECT_INSTANCE_BY_REQUEST, owner, new.request_id)
                 if r is not None:
+                    check_same_request(r["request_fingerprint"], new.request_fingerprint)
                     return _instance(r)
             r = await conn.fetchrow(
-                INSERT_INSTANCE, owner, new.id, new.display_name, new.agent, new.request_id, now
+                INSERT_INSTANCE, owner, new.id, new.display_name, new.agent, new.request_id, now,
+                new.request_fingerprint,
             )
             if r is not None:
                 return _instance(r)
             if new.request_id is not None:  # a concurrent retry won the race
                 r = await conn.fetchrow(SELECT_INSTANCE_BY_REQUEST, owner, new.request_id)
                 if r is not None:
+                    check_same_request(r["request_fingerprint"], new.request_fingerprint)
                     return _instance(r)
             raise InstanceExists(new.id)
 
@@ -229,6 +237,7 @@ class Repository:
             error_code=t["error_code"],
             error_message=t["error_message"],
             create_time=t["create_time"],
+            request_fingerprint=t["request_fingerprint"],
         )
 
     async def begin_turn(
@@ -258,6 +267,7 @@ class Repository:
                 turn.audio_key,
                 turn.dictation,
                 history_limit,
+                turn.request_fingerprint,
             )
         if not rows:
             return None

@@ -21,7 +21,7 @@ from services.chat.repository import InstanceExists, Repository
 from services.chat.turn import StreamStart, TurnCall, TurnRunner
 from services.common.auth import SCOPE_CHAT, current_principal
 from services.common.errors import DomainError, InvalidArgument, NotFound
-from services.common.ids import new_id, page_size
+from services.common.ids import new_id, page_size, request_fingerprint
 from services.common.server import extract_context
 
 SERVICE = "agentfeedback.chat.v1.ChatService"
@@ -95,6 +95,7 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
             request.instance_id,
             request.request_id,
             new_id(),
+            request_fingerprint(request) if request.request_id else None,
         )
         try:
             inst = await self._repo.create_instance(owner, new, datetime.now(UTC))
@@ -199,6 +200,7 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
             request.dictation,
             request.request_id,
             self._max_chars,
+            request_fingerprint(request) if request.request_id else None,
         )
         return TurnCall(p.sub, p.token, turn, _caller(context), caller_remaining(context))
 

@@ -43,7 +43,7 @@ from services.chat.domain import (
 )
 from services.chat.repository import Repository, RequestRace
 from services.common.errors import DeadlineExceeded, DomainError, NotFound, Unavailable
-from services.common.ids import new_id
+from services.common.ids import check_same_request, new_id
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +246,7 @@ class TurnRunner:
             rec = await self._repo.turn_by_request(owner, turn.instance_id, turn.request_id)
             if rec is None:
                 return None
+            check_same_request(rec.request_fingerprint, turn.request_fingerprint)
             if rec.state == "DONE" and rec.reply is not None:
                 return TurnResult(rec.user_message, rec.reply, rec.trace_id)
             if rec.state == "FAILED":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import json
 import re
 import uuid
@@ -134,3 +135,23 @@ def clip(value: str, max_chars: int) -> tuple[str, bool]:
     if len(value) <= max_chars:
         return value, False
     return value[:max_chars], True
+
+
+def request_fingerprint(request: Any, request_id_field: str = "request_id") -> bytes:
+    """SHA-256 (32 bytes) of the request message's deterministic serialization without its
+    request id: stored with an AIP-155 idempotency record so a reused request_id can be told
+    apart from a retry of the same request."""
+    copy = type(request)()
+    copy.CopyFrom(request)
+    copy.ClearField(request_id_field)
+    return hashlib.sha256(copy.SerializeToString(deterministic=True)).digest()
+
+
+def check_same_request(stored_fingerprint: bytes | None, fingerprint: bytes | None,
+                       field_path: str = "request_id") -> None:
+    """INVALID_ARGUMENT naming `field_path` (reason REQUEST_ID_REUSED) when a request id comes back
+    with a different request (AIP-155). A record stored before fingerprints existed (None) is
+    accepted as a retry."""
+    if stored_fingerprint is not None and fingerprint is not None and bytes(stored_fingerprint) != fingerprint:
+        raise InvalidArgument(field_path, "was already used for a different request; use a new request_id",
+                              reason="REQUEST_ID_REUSED")

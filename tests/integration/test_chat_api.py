@@ -182,6 +182,58 @@ async def test_request_id_retry_does_not_run_agent_twice(stack: Stack):
         assert sum(s.name == "agent.think" for s in trace.spans) == 1
 
 
+async def test_request_id_reused_with_a_different_request_is_refused_and_nothing_written(stack: Stack):
+    """AIP-155: a request_id binds its request. The same request again is a retry (first result);
+    other words under the same id are refused (INVALID_ARGUMENT naming request_id), never dropped
+    behind the first answer."""
+    chat = stack.chat()
+    parent = await new_instance(stack)
+    rid = str(uuid.uuid4())
+    first = await chat.SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="book a table", request_id=rid), metadata=stack.md()
+    )
+    for other in (
+        chat_pb2.SendMessageRequest(instance=parent, content="cancel it", request_id=rid),
+        chat_pb2.SendMessageRequest(instance=parent, content="book a table", dictation="x", request_id=rid),
+    ):
+        e = await rpc_error(chat.SendMessage(other, metadata=stack.md()))
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+        info = error_info(e)
+        assert info.metadata["field"] == "request_id" and info.reason == "REQUEST_ID_REUSED"
+        assert "already used for a different request" in e.details()
+        e = await rpc_error(_drain(chat.StreamMessage(other, metadata=stack.md())))
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
+    again = await chat.SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="book a table", request_id=rid), metadata=stack.md()
+    )
+    assert again == first
+    listed = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md())
+    assert [m.content for m in listed.messages][:1] == ["book a table"] and len(listed.messages) == 2
+
+    irid = str(uuid.uuid4())
+    made = await chat.CreateInstance(
+        chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="Kitchen"), request_id=irid),
+        metadata=stack.md(),
+    )
+    before = await chat.ListInstances(chat_pb2.ListInstancesRequest(), metadata=stack.md())
+    e = await rpc_error(
+        chat.CreateInstance(
+            chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="Garage"), request_id=irid),
+            metadata=stack.md(),
+        )
+    )
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and error_info(e).metadata["field"] == "request_id"
+    assert await chat.ListInstances(chat_pb2.ListInstancesRequest(), metadata=stack.md()) == before
+    retried = await chat.CreateInstance(
+        chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="Kitchen"), request_id=irid),
+        metadata=stack.md(),
+    )
+    assert retried == made
+
+
+async def _drain(call) -> list:
+    return [x async for x in call]
+
 async def test_voice_turn_fields_stored_and_returned(stack: Stack):
     chat = stack.chat()
     parent = await new_instance(stack)
