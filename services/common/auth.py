@@ -27,6 +27,11 @@ SCOPE_FEEDBACK_READ = "feedback:read"
 SCOPE_FEEDBACK_TRIAGE = "feedback:triage"
 SCOPE_FEEDBACK_ADMIN = "feedback:admin"
 SCOPE_TRACES_READ = "traces:read"
+# The reference agent's own service credential (metadata `x-agentfeedback-actor`): lets a CreateFeedback
+# made on a user's behalf carry author AGENT. Never in user / dev tokens (not in ALL_SCOPES).
+SCOPE_FEEDBACK_AGENT = "feedback:agent"
+# gRPC metadata key of that credential (`Bearer <jwt>`), sent next to the user's `authorization`.
+ACTOR_METADATA = "x-agentfeedback-actor"
 ALL_SCOPES = (
     SCOPE_CHAT,
     SCOPE_FEEDBACK_WRITE,
@@ -153,3 +158,22 @@ class Authenticator:
             self._verified.clear()
         self._verified[token] = (principal, float(claims["exp"]) + self._settings.jwt_leeway_s)
         return principal
+
+
+class ServiceToken:
+    """A service's own bearer token for calls to another service: `static` when configured, else an
+    HS256 token for `sub` with `scopes` minted from the dev secret and re-minted a minute before its
+    hour runs out; '' under RS256/JWKS without a configured token (nothing can be minted)."""
+
+    def __init__(self, settings: CommonSettings, static: str, sub: str, scopes: tuple[str, ...]):
+        self._static = static
+        self._secret = None if (settings.jwt_jwks_url or settings.jwt_public_key_file) else dev_secret(settings)
+        self._sub, self._scopes = sub, scopes
+        self._token, self._exp = "", 0.0
+
+    def __call__(self) -> str:
+        if self._static or self._secret is None:
+            return self._static
+        if time.time() > self._exp - 60:
+            self._token, self._exp = mint_token(self._secret, self._sub, self._scopes, 3600), time.time() + 3600
+        return self._token

@@ -11,7 +11,9 @@ Credentials (design choice): the worker has no user token. Towards the collector
 `settings.service_token`, or a token it mints from the HS256 secret with sub `svc:feedback` and
 scope `traces:read`. To refresh a client snapshot it needs the owner's view of the chat service: with
 the HS256 secret it mints a short-lived (5 min) on-behalf-of token for the row's owner with scope
-`chat` only; with RS256/JWKS (no secret here) refresh is skipped and the CLIENT snapshot stays.
+`chat` only; with RS256/JWKS (no secret here) the anchor cannot be verified: the CLIENT snapshot stays and the
+row's spans are never frozen (UNAVAILABLE). Spans are only ever copied into rows whose anchor the
+chat service confirmed for the row's owner (CLIENT rows are not in the capture queue).
 """
 from __future__ import annotations
 
@@ -146,22 +148,38 @@ class CaptureWorker:
                 log.info("feedback %s trace %s: state %d after %d attempts", row["id"], trace_id, d.state, attempts)
 
     async def _refresh(self, row) -> None:
+        """Verify a CLIENT row's anchor with the chat service as its owner (authoritative).
+
+        Confirmed → the chat service's snapshot replaces the client's and capture becomes due.
+        NOT_FOUND (or any refusal) for the owner → the words stay, the snapshot is marked unverified,
+        the trace snapshot becomes UNAVAILABLE and no span is ever copied into the row (a client
+        cannot point its report at another owner's turn and read its tool calls). No way to mint the
+        owner's token (RS256) → the same, without the unverified mark (nothing was checked)."""
         token = self._owner_token(row["owner"])
-        if token is None or not row["message"]:
-            await self._repo.refresh_retry(row["id"], None)
+        if token is None:
+            await self._repo.refresh_give_up(row["id"], not_found=False)
             return
         md = (("authorization", f"Bearer {token}"),)
         try:
-            target = await self._chat.get_message(row["message"], md)
-            turn = await self._chat.list_turn(domain.instance_of(target.name), md, trace_id=target.trace_id)
+            if row["message"]:
+                target = await self._chat.get_message(row["message"], md)
+                turn = await self._chat.list_turn(domain.instance_of(target.name), md, trace_id=target.trace_id)
+            else:
+                if not (row["instance"] and row["trace_id"]):
+                    raise NotFound(f"feedback {row['id']} anchor")
+                turn = await self._chat.list_turn(row["instance"], md, trace_id=row["trace_id"])
+                picked = domain.pick_target(turn)
+                if picked is None:
+                    raise NotFound(f"{row['instance']} turn {row['trace_id']}")
+                target = picked
         except ChatUnreachable:
             await self._repo.refresh_retry(row["id"], self._s.capture_backoff_s * 4)
             return
-        except (NotFound, DomainError):
-            # Gone (cleared) or never the owner's: the client snapshot stays, marked CLIENT.
-            await self._repo.refresh_retry(row["id"], None)
+        except DomainError:
+            log.warning("feedback %s: anchor not found for its owner; client snapshot kept unverified", row["id"])
+            await self._repo.refresh_give_up(row["id"], not_found=True)
             return
         snap = domain.build_snapshot(target, turn)
         await self._repo.refresh_done(row["id"], snap, domain.SOURCE_CHAT, target.trace_id, target.create_time,
-                                      domain.instance_of(target.name))
+                                      domain.instance_of(target.name), target.name)
         self.wake()

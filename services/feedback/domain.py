@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,10 +183,27 @@ def check_update_mask(paths: Iterable[str]) -> frozenset[str]:
     return ps
 
 
+ISSUE_URL_MAX_CHARS = 2048
+
+
 def check_issue_url(url: str) -> str:
-    check_text(url, "feedback.issue_url", 2048)
-    if url and not re.match(r"^(https?|file)://", url):
-        raise InvalidArgument("feedback.issue_url", "must be an http(s):// or file:// URL")
+    """A tracker link set by a person: '' (clear it) or an absolute `http://` / `https://` URL (RFC 3986)
+    with a host, no whitespace or control characters, at most 2048 characters (the common practical
+    URL limit). INVALID_ARGUMENT naming `feedback.issue_url` otherwise (`https://`, `file:///…`,
+    `https://exa mple.com/`). (The markdown sink's own `file://` links are stored by FileFeedback.)"""
+    check_text(url, "feedback.issue_url", ISSUE_URL_MAX_CHARS)
+    if not url:
+        return url
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise InvalidArgument("feedback.issue_url", "must not contain whitespace or control characters")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        raise InvalidArgument("feedback.issue_url", "is not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise InvalidArgument("feedback.issue_url", "must be an absolute http:// or https:// URL with a host")
     return url
 
 
@@ -467,19 +485,35 @@ def render_ticket(fb: Mapping[str, Any], fields: TicketFields = TicketFields()) 
     ctx = snap.get("context") or {}
     category = CATEGORY_NAMES.get(int(fb.get("category") or 0), "unspecified")
     trace_id = fb.get("trace_id") or snap.get("trace_id", "")
-    title = f"[feedback] {category}: turn {snap.get('turn_index', '?')} of {fb.get('instance') or 'coding session'}"
+    coding = fb.get("coding") or {}
+    instance, message = fb.get("instance") or "", fb.get("message") or ""
+    # The anchor that exists: a coding session + timeline seq, else the turn of an instance, else a
+    # message or trace id alone. Empty fields are left out (never "turn ?" or "instance: ``").
+    if coding.get("session"):
+        anchor = f"timeline seq {int(coding.get('timeline_seq') or 0)} of coding session {coding['session']}"
+    elif instance and (snap.get("target_role") or "turn_index" in snap):  # proto JSON omits a turn index of 0
+        turn = int(snap.get("turn_index") or 0)
+        anchor = f"turn {turn} of {instance}"
+    else:
+        anchor = message or (f"trace {trace_id}" if trace_id else "") or instance or "unanchored report"
+    title = f"[feedback] {category}: {anchor}"
     lines = [f"## Feedback {fb.get('name', '')}", ""]
-    lines += [
-        f"- category: {category}",
-        f"- sentiment: {'bad' if int(fb.get('sentiment') or 0) == SENTIMENT_BAD else 'good' if fb.get('sentiment') else 'unspecified'}",
-        f"- author: {'agent' if int(fb.get('author') or 0) == AUTHOR_AGENT else 'user'}",
-        f"- instance: `{fb.get('instance', '')}`",
-        f"- message: `{fb.get('message', '')}`",
-        f"- trace id: `{trace_id}`",
-        f"- turn index: {snap.get('turn_index', '')}",
-        f"- created: {fb.get('create_time', '')}",
-        f"- agent / model: {ctx.get('agent', '')} / {ctx.get('model', '')}",
+    sentiment = ("bad" if int(fb.get("sentiment") or 0) == SENTIMENT_BAD else "good" if fb.get("sentiment")
+                 else "unspecified")
+    items = [
+        ("category", category),
+        ("sentiment", sentiment),
+        ("author", "agent" if int(fb.get("author") or 0) == AUTHOR_AGENT else "user"),
+        ("coding session", f"`{coding['session']}`" if coding.get("session") else ""),
+        ("timeline seq", str(int(coding.get("timeline_seq") or 0)) if coding.get("session") else ""),
+        ("instance", f"`{instance}`" if instance else ""),
+        ("message", f"`{message}`" if message else ""),
+        ("trace id", f"`{trace_id}`" if trace_id else ""),
+        ("turn index", str(int(snap.get("turn_index") or 0)) if anchor.startswith("turn ") else ""),
+        ("created", str(fb.get("create_time") or "")),
+        ("agent / model", " / ".join(x for x in (ctx.get("agent", ""), ctx.get("model", "")) if x)),
     ]
+    lines += [f"- {k}: {v}" for k, v in items if v]
     if ctx.get("audio_key"):
         lines.append(f"- voice: audio key `{ctx['audio_key']}`")
     if fields.body:

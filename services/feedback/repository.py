@@ -23,39 +23,55 @@ FEEDBACK_COLUMNS = """id, owner, request_id, target_kind, message, coding_sessio
     capture_attempts, capture_span_count, next_capture_at, capture_time, status, issue_url, filing_until, version,
     create_time, update_time"""
 
-GET_BY_REQUEST_ID = f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE owner = $1 AND request_id = $2"
+GET_BY_REQUEST_ID = f"""SELECT {FEEDBACK_COLUMNS}, request_fingerprint FROM feedback
+WHERE owner = $1 AND request_id = $2"""
 
 # A turn already frozen for another report of the same owner is copied, not fetched again: the new
-# row is born CAPTURED with the sibling's frozen spans.
+# row is born CAPTURED with the sibling's frozen spans. A CLIENT snapshot (source 2) is never trusted
+# with spans: no sibling copy and no capture due time until the worker has verified its anchor with
+# the chat service for the owner (REFRESH_DONE sets the due time).
 INSERT_FEEDBACK = f"""
 INSERT INTO feedback (id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
     surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, next_capture_at,
-    refresh_at, trace_snapshot, capture_span_count, capture_time, create_time, update_time)
+    refresh_at, trace_snapshot, capture_span_count, capture_time, create_time, update_time, request_fingerprint)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
     CASE WHEN $18::smallint = 1 AND sib.trace_snapshot IS NOT NULL THEN 2 ELSE $18::smallint END,
-    CASE WHEN $18::smallint = 1 AND $9::text <> '' AND sib.trace_snapshot IS NULL THEN now() ELSE NULL END,
+    CASE WHEN $18::smallint = 1 AND $16::smallint <> 2 AND $9::text <> '' AND sib.trace_snapshot IS NULL
+        THEN now() ELSE NULL END,
     CASE WHEN $16::smallint = 2 THEN now() ELSE NULL END,
-    COALESCE(sib.trace_snapshot, '{{}}'::jsonb), COALESCE(sib.capture_span_count, -1), sib.capture_time, now(), now()
+    COALESCE(sib.trace_snapshot, '{{}}'::jsonb), COALESCE(sib.capture_span_count, -1), sib.capture_time, now(), now(),
+    $19
 FROM (SELECT 1) AS one
 LEFT JOIN LATERAL (
     SELECT trace_snapshot, capture_span_count, capture_time FROM feedback
     WHERE owner = $2 AND trace_id = $9::text AND $9::text <> '' AND trace_state = 2 AND $18::smallint = 1
+      AND $16::smallint <> 2 AND snapshot_source <> 2
     ORDER BY capture_time DESC LIMIT 1
 ) AS sib ON true
 ON CONFLICT (owner, request_id) DO NOTHING
-RETURNING {FEEDBACK_COLUMNS}"""
+RETURNING {FEEDBACK_COLUMNS}, request_fingerprint"""
 
 GET_FEEDBACK = f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE id = $1 AND owner = $2"
 
-LOCK_FEEDBACK = f"SELECT {FEEDBACK_COLUMNS}, last_update_request_id FROM feedback WHERE id = $1 AND owner = $2 FOR UPDATE"
+LOCK_FEEDBACK = f"""SELECT {FEEDBACK_COLUMNS}, last_update_request_id, last_update_fingerprint FROM feedback
+WHERE id = $1 AND owner = $2 FOR UPDATE"""
 
 UPDATE_FEEDBACK = f"""
-UPDATE feedback SET status = $3, issue_url = $4, last_update_request_id = $5,
+UPDATE feedback SET status = $3, issue_url = $4, last_update_request_id = $5, last_update_fingerprint = $6,
     version = version + 1, update_time = GREATEST(now(), update_time)
 WHERE id = $1 AND owner = $2
 RETURNING {FEEDBACK_COLUMNS}"""
 
 DELETE_FEEDBACK = "DELETE FROM feedback WHERE id = $1 AND owner = $2"
+
+# Completed deletes by request id (no content), kept DELETE_RECORD_RETENTION_S; pruned per owner on delete.
+RECORD_DELETE = """
+INSERT INTO deleted_feedback (owner, request_id, feedback_id, delete_time) VALUES ($1, $2, $3, now())
+ON CONFLICT (owner, request_id) DO NOTHING"""
+GET_DELETE_RECORD = """
+SELECT feedback_id FROM deleted_feedback
+WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(secs => $3)"""
+PRUNE_DELETE_RECORDS = "DELETE FROM deleted_feedback WHERE owner = $1 AND delete_time <= now() - make_interval(secs => $2)"
 
 # Filters are optional (empty / 0 / NULL = not applied); keyset paging on (create_time, id), newest first.
 LIST_FEEDBACK = f"""
@@ -93,7 +109,7 @@ RELEASE_FILING = "UPDATE feedback SET filing_until = NULL WHERE id = $1 AND owne
 CLAIM_CAPTURE = """
 WITH due AS (
     SELECT id FROM feedback
-    WHERE trace_state = 1 AND next_capture_at <= now()
+    WHERE trace_state = 1 AND next_capture_at <= now() AND snapshot_source <> 2
     ORDER BY next_capture_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -109,14 +125,15 @@ WHERE id = $1 AND trace_state = 1"""
 CAPTURE_DONE = """
 UPDATE feedback SET trace_state = $2, trace_snapshot = $3, capture_span_count = $4, capture_time = now(),
     next_capture_at = NULL, version = version + 1, update_time = GREATEST(now(), update_time)
-WHERE id = $1 AND trace_state = 1"""
+WHERE id = $1 AND trace_state = 1 AND (snapshot_source <> 2 OR $2 <> 2)"""
 
 # Once a turn is frozen (or known expired) for one report, every other PENDING report of the same
-# owner on that turn gets the same copy (one look at the collector serves them all).
+# owner on that turn gets the same copy (one look at the collector serves them all) — except rows whose
+# CLIENT snapshot the chat service has not verified yet (they never receive spans).
 CAPTURE_DONE_TRACE = """
 UPDATE feedback SET trace_state = $3, trace_snapshot = $4, capture_span_count = $5, capture_time = now(),
     next_capture_at = NULL, version = version + 1, update_time = GREATEST(now(), update_time)
-WHERE owner = $1 AND trace_id = $2 AND trace_state = 1"""
+WHERE owner = $1 AND trace_id = $2 AND trace_state = 1 AND snapshot_source <> 2"""
 
 # Client snapshots waiting for the authoritative one (chat service was down at create time).
 CLAIM_REFRESH = """
@@ -129,18 +146,29 @@ WITH due AS (
 )
 UPDATE feedback f SET refresh_at = now() + make_interval(secs => $2)
 FROM due WHERE f.id = due.id
-RETURNING f.id, f.owner, f.message, f.instance, f.trace_id"""
+RETURNING f.id, f.owner, f.target_kind, f.message, f.instance, f.trace_id"""
 
+# The chat service confirmed the anchor for the owner: its snapshot, trace id, time, instance and
+# message replace the client's (the client's trace id is never kept), and capture becomes due.
 REFRESH_DONE = """
-UPDATE feedback SET snapshot = $2, snapshot_source = $3, trace_id = CASE WHEN $4 = '' THEN trace_id ELSE $4 END,
+UPDATE feedback SET snapshot = $2, snapshot_source = $3, trace_id = $4,
     turn_time = COALESCE($5, turn_time), instance = CASE WHEN $6 = '' THEN instance ELSE $6 END,
-    refresh_at = NULL, next_capture_at = CASE WHEN trace_state = 1 THEN now() ELSE next_capture_at END,
+    message = CASE WHEN $7 = '' THEN message ELSE $7 END,
+    trace_state = CASE WHEN trace_state = 1 AND $4 = '' THEN 0 ELSE trace_state END,
+    refresh_at = NULL, next_capture_at = CASE WHEN trace_state = 1 AND $4 <> '' THEN now() ELSE NULL END,
     version = version + 1, update_time = GREATEST(now(), update_time)
 WHERE id = $1 AND snapshot_source = 2"""
 
-# $2 NULL = stop trying (the message is gone or not the owner's: the client snapshot stays, marked CLIENT).
 REFRESH_RETRY = "UPDATE feedback SET refresh_at = now() + make_interval(secs => $2) WHERE id = $1"
-REFRESH_GIVE_UP = "UPDATE feedback SET refresh_at = NULL WHERE id = $1"
+# The anchor cannot be verified for the owner: the words and the client snapshot stay (source CLIENT),
+# no spans are ever frozen (trace UNAVAILABLE). $2: the chat service said NOT_FOUND for the owner, so
+# the snapshot is marked `unverified`.
+REFRESH_GIVE_UP = """
+UPDATE feedback SET refresh_at = NULL,
+    snapshot = CASE WHEN $2 THEN snapshot || '{"unverified": true}'::jsonb ELSE snapshot END,
+    trace_state = CASE WHEN trace_state = 1 THEN 3 ELSE trace_state END, next_capture_at = NULL,
+    version = version + 1, update_time = GREATEST(now(), update_time)
+WHERE id = $1 AND snapshot_source = 2"""
 
 # ---- ratings
 RATING_COLUMNS = """id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
@@ -280,7 +308,7 @@ class Repository:
             row["id"], row["owner"], row["request_id"], row["target_kind"], row["message"], row["coding_session"],
             row["coding_seq"], row["instance"], row["trace_id"], row["surface"], row["author"], row["body"],
             row["sentiment"], row["category"], row["snapshot"], row["snapshot_source"], row["turn_time"],
-            row["trace_state"],
+            row["trace_state"], row.get("request_fingerprint"),
         )
         got = await self.pool.fetchrow(INSERT_FEEDBACK, *args)
         if got is None:
@@ -291,8 +319,22 @@ class Repository:
     async def get_feedback(self, fid: str, owner: str) -> asyncpg.Record | None:
         return await self.pool.fetchrow(GET_FEEDBACK, fid, owner)
 
-    async def delete_feedback(self, fid: str, owner: str) -> bool:
-        return (await self.pool.execute(DELETE_FEEDBACK, fid, owner)) != "DELETE 0"
+    async def delete_feedback(self, fid: str, owner: str, request_id: uuid.UUID | None = None,
+                              retention_s: float = 86400.0) -> tuple[bool, str | None]:
+        """Delete the owner's row. Returns (deleted, earlier): `earlier` is the feedback id an earlier
+        completed delete with this `request_id` removed (within `retention_s`), else None. A delete
+        with a request id is recorded (owner, request id, id — no content); older records are pruned."""
+        if request_id is None:
+            return (await self.pool.execute(DELETE_FEEDBACK, fid, owner)) != "DELETE 0", None
+        async with self.pool.acquire() as conn, conn.transaction():
+            earlier = await conn.fetchval(GET_DELETE_RECORD, owner, request_id, retention_s)
+            if earlier is not None:
+                return False, earlier
+            deleted = (await conn.execute(DELETE_FEEDBACK, fid, owner)) != "DELETE 0"
+            if deleted:
+                await conn.execute(PRUNE_DELETE_RECORDS, owner, retention_s)
+                await conn.execute(RECORD_DELETE, owner, request_id, fid)
+            return deleted, None
 
     async def list_feedback(self, owner: str, f: dict[str, Any], after: tuple[dt.datetime, str] | None,
                             limit: int) -> list[asyncpg.Record]:
@@ -342,14 +384,15 @@ class Repository:
         return await self.pool.fetch(CLAIM_REFRESH, limit, lease_s)
 
     async def refresh_done(self, fid: str, snapshot: dict[str, Any], source: int, trace_id: str,
-                           turn_time: dt.datetime | None, instance: str) -> None:
-        await self.pool.execute(REFRESH_DONE, fid, snapshot, source, trace_id, turn_time, instance)
+                           turn_time: dt.datetime | None, instance: str, message: str) -> None:
+        await self.pool.execute(REFRESH_DONE, fid, snapshot, source, trace_id, turn_time, instance, message)
 
-    async def refresh_retry(self, fid: str, retry_in_s: float | None) -> None:
-        if retry_in_s is None:
-            await self.pool.execute(REFRESH_GIVE_UP, fid)
-        else:
-            await self.pool.execute(REFRESH_RETRY, fid, retry_in_s)
+    async def refresh_retry(self, fid: str, retry_in_s: float) -> None:
+        await self.pool.execute(REFRESH_RETRY, fid, retry_in_s)
+
+    async def refresh_give_up(self, fid: str, not_found: bool) -> None:
+        """Stop verifying: no spans ever (trace UNAVAILABLE); `not_found` marks the snapshot unverified."""
+        await self.pool.execute(REFRESH_GIVE_UP, fid, not_found)
 
     # ---- ratings
     async def get_rating(self, key: tuple) -> asyncpg.Record | None:

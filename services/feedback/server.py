@@ -7,7 +7,6 @@ capture worker, the ticket sink, the gRPC server (auth + scopes + spans + error 
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import grpc
 from opentelemetry.sdk.trace import TracerProvider
 
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
-from services.common.auth import SCOPE_CHAT, SCOPE_TRACES_READ, Authenticator, dev_secret, mint_token
+from services.common.auth import SCOPE_CHAT, SCOPE_TRACES_READ, Authenticator, ServiceToken, mint_token
 from services.common.db import migrate, resolve_database_url
 from services.common.server import GrpcServer, ServiceInterceptor
 from services.common.telemetry import setup_tracing
@@ -32,21 +31,12 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 SERVICE_SUB = "svc:feedback"
 
 
-class _ServiceToken:
+class _ServiceToken(ServiceToken):
     """The worker's `traces:read` token: the configured one, or minted from the HS256 secret (re-minted
     before it expires)."""
 
     def __init__(self, settings: FeedbackSettings):
-        self._static = settings.service_token
-        self._secret = None if (settings.jwt_jwks_url or settings.jwt_public_key_file) else dev_secret(settings)
-        self._token, self._exp = "", 0.0
-
-    def __call__(self) -> str:
-        if self._static or self._secret is None:
-            return self._static
-        if time.time() > self._exp - 60:
-            self._token, self._exp = mint_token(self._secret, SERVICE_SUB, (SCOPE_TRACES_READ,), 3600), time.time() + 3600
-        return self._token
+        super().__init__(settings, settings.service_token, SERVICE_SUB, (SCOPE_TRACES_READ,))
 
     def owner_token(self, owner: str) -> str | None:
         """A 5-minute on-behalf-of token (scope `chat` only) to refresh a client snapshot; None without
@@ -75,9 +65,11 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     tokens = _ServiceToken(settings)
     worker = CaptureWorker(repo, TracesClient(traces_channel, tokens), chat, settings, tokens.owner_token, clock)
     sink = make_sink(settings)
-    servicer = FeedbackServicer(repo, chat, worker if run_worker else None, sink, settings, tracer, clock)
+    authenticator = Authenticator(settings)
+    servicer = FeedbackServicer(repo, chat, worker if run_worker else None, sink, settings, tracer, clock,
+                                authenticator=authenticator)
 
-    server = GrpcServer([ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer)],
+    server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer)],
                         grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.add(feedback_pb2_grpc.add_FeedbackServiceServicer_to_server, servicer, SERVICE)
     server.bind(settings.listen)

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
+import json
 import random
 import time
 from collections.abc import Mapping
 from typing import Any
 
+import grpc
 from google.protobuf import empty_pb2, json_format
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
@@ -20,13 +23,16 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, T
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.auth import (
+    ACTOR_METADATA,
     SCOPE_FEEDBACK_ADMIN,
+    SCOPE_FEEDBACK_AGENT,
     SCOPE_FEEDBACK_READ,
     SCOPE_FEEDBACK_TRIAGE,
     SCOPE_FEEDBACK_WRITE,
+    Authenticator,
     current_principal,
 )
-from services.common.errors import Aborted, InvalidArgument, NotFound, Unavailable
+from services.common.errors import Aborted, DomainError, InvalidArgument, NotFound, Unavailable
 from services.common.ids import (
     check_text,
     decode_page_token,
@@ -35,6 +41,7 @@ from services.common.ids import (
     page_size,
     parse_name,
     parse_request_id,
+    parse_timestamp,
     parse_trace_id,
 )
 from services.feedback import domain
@@ -66,6 +73,8 @@ METHOD_SCOPES: dict[str, str | None] = {
 # FileFeedback: how long one filer may hold the claim, and how long a concurrent call waits for it.
 FILING_LEASE_S = 60.0
 FILING_WAIT_S = 30.0
+# DeleteFeedback: how long a completed delete's (owner, request_id) is remembered so a retry answers OK.
+DELETE_RECORD_RETENTION_S = 24 * 3600.0
 
 
 class TtlCache:
@@ -185,15 +194,45 @@ def rating_proto(r: Mapping[str, Any]) -> pb.Rating:
     return out
 
 
-def _keyset(token: str) -> tuple[dt.datetime, str] | None:
-    """A (time, id) keyset position from a page token this service issued; INVALID_ARGUMENT otherwise."""
+def _keyset(token: str, filters_key: str | None = None) -> tuple[dt.datetime, str] | None:
+    """A (time, id) keyset position from a page token this service issued; INVALID_ARGUMENT otherwise.
+    With `filters_key`, the token must have been issued for the same filters (AIP-158: a token
+    reused with other filters is INVALID_ARGUMENT naming `page_token`)."""
     tok = decode_page_token(token)
     if tok is None:
         return None
+    if filters_key is not None and tok.get("f") != filters_key:
+        raise InvalidArgument("page_token", "was issued for different filters; start again without a page_token")
     try:
         return _parse_time(tok["t"]), str(tok["i"])
     except (KeyError, TypeError, ValueError):
         raise InvalidArgument("page_token", "is not a token this service issued") from None
+
+
+def _filters_key(filters: Mapping[str, Any]) -> str:
+    """A short digest of a list call's filters, carried in its page tokens."""
+    raw = json.dumps(filters, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def request_fingerprint(request, without_etag: bool = False) -> bytes:
+    """SHA-256 of the request's deterministic serialization without its `request_id` (AIP-155: the
+    same request id must carry the same request). `without_etag` also leaves out `feedback.etag`
+    (a precondition, not content: a retry may carry the etag it re-read)."""
+    copy = type(request)()
+    copy.CopyFrom(request)
+    copy.request_id = ""
+    if without_etag:
+        copy.feedback.etag = ""
+    return hashlib.sha256(copy.SerializeToString(deterministic=True)).digest()
+
+
+def _check_same_request(stored_fingerprint: bytes | None, fingerprint: bytes) -> None:
+    """INVALID_ARGUMENT naming `request_id` when it was already used for a different request (rows
+    stored before fingerprints existed carry none and are accepted as retries)."""
+    if stored_fingerprint is not None and bytes(stored_fingerprint) != fingerprint:
+        raise InvalidArgument("request_id", "was already used for a different request; use a new request_id",
+                              reason="REQUEST_ID_REUSED")
 
 
 def _version_from_etag(etag: str, field_path: str) -> int:
@@ -205,8 +244,11 @@ def _version_from_etag(etag: str, field_path: str) -> int:
 
 class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     def __init__(self, repo: Repository, chat: ChatClient, worker: CaptureWorker | None, sink: TrackerSink,
-                 settings: FeedbackSettings, tracer: trace.Tracer, clock=None):
+                 settings: FeedbackSettings, tracer: trace.Tracer, clock=None,
+                 authenticator: Authenticator | None = None):
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        # Verifies the agent's actor credential (None: AUTHOR_AGENT is never accepted).
+        self._auth = authenticator
         self._repo = repo
         self._chat = chat
         self._worker = worker
@@ -221,6 +263,29 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     def _proto(self, row: Mapping[str, Any]) -> pb.Feedback:
         return feedback_proto(row, self._s.trace_retention_days, self._clock())
 
+    def _check_agent_actor(self, context) -> None:
+        """AUTHOR_AGENT needs the agent's own credential next to the user's token: metadata
+        `x-agentfeedback-actor: Bearer <JWT>` verified like any token, with scope `feedback:agent`.
+        PERMISSION_DENIED (reason MISSING_ACTOR_CREDENTIAL / metadata `actor` naming the key) otherwise."""
+        value = next((v for k, v in (context.invocation_metadata() or ()) if k == ACTOR_METADATA), None)
+        problem = f"author AUTHOR_AGENT needs the agent's service credential in metadata {ACTOR_METADATA!r}"
+        if value is not None and self._auth is not None:
+            try:
+                actor = self._auth.authenticate(value)
+            except DomainError:
+                problem += " (the one given is not a valid token)"
+            else:
+                if SCOPE_FEEDBACK_AGENT in actor.scopes:
+                    return
+                problem += f" (the one given lacks scope {SCOPE_FEEDBACK_AGENT!r})"
+        raise DomainError(message=problem, reason="MISSING_ACTOR_CREDENTIAL", code=grpc.StatusCode.PERMISSION_DENIED,
+                          metadata={"actor": ACTOR_METADATA, "scope": SCOPE_FEEDBACK_AGENT, "field": "feedback.author"})
+
+    def _replay(self, existing: Mapping[str, Any], fingerprint: bytes) -> pb.Feedback:
+        """The first row of a retried CreateFeedback; INVALID_ARGUMENT if the request differs."""
+        _check_same_request(existing["request_fingerprint"], fingerprint)
+        return self._proto(existing)
+
     # ------------------------------------------------------------ reports
     async def CreateFeedback(self, request: pb.CreateFeedbackRequest, context) -> pb.Feedback:
         """Create one report (see the proto). Returns the stored row; a retry returns the first row."""
@@ -232,6 +297,9 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         if kind is None:
             raise InvalidArgument("feedback.target", "one of message, trace_id or coding is required")
         author = _enum(f.author, pb.Author, "feedback.author") or domain.AUTHOR_USER
+        if author == domain.AUTHOR_AGENT:
+            self._check_agent_actor(context)
+        fingerprint = request_fingerprint(request)
         sentiment = _enum(f.sentiment, pb.Sentiment, "feedback.sentiment")
         category = _enum(f.category, pb.Category, "feedback.category")
         surface = _enum(f.surface, pb.Surface, "feedback.surface")
@@ -262,6 +330,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
             "author": author, "body": body, "sentiment": sentiment, "category": category,
             "trace_id": f.trace_id.lower() if kind == "trace_id" else "", "turn_time": None,
             "trace_state": domain.TRACE_NONE, "snapshot": {}, "snapshot_source": domain.SOURCE_NONE,
+            "request_fingerprint": fingerprint,
         }
         try:
             if kind != "coding":
@@ -269,16 +338,17 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         except BaseException:
             existing = await lookup
             if existing is not None:  # a retry of a request that succeeded: its row, whatever chat says now
-                return self._proto(existing)
+                return self._replay(existing, fingerprint)
             raise
         existing = await lookup
         if existing is not None:
-            return self._proto(existing)
+            return self._replay(existing, fingerprint)
         stored = await self._repo.insert_feedback(row)
-        if stored["id"] == row["id"]:
-            self._emit_created(stored)
-            if self._worker is not None and stored["trace_state"] == domain.TRACE_PENDING:
-                self._worker.wake()
+        if stored["id"] != row["id"]:  # a concurrent call with the same request id stored first
+            return self._replay(stored, fingerprint)
+        self._emit_created(stored)
+        if self._worker is not None and stored["trace_state"] == domain.TRACE_PENDING:
+            self._worker.wake()
         return self._proto(stored)
 
     async def _resolve_snapshot(self, row: dict[str, Any], request: pb.CreateFeedbackRequest, client_version: str,
@@ -310,7 +380,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
             row.update(snapshot=snap, snapshot_source=domain.SOURCE_CLIENT, trace_id=trace_id,
                        trace_state=domain.TRACE_PENDING)
             if request.client_snapshot.HasField("target_time"):
-                row["turn_time"] = request.client_snapshot.target_time.ToDatetime(tzinfo=dt.UTC)
+                row["turn_time"] = parse_timestamp(request.client_snapshot.target_time,
+                                                   "client_snapshot.target_time")
             return
         snap = domain.build_snapshot(target, turn, client_version)
         row.update(snapshot=snap, snapshot_source=domain.SOURCE_CHAT, trace_id=target.trace_id,
@@ -348,7 +419,9 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         return self._proto(row)
 
     async def ListFeedback(self, request: pb.ListFeedbackRequest, context) -> pb.ListFeedbackResponse:
-        """The caller's reports, newest first, filtered; keyset page tokens on (create_time, id)."""
+        """The caller's reports, newest first, filtered; keyset page tokens on (create_time, id), bound
+        to the filters. INVALID_ARGUMENT naming the field: a timestamp outside google.protobuf.Timestamp's
+        range, start_time after end_time, a page_token issued for other filters."""
         p = current_principal()
         size = page_size(request.page_size, 50, 1000)
         if request.instance:
@@ -359,17 +432,20 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
             "author": _enum(request.author, pb.Author, "author"),
             "sentiment": _enum(request.sentiment, pb.Sentiment, "sentiment"),
             "category": _enum(request.category, pb.Category, "category"),
-            "start_time": request.start_time.ToDatetime(tzinfo=dt.UTC) if request.HasField("start_time") else None,
-            "end_time": request.end_time.ToDatetime(tzinfo=dt.UTC) if request.HasField("end_time") else None,
+            "start_time": parse_timestamp(request.start_time, "start_time") if request.HasField("start_time") else None,
+            "end_time": parse_timestamp(request.end_time, "end_time") if request.HasField("end_time") else None,
             "text": check_text(request.text, "text", 200),
             "trace_id": parse_trace_id(request.trace_id, "trace_id") if request.trace_id else "",
         }
-        after = _keyset(request.page_token)
+        if filters["start_time"] and filters["end_time"] and filters["start_time"] > filters["end_time"]:
+            raise InvalidArgument("start_time", "must not be after end_time")
+        fkey = _filters_key(filters)
+        after = _keyset(request.page_token, fkey)
         rows = await self._repo.list_feedback(p.sub, filters, after, size + 1)
         out = pb.ListFeedbackResponse(feedback=[self._proto(r) for r in rows[:size]])
         if len(rows) > size:
             last = rows[size - 1]
-            out.next_page_token = encode_page_token({"t": last["create_time"].isoformat(), "i": last["id"]})
+            out.next_page_token = encode_page_token({"t": last["create_time"].isoformat(), "i": last["id"], "f": fkey})
         return out
 
     async def UpdateFeedback(self, request: pb.UpdateFeedbackRequest, context) -> pb.Feedback:
@@ -383,10 +459,12 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         if "issue_url" in paths:
             domain.check_issue_url(new.issue_url)
         rid = parse_request_id(request.request_id, "request_id")
+        fingerprint = request_fingerprint(request, without_etag=True) if rid is not None else None
         retention = self._s.trace_retention_days
 
         def decide(cur):
             if rid is not None and cur["last_update_request_id"] == rid:
+                _check_same_request(cur["last_update_fingerprint"], fingerprint)
                 return None
             if not domain.etag_matches(new.etag, cur["version"]):
                 raise Aborted(f"etag {new.etag} is stale; the current one is {domain.etag(cur['version'])}",
@@ -396,7 +474,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
             domain.check_transition(cur["status"], status)
             if status == cur["status"] and url == cur["issue_url"]:
                 return None
-            return status, url, rid
+            return status, url, rid, fingerprint
 
         row = await self._repo.update_feedback(fid, p.sub, decide)
         if row is None:
@@ -404,11 +482,21 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         return self._proto(row)
 
     async def DeleteFeedback(self, request: pb.DeleteFeedbackRequest, context) -> empty_pb2.Empty:
-        """Hard delete of the caller's report; NOT_FOUND when absent."""
+        """Hard delete of the caller's report; NOT_FOUND when absent.
+
+        With a `request_id`: a retry after the delete succeeded returns OK (the (owner, request_id,
+        id) of completed deletes — no content — is kept DELETE_RECORD_RETENTION_S = 24 h); the same
+        request_id naming another report → INVALID_ARGUMENT naming `request_id`."""
         p = current_principal()
         (fid,) = parse_name(request.name, "feedback/{}", "name")
-        parse_request_id(request.request_id, "request_id")
-        if not await self._repo.delete_feedback(fid, p.sub):
+        rid = parse_request_id(request.request_id, "request_id")
+        deleted, earlier = await self._repo.delete_feedback(fid, p.sub, rid, DELETE_RECORD_RETENTION_S)
+        if earlier is not None:
+            if earlier != fid:
+                raise InvalidArgument("request_id", "was already used for a different request; use a new request_id",
+                                      reason="REQUEST_ID_REUSED")
+            return empty_pb2.Empty()
+        if not deleted:
             raise NotFound(request.name)
         return empty_pb2.Empty()
 

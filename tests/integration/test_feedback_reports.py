@@ -18,7 +18,13 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from agentfeedback.traces.v1 import traces_pb2
-from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
+from services.common.auth import (
+    ACTOR_METADATA,
+    SCOPE_FEEDBACK_AGENT,
+    SCOPE_FEEDBACK_READ,
+    SCOPE_FEEDBACK_WRITE,
+    mint_token,
+)
 from services.common.errors import error_info, status_details
 from services.feedback.server import create_server
 from services.feedback.settings import FeedbackSettings
@@ -79,6 +85,13 @@ def assert_clipped(snapshot_text: str, clipped: bool, original: str, limit: int 
     """A snapshot text is the original, or its first `limit` code points flagged as clipped."""
     assert snapshot_text == original[:limit]
     assert clipped == (len(original) > limit)
+
+
+def agent_md(stack: Stack, sub: str = "alice", actor_scopes: tuple[str, ...] = (SCOPE_FEEDBACK_AGENT,)):
+    """The user's metadata plus the agent's own credential (`x-agentfeedback-actor`), as the reference
+    agent sends it."""
+    actor = mint_token(TEST_JWT_SECRET, "svc:agent", actor_scopes, 600)
+    return (*stack.md(sub), (ACTOR_METADATA, f"Bearer {actor}"))
 
 
 async def expect_error(awaitable, code: grpc.StatusCode) -> grpc.aio.AioRpcError:
@@ -435,7 +448,7 @@ async def test_trace_id_target_by_the_agent_resolves_the_turn_and_emits_a_span_e
     turn = await send(stack, inst, "count to three")
     fb = await stack.feedback().CreateFeedback(pb.CreateFeedbackRequest(
         feedback=pb.Feedback(trace_id=turn.trace_id, instance=inst, body="secret owner words", author=pb.AUTHOR_AGENT,
-                             category=pb.CATEGORY_BROKEN_RESPONSE), request_id=rid()), metadata=stack.md())
+                             category=pb.CATEGORY_BROKEN_RESPONSE), request_id=rid()), metadata=agent_md(stack))
     assert fb.trace_id == turn.trace_id and fb.author == pb.AUTHOR_AGENT
     assert fb.snapshot.target_text == turn.reply.content[:2000] and fb.snapshot.preceding_user_text == "count to three"
     await expect_error(stack.feedback().CreateFeedback(pb.CreateFeedbackRequest(

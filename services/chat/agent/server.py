@@ -20,9 +20,12 @@ from services.chat.agent.replay import LazyReplay
 from services.chat.agent.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, AgentServicer
 from services.chat.agent.tools import MemoryStore, build_registry
 from services.chat.settings import AgentSettings
-from services.common.auth import Authenticator
+from services.common.auth import SCOPE_FEEDBACK_AGENT, Authenticator, ServiceToken
 from services.common.server import GrpcServer, ServiceInterceptor
 from services.common.telemetry import setup_tracing
+
+# The agent's own identity towards the feedback service (its `x-agentfeedback-actor` credential).
+AGENT_SERVICE_SUB = "svc:agent"
 
 
 async def create_server(
@@ -39,7 +42,10 @@ async def create_server(
         tracer,
         settings.tool_result_max_bytes,
         replay,
-        FeedbackClient(feedback_channel),
+        FeedbackClient(
+            feedback_channel,
+            ServiceToken(settings, settings.service_token, AGENT_SERVICE_SUB, (SCOPE_FEEDBACK_AGENT,)),
+        ),
         memory,
         asyncio.to_thread,
     )
