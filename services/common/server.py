@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -320,9 +319,6 @@ def run_service(main: Callable[[], Awaitable[None]]) -> None:
     schedules callbacks, sockets and asyncpg's protocol for less CPU than asyncio's default loop;
     grpc.aio runs on any loop), else on asyncio's. Measured with `make bench`: about 10% less
     CPU per RPC in the chat gateway and the feedback service."""
-    # A background thread (span export, gRPC's poller) holding the GIL delays the event loop by up to
-    # the switch interval (CPython default 5 ms): 1 ms keeps such stalls out of the tail latency.
-    sys.setswitchinterval(0.001)
     try:
         import uvloop  # noqa: PLC0415 - optional at run time
     except ImportError:  # pragma: no cover - uvloop is a declared dependency; keep working without it
