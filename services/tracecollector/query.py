@@ -23,7 +23,14 @@ from google.protobuf import struct_pb2
 
 from services.common.auth import SCOPE_TRACES_READ
 from services.common.errors import InvalidArgument, NotFound
-from services.common.ids import decode_page_token, encode_page_token, page_size, parse_trace_id
+from services.common.ids import (
+    check_text,
+    decode_page_token,
+    encode_page_token,
+    page_size,
+    parse_timestamp,
+    parse_trace_id,
+)
 from services.tracecollector.ingest import NS_PER_S, Window, utc_day
 from services.tracecollector.repository import Repository
 
@@ -34,6 +41,20 @@ METHOD_SCOPES: dict[str, str | None] = {
     _SERVICE + "SearchTraces": SCOPE_TRACES_READ,
 }
 NS_PER_MS = 1_000_000
+# SearchTraces filter limits (INVALID_ARGUMENT naming the field above them). Names and keys: 256
+# code points (OpenTelemetry's recommended attribute-name / span-name sizes are far below it);
+# values: 4096 code points; at most 64 attribute filters.
+MAX_FILTER_NAME_CHARS = 256
+MAX_FILTER_VALUE_CHARS = 4096
+MAX_ATTRIBUTE_FILTERS = 64
+_MAX_BIGINT = 2**63 - 1  # stored times and durations are PostgreSQL bigint nanoseconds
+
+
+def timestamp_ns(ts, field_path: str) -> int:
+    """A google.protobuf.Timestamp as ns since the epoch; InvalidArgument naming `field_path` when
+    outside the Timestamp range (0001..9999, nanos in [0, 1e9)) — `services.common.ids.parse_timestamp`."""
+    parse_timestamp(ts, field_path)
+    return ts.seconds * NS_PER_S + ts.nanos
 
 
 def _struct(raw: str | None) -> struct_pb2.Struct:
@@ -85,28 +106,44 @@ class SearchParams:
 
     @staticmethod
     def fingerprint(req: traces_pb2.SearchTracesRequest) -> str:
-        """Identifies the filters a page token belongs to (a token is only valid for the same query)."""
-        f = [req.start_time.ToNanoseconds(), req.end_time.ToNanoseconds(), req.service_name, req.span_name,
+        """Identifies the filters a page token belongs to (a token is only valid for the same query).
+        Call on a request `parse` accepted."""
+        f = [timestamp_ns(req.start_time, "start_time"), timestamp_ns(req.end_time, "end_time"),
+             req.service_name, req.span_name,
              sorted(req.attributes.items()), req.status_code, req.min_duration_ms]
         return hashlib.sha256(json.dumps(f).encode()).hexdigest()[:16]
 
     @classmethod
     def parse(cls, req: traces_pb2.SearchTracesRequest, max_days: int) -> SearchParams:
-        """Validate; InvalidArgument naming the field when a value is missing or out of range."""
+        """Validate; InvalidArgument naming the field when a value is missing or out of range:
+        `start_time`/`end_time` (missing, outside the Timestamp range, end not after start, more than
+        `max_days` apart), `service_name`/`span_name` (NUL, over 256 code points), `attributes`
+        (empty key, NUL, key over 256 / value over 4096 code points, over 64 filters), `status_code`
+        (not a StatusCode value), `min_duration_ms` (negative), `page_size`, `page_token`.
+        """
         if not req.HasField("start_time"):
             raise InvalidArgument("start_time", "is required")
         if not req.HasField("end_time"):
             raise InvalidArgument("end_time", "is required")
-        start, end = req.start_time.ToNanoseconds(), req.end_time.ToNanoseconds()
+        start, end = timestamp_ns(req.start_time, "start_time"), timestamp_ns(req.end_time, "end_time")
         if end <= start:
             raise InvalidArgument("end_time", "must be after start_time")
         if end - start > max_days * 86_400 * NS_PER_S:
             raise InvalidArgument("end_time", f"must be at most {max_days} days (the retention window) after start_time")
         if req.min_duration_ms < 0:
             raise InvalidArgument("min_duration_ms", "must not be negative")
-        for k in req.attributes:
+        check_text(req.service_name, "service_name", MAX_FILTER_NAME_CHARS)
+        check_text(req.span_name, "span_name", MAX_FILTER_NAME_CHARS)
+        if len(req.attributes) > MAX_ATTRIBUTE_FILTERS:
+            raise InvalidArgument("attributes", f"has {len(req.attributes)} filters; the limit is {MAX_ATTRIBUTE_FILTERS}",
+                                  reason="TOO_MANY", limit=str(MAX_ATTRIBUTE_FILTERS))
+        for k, v in req.attributes.items():
             if not k:
                 raise InvalidArgument("attributes", "keys must not be empty")
+            check_text(k, "attributes", MAX_FILTER_NAME_CHARS)
+            check_text(v, "attributes", MAX_FILTER_VALUE_CHARS)
+        if req.status_code not in traces_pb2.StatusCode.values():
+            raise InvalidArgument("status_code", f"unknown StatusCode {req.status_code} (0 UNSET, 1 OK, 2 ERROR)")
         size = page_size(req.page_size, default=50, maximum=1000)
         fp = cls.fingerprint(req)
         after = None
@@ -116,12 +153,16 @@ class SearchParams:
                 if tok["q"] != fp:
                     raise InvalidArgument("page_token", "belongs to a search with other filters")
                 after = (int(tok["s"]), bytes.fromhex(tok["t"]))
+                if not (0 <= after[0] <= _MAX_BIGINT and len(after[1]) == 16):
+                    raise ValueError
             except (KeyError, ValueError, TypeError):
                 raise InvalidArgument("page_token", "is not a token this service issued") from None
+        # Spans are stored with bigint ns in [0, 2^63): a wider range or duration matches as the clamped one.
         return cls(
-            start_ns=start, end_ns=end, service_name=req.service_name, span_name=req.span_name,
+            start_ns=min(max(start, 0), _MAX_BIGINT), end_ns=min(max(end, 0), _MAX_BIGINT),
+            service_name=req.service_name, span_name=req.span_name,
             attributes=dict(req.attributes), status_code=req.status_code or None,
-            min_duration_ns=req.min_duration_ms * NS_PER_MS, page_size=size, after=after,
+            min_duration_ns=min(req.min_duration_ms * NS_PER_MS, _MAX_BIGINT), page_size=size, after=after,
         )
 
 
@@ -134,22 +175,22 @@ class TraceReader:
         self._max_days = max_search_days
 
     async def get_trace(self, req: traces_pb2.GetTraceRequest) -> traces_pb2.Trace:
-        """All spans of a trace. InvalidArgument(trace_id) when malformed or zero; NotFound with
-        reason TRACE_NOT_FOUND or TRACE_EXPIRED (see module docstring) when no span is stored."""
+        """All spans of a trace. InvalidArgument(trace_id) when malformed or zero, (time_hint) when
+        outside the Timestamp range; NotFound with reason TRACE_NOT_FOUND or TRACE_EXPIRED (see
+        module docstring) when no span is stored."""
         tid = parse_trace_id(req.trace_id)
+        hint = timestamp_ns(req.time_hint, "time_hint") if req.HasField("time_hint") else None
         rows = await self._repo.get_trace(bytes.fromhex(tid))
         if not rows:
-            raise await self._not_found(tid, req)
+            raise await self._not_found(tid, hint)
         return traces_pb2.Trace(trace_id=tid, spans=[span_proto(r) for r in rows])
 
-    async def _not_found(self, tid: str, req: traces_pb2.GetTraceRequest) -> NotFound:
+    async def _not_found(self, tid: str, hint: int | None) -> NotFound:
         oldest = self._window().oldest_ns
         since = datetime.fromtimestamp(oldest // NS_PER_S, UTC).isoformat().replace("+00:00", "Z")
         reason = "TRACE_NOT_FOUND"
-        if req.HasField("time_hint"):
-            hint = req.time_hint.ToNanoseconds()
-            if hint < oldest or await self._repo.day_dropped(utc_day(hint).date()):
-                reason = "TRACE_EXPIRED"
+        if hint is not None and (hint < oldest or await self._repo.day_dropped(utc_day(hint).date())):
+            reason = "TRACE_EXPIRED"
         return NotFound(f"trace {tid}", reason=reason, trace_id=tid, retained_since=since)
 
     async def search(self, req: traces_pb2.SearchTracesRequest) -> traces_pb2.SearchTracesResponse:

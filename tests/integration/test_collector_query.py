@@ -199,6 +199,56 @@ async def test_search_traces_needs_a_time_range_of_at_most_14_days(collector):
     assert list(ok.traces) == []
 
 
+async def test_search_and_get_bad_filters_are_invalid_argument_naming_the_field_never_internal(collector):
+    """Every malformed filter is the caller's mistake: INVALID_ARGUMENT naming the field (limits:
+    256 code points for names and attribute keys, 4096 for attribute values, 64 filters)."""
+    q = collector.query()
+    now = time.time_ns()
+    ok = {"start_time": ts(now - NS), "end_time": ts(now)}
+
+    def req(**kw) -> traces_pb2.SearchTracesRequest:
+        return traces_pb2.SearchTracesRequest(**{**ok, **kw})
+
+    def raw_ts(seconds: int, nanos: int = 0) -> timestamp_pb2.Timestamp:
+        return timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
+
+    cases = [
+        (req(start_time=raw_ts(now // NS - 1, -5)), "start_time"),
+        (req(end_time=raw_ts(now // NS, 1_000_000_000)), "end_time"),
+        (req(start_time=raw_ts(-(10**12))), "start_time"),
+        (req(end_time=raw_ts(10**12)), "end_time"),
+        (req(end_time=raw_ts(10**13)), "end_time"),
+        (req(span_name="\x00"), "span_name"),
+        (req(service_name="svc\x00"), "service_name"),
+        (req(attributes={"a\x00": "b"}), "attributes"),
+        (req(attributes={"a": "b\x00"}), "attributes"),
+        (req(status_code=99), "status_code"),
+        (req(service_name="s" * 100_000), "service_name"),
+        (req(span_name="s" * 257), "span_name"),
+        (req(attributes={"k" * 257: "v"}), "attributes"),
+        (req(attributes={"k": "v" * 4097}), "attributes"),
+        (req(attributes={f"k{i}": "v" for i in range(65)}), "attributes"),
+    ]
+    for r, field in cases:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await q.SearchTraces(r, metadata=collector.md())
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (field, e.value.details())
+        assert error_info(e.value).metadata["field"] == field
+    # At the limits the search runs.
+    at_limit = req(service_name="s" * 256, span_name="é" * 256, attributes={"k" * 256: "v" * 4096},
+                   status_code=traces_pb2.STATUS_CODE_ERROR, min_duration_ms=2**62)
+    assert list((await q.SearchTraces(at_limit, metadata=collector.md())).traces) == []
+    # Timestamps at the ends of the Timestamp range (far outside any stored span) are valid.
+    far = req(start_time=raw_ts(-62135596800), end_time=raw_ts(-62135596800 + 3600))
+    assert list((await q.SearchTraces(far, metadata=collector.md())).traces) == []
+    for hint, good in ((raw_ts(1, -5), False), (raw_ts(10**13), False), (raw_ts(253402300799), True)):
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await collector.get_trace(new_trace_id(), time_hint=hint)
+        expected = grpc.StatusCode.NOT_FOUND if good else grpc.StatusCode.INVALID_ARGUMENT
+        assert e.value.code() == expected
+        if not good:
+            assert error_info(e.value).metadata["field"] == "time_hint"
+
 async def test_a_retention_pass_blocked_by_a_reader_does_not_stall_exports(start_collector):
     now = time.time_ns()
     c = await start_collector(clock=lambda: now)
