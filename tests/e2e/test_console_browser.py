@@ -10,9 +10,11 @@ targets, nothing over the timestamp, no sideways scrolling). Screenshots go to t
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 
 import pytest
+from agentfeedback.chat.v1 import chat_pb2
 from playwright.async_api import Page, async_playwright, expect
 
 from tests.e2e.grpcweb_support import ARTIFACTS, CONSOLE_DIST, gateway, static_site
@@ -152,3 +154,50 @@ async def test_console_flag_flow_at_320px(stack, tmp_path):
         async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
             async with browser_page(320, 720) as page:
                 await flag_a_reply_and_follow_it(stack, page, site, envoy.url, narrow=True)
+
+
+async def test_console_agent_slug_checked_in_the_browser_and_report_counter_counts_code_points(stack, tmp_path):
+    """The slug `pattern` compiles (Chromium compiles it with the `v` flag and, when it does not,
+    logs an error and checks nothing) and refuses a bad slug before any request; the report counter
+    counts code points like the server's 4000 limit (one emoji is one character, not two)."""
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(1280, 900) as page:
+                console_errors: list[str] = []
+                page.on("console", lambda m: console_errors.append(f"{m.text} ({m.location.get('url')})")
+                        if m.type in ("error", "warning") else None)
+                await page.goto(f"{site}/?gateway={envoy.url}#/signin")
+                await page.fill("#token", stack.token())
+                await page.click("button[type=submit]")
+                await expect(page.get_by_role("heading", name="Agents")).to_be_visible()
+
+                slug = page.locator("#agent-slug")
+                await page.fill("#agent-name", "Bad slug")
+                for bad in ("Reference", "9lives", "has space", "under_score", "a" * 64):
+                    await slug.fill(bad)
+                    assert await slug.evaluate("e => e.validity.patternMismatch"), bad
+                await page.click("text=Add agent")  # the browser refuses the form: no request is sent
+                await expect(page.get_by_role("heading", name="Agents")).to_be_visible()
+                assert await slug.evaluate("e => e.matches(':invalid')")
+                listed = await stack.chat().ListInstances(chat_pb2.ListInstancesRequest(), metadata=stack.md())
+                assert [i.display_name for i in listed.instances] == []
+                for good in ("reference", "a", "my-agent-2", "a" * 63):
+                    await slug.fill(good)
+                    assert not await slug.evaluate("e => e.validity.patternMismatch"), good
+
+                await slug.fill("reference")
+                await page.fill("#agent-name", "Counter")
+                await page.click("text=Add agent")
+                await page.fill("#chat-input", "hello")
+                await page.click("#chat-send")
+                reply = page.locator("article.msg.assistant:not(.streaming)").first
+                await expect(reply).to_be_visible()
+                await reply.locator(".actions.inline .act-report").click()
+                words, count = reply.locator("textarea.report-text"), reply.locator(".count")
+                await words.fill("\N{GRINNING FACE}" * 2500)
+                await expect(count).to_have_text("2500 / 4000")
+                await expect(count).not_to_have_class(re.compile(r"\bover\b"))
+                await words.fill("\N{GRINNING FACE}" * 4000 + "é")
+                await expect(count).to_have_text("4001 / 4000")
+                await expect(count).to_have_class(re.compile(r"\bover\b"))
+                assert not console_errors, console_errors

@@ -8,7 +8,10 @@ export async function agentsPage(main: HTMLElement): Promise<void> {
   const list = h("ul", { class: "agents", "aria-busy": "true" });
   const status = h("p", { class: "error", role: "alert" });
   const name = h("input", { id: "agent-name", required: true, placeholder: "My assistant", autocomplete: "off" });
-  const slug = h("input", { id: "agent-slug", required: true, value: "reference", pattern: "[a-z][a-z0-9-]{0,62}" });
+  // The slug rule of chat/domain.py. `pattern` is compiled with the RegExp `v` flag, where an unescaped
+  // '-' in a class is a syntax error that silently turns the check off: keep it escaped.
+  const slug = h("input", { id: "agent-slug", required: true, value: "reference", pattern: "[a-z][a-z0-9\\-]{0,62}",
+    title: "a lowercase letter, then up to 62 lowercase letters, digits or '-' (e.g. reference)" });
   const form = h(
     "form",
     {

@@ -256,8 +256,10 @@ function openReport(slot: HTMLElement, m: Message, status: HTMLElement): void {
   const error = h("p", { class: "error", role: "alert" });
   const submit = h("button", { type: "submit", class: "primary" }, "Send report");
   words.addEventListener("input", () => {
-    count.textContent = `${words.value.length} / ${BODY_LIMIT}`;
-    count.classList.toggle("over", words.value.length > BODY_LIMIT);
+    // The server counts Unicode code points (Python len), not UTF-16 code units: one emoji is 1, not 2.
+    const chars = [...words.value].length;
+    count.textContent = `${chars} / ${BODY_LIMIT}`;
+    count.classList.toggle("over", chars > BODY_LIMIT);
   });
   const form = h(
     "form",
