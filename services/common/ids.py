@@ -152,6 +152,8 @@ def check_same_request(stored_fingerprint: bytes | None, fingerprint: bytes | No
     """INVALID_ARGUMENT naming `field_path` (reason REQUEST_ID_REUSED) when a request id comes back
     with a different request (AIP-155). A record stored before fingerprints existed (None) is
     accepted as a retry."""
-    if stored_fingerprint is not None and fingerprint is not None and bytes(stored_fingerprint) != fingerprint:
+    if stored_fingerprint is None or fingerprint is None:
+        return
+    if bytes(stored_fingerprint) != fingerprint:
         raise InvalidArgument(field_path, "was already used for a different request; use a new request_id",
                               reason="REQUEST_ID_REUSED")

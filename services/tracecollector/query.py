@@ -135,15 +135,18 @@ class SearchParams:
         check_text(req.service_name, "service_name", MAX_FILTER_NAME_CHARS)
         check_text(req.span_name, "span_name", MAX_FILTER_NAME_CHARS)
         if len(req.attributes) > MAX_ATTRIBUTE_FILTERS:
-            raise InvalidArgument("attributes", f"has {len(req.attributes)} filters; the limit is {MAX_ATTRIBUTE_FILTERS}",
-                                  reason="TOO_MANY", limit=str(MAX_ATTRIBUTE_FILTERS))
+            raise InvalidArgument(
+                "attributes", f"has {len(req.attributes)} filters; the limit is {MAX_ATTRIBUTE_FILTERS}",
+                reason="TOO_MANY", limit=str(MAX_ATTRIBUTE_FILTERS),
+            )
         for k, v in req.attributes.items():
             if not k:
                 raise InvalidArgument("attributes", "keys must not be empty")
             check_text(k, "attributes", MAX_FILTER_NAME_CHARS)
             check_text(v, "attributes", MAX_FILTER_VALUE_CHARS)
         if req.status_code not in traces_pb2.StatusCode.values():
-            raise InvalidArgument("status_code", f"unknown StatusCode {req.status_code} (0 UNSET, 1 OK, 2 ERROR)")
+            raise InvalidArgument("status_code",
+                                  f"unknown StatusCode {req.status_code} (0 UNSET, 1 OK, 2 ERROR)")
         size = page_size(req.page_size, default=50, maximum=1000)
         fp = cls.fingerprint(req)
         after = None

@@ -179,8 +179,9 @@ async def test_console_agent_slug_checked_in_the_browser_and_report_counter_coun
                 await page.click("text=Add agent")  # the browser refuses the form: no request is sent
                 await expect(page.get_by_role("heading", name="Agents")).to_be_visible()
                 assert await slug.evaluate("e => e.matches(':invalid')")
-                listed = await stack.chat().ListInstances(chat_pb2.ListInstancesRequest(), metadata=stack.md())
-                assert [i.display_name for i in listed.instances] == []
+                listed = await stack.chat().ListInstances(chat_pb2.ListInstancesRequest(),
+                                                          metadata=stack.md())
+                assert list(listed.instances) == []
                 for good in ("reference", "a", "my-agent-2", "a" * 63):
                     await slug.fill(good)
                     assert not await slug.evaluate("e => e.validity.patternMismatch"), good

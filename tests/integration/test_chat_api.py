@@ -189,9 +189,8 @@ async def test_request_id_reused_with_a_different_request_is_refused_and_nothing
     chat = stack.chat()
     parent = await new_instance(stack)
     rid = str(uuid.uuid4())
-    first = await chat.SendMessage(
-        chat_pb2.SendMessageRequest(instance=parent, content="book a table", request_id=rid), metadata=stack.md()
-    )
+    book = chat_pb2.SendMessageRequest(instance=parent, content="book a table", request_id=rid)
+    first = await chat.SendMessage(book, metadata=stack.md())
     for other in (
         chat_pb2.SendMessageRequest(instance=parent, content="cancel it", request_id=rid),
         chat_pb2.SendMessageRequest(instance=parent, content="book a table", dictation="x", request_id=rid),
@@ -203,9 +202,8 @@ async def test_request_id_reused_with_a_different_request_is_refused_and_nothing
         assert "already used for a different request" in e.details()
         e = await rpc_error(_drain(chat.StreamMessage(other, metadata=stack.md())))
         assert e.code() == grpc.StatusCode.INVALID_ARGUMENT
-    again = await chat.SendMessage(
-        chat_pb2.SendMessageRequest(instance=parent, content="book a table", request_id=rid), metadata=stack.md()
-    )
+    again = await chat.SendMessage(chat_pb2.SendMessageRequest.FromString(book.SerializeToString()),
+                                   metadata=stack.md())
     assert again == first
     listed = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md())
     assert [m.content for m in listed.messages][:1] == ["book a table"] and len(listed.messages) == 2
@@ -218,7 +216,9 @@ async def test_request_id_reused_with_a_different_request_is_refused_and_nothing
     before = await chat.ListInstances(chat_pb2.ListInstancesRequest(), metadata=stack.md())
     e = await rpc_error(
         chat.CreateInstance(
-            chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="Garage"), request_id=irid),
+            chat_pb2.CreateInstanceRequest(
+                instance=chat_pb2.Instance(display_name="Garage"), request_id=irid
+            ),
             metadata=stack.md(),
         )
     )

@@ -503,7 +503,8 @@ async def test_http_malformed_bodies_are_400_with_a_status_message_never_500(col
     """Bad data is the client's fault (OTLP/HTTP: 400 + google.rpc.Status), whatever is wrong with it."""
     one_request = request(one_trace(20)[1]).SerializeToString()
     deep_value = '{"arrayValue":{"values":[' * 150 + '{"intValue":"1"}' + "]}}" * 150
-    span_json = '{"traceId":"%s","spanId":"%s","startTimeUnixNano":"1","endTimeUnixNano":"2","attributes":[%s]}'
+    span_json = ('{"traceId":"%s","spanId":"%s","startTimeUnixNano":"1","endTimeUnixNano":"2",'
+                 '"attributes":[%s]}')
     bodies = {
         "gzip header on a plain body": (b"notgzip", "application/json", "gzip"),
         "truncated gzip": (gzip.compress(one_request)[: len(gzip.compress(one_request)) // 2],
@@ -519,7 +520,7 @@ async def test_http_malformed_bodies_are_400_with_a_status_message_never_500(col
             b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"startTimeUnixNano":' + b"9" * 5000 + b"}]}]}]}",
             "application/json", None),
         "uint64 out of range": (
-            b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"startTimeUnixNano":"99999999999999999999999"}]}]}]}',
+            b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"startTimeUnixNano":"9' + b"9" * 22 + b'"}]}]}]}',
             "application/json", None),
         "wrong JSON types": (b'{"resourceSpans":[1,"x",null]}', "application/json", None),
         "a JSON array, not an object": (b"[]", "application/json", None),
@@ -547,6 +548,22 @@ async def test_http_malformed_bodies_are_400_with_a_status_message_never_500(col
         assert r.status == 200
     assert len((await collector.get_trace(tid)).spans) == 2
 
+
+async def test_grpc_export_of_an_undecodable_body_is_invalid_argument_and_nothing_stored(collector):
+    """The public OTLP/gRPC Export (no token) answers a body that is not an ExportTraceServiceRequest
+    with INVALID_ARGUMENT (never UNKNOWN), as OTLP/HTTP answers 400."""
+    method = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{collector.ports['otlp_grpc']}") as ch:
+        raw = ch.unary_unary(method, request_serializer=None, response_deserializer=None)
+        truncated = request([span(b"\x01" * 16, b"\x02" * 8)]).SerializeToString()[:-3]
+        for garbage in (b"garbage", b"\n\x02\xc3(", truncated, _deep_protobuf(150)):
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await raw(garbage)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT, garbage[:20]
+            assert error_info(e.value).reason == "UNDECODABLE_REQUEST"
+        ok = await raw(request(one_trace(2)[1]).SerializeToString())
+        assert not trace_service_pb2.ExportTraceServiceResponse.FromString(ok).HasField("partial_success")
+    assert await collector.span_rows() == 2
 
 def _deep_protobuf(depth: int) -> bytes:
     """An ExportTraceServiceRequest whose one attribute is an array nested `depth` levels."""
