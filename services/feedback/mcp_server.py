@@ -30,6 +30,8 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
 from agentfeedback.traces.v1 import traces_pb2
 from services.cli.client import Clients, ClientSettings
+from services.common.errors import InvalidArgument
+from services.common.ids import parse_trace_id
 
 _STATUSES = {"open", "triaged", "filed", "dismissed"}
 
@@ -119,7 +121,16 @@ def build_server(clients: Clients) -> MCPServer:
 
     @mcp.tool()
     async def instance_messages(instance: str, around_trace_id: str = "", window: int = 2) -> dict:
-        """Messages of an instance; with around_trace_id, only the turns within `window` turns of that turn."""
+        """Messages of an instance; with around_trace_id, only the turns within `window` turns of that turn.
+        INVALID_ARGUMENT when around_trace_id is not a W3C trace id or window is negative; NOT_FOUND when
+        no message of the instance has that trace id."""
+        if window < 0:
+            raise ToolError("INVALID_ARGUMENT: window: must not be negative")
+        if around_trace_id:
+            try:
+                around_trace_id = parse_trace_id(around_trace_id, "around_trace_id")
+            except InvalidArgument as e:
+                raise ToolError(f"INVALID_ARGUMENT: {e}") from None
         stub = c.chat()
         msgs: list[chat_pb2.Message] = []
         token = ""
@@ -132,7 +143,7 @@ def build_server(clients: Clients) -> MCPServer:
             if not token:
                 break
         if around_trace_id:
-            turn = next((m.turn_index for m in msgs if m.trace_id == around_trace_id.lower()), None)
+            turn = next((m.turn_index for m in msgs if m.trace_id == around_trace_id), None)
             if turn is None:
                 raise ToolError(f"NOT_FOUND: no message of {instance} has trace id {around_trace_id}")
             msgs = [m for m in msgs if abs(m.turn_index - turn) <= window]

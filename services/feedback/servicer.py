@@ -34,6 +34,7 @@ from services.common.auth import (
 )
 from services.common.errors import Aborted, DomainError, InvalidArgument, NotFound, Unavailable
 from services.common.ids import (
+    check_same_request,
     check_text,
     decode_page_token,
     encode_page_token,
@@ -43,6 +44,7 @@ from services.common.ids import (
     parse_request_id,
     parse_timestamp,
     parse_trace_id,
+    request_fingerprint,
 )
 from services.feedback import domain
 from services.feedback.capture import CaptureWorker
@@ -215,24 +217,13 @@ def _filters_key(filters: Mapping[str, Any]) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def request_fingerprint(request, without_etag: bool = False) -> bytes:
-    """SHA-256 of the request's deterministic serialization without its `request_id` (AIP-155: the
-    same request id must carry the same request). `without_etag` also leaves out `feedback.etag`
-    (a precondition, not content: a retry may carry the etag it re-read)."""
-    copy = type(request)()
+def _update_fingerprint(request: pb.UpdateFeedbackRequest) -> bytes:
+    """ids.request_fingerprint without `feedback.etag` (a precondition, not content: a retry may carry
+    the etag it re-read)."""
+    copy = pb.UpdateFeedbackRequest()
     copy.CopyFrom(request)
-    copy.request_id = ""
-    if without_etag:
-        copy.feedback.etag = ""
-    return hashlib.sha256(copy.SerializeToString(deterministic=True)).digest()
-
-
-def _check_same_request(stored_fingerprint: bytes | None, fingerprint: bytes) -> None:
-    """INVALID_ARGUMENT naming `request_id` when it was already used for a different request (rows
-    stored before fingerprints existed carry none and are accepted as retries)."""
-    if stored_fingerprint is not None and bytes(stored_fingerprint) != fingerprint:
-        raise InvalidArgument("request_id", "was already used for a different request; use a new request_id",
-                              reason="REQUEST_ID_REUSED")
+    copy.feedback.etag = ""
+    return request_fingerprint(copy)
 
 
 def _version_from_etag(etag: str, field_path: str) -> int:
@@ -283,7 +274,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
 
     def _replay(self, existing: Mapping[str, Any], fingerprint: bytes) -> pb.Feedback:
         """The first row of a retried CreateFeedback; INVALID_ARGUMENT if the request differs."""
-        _check_same_request(existing["request_fingerprint"], fingerprint)
+        check_same_request(existing["request_fingerprint"], fingerprint)
         return self._proto(existing)
 
     # ------------------------------------------------------------ reports
@@ -459,12 +450,12 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         if "issue_url" in paths:
             domain.check_issue_url(new.issue_url)
         rid = parse_request_id(request.request_id, "request_id")
-        fingerprint = request_fingerprint(request, without_etag=True) if rid is not None else None
+        fingerprint = _update_fingerprint(request) if rid is not None else None
         retention = self._s.trace_retention_days
 
         def decide(cur):
             if rid is not None and cur["last_update_request_id"] == rid:
-                _check_same_request(cur["last_update_fingerprint"], fingerprint)
+                check_same_request(cur["last_update_fingerprint"], fingerprint)
                 return None
             if not domain.etag_matches(new.etag, cur["version"]):
                 raise Aborted(f"etag {new.etag} is stale; the current one is {domain.etag(cur['version'])}",
@@ -491,10 +482,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         (fid,) = parse_name(request.name, "feedback/{}", "name")
         rid = parse_request_id(request.request_id, "request_id")
         deleted, earlier = await self._repo.delete_feedback(fid, p.sub, rid, DELETE_RECORD_RETENTION_S)
-        if earlier is not None:
-            if earlier != fid:
-                raise InvalidArgument("request_id", "was already used for a different request; use a new request_id",
-                                      reason="REQUEST_ID_REUSED")
+        if earlier is not None:  # a delete's content is the id it names
+            check_same_request(earlier.encode(), fid.encode())
             return empty_pb2.Empty()
         if not deleted:
             raise NotFound(request.name)

@@ -13,6 +13,7 @@ import grpc
 import pytest
 from aiohttp import web
 from google.protobuf import field_mask_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
@@ -556,3 +557,223 @@ async def test_file_feedback_to_github_sink_posts_one_issue_with_the_default_fie
     assert "network" in calls[0]["title"] + calls[0]["body"] and turn.trace_id in calls[0]["body"]
     assert "owner's private complaint" not in calls[0]["body"] and turn.reply.content[:200] not in calls[0]["body"]
     assert (await get(stack, fb.name)).status == pb.STATUS_FILED
+
+
+# ---------------------------------------------------------------- new-user tester findings
+async def get_as(stack: Stack, name: str, sub: str) -> pb.Feedback:
+    return await stack.feedback().GetFeedback(pb.GetFeedbackRequest(name=name),
+                                              metadata=stack.md(sub, (SCOPE_FEEDBACK_READ,)))
+
+
+async def wait_until(fetch, done, timeout_s: float = 20.0):
+    deadline = time.monotonic() + timeout_s
+    while not done(got := await fetch()):
+        assert time.monotonic() < deadline, f"condition never held; last: {got}"
+        await asyncio.sleep(0.1)
+    return got
+
+
+@pytest.mark.parametrize("anchor", ["message", "trace_id"])
+async def test_client_snapshot_naming_another_owners_turn_never_receives_their_tool_calls(stack, tmp_path, anchor):
+    """Chat service unreachable at create time: mallory (feedback:write+read only) names alice's reply
+    (or alice's trace id + instance) with a forged client snapshot. The row is accepted (source CLIENT)
+    but the worker never freezes alice's spans into it: once the chat service is back it answers
+    NOT_FOUND for mallory, and the row keeps mallory's words with an UNAVAILABLE, unverified snapshot.
+    Alice's own CLIENT report of the same turn, verified the same way, is captured (the worker works)."""
+    inst = await new_instance(stack, "alice")
+    turn = await send(stack, inst, "which tools did you use?")
+    await stack.wait_trace(turn.trace_id, min_spans=3)
+    mallory = stack.md("mallory", (SCOPE_FEEDBACK_WRITE, SCOPE_FEEDBACK_READ))
+    # A replica whose chat service is unreachable (nothing listens on port 1), with its own worker.
+    down = await start_feedback(stack, tmp_path, chat_target="127.0.0.1:1", chat_timeout_s=0.5)
+    try:
+        stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, down.port))
+        target = (pb.Feedback(message=turn.reply.name) if anchor == "message"
+                  else pb.Feedback(trace_id=turn.trace_id, instance=inst))
+        forged = pb.CreateFeedbackRequest(feedback=target, request_id=rid(), client_snapshot=pb.Snapshot(
+            trace_id=turn.trace_id, target_text="FORGED"))
+        forged.feedback.body = "mallory's words"
+        fb = await stub.CreateFeedback(forged, metadata=mallory)
+        assert fb.snapshot.source == pb.SNAPSHOT_SOURCE_CLIENT and fb.trace_snapshot.state == PENDING
+        own = pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, body="alice's words"),
+                                       request_id=rid(), client_snapshot=pb.Snapshot(trace_id=turn.trace_id,
+                                                                                     target_text="as alice saw it"))
+        mine = await stub.CreateFeedback(own, metadata=stack.md("alice"))
+        # The spans are in the collector and this replica's worker polls every 0.2 s: an unverified
+        # anchor must not be captured while the chat service cannot vouch for it. (The stack's replica,
+        # which reaches the chat service, may already have refused it: PENDING or UNAVAILABLE.)
+        await asyncio.sleep(2.0)
+        g = await get_as(stack, fb.name, "mallory")
+        assert g.trace_snapshot.state in (PENDING, pb.TRACE_SNAPSHOT_STATE_UNAVAILABLE)
+        assert not g.trace_snapshot.tool_calls and not g.trace_snapshot.spans
+    finally:
+        await down.stop(0.5)
+    # The chat service is reachable from the stack's replica: it verifies the anchors as their owners.
+    g = await wait_until(lambda: get_as(stack, fb.name, "mallory"),
+                         lambda f: f.trace_snapshot.state != PENDING)
+    assert g.trace_snapshot.state == pb.TRACE_SNAPSHOT_STATE_UNAVAILABLE
+    assert not g.trace_snapshot.tool_calls and not g.trace_snapshot.spans and not g.trace_snapshot.events
+    assert g.snapshot.source == pb.SNAPSHOT_SOURCE_CLIENT and g.snapshot.unverified
+    assert g.body == "mallory's words" and g.snapshot.target_text == "FORGED"
+    assert turn.reply.content[:40] not in str(g)
+    ok = await wait_state(stack, mine.name, CAPTURED)
+    assert ok.trace_snapshot.tool_calls and ok.snapshot.source == pb.SNAPSHOT_SOURCE_CHAT_SERVICE
+    assert not ok.snapshot.unverified
+    # Nothing later turns mallory's row into a capture (the worker keeps running).
+    await asyncio.sleep(0.5)
+    assert not (await get_as(stack, fb.name, "mallory")).trace_snapshot.tool_calls
+
+
+@pytest.mark.parametrize("field_path, request_kw", [
+    ("start_time", {"start_time": {"seconds": -10**12}}),
+    ("start_time", {"start_time": {"seconds": 1, "nanos": 2_000_000_000}}),
+    ("end_time", {"end_time": {"seconds": 253_402_300_800}}),
+    ("end_time", {"end_time": {"seconds": 1, "nanos": -1}}),
+    ("start_time", {"start_time": {"seconds": 2_000_000_000}, "end_time": {"seconds": 1_000_000_000}}),
+])
+async def test_list_feedback_bad_time_range_is_invalid_argument_naming_the_field(stack, field_path, request_kw):
+    req = pb.ListFeedbackRequest(**{k: Timestamp(**v) for k, v in request_kw.items()})
+    e = await expect_error(stack.feedback().ListFeedback(req, metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == field_path
+
+
+async def test_list_feedback_page_token_reused_with_other_filters_is_invalid_argument(stack):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    for i in range(3):
+        await flag(stack, turn.reply.name, f"report {i}")
+    fbs = stack.feedback()
+    first = await fbs.ListFeedback(pb.ListFeedbackRequest(page_size=1, instance=inst), metadata=stack.md())
+    assert first.next_page_token
+    e = await expect_error(fbs.ListFeedback(pb.ListFeedbackRequest(page_size=1, page_token=first.next_page_token),
+                                            metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "page_token"
+    e = await expect_error(fbs.ListFeedback(pb.ListFeedbackRequest(
+        page_size=1, instance=inst, text="report", page_token=first.next_page_token), metadata=stack.md()),
+        grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "page_token"
+    same = await fbs.ListFeedback(pb.ListFeedbackRequest(page_size=1, instance=inst, page_token=first.next_page_token),
+                                  metadata=stack.md())
+    assert same.feedback[0].name != first.feedback[0].name
+
+
+async def test_reused_request_id_with_a_different_request_is_rejected_and_nothing_is_written(stack):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    fbs = stack.feedback()
+    r = rid()
+    first = await fbs.CreateFeedback(pb.CreateFeedbackRequest(
+        feedback=pb.Feedback(message=turn.reply.name, body="first body"), request_id=r), metadata=stack.md())
+    retry = await fbs.CreateFeedback(pb.CreateFeedbackRequest(
+        feedback=pb.Feedback(message=turn.reply.name, body="first body"), request_id=r), metadata=stack.md())
+    assert retry.name == first.name
+    e = await expect_error(fbs.CreateFeedback(pb.CreateFeedbackRequest(
+        feedback=pb.Feedback(message=turn.reply.name, body="SECOND"), request_id=r), metadata=stack.md()),
+        grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "request_id" and "different request" in e.details()
+    assert [f.body for f in await list_all(stack)] == ["first body"]
+
+    mask = field_mask_pb2.FieldMask(paths=["status"])
+    u = rid()
+    triaged = await fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=first.name, status=pb.STATUS_TRIAGED), update_mask=mask, request_id=u),
+        metadata=stack.md())
+    again = await fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=first.name, status=pb.STATUS_TRIAGED), update_mask=mask, request_id=u),
+        metadata=stack.md())
+    assert again.etag == triaged.etag
+    e = await expect_error(fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=first.name, status=pb.STATUS_DISMISSED), update_mask=mask, request_id=u),
+        metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "request_id"
+    assert (await get(stack, first.name)).status == pb.STATUS_TRIAGED
+
+
+async def test_delete_retried_with_the_same_request_id_is_ok_and_the_id_cannot_delete_another_report(stack):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    a = await flag(stack, turn.reply.name, "a")
+    b = await flag(stack, turn.reply.name, "b")
+    fbs = stack.feedback()
+    d = rid()
+    await fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=a.name, request_id=d), metadata=stack.md())
+    await fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=a.name, request_id=d), metadata=stack.md())  # retry: OK
+    await expect_error(get(stack, a.name), grpc.StatusCode.NOT_FOUND)
+    e = await expect_error(fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=b.name, request_id=d), metadata=stack.md()),
+                           grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "request_id"
+    assert (await get(stack, b.name)).body == "b"
+    # Another owner's retry with the same request id is not alice's record.
+    await expect_error(fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=a.name, request_id=d),
+                                          metadata=stack.md("mallory")), grpc.StatusCode.NOT_FOUND)
+    # Without a request id a second delete is NOT_FOUND, as before.
+    await expect_error(fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=a.name), metadata=stack.md()),
+                       grpc.StatusCode.NOT_FOUND)
+
+
+@pytest.mark.parametrize("actor", ["none", "user_token", "wrong_scope", "garbage"])
+async def test_author_agent_needs_the_agents_actor_credential(stack, actor):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "count to three")
+    md = {
+        "none": stack.md(),
+        "user_token": (*stack.md(), (ACTOR_METADATA, f"Bearer {stack.token()}")),
+        "wrong_scope": agent_md(stack, actor_scopes=(SCOPE_FEEDBACK_WRITE,)),
+        "garbage": (*stack.md(), (ACTOR_METADATA, "Bearer not-a-jwt")),
+    }[actor]
+    req = pb.CreateFeedbackRequest(feedback=pb.Feedback(trace_id=turn.trace_id, instance=inst, body="I am the agent",
+                                                        author=pb.AUTHOR_AGENT), request_id=rid())
+    e = await expect_error(stack.feedback().CreateFeedback(req, metadata=md), grpc.StatusCode.PERMISSION_DENIED)
+    assert error_info(e).reason == "MISSING_ACTOR_CREDENTIAL" and ACTOR_METADATA in e.details()
+    assert await list_all(stack) == []
+    ok = await stack.feedback().CreateFeedback(req, metadata=agent_md(stack))
+    assert ok.author == pb.AUTHOR_AGENT
+
+
+@pytest.mark.parametrize("url, ok", [
+    ("https://", False), ("https://exa mple.com/", False), ("file:///etc/passwd", False),
+    ("javascript:alert(1)", False), ("https://x.example/" + "a" * 2048, False), ("http://[::1", False),
+    ("https://tracker.example/issues/7", True), ("http://localhost:8080/t/1?x=y#z", True),
+])
+async def test_issue_url_must_be_an_absolute_http_url_with_a_host(stack, url, ok):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    fb = await flag(stack, turn.reply.name)
+    call = stack.feedback().UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, status=pb.STATUS_TRIAGED, issue_url=url),
+        update_mask=field_mask_pb2.FieldMask(paths=["status", "issue_url"])), metadata=stack.md())
+    if ok:
+        assert (await call).issue_url == url
+        return
+    e = await expect_error(call, grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "feedback.issue_url"
+    assert (await get(stack, fb.name)).issue_url == "" and (await get(stack, fb.name)).status == pb.STATUS_OPEN
+
+
+async def test_mcp_instance_messages_rejects_a_malformed_trace_id_and_a_negative_window(stack):
+    from mcp.server.mcpserver.exceptions import ToolError  # noqa: PLC0415
+
+    from services.cli.client import Clients, ClientSettings  # noqa: PLC0415
+    from services.feedback.mcp_server import build_server  # noqa: PLC0415
+
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    clients = Clients(settings=ClientSettings(chat_target=f"127.0.0.1:{stack.ports['chat']}",
+                                              feedback_target=f"127.0.0.1:{stack.ports['feedback']}",
+                                              traces_target=f"127.0.0.1:{stack.ports['query']}"),
+                      token=stack.token())
+    mcp = build_server(clients)
+    try:
+        for args, field_path in (({"around_trace_id": "nothex"}, "around_trace_id"), ({"window": -1}, "window")):
+            with pytest.raises(ToolError) as e:
+                await mcp.call_tool("instance_messages", {"instance": inst, **args})
+            assert f"INVALID_ARGUMENT: {field_path}:" in str(e.value)
+        with pytest.raises(ToolError) as e:
+            await mcp.call_tool("instance_messages", {"instance": inst, "around_trace_id": "ab" * 16})
+        assert "NOT_FOUND:" in str(e.value)
+        got = await mcp.call_tool("instance_messages", {"instance": inst, "around_trace_id": turn.trace_id.upper(),
+                                                         "window": 0})
+        assert turn.reply.name in str(got)
+    finally:
+        for ch in clients.channels:
+            await ch.close()

@@ -174,3 +174,37 @@ def test_ticket_leaves_owner_words_and_message_text_out_unless_enabled():
     assert "my private words" not in body and "the reply text" not in body and "dictated" not in body
     _, full = d.render_ticket(fb, d.TicketFields(body=True, message_text=True))
     assert "> my private words" in full and "> the reply text" in full and "> the question" in full
+
+
+@pytest.mark.parametrize("url", ["https://", "https://exa mple.com/", "file:///etc/passwd", "ftp://x.example/a",
+                                 "//x.example/a", "https://x.example/\ta", "https://x.example:99999/",
+                                 "https://x.example/" + "a" * 2048])
+def test_issue_url_rejects_anything_but_an_absolute_http_url_with_a_host(url):
+    with pytest.raises(InvalidArgument) as e:
+        d.check_issue_url(url)
+    assert e.value.field_path == "feedback.issue_url"
+
+
+@pytest.mark.parametrize("url", ["", "https://github.com/o/r/issues/1", "http://127.0.0.1:8080/t?id=1#c"])
+def test_issue_url_accepts_http_urls_and_empty(url):
+    assert d.check_issue_url(url) == url
+
+
+def test_ticket_of_a_coding_session_report_shows_the_session_and_seq_and_no_empty_fields():
+    # As the servicer builds the draft: proto JSON field names, int64 as a string, defaults omitted.
+    fb = {"name": "feedback/f2", "coding": {"session": "sess-42", "timeline_seq": "17"}, "category": 3,
+          "sentiment": 2, "author": 2, "surface": 2, "snapshot": {"source": 3}, "trace_snapshot": {},
+          "create_time": "2026-11-30T12:00:00Z"}
+    title, body = d.render_ticket(fb)
+    assert "coding session sess-42" in title and "17" in title and "?" not in title
+    assert "- coding session: `sess-42`" in body and "- timeline seq: 17" in body
+    assert "``" not in body and "instance:" not in body and "message:" not in body and "turn index" not in body
+    assert "trace id:" not in body and "agent / model" not in body
+
+
+def test_ticket_of_a_trace_report_names_the_trace_and_of_turn_zero_names_the_turn():
+    title, body = d.render_ticket({"name": "feedback/f3", "trace_id": "cd" * 16, "snapshot": {}})
+    assert ("cd" * 16) in title and "instance:" not in body and "turn" not in title
+    title, body = d.render_ticket({"name": "feedback/f4", "instance": "instances/i", "message": "instances/i/messages/m",
+                                   "snapshot": {"target_role": "ROLE_ASSISTANT", "trace_id": "ab" * 16}})
+    assert title.endswith("turn 0 of instances/i") and "- turn index: 0" in body

@@ -1,9 +1,15 @@
 """The servicer's direct JSON → proto copies of stored snapshots agree with protobuf's json_format."""
 from __future__ import annotations
 
+import datetime as dt
+
+import pytest
 from google.protobuf import json_format
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from services.common.errors import InvalidArgument
+from services.common.ids import parse_timestamp
 from services.feedback import domain as d
 from services.feedback.servicer import _snapshot_into, _trace_snapshot_into
 from tests.unit.test_feedback_domain import msg, span
@@ -27,3 +33,18 @@ def test_snapshot_and_frozen_trace_convert_like_json_format():
     _trace_snapshot_into(frozen, fast_t)
     json_format.ParseDict(frozen, slow_t)
     assert fast_t == slow_t and fast_t.tool_calls[0].status == "ERROR" and len(fast_t.events) == 1
+
+
+@pytest.mark.parametrize("seconds, nanos", [(-10**12, 0), (1, 2_000_000_000), (1, -1), (253_402_300_800, 0),
+                                            (-62_135_596_801, 0)])
+def test_parse_timestamp_outside_the_documented_range_names_the_field(seconds, nanos):
+    with pytest.raises(InvalidArgument) as e:
+        parse_timestamp(Timestamp(seconds=seconds, nanos=nanos), "start_time")
+    assert e.value.field_path == "start_time"
+
+
+def test_parse_timestamp_range_ends_are_accepted():
+    assert parse_timestamp(Timestamp(seconds=-62_135_596_800), "t") == dt.datetime(1, 1, 1, tzinfo=dt.UTC)
+    top = parse_timestamp(Timestamp(seconds=253_402_300_799, nanos=999_999_999), "t")
+    assert top == dt.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC)
+    assert parse_timestamp(Timestamp(seconds=1, nanos=5_000), "t") == dt.datetime(1970, 1, 1, 0, 0, 1, 5, tzinfo=dt.UTC)
