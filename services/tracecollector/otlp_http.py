@@ -5,8 +5,9 @@ Per the OTLP specification (opentelemetry-proto `docs/specification.md`, "OTLP/H
   (OTLP/JSON: lowerCamelCase keys, trace/span ids as case-insensitive hex, enums as integers,
   64-bit integers as strings or numbers, unknown fields ignored). The response uses the request's
   Content-Type. Other types → 415.
-- `Content-Encoding: gzip` is decompressed (aiohttp); the body limit (default 20 MiB) applies after
-  decompression → 413 Content Too Large (the client must not retry).
+- `Content-Encoding: gzip` (or deflate) is decompressed (aiohttp); the body limit (default 20 MiB)
+  applies after decompression → 413 Content Too Large (the client must not retry). Another coding
+  → 415; a body that is not in the coding it claims → 400.
 - 200 + ExportTraceServiceResponse (with `partial_success` when spans were rejected);
   400 + google.rpc.Status when the body cannot be decoded; 503 + `Retry-After` (seconds) when the
   write queue is full or storage failed (retryable). Error bodies are google.rpc.Status in the
@@ -39,6 +40,8 @@ _ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_
 # An id that is not valid hex becomes this (1 byte): the span is then rejected by validation
 # (partial success) instead of failing the whole request.
 _BAD_ID = base64.b64encode(b"\xff").decode()
+# Content-Encodings aiohttp decodes (br/zstd only with optional packages: aiohttp refuses those itself).
+_ENCODINGS = frozenset({"gzip", "x-gzip", "deflate", "identity"})
 
 
 def _ids_to_base64(obj: dict) -> None:
@@ -108,6 +111,13 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float)
             st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
                                    message=f"Content-Type must be {PROTOBUF} or {JSON}, got {ctype!r}")
             return _error(415, st, PROTOBUF)
+        coding = request.headers.get("Content-Encoding", "")
+        encodings = {e.strip().lower() for e in coding.split(",") if e.strip()}
+        if not encodings <= _ENCODINGS:
+            # Unknown codings would otherwise be read as if the body were not encoded (RFC 9110 §8.4: 415).
+            st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
+                                   message=f"Content-Encoding must be gzip, deflate or identity, got {coding!r}")
+            return _error(415, st, reply_type)
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:

@@ -539,6 +539,10 @@ async def test_http_malformed_bodies_are_400_with_a_status_message_never_500(col
             st = (json_format.Parse(raw, status_pb2.Status()) if ctype == "application/json"
                   else status_pb2.Status.FromString(raw))
             assert st.code == 3 and st.message, what  # INVALID_ARGUMENT with a reason a person can act on
+        # A coding aiohttp would not decode is refused, never read as a plain body.
+        r = await http.post(collector.http_url, data=one_request,
+                            headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "compress"})
+        assert r.status == 415 and status_pb2.Status.FromString(await r.read()).message
     assert await collector.span_rows() == 0
     # The listener still serves a good request afterwards.
     tid, spans = one_trace(2)
