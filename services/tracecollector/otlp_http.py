@@ -116,7 +116,7 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float)
         if not encodings <= _ENCODINGS:
             # Unknown codings would otherwise be read as if the body were not encoded (RFC 9110 §8.4: 415).
             st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
-                                   message=f"Content-Encoding must be gzip, deflate or identity, got {coding!r}")
+                                   message=f"Content-Encoding must be gzip, deflate or identity: {coding!r}")
             return _error(415, st, reply_type)
         try:
             body = await request.read()
