@@ -230,6 +230,25 @@ async def test_request_id_reused_with_a_different_request_is_refused_and_nothing
     )
     assert retried == made
 
+    # Two different requests racing with one request_id: one is stored, the other is refused.
+    race = str(uuid.uuid4())
+    results = await asyncio.gather(
+        *(chat.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content=w, request_id=race),
+                           metadata=stack.md()) for w in ("left", "right")),
+        return_exceptions=True,
+    )
+    won = [r for r in results if isinstance(r, chat_pb2.SendMessageResponse)]
+    lost = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
+    assert len(won) == 1 and len(lost) == 1, results
+    assert lost[0].code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_info(lost[0]).metadata["field"] == "request_id"
+    listed = await chat.ListMessages(
+        chat_pb2.ListMessagesRequest(parent=parent, trace_id=won[0].trace_id), metadata=stack.md()
+    )
+    assert [m.content for m in listed.messages][0] == won[0].user_message.content
+    all_messages = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent), metadata=stack.md())
+    assert len(all_messages.messages) == 4  # the first turn and the winner's: nothing of the loser
+
 
 async def _drain(call) -> list:
     return [x async for x in call]
