@@ -10,6 +10,7 @@ import pytest
 from services.common.auth import Authenticator, mint_token
 from services.common.errors import InvalidArgument, PermissionDenied, Unauthenticated, to_status
 from services.common.ids import (
+    check_same_request,
     check_text,
     clip,
     decode_page_token,
@@ -18,6 +19,7 @@ from services.common.ids import (
     parse_name,
     parse_request_id,
     parse_trace_id,
+    request_fingerprint,
 )
 from services.common.settings import CommonSettings
 from google.rpc import error_details_pb2
@@ -98,3 +100,21 @@ def test_dev_secret_is_generated_once(tmp_path):
     tok = mint_token((tmp_path / "jwt-secret").read_text(), "bob")
     assert a.authenticate(f"Bearer {tok}").sub == b.authenticate(f"Bearer {tok}").sub == "bob"
     assert (tmp_path / "jwt-secret").stat().st_mode & 0o077 == 0
+
+
+def test_request_fingerprint_ignores_the_request_id_and_sees_every_other_field():
+    from agentfeedback.traces.v1 import traces_pb2
+
+    def req(rid: str, **kw) -> traces_pb2.SearchTracesRequest:
+        # SearchTracesRequest has a map field (serialization order) but no request_id: use page_token.
+        return traces_pb2.SearchTracesRequest(page_token=rid, **kw)
+
+    a = request_fingerprint(req("1", attributes={f"k{i}": "v" for i in range(20)}), "page_token")
+    b = request_fingerprint(req("2", attributes={f"k{i}": "v" for i in reversed(range(20))}), "page_token")
+    assert a == b and len(a) == 32
+    assert request_fingerprint(req("1", span_name="x"), "page_token") != request_fingerprint(req("1"), "page_token")
+    check_same_request(a, b)
+    check_same_request(None, a)  # a record from before fingerprints: accepted as a retry
+    with pytest.raises(InvalidArgument) as e:
+        check_same_request(a, request_fingerprint(req("1"), "page_token"))
+    assert e.value.metadata["field"] == "request_id" and e.value.reason == "REQUEST_ID_REUSED"
