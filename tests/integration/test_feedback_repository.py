@@ -24,3 +24,31 @@ async def test_every_statement_prepares(database_url):
                 raise AssertionError(f"{n}: {e}") from None
     finally:
         await conn.close()
+
+
+async def test_spans_frozen_into_an_unverified_client_row_before_the_fix_are_dropped_and_reverified(
+        database_url, tmp_path):
+    """A row captured by the old worker from a CLIENT snapshot (never verified) loses its frozen copy
+    and goes back to the verification queue; a verified (chat service) row keeps its copy."""
+    old = tmp_path / "migrations"
+    old.mkdir()
+    for f in sorted(MIGRATIONS.glob("*.sql"))[:2]:
+        (old / f.name).write_text(f.read_text())
+    await migrate(database_url, "feedback", old)
+    conn = await asyncpg.connect(database_url, server_settings={"search_path": "feedback,public"})
+    try:
+        for fid, source in (("leaked", 2), ("verified", 1)):
+            await conn.execute(
+                """INSERT INTO feedback (id, owner, request_id, target_kind, message, author, body, snapshot,
+                       snapshot_source, trace_id, trace_state, trace_snapshot, capture_time, create_time, update_time)
+                   VALUES ($1, 'mallory', gen_random_uuid(), 'message', 'instances/a/messages/m', 1, 'words', '{}',
+                       $2, $3, 2, '{"tool_calls": [{"name": "owner_secret_tool"}]}', now(), now(), now())""",
+                fid, source, "ab" * 16)
+        await migrate(database_url, "feedback", MIGRATIONS)
+        rows = {r["id"]: r for r in await conn.fetch(
+            "SELECT id, trace_state, trace_snapshot::text AS ts, refresh_at, body FROM feedback")}
+        assert rows["leaked"]["trace_state"] == 1 and "owner_secret_tool" not in rows["leaked"]["ts"]
+        assert rows["leaked"]["refresh_at"] is not None and rows["leaked"]["body"] == "words"
+        assert rows["verified"]["trace_state"] == 2 and "owner_secret_tool" in rows["verified"]["ts"]
+    finally:
+        await conn.close()
