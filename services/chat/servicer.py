@@ -87,7 +87,9 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         self._max_chars = max_content_chars
 
     async def CreateInstance(self, request, context):  # noqa: N802
-        """AIP-133; ALREADY_EXISTS when the owner already has `instance_id` (and it is not a retry)."""
+        """AIP-133; ALREADY_EXISTS when the owner already has `instance_id` (and it is not a retry).
+        AIP-155: the same `request_id` with the same request returns the first instance; with a
+        different request INVALID_ARGUMENT naming `request_id` (reason REQUEST_ID_REUSED)."""
         owner = current_principal().sub
         new = domain.validate_new_instance(
             request.instance.display_name,
@@ -123,6 +125,8 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         return resp
 
     async def SendMessage(self, request, context):  # noqa: N802
+        """One turn (TurnRunner.send has the errors). A `request_id` retry of the same request returns
+        the first turn; with a different request INVALID_ARGUMENT naming `request_id`, nothing written."""
         res = await self._turns.send(self._call(request, context))
         return chat_pb2.SendMessageResponse(
             user_message=message_pb(res.user_message), reply=message_pb(res.reply), trace_id=res.trace_id
