@@ -656,7 +656,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         """Operator feed: USER ratings and reports of every owner, newest first, filtered, paged.
 
         Rating-only filters (scope, aspect, rating sentiment) leave reports out; `negative_only` keeps
-        NEGATIVE ratings and BAD reports; `text` matches the note / the body (case-insensitive)."""
+        NEGATIVE ratings and BAD reports; `text` matches the note / the body (case-insensitive). A page
+        token is bound to the filters it was issued for (other filters → INVALID_ARGUMENT `page_token`)."""
         size = page_size(request.page_size, 50, 500)
         f = {
             "scope": _enum(request.scope, pb.RatingScope, "scope"),
@@ -668,7 +669,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         }
         if f["aspect"] and not domain.ASPECT_SLUG.match(f["aspect"]):
             raise InvalidArgument("aspect", "must be a slug [a-z][a-z0-9_]{0,63}")
-        after = _keyset(request.page_token)
+        fkey = _filters_key(f)
+        after = _keyset(request.page_token, fkey)
         rating_only = bool(f["scope"] or f["aspect"] or f["sentiment"])
         ratings, reports = await self._repo.recent(f, after, size + 1, ratings=True, reports=not rating_only)
         merged = sorted([(r["update_time"], r["id"], "r", r) for r in ratings]
@@ -682,5 +684,5 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                 out.items.add(feedback=self._proto(r))
         if len(merged) > size:
             t, i, _k, _r = merged[size - 1]
-            out.next_page_token = encode_page_token({"t": t.isoformat(), "i": i})
+            out.next_page_token = encode_page_token({"t": t.isoformat(), "i": i, "f": fkey})
         return out

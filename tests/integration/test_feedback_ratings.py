@@ -235,6 +235,11 @@ async def test_delete_is_idempotent_copy_marks_branch_copies_and_stats_count_use
         if not token:
             break
     assert len(pages) == len(set(pages)) == 4  # 3 USER ratings + 1 report; branch copies left out
+    first = await fb.ListRecentFeedback(pb.ListRecentFeedbackRequest(page_size=1), metadata=stack.md("op"))
+    e = await expect_error(fb.ListRecentFeedback(pb.ListRecentFeedbackRequest(
+        page_size=1, negative_only=True, page_token=first.next_page_token), metadata=stack.md("op")),
+        grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "page_token"
     await expect_error(fb.GetFeedbackStats(pb.GetFeedbackStatsRequest(),
                                            metadata=stack.md("alice", (SCOPE_FEEDBACK_WRITE,))),
                        grpc.StatusCode.PERMISSION_DENIED)
