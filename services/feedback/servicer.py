@@ -384,8 +384,9 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         """Span `feedback.create` in the turn's trace carrying the event `feedback.created` (ids,
         sentiment, category; never the body). Its parent is a remote SpanContext built from the row's
         trace id with a random span id (the turn's own span ids are not known here), sampled; it links
-        to the CreateFeedback server span so both traces lead to each other."""
-        if not r["trace_id"]:
+        to the CreateFeedback server span so both traces lead to each other. Not for a CLIENT snapshot:
+        its trace id is only the client's claim (nothing is written into a trace nobody verified)."""
+        if not r["trace_id"] or r["snapshot_source"] == domain.SOURCE_CLIENT:
             return
         parent = SpanContext(trace_id=int(r["trace_id"], 16), span_id=random.getrandbits(64) or 1, is_remote=True,
                              trace_flags=TraceFlags(TraceFlags.SAMPLED))

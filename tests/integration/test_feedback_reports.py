@@ -622,6 +622,12 @@ async def test_client_snapshot_naming_another_owners_turn_never_receives_their_t
     # Nothing later turns mallory's row into a capture (the worker keeps running).
     await asyncio.sleep(0.5)
     assert not (await get_as(stack, fb.name, "mallory")).trace_snapshot.tool_calls
+    # And the unverified claim wrote nothing into alice's trace (no `feedback.created` for mallory's row).
+    await stack.aflush_spans()
+    trace = await stack.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=turn.trace_id), metadata=stack.md())
+    ids = {e.attributes.fields["feedback.id"].string_value for sp in trace.spans for e in sp.events
+           if e.name == "feedback.created"}
+    assert fb.name.split("/")[1] not in ids
 
 
 @pytest.mark.parametrize("field_path, request_kw", [
