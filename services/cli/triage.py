@@ -53,8 +53,12 @@ def ticket_markdown(fb: feedback_pb2.Feedback) -> str:
     row = MessageToDict(fb, preserving_proto_field_name=True, use_integers_for_enums=True)
     title, body = render_ticket(row, TicketFields(body=True, message_text=True))
     trace_id = fb.snapshot.trace_id or fb.trace_id
-    links = ["", "### Links", "", f"- conversation: `{fb.instance or '-'}` (agentfeedback feedback show / MCP instance_messages)",
-             f"- trace: `agentfeedback trace get {trace_id}`" if trace_id else "- trace: not recorded"]
+    links = ["", "### Links", ""]
+    if fb.instance:
+        links.append(f"- conversation: `{fb.instance}` (MCP `instance_messages`, around trace `{trace_id or '-'}`)")
+    elif fb.WhichOneof("target") == "coding":
+        links.append(f"- coding session: `{fb.coding.session}` at timeline seq {fb.coding.timeline_seq}")
+    links.append(f"- trace: `agentfeedback trace get {trace_id}`" if trace_id else "- trace: not recorded")
     if fb.issue_url:
         links.append(f"- issue: {fb.issue_url}")
     return f"# {title}\n\n{body}" + "\n".join(links) + "\n"
