@@ -257,7 +257,7 @@ async def test_deadline_forwarded_from_caller_cap_when_none_and_owner_token_on_b
     no_deadline, five_s = agent.remaining
     # ChatSettings.agent_timeout_cap_s default (120 s), nothing more. The agent sees it through the
     # `grpc-timeout` header, whose encoding "may round up" (grpc-core src/core/lib/transport/
-    # timeout_encoding.h): a 119.99 s timeout was observed arriving as 121 s (whole-second unit).
+    # timeout_encoding.h): a 120 s timeout was observed arriving as 120.999 s.
     assert 110 < no_deadline <= 121
     assert 4.0 < five_s < 5.0  # the caller's remaining time, less the gateway's reserve
     md = agent.metadata[0]
