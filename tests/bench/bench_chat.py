@@ -27,7 +27,7 @@ import grpc
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 
-from services.cli.stack import wait_serving
+from services.common.server import wait_serving
 from services.common.auth import mint_token
 from services.common.settings import PROJECT_ROOT
 from tests.stack import free_ports
