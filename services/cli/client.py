@@ -7,6 +7,7 @@ local services use, so the CLI just works against `make run`.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import grpc
@@ -20,12 +21,24 @@ from services.common.auth import DEV_SCOPES, dev_secret, mint_token
 from services.common.settings import CommonSettings
 
 
+def loopback(listen: str) -> str:
+    """A target for a local listen address (`0.0.0.0:P` / `[::]:P` → `127.0.0.1:P`)."""
+    host, _, port = listen.rpartition(":")
+    return f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
+
+
+def local_target(listen_variable: str, default: str):
+    """Default target of a local service: where the local stack listens (its `*_LISTEN` variable)."""
+    return lambda: loopback(os.environ.get(listen_variable, default))
+
+
 class ClientSettings(CommonSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_CLIENT_", extra="ignore", populate_by_name=True)
 
-    chat_target: str = "127.0.0.1:50051"
-    feedback_target: str = "127.0.0.1:50052"
-    traces_target: str = "127.0.0.1:50053"
+    # Where the services are; default: where the local stack listens (`AGENTFEEDBACK_*_LISTEN`, else 5005x).
+    chat_target: str = Field(default_factory=local_target("AGENTFEEDBACK_CHAT_LISTEN", "127.0.0.1:50051"))
+    feedback_target: str = Field(default_factory=local_target("AGENTFEEDBACK_FEEDBACK_LISTEN", "127.0.0.1:50052"))
+    traces_target: str = Field(default_factory=local_target("AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN", "127.0.0.1:50053"))
     # Bearer token; empty → a dev token for `sub` minted from the embedded secret.
     token: str = ""
     sub: str = "owner"

@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 import sys
 
 import click
 
-from services.cli.client import Clients, ClientSettings
-from services.common.auth import ALL_SCOPES, DEV_SCOPES, dev_secret, mint_token
+from services.cli.client import Clients, ClientSettings, local_target
+from services.common.auth import ALL_SCOPES, DEV_SCOPES, SCOPE_FEEDBACK_AGENT, dev_secret, mint_token
 from services.common.settings import CommonSettings
 
 
@@ -31,23 +30,13 @@ def _async(fn):
     return wrapper
 
 
-def _local(listen_variable: str, default: str):
-    """Default target of a local service: where the local stack listens (its `*_LISTEN` variable)."""
-
-    def value() -> str:
-        host, _, port = os.environ.get(listen_variable, default).rpartition(":")
-        return f"{'127.0.0.1' if host in ('0.0.0.0', '[::]', '') else host}:{port}"
-
-    return value
-
-
 @click.group()
 @click.option("--chat", "chat_target", envvar="AGENTFEEDBACK_CLIENT_CHAT_TARGET",
-              default=_local("AGENTFEEDBACK_CHAT_LISTEN", "127.0.0.1:50051"), show_default="local chat gateway")
+              default=local_target("AGENTFEEDBACK_CHAT_LISTEN", "127.0.0.1:50051"), show_default="local chat gateway")
 @click.option("--feedback", "feedback_target", envvar="AGENTFEEDBACK_CLIENT_FEEDBACK_TARGET",
-              default=_local("AGENTFEEDBACK_FEEDBACK_LISTEN", "127.0.0.1:50052"), show_default="local feedback service")
+              default=local_target("AGENTFEEDBACK_FEEDBACK_LISTEN", "127.0.0.1:50052"), show_default="local feedback service")
 @click.option("--traces", "traces_target", envvar="AGENTFEEDBACK_CLIENT_TRACES_TARGET",
-              default=_local("AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN", "127.0.0.1:50053"), show_default="local collector")
+              default=local_target("AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN", "127.0.0.1:50053"), show_default="local collector")
 @click.option("--token", envvar="AGENTFEEDBACK_CLIENT_TOKEN", default="", help="Bearer JWT; default: a dev token for --sub.")
 @click.option("--sub", envvar="AGENTFEEDBACK_CLIENT_SUB", default="owner", show_default=True)
 @click.pass_context
@@ -60,7 +49,7 @@ def cli(ctx: click.Context, chat_target: str, feedback_target: str, traces_targe
 
 @cli.command()
 @click.option("--sub", default="owner", show_default=True)
-@click.option("--scope", "scopes", multiple=True, type=click.Choice(ALL_SCOPES), help="Repeatable; default: every scope.")
+@click.option("--scope", "scopes", multiple=True, type=click.Choice((*ALL_SCOPES, SCOPE_FEEDBACK_AGENT)), help="Repeatable; default: every scope.")
 def token(sub: str, scopes: tuple[str, ...]) -> None:
     """Print a dev bearer token signed with the embedded secret (.data/jwt-secret)."""
     click.echo(mint_token(dev_secret(CommonSettings()), sub, scopes or DEV_SCOPES))

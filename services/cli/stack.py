@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.db import embedded_postgres_server
+from services.common.proc import die_with_parent
+from services.cli.client import loopback as _loopback
 from services.common.server import wait_serving
 from services.common.settings import PROJECT_ROOT, CommonSettings, load_settings
 
@@ -70,6 +72,9 @@ class LocalStack:
         }
         gen = str(PROJECT_ROOT / "gen")
         base["PYTHONPATH"] = os.pathsep.join(p for p in (gen, str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+        # Each service finds the others where this stack starts them (a moved *_LISTEN moves its *_TARGETs).
+        for target_var, listen_var, default in _TARGETS:
+            base.setdefault(target_var, _loopback(os.environ.get(listen_var, default)))
         collector_env = {**base, "OTEL_TRACES_EXPORTER": "none"}  # the collector never exports to itself
         env = os.environ.get
         return [
@@ -90,9 +95,9 @@ class LocalStack:
         for c in self.children:
             c.env["AGENTFEEDBACK_DATABASE_URL"] = self.database_url
         for c in self.children:
-            out = open(self.log_dir / f"{c.name}.log", "ab")  # noqa: SIM115 - owned by the child
+            out = open(self.log_dir / f"{c.name}.log", "wb")  # noqa: SIM115 - owned by the child; this run's log only
             c.proc = subprocess.Popen([sys.executable, "-m", c.module], env=c.env, stdout=out, stderr=subprocess.STDOUT,
-                                      cwd=PROJECT_ROOT, start_new_session=True, preexec_fn=_die_with_parent)
+                                      cwd=PROJECT_ROOT, start_new_session=True, preexec_fn=die_with_parent)
             if c.health_target:
                 try:
                     await wait_serving(c.health_target, timeout_s, c.proc)
@@ -119,9 +124,9 @@ class LocalStack:
             log.warning("console not built (make console); the gateway runs without it")
             return
         port = str(gs.console_port)
-        out = open(self.log_dir / "console.log", "ab")  # noqa: SIM115 - owned by the child
+        out = open(self.log_dir / "console.log", "wb")  # noqa: SIM115 - owned by the child
         proc = subprocess.Popen([sys.executable, "-m", "http.server", port, "--bind", "127.0.0.1", "--directory", str(dist)],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent)
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent)
         self.children.append(Child("console", "http.server", None, {}, proc))
         # The console reads its gateway from ?gateway= (default: port 8080 on its own host).
         self.console_url = f"http://127.0.0.1:{port}/?gateway={self.envoy.url}"  # type: ignore[attr-defined]
@@ -163,6 +168,14 @@ class LocalStack:
             self._pg_handle.cleanup()  # type: ignore[attr-defined]
 
 
+_TARGETS = (
+    ("AGENTFEEDBACK_CHAT_AGENT_TARGET", "AGENTFEEDBACK_AGENT_LISTEN", "127.0.0.1:50054"),
+    ("AGENTFEEDBACK_AGENT_FEEDBACK_TARGET", "AGENTFEEDBACK_FEEDBACK_LISTEN", "127.0.0.1:50052"),
+    ("AGENTFEEDBACK_FEEDBACK_CHAT_TARGET", "AGENTFEEDBACK_CHAT_LISTEN", "127.0.0.1:50051"),
+    ("AGENTFEEDBACK_FEEDBACK_TRACES_TARGET", "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN", "127.0.0.1:50053"),
+)
+
+
 _PORT_VARIABLES = {
     "tracecollector": "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN",
     "feedback": "AGENTFEEDBACK_FEEDBACK_LISTEN",
@@ -192,17 +205,6 @@ def _check_ports_free(children: list[Child]) -> None:
             s.settimeout(0.5)
             if s.connect_ex((host or "127.0.0.1", int(port))) == 0:
                 raise RuntimeError(f"{target} is already in use (another stack running?); stop it or set {var}")
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM it when the runner dies, even by SIGKILL (Linux prctl
-    PR_SET_PDEATHSIG), so a killed `make run` never leaves services holding their ports."""
-    import ctypes  # noqa: PLC0415
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except OSError:
-        pass
 
 
 def _forget_dead_handles(pgdata: Path) -> None:

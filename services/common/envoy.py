@@ -34,6 +34,7 @@ from string import Template
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from services.common.proc import die_with_parent
 from services.common.settings import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
@@ -229,7 +230,7 @@ def start_envoy(
         proc = subprocess.Popen(
             [str(envoy_binary()), "-c", str(config_path), "--log-level", "warn", "--disable-hot-restart",
              "--concurrency", str(concurrency)],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
         )
     finally:
         out.close()

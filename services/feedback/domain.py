@@ -498,6 +498,15 @@ def render_ticket(fb: Mapping[str, Any], fields: TicketFields = TicketFields()) 
         anchor = message or (f"trace {trace_id}" if trace_id else "") or instance or "unanchored report"
     title = f"[feedback] {category}: {anchor}"
     lines = [f"## Feedback {fb.get('name', '')}", ""]
+    # A client-supplied snapshot is the reporter's claim until the chat service confirms it (issue 3):
+    # say so on every rendering, never present it as evidence.
+    if snap.get("unverified"):
+        title = f"[unverified] {title}"
+        lines += ["> **Unverified:** the chat service did not confirm this anchor for the reporter; the quoted",
+                  "> text and ids below are the reporter's claim, not evidence.", ""]
+    elif int(snap.get("source") or 0) == SOURCE_CLIENT:
+        lines += ["> **Client-supplied snapshot:** the chat service was unreachable when this was reported;",
+                  "> the quote below is not yet confirmed by it.", ""]
     sentiment = ("bad" if int(fb.get("sentiment") or 0) == SENTIMENT_BAD else "good" if fb.get("sentiment")
                  else "unspecified")
     items = [

@@ -32,7 +32,7 @@ from services.common.auth import (
     Authenticator,
     current_principal,
 )
-from services.common.errors import Aborted, DomainError, InvalidArgument, NotFound, Unavailable
+from services.common.errors import Aborted, DomainError, FailedPrecondition, InvalidArgument, NotFound, Unavailable
 from services.common.ids import (
     check_same_request,
     check_text,
@@ -448,8 +448,6 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         new = request.feedback
         if "status" in paths:
             _enum(new.status, pb.Status, "feedback.status", allow_zero=False)
-        if "issue_url" in paths:
-            domain.check_issue_url(new.issue_url)
         rid = parse_request_id(request.request_id, "request_id")
         fingerprint = _update_fingerprint(request) if rid is not None else None
         retention = self._s.trace_retention_days
@@ -463,6 +461,10 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                               current=feedback_proto(cur, retention, self._clock()))
             status = new.status if "status" in paths else cur["status"]
             url = new.issue_url if "issue_url" in paths else cur["issue_url"]
+            if url != cur["issue_url"]:
+                # Checked only when it changes: the markdown sink's own file:// URL stays valid when a
+                # client (the console) sends the row's issue_url back unchanged with a status change.
+                domain.check_issue_url(url)
             domain.check_transition(cur["status"], status)
             if status == cur["status"] and url == cur["issue_url"]:
                 return None
@@ -507,6 +509,9 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                 raise NotFound(request.name)
             if row["issue_url"]:
                 return self._proto(row)
+            if (row["snapshot"] or {}).get("unverified"):
+                raise FailedPrecondition("the chat service did not confirm this report's anchor for its owner; "
+                                         "an unverified report is not filed", reason="ANCHOR_UNVERIFIED")
             domain.check_transition(row["status"], domain.STATUS_FILED)
             claimed = await self._repo.claim_filing(fid, p.sub, FILING_LEASE_S)
             if claimed is not None:

@@ -13,6 +13,7 @@ import grpc
 import pytest
 from aiohttp import web
 from google.protobuf import field_mask_pb2
+from google.protobuf.json_format import MessageToDict
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentfeedback.chat.v1 import chat_pb2
@@ -27,6 +28,7 @@ from services.common.auth import (
     mint_token,
 )
 from services.common.errors import error_info, status_details
+from services.feedback.domain import TicketFields, render_ticket
 from services.feedback.server import create_server
 from services.feedback.settings import FeedbackSettings
 from tests.stack import TEST_JWT_SECRET, Stack, start_stack
@@ -628,6 +630,14 @@ async def test_client_snapshot_naming_another_owners_turn_never_receives_their_t
     ids = {e.attributes.fields["feedback.id"].string_value for sp in trace.spans for e in sp.events
            if e.name == "feedback.created"}
     assert fb.name.split("/")[1] not in ids
+    # An unverified claim is never presented as evidence: its ticket draft says so, and it is not filed.
+    title, body = render_ticket(MessageToDict(g, preserving_proto_field_name=True, use_integers_for_enums=True),
+                                TicketFields(body=True, message_text=True))
+    assert title.startswith("[unverified]") and "**Unverified:**" in body
+    e = await expect_error(stack.feedback().FileFeedback(pb.FileFeedbackRequest(name=fb.name), metadata=stack.md("mallory")),
+                           grpc.StatusCode.FAILED_PRECONDITION)
+    assert error_info(e).reason == "ANCHOR_UNVERIFIED"
+    assert not (await get_as(stack, fb.name, "mallory")).issue_url
 
 
 @pytest.mark.parametrize("field_path, request_kw", [
@@ -783,3 +793,23 @@ async def test_mcp_instance_messages_rejects_a_malformed_trace_id_and_a_negative
     finally:
         for ch in clients.channels:
             await ch.close()
+
+
+async def test_a_filed_rows_own_file_url_survives_a_status_change_that_sends_it_back_unchanged(stack):
+    """The console's triage form sends status and issue_url together; the markdown sink's file:// URL
+    is the service's own and stays valid when sent back unchanged (a new file:// URL is still refused)."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    fb = await flag(stack, turn.reply.name)
+    filed = await stack.feedback().FileFeedback(pb.FileFeedbackRequest(name=fb.name), metadata=stack.md())
+    assert filed.issue_url.startswith("file://") and filed.status == pb.STATUS_FILED
+    mask = field_mask_pb2.FieldMask(paths=["status", "issue_url"])
+    reopened = await stack.feedback().UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, status=pb.STATUS_OPEN, issue_url=filed.issue_url, etag=filed.etag),
+        update_mask=mask), metadata=stack.md())
+    assert reopened.status == pb.STATUS_OPEN and reopened.issue_url == filed.issue_url
+    e = await expect_error(stack.feedback().UpdateFeedback(pb.UpdateFeedbackRequest(
+        feedback=pb.Feedback(name=fb.name, status=pb.STATUS_TRIAGED, issue_url="file:///etc/passwd"),
+        update_mask=mask), metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "feedback.issue_url"
+    assert (await get(stack, fb.name)).issue_url == filed.issue_url
