@@ -22,8 +22,9 @@ from tests.stack import free_ports
 def _env(data_dir: Path) -> tuple[dict[str, str], dict[str, int]]:
     names = ["chat", "feedback", "query", "agent", "otlp_grpc", "otlp_http", "gateway", "console"]
     p = dict(zip(names, free_ports(len(names)), strict=True))
+    # Only the listen addresses move: the stack points its services at each other (no *_TARGET set).
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if not k.endswith("_TARGET")},
         "AGENTFEEDBACK_DATA_DIR": str(data_dir),
         "AGENTFEEDBACK_CHAT_LISTEN": f"127.0.0.1:{p['chat']}",
         "AGENTFEEDBACK_FEEDBACK_LISTEN": f"127.0.0.1:{p['feedback']}",
@@ -31,10 +32,6 @@ def _env(data_dir: Path) -> tuple[dict[str, str], dict[str, int]]:
         "AGENTFEEDBACK_AGENT_LISTEN": f"127.0.0.1:{p['agent']}",
         "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": f"127.0.0.1:{p['otlp_grpc']}",
         "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(p["otlp_http"]),
-        "AGENTFEEDBACK_CHAT_AGENT_TARGET": f"127.0.0.1:{p['agent']}",
-        "AGENTFEEDBACK_AGENT_FEEDBACK_TARGET": f"127.0.0.1:{p['feedback']}",
-        "AGENTFEEDBACK_FEEDBACK_CHAT_TARGET": f"127.0.0.1:{p['chat']}",
-        "AGENTFEEDBACK_FEEDBACK_TRACES_TARGET": f"127.0.0.1:{p['query']}",
         "AGENTFEEDBACK_GATEWAY_PORT": str(p["gateway"]),
         "AGENTFEEDBACK_GATEWAY_CONSOLE_PORT": str(p["console"]),
         "AGENTFEEDBACK_GATEWAY_ALLOWED_ORIGINS": f"http://127.0.0.1:{p['console']}",
@@ -95,8 +92,8 @@ def test_run_prints_evidence_reports_a_dead_service_and_leaves_nothing_when_kill
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait(10)
         deadline = time.monotonic() + 30
-        while any(_listening(ports[n]) for n in ("chat", "feedback", "query", "agent")):
-            assert time.monotonic() < deadline, "services outlived a killed runner"
+        while any(_listening(ports[n]) for n in ("chat", "feedback", "query", "agent", "gateway", "console")):
+            assert time.monotonic() < deadline, "services, Envoy or the console outlived a killed runner"
             time.sleep(0.5)
     finally:
         if runner.poll() is None:
