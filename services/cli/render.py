@@ -10,7 +10,9 @@ _WIDTH = 40
 
 
 def _attrs(struct) -> dict:
-    return MessageToDict(struct) if struct is not None else {}
+    """A Struct as a dict; whole numbers shown as integers (Struct stores every number as a double)."""
+    d = MessageToDict(struct) if struct is not None else {}
+    return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in d.items()}
 
 
 def render_waterfall(trace: traces_pb2.Trace) -> str:
@@ -86,5 +88,5 @@ def render_feedback(fb: feedback_pb2.Feedback) -> str:
     for tc in ts.tool_calls:
         out.append(f"    tool {tc.name} ({tc.call_id}) {tc.status} {tc.duration_ms:.1f} ms result {tc.result_size_bytes} bytes")
     for ev in ts.events:
-        out.append(f"    event {ev.name} {MessageToDict(ev.attributes)}")
+        out.append(f"    event {ev.name} {_attrs(ev.attributes)}")
     return "\n".join(out)

@@ -95,6 +95,8 @@ async def list_cmd(c: Clients, instance: str, status: str | None, text: str, lim
         words = fb.body.replace("\n", " ")
         click.echo(f"{fb.name.removeprefix('feedback/')}  {st:9s} {fb.snapshot.trace_id or '-':32s}  "
                    f"{fb.create_time.ToJsonString()[:19]}  {words[:60]}")
+    if not resp.feedback and not as_json:
+        click.echo("no feedback matches", err=True)
     if resp.next_page_token:
         click.echo(f"next page: --page-token {resp.next_page_token}", err=True)
 
