@@ -114,7 +114,10 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or method.startswith(ALWAYS_PUBLIC_PREFIXES):
+        if handler is None:
+            return handler
+        if method.startswith(ALWAYS_PUBLIC_PREFIXES) and not handler.unary_unary:
+            # Health Watch / reflection stream with context.write: leave them exactly as grpcio serves them.
             return handler
         cached = self._wrapped.get(method)
         if cached is not None and cached[0] is handler:
@@ -156,7 +159,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         set_current_principal(principal)
 
     def _start_span(self, method: str, md: dict[str, str], span_name: str, attributes: dict[str, str]):
-        if method in self._untraced:
+        if method in self._untraced or method.startswith(ALWAYS_PUBLIC_PREFIXES):  # probes are not traced
             return None
         return self._tracer.start_span(span_name, context=_extract(md), kind=SpanKind.SERVER, attributes=attributes)
 

@@ -101,3 +101,17 @@ async def test_undecodable_request_is_invalid_argument_not_unknown(server):
         with pytest.raises(grpc.aio.AioRpcError) as e:
             await raw(b"\xff\xff\xff\xff")  # no token: authentication comes first
         assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_health_check_with_undecodable_bytes_is_invalid_argument_and_probes_still_work(server):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        raw = ch.unary_unary("/grpc.health.v1.Health/Check", request_serializer=None, response_deserializer=None)
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await raw(b"\n\x02\xc3(")
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        r = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest())  # no token needed
+        assert r.status == health_pb2.HealthCheckResponse.SERVING
+        watch = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest())
+        first = await watch.read()
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()
