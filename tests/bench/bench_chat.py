@@ -48,24 +48,33 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+async def poll_trace(query, md, trace_id: str, done, deadline: float):
+    """The trace once `done(trace)` holds, polling the collector every 0.1 s until `deadline`
+    (time.monotonic()); RuntimeError when the spans never arrive."""
+    while True:
+        try:
+            tr = await query.GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=md)
+            if done(tr):
+                return tr
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"spans of turn {trace_id} never reached the collector")
+        await asyncio.sleep(0.1)
+
+
+def _span_ms(tr) -> dict[str, float]:
+    return {s.name: (s.end_time_unix_nano - s.start_time_unix_nano) / 1e6 for s in tr.spans}
+
+
 async def _durations(stub, md, trace_ids: list[str]) -> dict[str, dict[str, float]]:
     """trace id → {span name: duration ms}, polling until both spans of every turn are stored."""
-    out: dict[str, dict[str, float]] = {}
     deadline = time.monotonic() + 60
+    out: dict[str, dict[str, float]] = {}
     for t in trace_ids:
-        while True:
-            try:
-                tr = await stub.GetTrace(traces_pb2.GetTraceRequest(trace_id=t), metadata=md)
-                got = {s.name: (s.end_time_unix_nano - s.start_time_unix_nano) / 1e6 for s in tr.spans}
-                if {"chat.turn", "agent.think"} <= got.keys():
-                    out[t] = got
-                    break
-            except grpc.aio.AioRpcError as e:
-                if e.code() != grpc.StatusCode.NOT_FOUND:
-                    raise
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"spans of turn {t} never reached the collector")
-            await asyncio.sleep(0.1)
+        tr = await poll_trace(stub, md, t, lambda tr: {"chat.turn", "agent.think"} <= _span_ms(tr).keys(), deadline)
+        out[t] = _span_ms(tr)
     return out
 
 

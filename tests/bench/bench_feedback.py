@@ -28,9 +28,9 @@ import grpc
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
-from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
+from agentfeedback.traces.v1 import traces_pb2_grpc
 from services.common.auth import mint_token
-from tests.bench.bench_chat import SECRET, service_env, start_services, stop_services
+from tests.bench.bench_chat import SECRET, poll_trace, service_env, start_services, stop_services
 
 CREATE_CALLS = 1000
 WARMUP = 100
@@ -66,18 +66,7 @@ def _pct(sorted_ms: list[float], p: float) -> float:
 
 async def _wait_trace(query: traces_pb2_grpc.TraceQueryServiceStub, md, trace_id: str, min_spans: int) -> None:
     """Poll the collector until the trace has `min_spans` spans (60 s at most)."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            tr = await query.GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=md)
-            if len(tr.spans) >= min_spans:
-                return
-        except grpc.aio.AioRpcError as e:
-            if e.code() != grpc.StatusCode.NOT_FOUND:
-                raise
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"spans of turn {trace_id} never reached the collector")
-        await asyncio.sleep(0.1)
+    await poll_trace(query, md, trace_id, lambda tr: len(tr.spans) >= min_spans, time.monotonic() + 60)
 
 
 async def run(ctx) -> dict[str, float]:
