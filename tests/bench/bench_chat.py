@@ -9,6 +9,10 @@ Figure: a turn's time through the gateway (client-observed SendMessage latency o
 minus the agent's own time (its `agent.think` span, read back from the collector), with zero think
 time, over 1000 sequential turns on one instance after 50 warm-up turns.
 Target (issue 5): p50 ≤ 3 ms on the 2-core reference machine.
+Floor, same run: the same turns through `tests.bench.floor`'s gateway and agent (the same two SQL
+statements and one agent call carrying the same history, behind bare grpc.aio: no auth, spans, events,
+validation or deadline handling), alternating with the service: `turn_floor_p50_ms` (client-observed,
+the floor agent takes ~0 ms) and `turn_overhead_vs_floor`.
 Also reported: the same inside the gateway only (`chat.turn` span minus `agent.think`), and the CPU
 time per turn of the gateway and agent processes (all threads).
 """
@@ -30,10 +34,12 @@ from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 from services.common.server import wait_serving
 from services.common.auth import mint_token
 from services.common.settings import PROJECT_ROOT
+from tests.bench.floor import start_floor
 from tests.stack import free_ports
 
 TURNS = 1000
 WARMUP = 50
+ROUNDS = 2  # alternating service / floor blocks of TURNS / ROUNDS turns each
 SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
 
 
@@ -156,18 +162,38 @@ async def run(ctx) -> dict[str, float]:
         inst = await stub.CreateInstance(
             chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="bench")), metadata=md
         )
-        client_ms: dict[str, float] = {}
-        for i in range(WARMUP + TURNS):
-            if i == WARMUP:
-                cpu0 = {p.pid: _cpu_s(p.pid) for p in procs}
+        (floor_agent_port, floor_port) = free_ports(2)
+        procs.append(await start_floor("agent", floor_agent_port))
+        procs.append(await start_floor("gateway", floor_port, env["AGENTFEEDBACK_DATABASE_URL"], floor_agent_port))
+        floor_channel = grpc.aio.insecure_channel(f"127.0.0.1:{floor_port}")
+        floor = chat_pb2_grpc.ChatServiceStub(floor_channel)
+
+        async def turn(s, i: int) -> tuple[str, float]:
             t0 = time.perf_counter()
-            r = await stub.SendMessage(
+            r = await s.SendMessage(
                 chat_pb2.SendMessageRequest(instance=inst.name, content=f"hello there {i}"), metadata=md
             )
-            if i >= WARMUP:
-                client_ms[r.trace_id] = (time.perf_counter() - t0) * 1000
-        cpu_ms = {p.pid: (_cpu_s(p.pid) - cpu0[p.pid]) * 1000 / TURNS for p in procs}
-        for p in procs[1:]:  # SIGTERM: drain, then each service flushes its spans to the collector
+            return r.trace_id, (time.perf_counter() - t0) * 1000
+
+        client_ms: dict[str, float] = {}
+        floor_ms: list[float] = []
+        for i in range(WARMUP):
+            await turn(stub, i)
+            await turn(floor, i)
+        cpu0 = {p.pid: _cpu_s(p.pid) for p in procs}
+        cpu_s = dict.fromkeys(cpu0, 0.0)
+        # Service and floor alternate in ROUNDS blocks, so both see the same machine.
+        for r in range(ROUNDS):
+            cpu0 = {p.pid: _cpu_s(p.pid) for p in procs}
+            for i in range(TURNS // ROUNDS):
+                t, ms = await turn(stub, WARMUP + r * TURNS + i)
+                client_ms[t] = ms
+            for p in procs:
+                cpu_s[p.pid] += _cpu_s(p.pid) - cpu0[p.pid]
+            floor_ms += [(await turn(floor, i))[1] for i in range(TURNS // ROUNDS)]
+        await floor_channel.close()
+        cpu_ms = {pid: v * 1000 / TURNS for pid, v in cpu_s.items()}
+        for p in procs[1:3]:  # SIGTERM: drain, then each service flushes its spans to the collector
             p.send_signal(signal.SIGTERM)
             await asyncio.to_thread(p.wait, 30)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{query}") as qch:
@@ -178,6 +204,10 @@ async def run(ctx) -> dict[str, float]:
     overhead = [client_ms[t] - spans[t]["agent.think"] for t in client_ms]
     return {
         "turn_overhead_p50_ms": statistics.median(overhead),
+        # The same turns through the floor (tests/bench/floor.py: the two SQL statements + one bare
+        # agent call behind bare grpc.aio, none of our features), alternating with the service.
+        "turn_floor_p50_ms": statistics.median(floor_ms),
+        "turn_overhead_vs_floor": statistics.median(overhead) / statistics.median(floor_ms),
         "turn_overhead_p99_ms": _pct(overhead, 0.99),
         "turn_total_p50_ms": statistics.median(client_ms.values()),
         "turn_agent_think_p50_ms": statistics.median(s["agent.think"] for s in spans.values()),

@@ -1,6 +1,6 @@
 """Feedback service benchmarks (issue 3): CreateFeedback latency including the snapshot fetch from the
 real chat service (loopback, 1 client, 1000 sequential calls) and PutRating throughput (4 concurrent
-clients, MESSAGE scope).
+clients, each on its own connection, MESSAGE scope), each next to its floor.
 
 Deployment shape as in design.md: the feedback service, the chat gateway, the agent and the
 collector each run as their own OS process (their real `main()`, as bench_chat starts them); this
@@ -13,6 +13,9 @@ own GetMessage p50 over the same loopback (`feedback_chat_getmessage_p50_ms`, th
 create path builds on: it makes two chat calls and two SQL statements).
 Also the feedback process's own CPU per call (`*_server_cpu_ms`, from /proc: independent of what
 else the shared machine runs) and the 1-minute load average at the end.
+Floor, same run: the same 4 clients against `tests.bench.floor` (the real UPSERT_RATING statement behind
+a bare grpc.aio server, none of our features), alternating with the service in ROUNDS rounds:
+`rating_put_floor_per_s`, and `rating_put_vs_floor` = service / floor.
 Targets on the 2-core machine: p99 ≤ 15 ms, ≥ 2,000 ratings/s.
 """
 from __future__ import annotations
@@ -31,12 +34,15 @@ from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from agentfeedback.traces.v1 import traces_pb2_grpc
 from services.common.auth import mint_token
 from tests.bench.bench_chat import SECRET, poll_trace, service_env, start_services, stop_services
+from tests.bench.floor import start_floor
+from tests.stack import free_ports
 
 CREATE_CALLS = 1000
 WARMUP = 100
 TURNS = 20
 RATING_CLIENTS = 4
 RATINGS_PER_CLIENT = 1000
+ROUNDS = 2  # alternating service / floor rounds of RATING_CLIENTS × RATINGS_PER_CLIENT puts
 
 
 def _cpu_s(pid: int) -> float:
@@ -106,26 +112,55 @@ async def run(ctx) -> dict[str, float]:
         lat = sorted([await timed(create(i)) for i in range(CREATE_CALLS)])
         create_cpu_ms = (_cpu_s(proc.pid) - cpu0) * 1000 / CREATE_CALLS
 
-        async def rater(c: int, n: int) -> None:
+        def client_stubs(port: int) -> list[feedback_pb2_grpc.FeedbackServiceStub]:
+            """One stub per rating client, each on its own connection (a client pool per channel)."""
+            chs = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
+                   for _ in range(RATING_CLIENTS)]
+            channels.extend(chs)
+            return [feedback_pb2_grpc.FeedbackServiceStub(ch) for ch in chs]
+
+        async def rater(stub, c: int, n: int) -> None:
             turn = turns[c].reply.turn_index
             for i in range(n):
                 sentiment = pb.RATING_SENTIMENT_POSITIVE if i % 2 else pb.RATING_SENTIMENT_NEGATIVE
-                await fb.PutRating(pb.PutRatingRequest(rating=pb.Rating(
+                await stub.PutRating(pb.PutRatingRequest(rating=pb.Rating(
                     conversation=inst, turn_index=turn, scope=pb.RATING_SCOPE_MESSAGE, aspect="reaction",
                     sentiment=sentiment), request_id=str(uuid.uuid4())), metadata=md)
 
-        await asyncio.gather(*(rater(c, 100) for c in range(RATING_CLIENTS)))
-        t0, cpu0, others0 = time.perf_counter(), _cpu_s(proc.pid), _others_cpu_s(procs[0].pid)
-        await asyncio.gather(*(rater(c, RATINGS_PER_CLIENT) for c in range(RATING_CLIENTS)))
-        elapsed = time.perf_counter() - t0
-        rating_cpu_ms = (_cpu_s(proc.pid) - cpu0) * 1000 / (RATING_CLIENTS * RATINGS_PER_CLIENT)
-        others = {k: (v - others0[k]) * 1000 / (RATING_CLIENTS * RATINGS_PER_CLIENT)
-                  for k, v in _others_cpu_s(procs[0].pid).items()}
+        async def rate(stubs, n: int) -> float:
+            """Seconds for RATING_CLIENTS concurrent clients to put `n` ratings each."""
+            t0 = time.perf_counter()
+            await asyncio.gather(*(rater(stubs[c], c, n) for c in range(RATING_CLIENTS)))
+            return time.perf_counter() - t0
+
+        (floor_port,) = free_ports(1)
+        floor = await start_floor("feedback", floor_port, env["AGENTFEEDBACK_DATABASE_URL"])
+        procs.append(floor)  # stopped with the services
+        raters, floor_raters = client_stubs(ports["feedback"]), client_stubs(floor_port)
+        await rate(raters, 100)
+        await rate(floor_raters, 100)
+        # Service and floor alternate (ROUNDS each), so both see the same machine.
+        elapsed = floor_elapsed = cpu_s = 0.0
+        others = dict.fromkeys(_others_cpu_s(procs[0].pid), 0.0)
+        for _ in range(ROUNDS):
+            cpu0, others0 = _cpu_s(proc.pid), _others_cpu_s(procs[0].pid)
+            elapsed += await rate(raters, RATINGS_PER_CLIENT)
+            cpu_s += _cpu_s(proc.pid) - cpu0
+            for k, v in _others_cpu_s(procs[0].pid).items():
+                others[k] += v - others0[k]
+            floor_elapsed += await rate(floor_raters, RATINGS_PER_CLIENT)
+        puts = ROUNDS * RATING_CLIENTS * RATINGS_PER_CLIENT
+        rating_cpu_ms = cpu_s * 1000 / puts
+        others = {k: v * 1000 / puts for k, v in others.items()}
+        rate_per_s, floor_per_s = puts / elapsed, puts / floor_elapsed
         return {
             "feedback_create_p50_ms": round(statistics.median(lat), 3),
             "feedback_create_p99_ms": round(_pct(lat, 99), 3),
             "feedback_chat_getmessage_p50_ms": round(statistics.median(base), 3),
-            "rating_put_per_s": round(RATING_CLIENTS * RATINGS_PER_CLIENT / elapsed, 1),
+            "rating_put_per_s": round(rate_per_s, 1),
+            # The same puts against the floor (tests/bench/floor.py: the UPSERT alone behind bare grpc.aio).
+            "rating_put_floor_per_s": round(floor_per_s, 1),
+            "rating_put_vs_floor": round(rate_per_s / floor_per_s, 3),
             # Load-independent: CPU the feedback process spent per call (the machine is shared).
             "feedback_create_server_cpu_ms": round(create_cpu_ms, 3),
             "rating_put_server_cpu_ms": round(rating_cpu_ms, 3),

@@ -1,0 +1,146 @@
+"""The floor of the stack, measured in the same run as the real services: what Python grpc.aio +
+asyncpg + PostgreSQL cost on this machine for the same work with NONE of our features.
+
+A floor server does only the unavoidable part of an RPC: the real SQL statement(s) from the
+service's repository module and a response of the same shape and size. It has no interceptor (no
+JWT check, no scopes, no SERVER span, no error mapping), no input validation, no span export, no
+request fingerprints, no deadline handling, no `chat.in`/`chat.out` events. The gap between a
+service's figure and its floor is what our features cost; a target at or below the floor cannot be
+met by this stack on this machine, whatever our code does.
+
+Floors (each as its own OS process, like the real services, on uvloop as `run_service` does):
+- `feedback`: `FeedbackService.PutRating` = `UPSERT_RATING` (services/feedback/repository.py) + the Rating.
+- `agent` + `gateway`: `ChatService.SendMessage` = `Repository.begin_turn` (user message + history,
+  committed) → one `AgentService.Think` call carrying that history and the same metadata the real
+  gateway sends (authorization + traceparent) and a 30 s deadline → `Repository.finish_turn` (reply,
+  committed) → both messages. The floor agent answers at once with a FLOOR_REPLY_CHARS-character reply
+  (the real reference agent's replayed replies in the chat bench have a median of ≈ 1,250 bytes).
+
+Run one: `python -m tests.bench.floor feedback|agent|gateway PORT [DATABASE_URL] [AGENT_PORT]`.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime
+
+import grpc
+import uvloop
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
+from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from agentfeedback.feedback.v1 import feedback_pb2_grpc
+
+from services.chat.domain import Channel, Message, Role, TurnInput
+from services.chat.repository import Repository
+from services.chat.servicer import message_pb
+from services.common.db import create_pool, skip_reset
+from services.common.ids import new_id
+from services.common.server import wait_serving
+from services.common.settings import PROJECT_ROOT
+from services.feedback.domain import etag
+from services.feedback.repository import UPSERT_RATING
+
+FLOOR_REPLY_CHARS = 1200
+OWNER = "bench"  # the `sub` of the bench's token: the floor gateway writes the real instance's rows
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+class FloorRatings(feedback_pb2_grpc.FeedbackServiceServicer):
+    def __init__(self, pool):
+        self._pool = pool
+
+    async def PutRating(self, request, context):  # noqa: N802
+        r = request.rating
+        row = await self._pool.fetchrow(
+            UPSERT_RATING, r.conversation, r.turn_index, OWNER, r.scope, r.aspect, r.artifact_id, r.sentiment,
+            r.category, True, True, True, new_id(), r.note, "",
+        )
+        out = pb.Rating(
+            name=f"ratings/{row['id']}", conversation=row["conversation"], turn_index=row["turn_index"],
+            user=row["owner"], scope=row["scope"], aspect=row["aspect"], sentiment=row["sentiment"],
+            version=row["version"], etag=etag(row["version"]),
+        )
+        out.create_time.FromDatetime(row["create_time"])
+        out.update_time.FromDatetime(row["update_time"])
+        return out
+
+
+class FloorAgent(agent_pb2_grpc.AgentServiceServicer):
+    async def Think(self, request, context):  # noqa: N802
+        return agent_pb2.ThinkResponse(content="r" * FLOOR_REPLY_CHARS, model="floor")
+
+
+class FloorGateway(chat_pb2_grpc.ChatServiceServicer):
+    def __init__(self, repo: Repository, agent: agent_pb2_grpc.AgentServiceStub, history: int = 20):
+        self._repo, self._agent, self._history = repo, agent, history
+
+    async def SendMessage(self, request, context):  # noqa: N802
+        instance_id = request.instance.removeprefix("instances/")
+        turn = TurnInput(instance_id, request.content, Channel(request.channel or 1), "", "", None)
+        trace_id = uuid.uuid4().hex
+        user, history = await self._repo.begin_turn(
+            OWNER, turn, trace_id, new_id(), datetime.now(UTC), self._history
+        )
+        md = (*context.invocation_metadata(), ("traceparent", TRACEPARENT))
+        reply = await self._agent.Think(
+            agent_pb2.ThinkRequest(
+                instance=request.instance, content=request.content, turn_index=user.turn_index,
+                user_message=user.name,
+                history=[agent_pb2.ConversationMessage(role=int(r), content=c) for r, c in history],
+            ),
+            metadata=[(k, v) for k, v in md if k in ("authorization", "traceparent")],
+            timeout=30,
+        )
+        msg = Message(
+            instance_id=instance_id, id=new_id(), role=Role.ASSISTANT, content=reply.content, trace_id=trace_id,
+            turn_index=user.turn_index, create_time=datetime.now(UTC), model=reply.model, agent=user.agent,
+        )
+        await self._repo.finish_turn(OWNER, msg)
+        return chat_pb2.SendMessageResponse(user_message=message_pb(user), reply=message_pb(msg), trace_id=trace_id)
+
+
+async def _serve(kind: str, port: int, db: str | None, agent_port: int | None) -> None:
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    if kind == "agent":
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(FloorAgent(), server)
+    elif kind == "feedback":
+        pool = await create_pool(db, "feedback", reset=skip_reset)
+        feedback_pb2_grpc.add_FeedbackServiceServicer_to_server(FloorRatings(pool), server)
+    else:
+        pool = await create_pool(db, "chat", reset=skip_reset)
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{agent_port}")
+        chat_pb2_grpc.add_ChatServiceServicer_to_server(
+            FloorGateway(Repository(pool), agent_pb2_grpc.AgentServiceStub(channel)), server
+        )
+    probe = health.aio.HealthServicer()  # only so that `wait_serving` sees it up; not on the measured path
+    health_pb2_grpc.add_HealthServicer_to_server(probe, server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await probe.set("", health_pb2.HealthCheckResponse.SERVING)
+    await server.wait_for_termination()
+
+
+async def start_floor(kind: str, port: int, db: str | None = None, agent_port: int | None = None) -> subprocess.Popen:
+    """Start floor server `kind` (feedback | agent | gateway) as its own process on 127.0.0.1:`port`
+    and wait until it serves. The caller kills it (it holds no state worth a graceful stop)."""
+    args = [sys.executable, "-m", "tests.bench.floor", kind, str(port)]
+    args += [db or "", str(agent_port)] if kind == "gateway" else [db] if db else []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), str(PROJECT_ROOT / "gen")])}
+    proc = subprocess.Popen(args, cwd=PROJECT_ROOT, env=env, start_new_session=True)
+    try:
+        await wait_serving(f"127.0.0.1:{port}", 60, proc)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    uvloop.run(_serve(args[0], int(args[1]), args[2] if len(args) > 2 else None,
+                      int(args[3]) if len(args) > 3 else None))
