@@ -37,8 +37,22 @@ def demo_turns(conversations: int, turns: int) -> list[list[str]]:
     return out
 
 
+# Namespace of the demo agents' CreateInstance request_ids (uuid5 of the conversation number).
+DEMO_NAMESPACE = uuid.UUID("5f0b9f1e-6a43-4d2e-9c1f-2b7a51d0c0de")
+
+
+def demo_instance_request_id(i: int) -> str:
+    """The CreateInstance request_id of demo agent `i` (0-based): the same on every run, so a second
+    `make run` finds the agents of the first (AIP-155: same request_id + same request = the first
+    result) instead of adding three more. Request ids are per owner, so each owner gets their own."""
+    return str(uuid.uuid5(DEMO_NAMESPACE, f"demo-agent-{i}"))
+
+
 async def run_demo(c: Clients, conversations: int = 3, turns: int = 3, echo: Callable[[str], None] = print) -> str:
-    """Run the demo; returns the feedback name. Raises grpc.aio.AioRpcError when a service fails."""
+    """Run the demo; returns the feedback name. Raises grpc.aio.AioRpcError when a service fails.
+
+    Every run replays the conversations as new turns (new trace ids) into the same demo agents
+    (`demo_instance_request_id`) and flags the reply to the second user turn of the first one."""
     t_start = time.monotonic()
     chat = c.chat()
     fb_stub = c.feedback()
@@ -48,17 +62,17 @@ async def run_demo(c: Clients, conversations: int = 3, turns: int = 3, echo: Cal
         inst = await chat.CreateInstance(
             chat_pb2.CreateInstanceRequest(
                 instance=chat_pb2.Instance(display_name=f"ShareGPT replay {i + 1}", agent="reference"),
-                request_id=str(uuid.uuid4())),
+                request_id=demo_instance_request_id(i)),
             metadata=c.md, timeout=c.settings.timeout_s)
         echo(f"\n== {inst.name} ({inst.display_name})")
-        for text in user_turns:
+        for j, text in enumerate(user_turns):
             r = await chat.SendMessage(
                 chat_pb2.SendMessageRequest(instance=inst.name, content=text, request_id=str(uuid.uuid4()),
                                             channel=chat_pb2.CHANNEL_TEXT),
                 metadata=c.md, timeout=c.settings.timeout_s)
             echo(f"  user  [{r.trace_id}] {text[:90]!r}")
             echo(f"  agent [{r.trace_id}] {r.reply.content[:90]!r}")
-            if i == 0 and r.user_message.turn_index == 1:
+            if i == 0 and j == 1:
                 flagged = r.reply
     if flagged is None:
         raise RuntimeError("no conversation with two user turns was replayed")
