@@ -52,7 +52,7 @@ async function turnPicker(el: HTMLElement, instance: string, current: string): P
         location.hash = `#/agents/${encodeURIComponent(lastSegment(instance))}/trace?trace=${(ev.target as HTMLSelectElement).value}`;
       } },
         h("option", { value: "" }, "choose a turn…"),
-        turns.map((m) => h("option", { value: m.traceId, selected: m.traceId === current }, `#${m.turnIndex + 1}: ${m.content.slice(0, 60)}`))));
+        turns.map((m) => h("option", { value: m.traceId, selected: m.traceId === current }, `turn ${m.turnIndex}: ${m.content.slice(0, 60)}`))));
   } catch {
     // The picker is a convenience; the trace view does not depend on it.
   }
