@@ -14,6 +14,10 @@ the HS256 secret it mints a short-lived (5 min) on-behalf-of token for the row's
 `chat` only; with RS256/JWKS (no secret here) the anchor cannot be verified: the CLIENT snapshot stays and the
 row's spans are never frozen (UNAVAILABLE). Spans are only ever copied into rows whose anchor the
 chat service confirmed for the row's owner (CLIENT rows are not in the capture queue).
+
+`feedback.created`: a CLIENT row gets its span event here, once the chat service has verified its
+anchor (the trace id is then authoritative); the verifying UPDATE marks it emitted in the row, so a
+restarted or second worker never emits it again. An unverified row never gets one.
 """
 from __future__ import annotations
 
@@ -22,9 +26,12 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 
+from opentelemetry import trace
+
 from services.common.errors import DomainError, NotFound
 from services.feedback import domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
+from services.feedback.events import emit_created
 from services.feedback.repository import Repository
 from services.feedback.settings import FeedbackSettings
 from services.feedback.traces_client import TraceExpired, TracesClient, TracesUnreachable
@@ -47,8 +54,11 @@ class CaptureWorker:
         settings: FeedbackSettings,
         owner_token: Callable[[str], str | None],
         clock: Callable[[], dt.datetime] | None = None,
+        tracer: trace.Tracer | None = None,
     ):
+        """tracer: emits `feedback.created` for verified CLIENT rows (None: the global tracer)."""
         self._clock = clock or (lambda: dt.datetime.now(dt.UTC))
+        self._tracer = tracer or trace.get_tracer("agentfeedback.feedback")
         self._repo = repo
         self._traces = traces
         self._chat = chat
@@ -180,6 +190,8 @@ class CaptureWorker:
             await self._repo.refresh_give_up(row["id"], not_found=True)
             return
         snap = domain.build_snapshot(target, turn)
-        await self._repo.refresh_done(row["id"], snap, domain.SOURCE_CHAT, target.trace_id, target.create_time,
-                                      domain.instance_of(target.name), target.name)
+        done = await self._repo.refresh_done(row["id"], snap, domain.SOURCE_CHAT, target.trace_id,
+                                             target.create_time, domain.instance_of(target.name), target.name)
+        if done is not None and done["emit_created"]:
+            emit_created(self._tracer, done)
         self.wake()

@@ -1,7 +1,8 @@
 """All SQL of the feedback service (schema `feedback`), as constants, and the thin functions that run
 them over an asyncpg pool. No rule lives here: domain.py decides, this module stores.
 
-Concurrency: idempotent creates use `INSERT … ON CONFLICT (owner, request_id) DO NOTHING`; rating
+Concurrency: idempotent creates use `INSERT … ON CONFLICT (owner, request_id) DO NOTHING`, and a create
+whose request id belongs to a deleted report is rolled back (`deleted_feedback_creates`); rating
 compare-and-swap is a conditional `UPDATE … WHERE version = $n` (holds across processes); the
 capture worker claims rows with `FOR UPDATE SKIP LOCKED` plus a lease (`next_capture_at`), so
 several replicas share the queue and no connection is held while the collector is called.
@@ -23,24 +24,31 @@ FEEDBACK_COLUMNS = """id, owner, request_id, target_kind, message, coding_sessio
     capture_attempts, capture_span_count, next_capture_at, capture_time, status, issue_url, filing_until, version,
     create_time, update_time"""
 
-GET_BY_REQUEST_ID = f"""SELECT {FEEDBACK_COLUMNS}, request_fingerprint FROM feedback
+GET_BY_REQUEST_ID = f"""SELECT {FEEDBACK_COLUMNS}, request_fingerprint, created_event_time FROM feedback
 WHERE owner = $1 AND request_id = $2"""
+
+# The report a CreateFeedback request id created and DeleteFeedback removed, within $3 seconds.
+GET_DELETED_CREATE = """
+SELECT feedback_id, request_fingerprint FROM deleted_feedback_creates
+WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(secs => $3)"""
 
 # A turn already frozen for another report of the same owner is copied, not fetched again: the new
 # row is born CAPTURED with the sibling's frozen spans. A CLIENT snapshot (source 2) is never trusted
 # with spans: no sibling copy and no capture due time until the worker has verified its anchor with
-# the chat service for the owner (REFRESH_DONE sets the due time).
+# the chat service for the owner (REFRESH_DONE sets the due time). `created_event_time` is set when
+# the trace id is authoritative (chat-service snapshot): the caller then emits `feedback.created`.
 INSERT_FEEDBACK = f"""
 INSERT INTO feedback (id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
     surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, next_capture_at,
-    refresh_at, trace_snapshot, capture_span_count, capture_time, create_time, update_time, request_fingerprint)
+    refresh_at, trace_snapshot, capture_span_count, capture_time, create_time, update_time, request_fingerprint,
+    created_event_time)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
     CASE WHEN $18::smallint = 1 AND sib.trace_snapshot IS NOT NULL THEN 2 ELSE $18::smallint END,
     CASE WHEN $18::smallint = 1 AND $16::smallint <> 2 AND $9::text <> '' AND sib.trace_snapshot IS NULL
         THEN now() ELSE NULL END,
     CASE WHEN $16::smallint = 2 THEN now() ELSE NULL END,
     COALESCE(sib.trace_snapshot, '{{}}'::jsonb), COALESCE(sib.capture_span_count, -1), sib.capture_time, now(), now(),
-    $19
+    $19, CASE WHEN $16::smallint <> 2 AND $9::text <> '' THEN now() ELSE NULL END
 FROM (SELECT 1) AS one
 LEFT JOIN LATERAL (
     SELECT trace_snapshot, capture_span_count, capture_time FROM feedback
@@ -49,7 +57,7 @@ LEFT JOIN LATERAL (
     ORDER BY capture_time DESC LIMIT 1
 ) AS sib ON true
 ON CONFLICT (owner, request_id) DO NOTHING
-RETURNING {FEEDBACK_COLUMNS}, request_fingerprint"""
+RETURNING {FEEDBACK_COLUMNS}, request_fingerprint, created_event_time"""
 
 GET_FEEDBACK = f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE id = $1 AND owner = $2"
 
@@ -62,16 +70,29 @@ UPDATE feedback SET status = $3, issue_url = $4, last_update_request_id = $5, la
 WHERE id = $1 AND owner = $2
 RETURNING {FEEDBACK_COLUMNS}"""
 
-DELETE_FEEDBACK = "DELETE FROM feedback WHERE id = $1 AND owner = $2"
+# Hard delete; the request id that created the row is kept (no content) in deleted_feedback_creates so
+# a late retry of that create writes nothing. Returns the deleted id (no row: nothing deleted).
+DELETE_FEEDBACK = """
+WITH gone AS (DELETE FROM feedback WHERE id = $1 AND owner = $2 RETURNING owner, request_id, id, request_fingerprint)
+INSERT INTO deleted_feedback_creates (owner, request_id, feedback_id, request_fingerprint, delete_time)
+SELECT owner, request_id, id, request_fingerprint, now() FROM gone
+ON CONFLICT (owner, request_id) DO UPDATE SET feedback_id = EXCLUDED.feedback_id,
+    request_fingerprint = EXCLUDED.request_fingerprint, delete_time = EXCLUDED.delete_time
+RETURNING feedback_id"""
 
-# Completed deletes by request id (no content), kept DELETE_RECORD_RETENTION_S; pruned per owner on delete.
+# Completed deletes by request id (no content), kept DELETE_RECORD_RETENTION_S; pruned per owner on delete
+# together with the deleted reports' create request ids (same retention).
 RECORD_DELETE = """
 INSERT INTO deleted_feedback (owner, request_id, feedback_id, delete_time) VALUES ($1, $2, $3, now())
 ON CONFLICT (owner, request_id) DO NOTHING"""
 GET_DELETE_RECORD = """
 SELECT feedback_id FROM deleted_feedback
 WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(secs => $3)"""
-PRUNE_DELETE_RECORDS = "DELETE FROM deleted_feedback WHERE owner = $1 AND delete_time <= now() - make_interval(secs => $2)"
+PRUNE_DELETE_RECORDS = """
+WITH creates AS (
+    DELETE FROM deleted_feedback_creates WHERE owner = $1 AND delete_time <= now() - make_interval(secs => $2)
+)
+DELETE FROM deleted_feedback WHERE owner = $1 AND delete_time <= now() - make_interval(secs => $2)"""
 
 # Filters are optional (empty / 0 / NULL = not applied); keyset paging on (create_time, id), newest first.
 LIST_FEEDBACK = f"""
@@ -149,15 +170,22 @@ FROM due WHERE f.id = due.id
 RETURNING f.id, f.owner, f.target_kind, f.message, f.instance, f.trace_id"""
 
 # The chat service confirmed the anchor for the owner: its snapshot, trace id, time, instance and
-# message replace the client's (the client's trace id is never kept), and capture becomes due.
+# message replace the client's (the client's trace id is never kept), and capture becomes due. The
+# trace id is now authoritative: the same statement marks `feedback.created` as emitted and returns
+# `emit_created` true exactly once per row (only one verification ever matches `snapshot_source = 2`).
 REFRESH_DONE = """
-UPDATE feedback SET snapshot = $2, snapshot_source = $3, trace_id = $4,
-    turn_time = COALESCE($5, turn_time), instance = CASE WHEN $6 = '' THEN instance ELSE $6 END,
-    message = CASE WHEN $7 = '' THEN message ELSE $7 END,
-    trace_state = CASE WHEN trace_state = 1 AND $4 = '' THEN 0 ELSE trace_state END,
-    refresh_at = NULL, next_capture_at = CASE WHEN trace_state = 1 AND $4 <> '' THEN now() ELSE NULL END,
-    version = version + 1, update_time = GREATEST(now(), update_time)
-WHERE id = $1 AND snapshot_source = 2"""
+WITH cur AS (SELECT id, created_event_time FROM feedback WHERE id = $1 AND snapshot_source = 2 FOR UPDATE)
+UPDATE feedback f SET snapshot = $2, snapshot_source = $3, trace_id = $4,
+    turn_time = COALESCE($5, f.turn_time), instance = CASE WHEN $6 = '' THEN f.instance ELSE $6 END,
+    message = CASE WHEN $7 = '' THEN f.message ELSE $7 END,
+    trace_state = CASE WHEN f.trace_state = 1 AND $4 = '' THEN 0 ELSE f.trace_state END,
+    refresh_at = NULL, next_capture_at = CASE WHEN f.trace_state = 1 AND $4 <> '' THEN now() ELSE NULL END,
+    created_event_time = CASE WHEN $4 <> '' THEN COALESCE(cur.created_event_time, now())
+        ELSE cur.created_event_time END,
+    version = f.version + 1, update_time = GREATEST(now(), f.update_time)
+FROM cur WHERE f.id = cur.id AND f.snapshot_source = 2
+RETURNING f.id, f.trace_id, f.sentiment, f.category, f.author, f.message, f.instance,
+    ($4 <> '' AND cur.created_event_time IS NULL) AS emit_created"""
 
 REFRESH_RETRY = "UPDATE feedback SET refresh_at = now() + make_interval(secs => $2) WHERE id = $1"
 # The anchor cannot be verified for the owner: the words and the client snapshot stay (source CLIENT),
@@ -302,19 +330,47 @@ class Repository:
     async def get_by_request_id(self, owner: str, request_id: uuid.UUID) -> asyncpg.Record | None:
         return await self.pool.fetchrow(GET_BY_REQUEST_ID, owner, request_id)
 
-    async def insert_feedback(self, row: dict[str, Any]) -> asyncpg.Record:
-        """Insert a report; on a concurrent retry with the same (owner, request_id) return the first row."""
+    async def get_deleted_create(self, owner: str, request_id: uuid.UUID,
+                                 retention_s: float) -> asyncpg.Record | None:
+        """(feedback_id, request_fingerprint) of the report this create request id made and a delete
+        removed within `retention_s` seconds; None otherwise."""
+        return await self.pool.fetchrow(GET_DELETED_CREATE, owner, request_id, retention_s)
+
+    async def insert_feedback(self, row: dict[str, Any],
+                              deleted_retention_s: float) -> tuple[asyncpg.Record | None, asyncpg.Record | None]:
+        """Insert a report. Returns (stored, deleted), exactly one of them set:
+        stored: the new row, or the first row of a concurrent retry with the same (owner, request_id);
+        deleted: (feedback_id, request_fingerprint) when that request id's report was deleted within
+        `deleted_retention_s` seconds — nothing is written.
+
+        The deleted-check runs after the INSERT in the same transaction: a delete that commits while
+        the INSERT waits on its conflicting row lets the INSERT through, and its record (same commit)
+        is visible to the next statement, so the new row is rolled back, never a second row."""
         args = (
             row["id"], row["owner"], row["request_id"], row["target_kind"], row["message"], row["coding_session"],
             row["coding_seq"], row["instance"], row["trace_id"], row["surface"], row["author"], row["body"],
             row["sentiment"], row["category"], row["snapshot"], row["snapshot_source"], row["turn_time"],
             row["trace_state"], row.get("request_fingerprint"),
         )
-        got = await self.pool.fetchrow(INSERT_FEEDBACK, *args)
-        if got is None:
-            got = await self.pool.fetchrow(GET_BY_REQUEST_ID, row["owner"], row["request_id"])
+        key = (row["owner"], row["request_id"])
+        async with self.pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                got = await conn.fetchrow(INSERT_FEEDBACK, *args)
+                if got is None:
+                    got = await conn.fetchrow(GET_BY_REQUEST_ID, *key)
+                deleted = None if got is not None and got["id"] != row["id"] else await conn.fetchrow(
+                    GET_DELETED_CREATE, *key, deleted_retention_s)
+            except BaseException:
+                await tx.rollback()
+                raise
+            if deleted is not None:
+                await tx.rollback()
+                return None, deleted
+            await tx.commit()
         assert got is not None
-        return got
+        return got, None
 
     async def get_feedback(self, fid: str, owner: str) -> asyncpg.Record | None:
         return await self.pool.fetchrow(GET_FEEDBACK, fid, owner)
@@ -322,18 +378,20 @@ class Repository:
     async def delete_feedback(self, fid: str, owner: str, request_id: uuid.UUID | None = None,
                               retention_s: float = 86400.0) -> tuple[bool, str | None]:
         """Delete the owner's row. Returns (deleted, earlier): `earlier` is the feedback id an earlier
-        completed delete with this `request_id` removed (within `retention_s`), else None. A delete
-        with a request id is recorded (owner, request id, id — no content); older records are pruned."""
-        if request_id is None:
-            return (await self.pool.execute(DELETE_FEEDBACK, fid, owner)) != "DELETE 0", None
+        completed delete with this `request_id` removed (within `retention_s`), else None. Every
+        delete records the request id that created the row (deleted_feedback_creates); a delete with
+        a request id is recorded too (owner, request id, id — no content); the owner's records older
+        than `retention_s` are pruned."""
         async with self.pool.acquire() as conn, conn.transaction():
-            earlier = await conn.fetchval(GET_DELETE_RECORD, owner, request_id, retention_s)
-            if earlier is not None:
-                return False, earlier
-            deleted = (await conn.execute(DELETE_FEEDBACK, fid, owner)) != "DELETE 0"
+            if request_id is not None:
+                earlier = await conn.fetchval(GET_DELETE_RECORD, owner, request_id, retention_s)
+                if earlier is not None:
+                    return False, earlier
+            deleted = await conn.fetchval(DELETE_FEEDBACK, fid, owner) is not None
             if deleted:
                 await conn.execute(PRUNE_DELETE_RECORDS, owner, retention_s)
-                await conn.execute(RECORD_DELETE, owner, request_id, fid)
+                if request_id is not None:
+                    await conn.execute(RECORD_DELETE, owner, request_id, fid)
             return deleted, None
 
     async def list_feedback(self, owner: str, f: dict[str, Any], after: tuple[dt.datetime, str] | None,
@@ -384,8 +442,11 @@ class Repository:
         return await self.pool.fetch(CLAIM_REFRESH, limit, lease_s)
 
     async def refresh_done(self, fid: str, snapshot: dict[str, Any], source: int, trace_id: str,
-                           turn_time: dt.datetime | None, instance: str, message: str) -> None:
-        await self.pool.execute(REFRESH_DONE, fid, snapshot, source, trace_id, turn_time, instance, message)
+                           turn_time: dt.datetime | None, instance: str, message: str) -> asyncpg.Record | None:
+        """Store the verified snapshot. Returns the row's event fields (id, trace_id, sentiment,
+        category, author, message, instance, emit_created) — emit_created true once per row, when
+        this call made its trace id authoritative — or None when the row was already verified."""
+        return await self.pool.fetchrow(REFRESH_DONE, fid, snapshot, source, trace_id, turn_time, instance, message)
 
     async def refresh_retry(self, fid: str, retry_in_s: float) -> None:
         await self.pool.execute(REFRESH_RETRY, fid, retry_in_s)

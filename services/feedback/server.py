@@ -63,7 +63,8 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     repo = Repository(pool)
     chat = ChatClient(chat_channel, settings.chat_timeout_s)
     tokens = _ServiceToken(settings)
-    worker = CaptureWorker(repo, TracesClient(traces_channel, tokens), chat, settings, tokens.owner_token, clock)
+    worker = CaptureWorker(repo, TracesClient(traces_channel, tokens), chat, settings, tokens.owner_token, clock,
+                           tracer=tracer)
     sink = make_sink(settings)
     authenticator = Authenticator(settings)
     servicer = FeedbackServicer(repo, chat, worker if run_worker else None, sink, settings, tracer, clock,

@@ -10,15 +10,14 @@ import asyncio
 import datetime as dt
 import hashlib
 import json
-import random
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import empty_pb2, json_format
+from google.rpc import error_details_pb2
 from opentelemetry import trace
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
@@ -49,6 +48,7 @@ from services.common.ids import (
 from services.feedback import domain
 from services.feedback.capture import CaptureWorker
 from services.feedback.chat_client import ChatClient, ChatUnreachable
+from services.feedback.events import emit_created
 from services.feedback.repository import Repository
 from services.feedback.settings import FeedbackSettings
 from services.feedback.tracker import TrackerSink
@@ -77,6 +77,9 @@ FILING_LEASE_S = 60.0
 FILING_WAIT_S = 30.0
 # DeleteFeedback: how long a completed delete's (owner, request_id) is remembered so a retry answers OK.
 DELETE_RECORD_RETENTION_S = 24 * 3600.0
+# CreateFeedback: how long the request id of a deleted report is remembered so a late retry writes
+# nothing (FEEDBACK_DELETED). The same records and pruning as DeleteFeedback's, hence the same time.
+CREATE_RECORD_RETENTION_S = DELETE_RECORD_RETENTION_S
 
 
 class TtlCache:
@@ -277,9 +280,36 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         check_same_request(existing["request_fingerprint"], fingerprint)
         return self._proto(existing)
 
+    @staticmethod
+    def _refuse_deleted(deleted: Mapping[str, Any], fingerprint: bytes, request_id: str) -> NoReturn:
+        """A retried CreateFeedback whose first result was deleted: INVALID_ARGUMENT naming `request_id`
+        if the request differs; else NOT_FOUND naming `feedback/{id}` (ErrorInfo reason
+        FEEDBACK_DELETED, ResourceInfo) — the first result no longer exists and no second row is written."""
+        check_same_request(deleted["request_fingerprint"], fingerprint)
+        name = f"feedback/{deleted['feedback_id']}"
+        raise DomainError(
+            message=f"{name} not found: the report this request_id created was deleted; a retry writes nothing "
+                    "(use a new request_id to report again)",
+            reason="FEEDBACK_DELETED", code=grpc.StatusCode.NOT_FOUND,
+            metadata={"resource": name, "request_id": request_id},
+            details=[error_details_pb2.ResourceInfo(resource_type="agentfeedback.feedback.v1.Feedback",
+                                                    resource_name=name, description="deleted by DeleteFeedback")])
+
     # ------------------------------------------------------------ reports
     async def CreateFeedback(self, request: pb.CreateFeedbackRequest, context) -> pb.Feedback:
-        """Create one report (see the proto). Returns the stored row; a retry returns the first row."""
+        """Create one report (see the proto). Returns the stored row; a retry returns the first row.
+
+        Idempotency (AIP-155, key (owner, request_id)): a retry of the same request returns the first
+        row; the same request_id with a different request → INVALID_ARGUMENT naming `request_id`. The
+        request id outlives a deleted row: a retry after DeleteFeedback writes nothing and gets
+        NOT_FOUND naming `feedback/{id}` (ErrorInfo reason FEEDBACK_DELETED) — the first result no
+        longer exists. Such records (owner, request id, deleted id, request fingerprint; no content)
+        are kept CREATE_RECORD_RETENTION_S = 24 h, like DeleteFeedback's own; a retry later than that
+        creates a new row. Holds for AUTHOR_AGENT rows too (the agent's `record_feedback` calls this RPC).
+
+        `feedback.created` span event: emitted here when the snapshot came from the chat service (the
+        trace id is authoritative); for a CLIENT snapshot by the capture worker once the chat service
+        has verified it. Once per row either way: the mark is in the row (`created_event_time`)."""
         p = current_principal()
         f = request.feedback
         body = domain.check_body(f.body)
@@ -330,14 +360,21 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
             existing = await lookup
             if existing is not None:  # a retry of a request that succeeded: its row, whatever chat says now
                 return self._replay(existing, fingerprint)
+            deleted = await self._repo.get_deleted_create(p.sub, rid, CREATE_RECORD_RETENTION_S)
+            if deleted is not None:  # … or its deletion, whatever chat says now
+                self._refuse_deleted(deleted, fingerprint, request.request_id)
             raise
         existing = await lookup
         if existing is not None:
             return self._replay(existing, fingerprint)
-        stored = await self._repo.insert_feedback(row)
+        stored, deleted = await self._repo.insert_feedback(row, CREATE_RECORD_RETENTION_S)
+        if deleted is not None:
+            self._refuse_deleted(deleted, fingerprint, request.request_id)
+        assert stored is not None
         if stored["id"] != row["id"]:  # a concurrent call with the same request id stored first
             return self._replay(stored, fingerprint)
-        self._emit_created(stored)
+        if stored["created_event_time"] is not None:  # trace id authoritative: the event, once (in the row)
+            emit_created(self._tracer, stored)
         if self._worker is not None and stored["trace_state"] == domain.TRACE_PENDING:
             self._worker.wake()
         return self._proto(stored)
@@ -379,27 +416,6 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                    turn_time=target.create_time, trace_state=domain.TRACE_PENDING if target.trace_id else domain.TRACE_NONE)
         if row["target_kind"] == "trace":
             row["message"] = target.name
-
-    def _emit_created(self, r: Mapping[str, Any]) -> None:
-        """Span `feedback.create` in the turn's trace carrying the event `feedback.created` (ids,
-        sentiment, category; never the body). Its parent is a remote SpanContext built from the row's
-        trace id with a random span id (the turn's own span ids are not known here), sampled; it links
-        to the CreateFeedback server span so both traces lead to each other. Not for a CLIENT snapshot:
-        its trace id is only the client's claim (nothing is written into a trace nobody verified)."""
-        if not r["trace_id"] or r["snapshot_source"] == domain.SOURCE_CLIENT:
-            return
-        parent = SpanContext(trace_id=int(r["trace_id"], 16), span_id=random.getrandbits(64) or 1, is_remote=True,
-                             trace_flags=TraceFlags(TraceFlags.SAMPLED))
-        current = trace.get_current_span().get_span_context()
-        attrs = {
-            "feedback.id": r["id"], "feedback.sentiment": pb.Sentiment.Name(r["sentiment"]),
-            "feedback.category": pb.Category.Name(r["category"]), "feedback.author": pb.Author.Name(r["author"]),
-            "feedback.target.message": r["message"], "feedback.instance": r["instance"],
-        }
-        span = self._tracer.start_span("feedback.create", context=trace.set_span_in_context(NonRecordingSpan(parent)),
-                                       kind=SpanKind.INTERNAL, links=[Link(current)] if current.is_valid else None)
-        span.add_event("feedback.created", attrs)
-        span.end()
 
     async def GetFeedback(self, request: pb.GetFeedbackRequest, context) -> pb.Feedback:
         """The caller's report `feedback/{id}`; NOT_FOUND when unknown or another owner's."""
@@ -480,7 +496,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
 
         With a `request_id`: a retry after the delete succeeded returns OK (the (owner, request_id,
         id) of completed deletes — no content — is kept DELETE_RECORD_RETENTION_S = 24 h); the same
-        request_id naming another report → INVALID_ARGUMENT naming `request_id`."""
+        request_id naming another report → INVALID_ARGUMENT naming `request_id`. Every delete also keeps
+        the request id that created the report, as long (see CreateFeedback: FEEDBACK_DELETED)."""
         p = current_principal()
         (fid,) = parse_name(request.name, "feedback/{}", "name")
         rid = parse_request_id(request.request_id, "request_id")

@@ -9,12 +9,14 @@ import time
 import uuid
 from pathlib import Path
 
+import asyncpg
 import grpc
 import pytest
 from aiohttp import web
 from google.protobuf import field_mask_pb2
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.timestamp_pb2 import Timestamp
+from google.rpc import error_details_pb2
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
@@ -813,3 +815,119 @@ async def test_a_filed_rows_own_file_url_survives_a_status_change_that_sends_it_
         update_mask=mask), metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
     assert error_info(e).metadata["field"] == "feedback.issue_url"
     assert (await get(stack, fb.name)).issue_url == filed.issue_url
+
+
+@pytest.mark.parametrize("author", ["user", "agent"])
+async def test_create_retried_after_delete_writes_nothing_and_is_not_found_naming_the_deleted_report(stack, author):
+    """A late retry of a CreateFeedback whose report the owner deleted must not bring the report back
+    (AIP-155: a retry returns the first result, never a second row; the first result is gone):
+    NOT_FOUND naming `feedback/{id}` with reason FEEDBACK_DELETED, nothing written. The same request_id
+    with a different request is still INVALID_ARGUMENT naming `request_id`. The AGENT path
+    (`record_feedback`: trace id target, actor credential) goes through the same RPC and behaves alike."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    if author == "user":
+        md, target = stack.md(), pb.Feedback(message=turn.reply.name)
+    else:
+        md, target = agent_md(stack), pb.Feedback(trace_id=turn.trace_id, instance=inst, author=pb.AUTHOR_AGENT)
+    target.body, target.sentiment = "forget I said this", pb.SENTIMENT_BAD
+    req = pb.CreateFeedbackRequest(feedback=target, request_id=rid())
+    fbs = stack.feedback()
+    first = await fbs.CreateFeedback(req, metadata=md)
+    assert (await fbs.CreateFeedback(req, metadata=md)).name == first.name  # before the delete: the first row
+    await fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=first.name), metadata=stack.md())
+
+    e = await expect_error(fbs.CreateFeedback(req, metadata=md), grpc.StatusCode.NOT_FOUND)
+    info = error_info(e)
+    assert info.reason == "FEEDBACK_DELETED" and info.metadata["resource"] == first.name
+    assert first.name in e.details() and "deleted" in e.details()
+    resources = []
+    for d in status_details(e):
+        if d.Is(error_details_pb2.ResourceInfo.DESCRIPTOR):
+            resources.append(error_details_pb2.ResourceInfo())
+            d.Unpack(resources[-1])
+    assert [r.resource_name for r in resources] == [first.name]
+    assert await list_all(stack) == []
+
+    other = pb.CreateFeedbackRequest()
+    other.CopyFrom(req)
+    other.feedback.body = "a different report"
+    e = await expect_error(fbs.CreateFeedback(other, metadata=md), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "request_id" and error_info(e).reason == "REQUEST_ID_REUSED"
+    await expect_error(fbs.CreateFeedback(req, metadata=md), grpc.StatusCode.NOT_FOUND)  # still, on a 2nd retry
+    assert await list_all(stack) == []
+    # The owner can report again, with a new request id.
+    again = pb.CreateFeedbackRequest()
+    again.CopyFrom(req)
+    again.request_id = rid()
+    assert (await fbs.CreateFeedback(again, metadata=md)).name != first.name
+    assert [f.body for f in await list_all(stack)] == ["forget I said this"]
+
+
+async def test_deleted_reports_request_id_is_remembered_24_hours_like_delete_records(stack):
+    """Retention of the deleted report's create request id: 24 h, the same as DeleteFeedback's own
+    records (documented on the RPC). Aged past it in the database, a retry creates a new row."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    req = pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, body="old words"), request_id=rid())
+    fbs = stack.feedback()
+    first = await fbs.CreateFeedback(req, metadata=stack.md())
+    await fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=first.name), metadata=stack.md())
+    conn = await asyncpg.connect(stack.database_url)
+    try:
+        await conn.execute("UPDATE feedback.deleted_feedback_creates SET delete_time = now() - interval '23 hours'")
+        await expect_error(fbs.CreateFeedback(req, metadata=stack.md()), grpc.StatusCode.NOT_FOUND)
+        await conn.execute("UPDATE feedback.deleted_feedback_creates SET delete_time = now() - interval '25 hours'")
+    finally:
+        await conn.close()
+    late = await fbs.CreateFeedback(req, metadata=stack.md())
+    assert late.name != first.name and [f.name for f in await list_all(stack)] == [late.name]
+
+
+async def created_events(stack: Stack, trace_id: str) -> list:
+    """Every `feedback.created` event on the trace as stored by the collector (after a flush)."""
+    await stack.aflush_spans()
+    t = await stack.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=stack.md())
+    return [(sp, e) for sp in t.spans for e in sp.events if e.name == "feedback.created"]
+
+
+async def test_client_snapshot_report_gets_exactly_one_created_event_on_its_turn_once_verified(stack, tmp_path):
+    """Chat service unreachable at create time: the report is stored with a CLIENT snapshot (no event:
+    its trace id is only the client's claim). Once the stack's worker has verified it with the chat
+    service, the turn's trace carries exactly one `feedback.created` event for it — ids, sentiment,
+    category, never the body — and it stays one while the workers keep running."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "what is the weather?")
+    await stack.wait_trace(turn.trace_id, min_spans=3)
+    body = "the words only the owner may read 7f3a"
+    down = await start_feedback(stack, tmp_path, chat_target="127.0.0.1:1", chat_timeout_s=0.5)
+    try:
+        stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, down.port))
+        fb = await stub.CreateFeedback(pb.CreateFeedbackRequest(
+            feedback=pb.Feedback(message=turn.reply.name, body=body, sentiment=pb.SENTIMENT_BAD,
+                                 category=pb.CATEGORY_TOOL_FAILURE),
+            request_id=rid(), client_snapshot=pb.Snapshot(trace_id=turn.trace_id, target_text="as the client saw it")),
+            metadata=stack.md())
+        assert fb.snapshot.source == pb.SNAPSHOT_SOURCE_CLIENT
+    finally:
+        await down.stop(0.5)
+    fid = fb.name.split("/")[1]
+    verified = await wait_state(stack, fb.name, CAPTURED)  # verified by the stack's replica, then captured
+    assert verified.snapshot.source == pb.SNAPSHOT_SOURCE_CHAT_SERVICE
+    mine = await wait_until(lambda: created_events(stack, turn.trace_id),
+                            lambda evs: any(e.attributes.fields["feedback.id"].string_value == fid for _, e in evs))
+    # More worker passes (poll 0.2 s) and a second worker on the same database add nothing.
+    other = await start_feedback(stack, tmp_path)
+    await asyncio.sleep(1.0)
+    await other.stop(0.5)
+    mine = [(sp, e) for sp, e in await created_events(stack, turn.trace_id)
+            if e.attributes.fields["feedback.id"].string_value == fid]
+    assert len(mine) == 1
+    span, event = mine[0]
+    attrs = event.attributes.fields
+    assert span.name == "feedback.create" and span.trace_id == turn.trace_id
+    assert attrs["feedback.sentiment"].string_value == "SENTIMENT_BAD"
+    assert attrs["feedback.category"].string_value == "CATEGORY_TOOL_FAILURE"
+    assert attrs["feedback.target.message"].string_value == turn.reply.name
+    assert attrs["feedback.instance"].string_value == inst
+    assert body not in str(span) and "as the client saw it" not in str(span)

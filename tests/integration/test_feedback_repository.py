@@ -1,6 +1,10 @@
 """Every SQL constant of services/feedback/repository.py prepares against the migrated schema (real
-PostgreSQL), so a typo or an ambiguous parameter type fails here, not in the middle of an RPC."""
+PostgreSQL), so a typo or an ambiguous parameter type fails here, not in the middle of an RPC; and the
+concurrency the repository promises (create vs delete, once-only span event) holds in PostgreSQL."""
 from __future__ import annotations
+
+import asyncio
+import uuid
 
 import asyncpg
 
@@ -52,3 +56,59 @@ async def test_spans_frozen_into_an_unverified_client_row_before_the_fix_are_dro
         assert rows["verified"]["trace_state"] == 2 and "owner_secret_tool" in rows["verified"]["ts"]
     finally:
         await conn.close()
+
+
+def _client_row(request_id: uuid.UUID, source: int = 2) -> dict:
+    return {
+        "id": uuid.uuid4().hex, "owner": "alice", "request_id": request_id, "target_kind": "message",
+        "message": "instances/a/messages/m", "coding_session": "", "coding_seq": 0, "instance": "instances/a",
+        "trace_id": "ab" * 16, "surface": 1, "author": 1, "body": "words", "sentiment": 2, "category": 0,
+        "snapshot": {}, "snapshot_source": source, "turn_time": None, "trace_state": 1,
+        "request_fingerprint": b"f" * 32,
+    }
+
+
+async def test_a_create_racing_the_delete_of_its_first_row_writes_nothing(database_url):
+    """The delete commits while the retried INSERT waits on the row it deletes: PostgreSQL then lets
+    the INSERT through (the conflicting row is gone), so the repository must notice the deletion
+    record in the same transaction and roll the new row back — never a second row."""
+    await migrate(database_url, "feedback", MIGRATIONS)
+    pool = await repository.create_pool(database_url, 1, 4)
+    conn = await asyncpg.connect(database_url, server_settings={"search_path": "feedback,public"})
+    try:
+        repo = repository.Repository(pool)
+        rid = uuid.uuid4()
+        first, _ = await repo.insert_feedback(_client_row(rid, source=1), 86400)
+        tx = conn.transaction()
+        await tx.start()
+        assert await conn.fetchval(repository.DELETE_FEEDBACK, first["id"], "alice") == first["id"]
+        retry = asyncio.ensure_future(repo.insert_feedback(_client_row(rid, source=1), 86400))
+        await asyncio.sleep(0.3)
+        assert not retry.done()  # waiting on the row the open delete holds
+        await tx.commit()
+        stored, deleted = await retry
+        assert stored is None and deleted["feedback_id"] == first["id"]
+        assert await conn.fetchval("SELECT count(*) FROM feedback") == 0
+    finally:
+        await conn.close()
+        await pool.close()
+
+
+async def test_a_client_rows_created_event_is_claimed_once_however_many_workers_verify_it(database_url):
+    """`feedback.created` for a CLIENT row: the verifying UPDATE says `emit_created` exactly once, even
+    when several workers (a lease that ran out, another replica) verify the same row at once; a
+    chat-service row is marked at insert instead."""
+    await migrate(database_url, "feedback", MIGRATIONS)
+    pool = await repository.create_pool(database_url, 1, 4)
+    try:
+        repo = repository.Repository(pool)
+        client, _ = await repo.insert_feedback(_client_row(uuid.uuid4()), 86400)
+        chat, _ = await repo.insert_feedback(_client_row(uuid.uuid4(), source=1), 86400)
+        assert client["created_event_time"] is None and chat["created_event_time"] is not None
+        done = await asyncio.gather(*(repo.refresh_done(client["id"], {"target_text": "t"}, 1, "cd" * 16, None,
+                                                        "instances/a", "instances/a/messages/m") for _ in range(4)))
+        emitted = [d for d in done if d is not None and d["emit_created"]]
+        assert len(emitted) == 1 and emitted[0]["trace_id"] == "cd" * 16 and emitted[0]["sentiment"] == 2
+        assert await repo.refresh_done(client["id"], {}, 1, "cd" * 16, None, "", "") is None
+    finally:
+        await pool.close()
