@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import grpc
 from agentfeedback.chat.v1 import chat_pb2_grpc
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -21,7 +20,7 @@ from services.chat.settings import ChatSettings
 from services.chat.turn import TurnRunner
 from services.common.auth import Authenticator
 from services.common.db import create_pool, migrate, resolve_database_url, skip_reset
-from services.common.server import GrpcServer, ServiceInterceptor
+from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -40,7 +39,7 @@ async def create_server(
     tracer = provider.get_tracer("services.chat")
     # The chat service never changes session state, so connections skip asyncpg's reset round trip.
     pool = await create_pool(url, SCHEMA, settings.db_pool_min, settings.db_pool_max, reset=skip_reset)
-    channel = grpc.aio.insecure_channel(settings.agent_target)
+    channel = client_channel(settings.agent_target)
     repo = Repository(pool)
     turns = TurnRunner(
         repo, AgentClient(channel), tracer, settings.agent_timeout_cap_s, settings.history_messages

@@ -32,6 +32,24 @@ ALWAYS_PUBLIC_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
 # 4 MiB, gRPC's default, stated explicitly (design.md: "4 MiB gRPC" limit).
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
+# Service config of every channel one service opens to another: `round_robin` over every address the
+# target resolves to (a headless Kubernetes Service resolves to every ready pod), so the calls spread
+# over the replicas instead of gRPC's default `pick_first` sending all of them to the first address.
+# Format: gRPC service config (https://github.com/grpc/grpc/blob/master/doc/service_config.md).
+ROUND_ROBIN_SERVICE_CONFIG = '{"loadBalancingConfig": [{"round_robin": {}}]}'
+
+# Servers close a connection after this long (GOAWAY; RPCs in flight finish, `grace` below), so clients
+# reconnect and re-resolve DNS: replicas added by an autoscaler start getting calls within this time.
+# gRPC proposal A9 (server-side connection management) names this as the remedy for DNS-based balancing.
+MAX_CONNECTION_AGE_MS = 5 * 60 * 1000
+MAX_CONNECTION_AGE_GRACE_MS = 60 * 1000
+
+
+def client_channel(target: str) -> grpc.aio.Channel:
+    """The channel a service opens to another service (`host:port`, `dns:///host:port`, or any gRPC
+    target; plaintext: in-cluster traffic), balancing calls round-robin over the target's addresses."""
+    return grpc.aio.insecure_channel(target, options=[("grpc.service_config", ROUND_ROBIN_SERVICE_CONFIG)])
+
 
 class _MetadataGetter:
     @staticmethod
@@ -262,6 +280,8 @@ class GrpcServer:
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ("grpc.so_reuseport", 0),
+            ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_MS),
+            ("grpc.max_connection_age_grace_ms", MAX_CONNECTION_AGE_GRACE_MS),
             *(extra_options or []),
         ]
         self.server = grpc.aio.server(interceptors=interceptors, options=options)

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
 from services.common.auth import Authenticator, current_principal, mint_token
 from services.common.errors import InvalidArgument, error_info
-from services.common.server import GrpcServer, ServiceInterceptor
+from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.settings import CommonSettings
 
 SECRET = "x" * 40
@@ -115,3 +115,37 @@ async def test_health_check_with_undecodable_bytes_is_invalid_argument_and_probe
         first = await watch.read()
         assert first.status == health_pb2.HealthCheckResponse.SERVING
         watch.cancel()
+
+
+class _Replica(agent_pb2_grpc.AgentServiceServicer):
+    """Answers with its own label, so the caller sees which replica served it."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    async def Think(self, request, context):
+        return agent_pb2.ThinkResponse(content=self.label)
+
+
+async def test_service_to_service_channel_spreads_calls_over_every_replica():
+    replicas = []
+    for label in ("a", "b"):
+        srv = GrpcServer([])
+        srv.add(agent_pb2_grpc.add_AgentServiceServicer_to_server, _Replica(label), "agentfeedback.agent.v1.AgentService")
+        srv.bind("127.0.0.1:0")
+        await srv.start()
+        replicas.append(srv)
+    # One target resolving to both replicas, as a headless Kubernetes Service resolves to its pods.
+    target = "ipv4:" + ",".join(f"127.0.0.1:{s.port}" for s in replicas)
+    try:
+        served = {}
+        for name, channel in (("round_robin", client_channel(target)), ("pick_first", grpc.aio.insecure_channel(target))):
+            async with channel:
+                stub = agent_pb2_grpc.AgentServiceStub(channel)
+                labels = [(await stub.Think(agent_pb2.ThinkRequest(content="hi"), timeout=5)).content for _ in range(20)]
+            served[name] = {x: labels.count(x) for x in set(labels)}
+        assert served["round_robin"] == {"a": 10, "b": 10}
+        assert len(served["pick_first"]) == 1  # gRPC's default: what the services used before
+    finally:
+        for s in replicas:
+            await s.stop(0)

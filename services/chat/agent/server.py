@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 
-import grpc
 from agentfeedback.agent.v1 import agent_pb2_grpc
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -21,7 +20,7 @@ from services.chat.agent.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHOD
 from services.chat.agent.tools import MemoryStore, build_registry
 from services.chat.settings import AgentSettings
 from services.common.auth import SCOPE_FEEDBACK_AGENT, Authenticator, ServiceToken
-from services.common.server import GrpcServer, ServiceInterceptor
+from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
 
 # The agent's own identity towards the feedback service (its `x-agentfeedback-actor` credential).
@@ -35,7 +34,7 @@ async def create_server(
     own_provider = tracer_provider is None
     provider = tracer_provider or setup_tracing("agent")
     tracer = provider.get_tracer("services.chat.agent")
-    feedback_channel = grpc.aio.insecure_channel(settings.feedback_target)
+    feedback_channel = client_channel(settings.feedback_target)
     memory = MemoryStore()
     replay = LazyReplay(settings.replay_conversations)
     registry = build_registry(
