@@ -202,3 +202,44 @@ async def test_console_agent_slug_checked_in_the_browser_and_report_counter_coun
                 await expect(count).to_have_text("4001 / 4000")
                 await expect(count).to_have_class(re.compile(r"\bover\b"))
                 assert not console_errors, console_errors
+
+
+async def test_console_marks_a_quote_the_chat_service_did_not_confirm(stack, tmp_path):
+    """Sent while the chat service was unreachable, a report quotes the browser's copy; when the chat
+    service later has no such message for the owner (here: the turn was deleted meanwhile), the row
+    keeps the owner's words and the account Feedback page says the quote was not confirmed."""
+    from agentfeedback.feedback.v1 import feedback_pb2 as pb, feedback_pb2_grpc  # noqa: PLC0415
+    from tests.integration.test_feedback_reports import (  # noqa: PLC0415
+        channel_to, new_instance, rid, send, start_feedback, wait_until)
+
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "what is the weather?")
+    down = await start_feedback(stack, tmp_path, chat_target="127.0.0.1:1", chat_timeout_s=0.5)
+    try:
+        fb = await feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, down.port)).CreateFeedback(
+            pb.CreateFeedbackRequest(
+                feedback=pb.Feedback(message=turn.reply.name, body="It said sunny; it was pouring."),
+                client_snapshot=pb.Snapshot(target_role="ROLE_ASSISTANT", target_text="Sunny all day.",
+                                            trace_id=turn.trace_id),
+                request_id=rid()),
+            metadata=stack.md())
+        await stack.chat().DeleteTurn(chat_pb2.DeleteTurnRequest(parent=inst, trace_id=turn.trace_id),
+                                      metadata=stack.md())
+    finally:
+        await down.stop(0.5)
+    await wait_until(lambda: stack.feedback().GetFeedback(pb.GetFeedbackRequest(name=fb.name), metadata=stack.md()),
+                     lambda f: f.snapshot.unverified)
+
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(1280, 900) as page:
+                await page.goto(f"{site}/?gateway={envoy.url}#/signin")
+                await page.fill("#token", stack.token())
+                await page.click("button[type=submit]")
+                await expect(page.get_by_role("heading", name="Agents")).to_be_visible()
+                await page.locator("header.top").get_by_role("link", name="Feedback").click()
+                row = page.locator(".feedback-row", has_text="It said sunny; it was pouring.")
+                await expect(row).to_have_count(1)
+                await expect(row.locator(".badge.unverified")).to_have_text("quote not confirmed")
+                await expect(row.locator(".fb-quote")).to_contain_text("Sunny all day.")
+                await shot(page, "console-unverified-quote")

@@ -5,7 +5,7 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, Code, errorCode, errorText, lastSegment, principal, uuid4 } from "../api";
 import { append, h, mount, timeEl } from "../dom";
-import { Author, Status, TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
+import { Author, SnapshotSource, Status, TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 
 export const STATUS_NAMES: [Status, string][] = [
   [Status.OPEN, "open"],
@@ -147,6 +147,19 @@ function triage(fb: Feedback, row: HTMLElement): HTMLElement | null {
   );
 }
 
+/** A row whose quote came from the browser (the chat service was unreachable when it was sent):
+ *  "quote not checked yet" until the chat service confirms it (then the stored message replaces it),
+ *  "quote not confirmed" when the chat service found no such message for this owner. */
+function quoteBadge(fb: Feedback): HTMLElement | null {
+  if (fb.snapshot?.unverified) {
+    return h("span", { class: "badge unverified", title: "The chat service has no such message for you: the quote is the browser's copy and the turn's tool calls were not captured." }, "quote not confirmed");
+  }
+  if (fb.snapshot?.source === SnapshotSource.CLIENT) {
+    return h("span", { class: "badge unverified", title: "Sent while the chat service was unreachable: the quote is the browser's copy until the stored message replaces it." }, "quote not checked yet");
+  }
+  return null;
+}
+
 export function feedbackRow(fb: Feedback, focused = false): HTMLElement {
   const row = h("article", { class: `feedback-row${focused ? " focused" : ""}`, dataset: { name: fb.name, trace: traceIdOf(fb) } });
   const target = fb.snapshot?.targetText ?? "";
@@ -157,6 +170,7 @@ export function feedbackRow(fb: Feedback, focused = false): HTMLElement {
       h("span", { class: "fb-agent" }, agentLabel(fb)),
       h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)),
       fb.author === Author.AGENT ? h("span", { class: "badge" }, "recorded by the agent") : null,
+      quoteBadge(fb),
     ),
     h("p", { class: "fb-words" }, fb.body),
     target
