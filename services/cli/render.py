@@ -15,6 +15,23 @@ def _attrs(struct) -> dict:
     return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in d.items()}
 
 
+def turn_axis(spans: list[traces_pb2.Span]) -> tuple[int, int]:
+    """The turn's time axis (t0, t1) in ns: from the first span's start to the last end among the spans
+    that started while the first root span (the turn, `chat.turn`) ran. Spans that start later (the
+    feedback service's `feedback.create`, minutes after the turn) stay off the axis: on it they would
+    squash the turn into one column. Same rule as the console's `turnAxis`."""
+    ids = {s.span_id for s in spans}
+    by_start = sorted(spans, key=lambda s: (s.start_time_unix_nano, s.span_id))
+    root = next((s for s in by_start if s.parent_span_id not in ids), by_start[0])
+    during = [s.end_time_unix_nano for s in by_start if s.start_time_unix_nano <= root.end_time_unix_nano]
+    return by_start[0].start_time_unix_nano, max([root.end_time_unix_nano, *during])
+
+
+def _after(ns: int) -> str:
+    ms = ns / 1e6
+    return f"{ms:.1f} ms" if ms < 1000 else f"{ms / 1000:.1f} s" if ms < 120_000 else f"{ms / 60_000:.0f} min"
+
+
 def render_waterfall(trace: traces_pb2.Trace) -> str:
     """One line per span, indented by depth, with a bar placed on the trace's time axis (ms).
 
@@ -23,8 +40,7 @@ def render_waterfall(trace: traces_pb2.Trace) -> str:
     spans = list(trace.spans)
     if not spans:
         return f"trace {trace.trace_id}: no spans"
-    t0 = min(s.start_time_unix_nano for s in spans)
-    t1 = max(s.end_time_unix_nano for s in spans)
+    t0, t1 = turn_axis(spans)
     total = max(t1 - t0, 1)
     children: dict[str, list[traces_pb2.Span]] = {}
     ids = {s.span_id for s in spans}
@@ -35,9 +51,12 @@ def render_waterfall(trace: traces_pb2.Trace) -> str:
 
     def walk(parent: str, depth: int) -> None:
         for s in sorted(children.get(parent, []), key=lambda x: (x.start_time_unix_nano, x.span_id)):
-            a = int((s.start_time_unix_nano - t0) / total * _WIDTH)
-            b = max(a + 1, int((s.end_time_unix_nano - t0) / total * _WIDTH))
-            bar = " " * a + "█" * (b - a) + " " * (_WIDTH - b)
+            if s.start_time_unix_nano > t1:  # after the turn (e.g. feedback.create): off the axis
+                bar = f"+{_after(s.start_time_unix_nano - t1)} after the turn".rjust(_WIDTH)[-_WIDTH:]
+            else:
+                a = min(_WIDTH - 1, int((s.start_time_unix_nano - t0) / total * _WIDTH))
+                b = min(_WIDTH, max(a + 1, int((s.end_time_unix_nano - t0) / total * _WIDTH)))
+                bar = " " * a + "█" * (b - a) + " " * (_WIDTH - b)
             attrs = _attrs(s.attributes)
             label = s.name
             if "gen_ai.tool.name" in attrs:

@@ -131,10 +131,15 @@ async def flag_a_reply_and_follow_it(stack: Stack, page: Page, site: str, gatewa
     await shot(page, f"{tag}-5-feedback-page")
 
     # The turn's spans are at the collector (exported in the background; flushed here so it is now).
-    await stack.wait_trace(trace_id, min_spans=3)
+    # 4 = chat.turn, agent.think, tool.call and the feedback service's feedback.create (seconds later).
+    await stack.wait_trace(trace_id, min_spans=4)
     await row.locator("a.open-trace").click()
     tool = page.locator(".wf-span.tool-call", has_text=TOOL)
     await expect(tool).to_be_visible()
+    # The axis is the turn's: the later feedback.create says "… after the turn" and does not squash it.
+    await expect(page.locator(".wf-span[data-name='feedback.create'] .wf-after")).to_contain_text("after the turn")
+    bar, track = await tool.locator(".wf-bar").bounding_box(), await tool.locator(".wf-track").bounding_box()
+    assert bar and track and bar["width"] / track["width"] > 0.01, (bar, track)  # squashed: the 0.5 % minimum
     await expect(page.locator(".trace-id")).to_have_text(trace_id)
     await shot(page, f"{tag}-6-trace")
     if narrow:

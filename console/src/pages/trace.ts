@@ -80,14 +80,29 @@ function depthOf(spans: Span[]): Map<string, number> {
   return depth;
 }
 
-/** One row per span: name (indented by depth), service, duration, a bar placed on the turn's time axis. */
+/** The turn's time axis [t0, t1] in ns: from the first span's start to the last end among the spans
+ *  that started while the first root span (the turn, `chat.turn`) ran. Spans that start later (the
+ *  feedback service's `feedback.create`, minutes after the turn) stay off the axis: on it they would
+ *  squash the turn into a sliver. Same rule as the CLI's `render_waterfall`. */
+export function turnAxis(spans: Span[]): { t0: bigint; t1: bigint } {
+  const ids = new Set(spans.map((s) => s.spanId));
+  const byStart = [...spans].sort((a, b) => (a.startTimeUnixNano < b.startTimeUnixNano ? -1 : a.startTimeUnixNano > b.startTimeUnixNano ? 1 : 0));
+  const root = byStart.find((s) => !ids.has(s.parentSpanId)) ?? byStart[0];
+  const t0 = byStart[0].startTimeUnixNano;
+  const t1 = byStart.filter((s) => s.startTimeUnixNano <= root.endTimeUnixNano)
+    .reduce((m, s) => (s.endTimeUnixNano > m ? s.endTimeUnixNano : m), root.endTimeUnixNano);
+  return { t0, t1 };
+}
+
+/** One row per span: name (indented by depth), service, duration, a bar placed on the turn's time axis
+ *  (a span that started after the turn says how long after, instead of a bar). */
 export function waterfall(spans: Span[]): HTMLElement {
   if (!spans.length) return h("p", { class: "muted" }, "No spans.");
-  const t0 = spans.reduce((m, s) => (s.startTimeUnixNano < m ? s.startTimeUnixNano : m), spans[0].startTimeUnixNano);
-  const t1 = spans.reduce((m, s) => (s.endTimeUnixNano > m ? s.endTimeUnixNano : m), spans[0].endTimeUnixNano);
+  const { t0, t1 } = turnAxis(spans);
   const total = Number(t1 - t0) || 1;
   const depth = depthOf(spans);
   const ms = (ns: bigint) => Number(ns * 1000n / NS_PER_MS) / 1000;
+  const after = (ns: bigint) => { const v = ms(ns); return v < 1000 ? `${v.toFixed(1)} ms` : v < 120_000 ? `${(v / 1000).toFixed(1)} s` : `${Math.round(v / 60_000)} min`; };
   return h("div", { class: "waterfall", role: "table", "aria-label": "Spans of the turn" },
     h("div", { class: "wf-row wf-head", role: "row" },
       h("span", { role: "columnheader" }, "span"), h("span", { role: "columnheader", class: "wf-svc" }, "service"), h("span", { role: "columnheader" }, "ms"), h("span", { role: "columnheader" }, `0 – ${ms(t1 - t0).toFixed(1)} ms`)),
@@ -102,7 +117,9 @@ export function waterfall(spans: Span[]): HTMLElement {
             s.name, tool ? h("strong", { class: "tool-name" }, ` ${tool}`) : null, err ? h("span", { class: "badge error" }, "error") : null),
           h("span", { class: "wf-svc muted", role: "cell" }, s.serviceName),
           h("span", { class: "wf-ms", role: "cell" }, ms(s.endTimeUnixNano - s.startTimeUnixNano).toFixed(1)),
-          h("span", { class: "wf-track", role: "cell" }, h("span", { class: "wf-bar", style: `left:${left}%;width:${Math.min(width, 100 - left)}%` }))),
+          s.startTimeUnixNano > t1
+            ? h("span", { class: "wf-after muted", role: "cell" }, `${after(s.startTimeUnixNano - t1)} after the turn`)
+            : h("span", { class: "wf-track", role: "cell" }, h("span", { class: "wf-bar", style: `left:${left}%;width:${Math.min(width, 100 - left)}%` }))),
         tool
           ? h("dl", { class: "tool-detail" },
               h("dt", {}, "call id"), h("dd", {}, attr(s.attributes, "gen_ai.tool.call.id") || "—"),

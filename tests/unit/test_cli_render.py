@@ -1,0 +1,42 @@
+"""The CLI's waterfall (`agentfeedback trace get`, the demo's evidence): the turn keeps the axis."""
+from __future__ import annotations
+
+from agentfeedback.traces.v1 import traces_pb2
+
+from services.cli.render import render_waterfall
+
+MS = 1_000_000
+T0 = 1_790_000_000_000 * MS
+
+
+def _span(span_id: str, name: str, start_ms: float, end_ms: float, parent: str = "") -> traces_pb2.Span:
+    return traces_pb2.Span(span_id=span_id, parent_span_id=parent, name=name, service_name="chat",
+                           start_time_unix_nano=T0 + int(start_ms * MS), end_time_unix_nano=T0 + int(end_ms * MS))
+
+
+def _bar(line: str) -> str:
+    return line[:40]
+
+
+def test_a_span_recorded_minutes_after_the_turn_does_not_squash_the_turn():
+    trace = traces_pb2.Trace(trace_id="ab" * 16, spans=[
+        _span("r" * 16, "chat.turn", 0, 10),
+        _span("t" * 16, "tool.call", 2, 6, parent="r" * 16),
+        # The feedback service's span on the turn's trace, when the owner flags the reply 3 minutes later.
+        _span("f" * 16, "feedback.create", 180_000, 180_004, parent="r" * 16),
+    ])
+    lines = render_waterfall(trace).splitlines()
+    assert "(3 spans, 10.0 ms)" in lines[0]  # the axis is the turn's 10 ms, not 3 minutes
+    tool = next(x for x in lines if "tool.call" in x)
+    assert _bar(tool).count("█") == 16  # 4 of 10 ms on a 40-column axis
+    assert _bar(tool).index("█") == 8
+    later = next(x for x in lines if "feedback.create" in x)
+    assert "█" not in _bar(later) and "+3 min after the turn" in later
+
+
+def test_a_turn_alone_spans_the_whole_axis():
+    trace = traces_pb2.Trace(trace_id="cd" * 16, spans=[
+        _span("r" * 16, "chat.turn", 0, 8), _span("a" * 16, "agent.think", 1, 9, parent="r" * 16)])
+    lines = render_waterfall(trace).splitlines()
+    assert "(2 spans, 9.0 ms)" in lines[0]  # a child that ends after its root still fits
+    assert _bar(next(x for x in lines if "agent.think" in x)).endswith("█")
