@@ -10,13 +10,12 @@ import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
 
-import grpc
 from opentelemetry.sdk.trace import TracerProvider
 
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.auth import SCOPE_CHAT, SCOPE_TRACES_READ, Authenticator, ServiceToken, mint_token
 from services.common.db import migrate, resolve_database_url
-from services.common.server import GrpcServer, ServiceInterceptor
+from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
 from services.feedback import repository
 from services.feedback.capture import CaptureWorker
@@ -58,8 +57,8 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     own_provider = tracer_provider is None
     tp = tracer_provider or setup_tracing("feedback")
     tracer = tp.get_tracer("agentfeedback.feedback")
-    chat_channel = grpc.aio.insecure_channel(settings.chat_target)
-    traces_channel = grpc.aio.insecure_channel(settings.traces_target)
+    chat_channel = client_channel(settings.chat_target)
+    traces_channel = client_channel(settings.traces_target)
     repo = Repository(pool)
     chat = ChatClient(chat_channel, settings.chat_timeout_s)
     tokens = _ServiceToken(settings)
