@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 
 from opentelemetry import trace
@@ -67,6 +68,8 @@ class CaptureWorker:
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
         self._stopping = False
+        # time.monotonic() before which this replica claims no client snapshot (chat unreachable).
+        self._refresh_paused_until = 0.0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="feedback-capture")
@@ -105,11 +108,23 @@ class CaptureWorker:
                 pass
 
     async def run_once(self) -> int:
-        """One pass: refresh due client snapshots, then look at due PENDING rows. Returns rows handled."""
+        """One pass: refresh due client snapshots, then look at due PENDING rows. Returns rows handled.
+
+        A replica that cannot reach the chat service hands the snapshots it claimed straight back
+        (due now, for a replica that can) and claims none for `4 × capture_backoff_s` seconds: one
+        replica with a broken route to chat never holds up the verification the others can do."""
         n = 0
-        for row in await self._repo.claim_refresh(BATCH, LEASE_S):
-            await self._refresh(row)
-            n += 1
+        if time.monotonic() >= self._refresh_paused_until:
+            claimed = await self._repo.claim_refresh(BATCH, LEASE_S)
+            for i, row in enumerate(claimed):
+                if not await self._refresh(row):
+                    pause_s = self._s.capture_backoff_s * 4
+                    self._refresh_paused_until = time.monotonic() + pause_s
+                    await self._repo.refresh_release([r["id"] for r in claimed[i:]])
+                    log.warning("chat service unreachable: %d client snapshot(s) handed back; none claimed for %.0f s",
+                                len(claimed) - i, pause_s)
+                    break
+                n += 1
         rows = await self._repo.claim_capture(BATCH, LEASE_S)
         by_trace: dict[str, list] = {}
         for r in rows:
@@ -157,8 +172,9 @@ class CaptureWorker:
                 await self._repo.capture_done(row["id"], d.state, d.frozen or {}, d.span_count)
                 log.info("feedback %s trace %s: state %d after %d attempts", row["id"], trace_id, d.state, attempts)
 
-    async def _refresh(self, row) -> None:
-        """Verify a CLIENT row's anchor with the chat service as its owner (authoritative).
+    async def _refresh(self, row) -> bool:
+        """Verify a CLIENT row's anchor with the chat service as its owner (authoritative). False when
+        the chat service cannot be reached (the row is left as claimed: the caller hands it back).
 
         Confirmed → the chat service's snapshot replaces the client's and capture becomes due.
         NOT_FOUND (or any refusal) for the owner → the words stay, the snapshot is marked unverified,
@@ -168,7 +184,7 @@ class CaptureWorker:
         token = self._owner_token(row["owner"])
         if token is None:
             await self._repo.refresh_give_up(row["id"], not_found=False)
-            return
+            return True
         md = (("authorization", f"Bearer {token}"),)
         try:
             if row["message"]:
@@ -183,15 +199,15 @@ class CaptureWorker:
                     raise NotFound(f"{row['instance']} turn {row['trace_id']}")
                 target = picked
         except ChatUnreachable:
-            await self._repo.refresh_retry(row["id"], self._s.capture_backoff_s * 4)
-            return
+            return False
         except DomainError:
             log.warning("feedback %s: anchor not found for its owner; client snapshot kept unverified", row["id"])
             await self._repo.refresh_give_up(row["id"], not_found=True)
-            return
+            return True
         snap = domain.build_snapshot(target, turn)
         done = await self._repo.refresh_done(row["id"], snap, domain.SOURCE_CHAT, target.trace_id,
                                              target.create_time, domain.instance_of(target.name), target.name)
         if done is not None and done["emit_created"]:
             emit_created(self._tracer, done)
         self.wake()
+        return True

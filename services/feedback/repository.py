@@ -1,8 +1,9 @@
 """All SQL of the feedback service (schema `feedback`), as constants, and the thin functions that run
 them over an asyncpg pool. No rule lives here: domain.py decides, this module stores.
 
-Concurrency: idempotent creates use `INSERT … ON CONFLICT (owner, request_id) DO NOTHING`, and a create
-whose request id belongs to a deleted report is rolled back (`deleted_feedback_creates`); rating
+Concurrency: an idempotent create first claims its (owner, request_id) in `feedback_create_requests`
+(`INSERT … ON CONFLICT`, in the same statement as the row), a ledger that DeleteFeedback only stamps,
+so no retry — not even one racing the delete — writes a second row; rating
 compare-and-swap is a conditional `UPDATE … WHERE version = $n` (holds across processes); the
 capture worker claims rows with `FOR UPDATE SKIP LOCKED` plus a lease (`next_capture_at`), so
 several replicas share the queue and no connection is held while the collector is called.
@@ -29,7 +30,7 @@ WHERE owner = $1 AND request_id = $2"""
 
 # The report a CreateFeedback request id created and DeleteFeedback removed, within $3 seconds.
 GET_DELETED_CREATE = """
-SELECT feedback_id, request_fingerprint FROM deleted_feedback_creates
+SELECT feedback_id, request_fingerprint FROM feedback_create_requests
 WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(secs => $3)"""
 
 # A turn already frozen for another report of the same owner is copied, not fetched again: the new
@@ -37,7 +38,17 @@ WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(sec
 # with spans: no sibling copy and no capture due time until the worker has verified its anchor with
 # the chat service for the owner (REFRESH_DONE sets the due time). `created_event_time` is set when
 # the trace id is authoritative (chat-service snapshot): the caller then emits `feedback.created`.
+# The request id is claimed in the ledger first: taken (a live report, or one deleted less than $20
+# seconds ago) → no row. A deletion record older than that is recycled (the retry is a new report).
 INSERT_FEEDBACK = f"""
+WITH claim AS (
+    INSERT INTO feedback_create_requests AS r (owner, request_id, feedback_id, request_fingerprint, delete_time)
+    VALUES ($2, $3, $1, $19, NULL)
+    ON CONFLICT (owner, request_id) DO UPDATE SET feedback_id = EXCLUDED.feedback_id,
+        request_fingerprint = EXCLUDED.request_fingerprint, delete_time = NULL
+    WHERE r.delete_time <= now() - make_interval(secs => $20)
+    RETURNING 1
+)
 INSERT INTO feedback (id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
     surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, next_capture_at,
     refresh_at, trace_snapshot, capture_span_count, capture_time, create_time, update_time, request_fingerprint,
@@ -49,7 +60,7 @@ SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $1
     CASE WHEN $16::smallint = 2 THEN now() ELSE NULL END,
     COALESCE(sib.trace_snapshot, '{{}}'::jsonb), COALESCE(sib.capture_span_count, -1), sib.capture_time, now(), now(),
     $19, CASE WHEN $16::smallint <> 2 AND $9::text <> '' THEN now() ELSE NULL END
-FROM (SELECT 1) AS one
+FROM claim
 LEFT JOIN LATERAL (
     SELECT trace_snapshot, capture_span_count, capture_time FROM feedback
     WHERE owner = $2 AND trace_id = $9::text AND $9::text <> '' AND trace_state = 2 AND $18::smallint = 1
@@ -70,11 +81,11 @@ UPDATE feedback SET status = $3, issue_url = $4, last_update_request_id = $5, la
 WHERE id = $1 AND owner = $2
 RETURNING {FEEDBACK_COLUMNS}"""
 
-# Hard delete; the request id that created the row is kept (no content) in deleted_feedback_creates so
-# a late retry of that create writes nothing. Returns the deleted id (no row: nothing deleted).
+# Hard delete; the ledger row of the request id that created it is stamped deleted (no content), so a
+# late retry of that create writes nothing. Returns the deleted id (no row: nothing deleted).
 DELETE_FEEDBACK = """
 WITH gone AS (DELETE FROM feedback WHERE id = $1 AND owner = $2 RETURNING owner, request_id, id, request_fingerprint)
-INSERT INTO deleted_feedback_creates (owner, request_id, feedback_id, request_fingerprint, delete_time)
+INSERT INTO feedback_create_requests (owner, request_id, feedback_id, request_fingerprint, delete_time)
 SELECT owner, request_id, id, request_fingerprint, now() FROM gone
 ON CONFLICT (owner, request_id) DO UPDATE SET feedback_id = EXCLUDED.feedback_id,
     request_fingerprint = EXCLUDED.request_fingerprint, delete_time = EXCLUDED.delete_time
@@ -90,7 +101,7 @@ SELECT feedback_id FROM deleted_feedback
 WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(secs => $3)"""
 PRUNE_DELETE_RECORDS = """
 WITH creates AS (
-    DELETE FROM deleted_feedback_creates WHERE owner = $1 AND delete_time <= now() - make_interval(secs => $2)
+    DELETE FROM feedback_create_requests WHERE owner = $1 AND delete_time <= now() - make_interval(secs => $2)
 )
 DELETE FROM deleted_feedback WHERE owner = $1 AND delete_time <= now() - make_interval(secs => $2)"""
 
@@ -187,7 +198,8 @@ FROM cur WHERE f.id = cur.id AND f.snapshot_source = 2
 RETURNING f.id, f.trace_id, f.sentiment, f.category, f.author, f.message, f.instance,
     ($4 <> '' AND cur.created_event_time IS NULL) AS emit_created"""
 
-REFRESH_RETRY = "UPDATE feedback SET refresh_at = now() + make_interval(secs => $2) WHERE id = $1"
+# Claimed client snapshots handed back by a replica that cannot reach the chat service: due now again.
+REFRESH_RELEASE = "UPDATE feedback SET refresh_at = now() WHERE id = ANY($1::text[]) AND snapshot_source = 2"
 # The anchor cannot be verified for the owner: the words and the client snapshot stay (source CLIENT),
 # no spans are ever frozen (trace UNAVAILABLE). $2: the chat service said NOT_FOUND for the owner, so
 # the snapshot is marked `unverified`.
@@ -341,36 +353,24 @@ class Repository:
         """Insert a report. Returns (stored, deleted), exactly one of them set:
         stored: the new row, or the first row of a concurrent retry with the same (owner, request_id);
         deleted: (feedback_id, request_fingerprint) when that request id's report was deleted within
-        `deleted_retention_s` seconds — nothing is written.
-
-        The deleted-check runs after the INSERT in the same transaction: a delete that commits while
-        the INSERT waits on its conflicting row lets the INSERT through, and its record (same commit)
-        is visible to the next statement, so the new row is rolled back, never a second row."""
+        `deleted_retention_s` seconds — nothing is written. One statement for a new report."""
         args = (
             row["id"], row["owner"], row["request_id"], row["target_kind"], row["message"], row["coding_session"],
             row["coding_seq"], row["instance"], row["trace_id"], row["surface"], row["author"], row["body"],
             row["sentiment"], row["category"], row["snapshot"], row["snapshot_source"], row["turn_time"],
-            row["trace_state"], row.get("request_fingerprint"),
+            row["trace_state"], row.get("request_fingerprint"), deleted_retention_s,
         )
         key = (row["owner"], row["request_id"])
-        async with self.pool.acquire() as conn:
-            tx = conn.transaction()
-            await tx.start()
-            try:
-                got = await conn.fetchrow(INSERT_FEEDBACK, *args)
-                if got is None:
-                    got = await conn.fetchrow(GET_BY_REQUEST_ID, *key)
-                deleted = None if got is not None and got["id"] != row["id"] else await conn.fetchrow(
-                    GET_DELETED_CREATE, *key, deleted_retention_s)
-            except BaseException:
-                await tx.rollback()
-                raise
+        for _ in range(2):  # a deletion record expiring between two statements: claim it again
+            got = await self.pool.fetchrow(INSERT_FEEDBACK, *args)
+            if got is None:
+                got = await self.pool.fetchrow(GET_BY_REQUEST_ID, *key)
+            if got is not None:
+                return got, None
+            deleted = await self.pool.fetchrow(GET_DELETED_CREATE, *key, deleted_retention_s)
             if deleted is not None:
-                await tx.rollback()
                 return None, deleted
-            await tx.commit()
-        assert got is not None
-        return got, None
+        raise RuntimeError(f"request id {row['request_id']} is claimed but neither stored nor deleted")
 
     async def get_feedback(self, fid: str, owner: str) -> asyncpg.Record | None:
         return await self.pool.fetchrow(GET_FEEDBACK, fid, owner)
@@ -379,7 +379,7 @@ class Repository:
                               retention_s: float = 86400.0) -> tuple[bool, str | None]:
         """Delete the owner's row. Returns (deleted, earlier): `earlier` is the feedback id an earlier
         completed delete with this `request_id` removed (within `retention_s`), else None. Every
-        delete records the request id that created the row (deleted_feedback_creates); a delete with
+        delete stamps the ledger row of the request id that created the report; a delete with
         a request id is recorded too (owner, request id, id — no content); the owner's records older
         than `retention_s` are pruned."""
         async with self.pool.acquire() as conn, conn.transaction():
@@ -448,8 +448,9 @@ class Repository:
         this call made its trace id authoritative — or None when the row was already verified."""
         return await self.pool.fetchrow(REFRESH_DONE, fid, snapshot, source, trace_id, turn_time, instance, message)
 
-    async def refresh_retry(self, fid: str, retry_in_s: float) -> None:
-        await self.pool.execute(REFRESH_RETRY, fid, retry_in_s)
+    async def refresh_release(self, ids: list[str]) -> None:
+        """Make claimed client snapshots due now (for another replica), without counting an attempt."""
+        await self.pool.execute(REFRESH_RELEASE, ids)
 
     async def refresh_give_up(self, fid: str, not_found: bool) -> None:
         """Stop verifying: no spans ever (trace UNAVAILABLE); `not_found` marks the snapshot unverified."""

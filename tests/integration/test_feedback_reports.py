@@ -474,6 +474,32 @@ async def test_trace_id_target_by_the_agent_resolves_the_turn_and_emits_a_span_e
     assert "secret owner words" not in str(mine)
 
 
+async def test_a_replica_that_cannot_reach_chat_hands_client_snapshots_to_one_that_can(stack, tmp_path):
+    """Two replicas: one whose route to the chat service is broken (it keeps running, its worker keeps
+    polling), and the stack's own. The broken one takes the reports (chat down → client snapshots)
+    and its worker claims them first; it must hand them back at once instead of parking them for its
+    own retry delay (here 4 × 30 s), so the healthy replica verifies every one within seconds."""
+    inst = await new_instance(stack)
+    turns = [await send(stack, inst, f"question {i}") for i in range(5)]
+    down = await start_feedback(stack, tmp_path, chat_target="127.0.0.1:1", chat_timeout_s=0.5,
+                                capture_backoff_s=30.0)
+    try:
+        stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, down.port))
+        made = [await stub.CreateFeedback(pb.CreateFeedbackRequest(
+            feedback=pb.Feedback(message=t.reply.name, body=f"report {i}"), request_id=rid(),
+            client_snapshot=pb.Snapshot(target_text="as the client saw it", trace_id=t.trace_id)),
+            metadata=stack.md()) for i, t in enumerate(turns)]
+        assert {f.snapshot.source for f in made} == {pb.SNAPSHOT_SOURCE_CLIENT}
+        deadline = time.monotonic() + 10
+        for f in made:
+            while (g := await get(stack, f.name)).snapshot.source != pb.SNAPSHOT_SOURCE_CHAT_SERVICE:
+                assert time.monotonic() < deadline, f"{f.name} still waits for the replica that cannot reach chat"
+                await asyncio.sleep(0.1)
+            assert g.snapshot.target_text == next(t.reply.content for t in turns if t.reply.name == f.message)[:2000]
+    finally:
+        await down.stop(0.5)
+
+
 async def test_chat_unreachable_accepts_client_snapshot_then_the_worker_fills_the_authoritative_one(stack, tmp_path):
     inst = await new_instance(stack)
     turn = await send(stack, inst, "what is the weather?")
@@ -875,9 +901,11 @@ async def test_deleted_reports_request_id_is_remembered_24_hours_like_delete_rec
     await fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=first.name), metadata=stack.md())
     conn = await asyncpg.connect(stack.database_url)
     try:
-        await conn.execute("UPDATE feedback.deleted_feedback_creates SET delete_time = now() - interval '23 hours'")
+        await conn.execute("UPDATE feedback.feedback_create_requests SET delete_time = now() - interval '23 hours' "
+                           "WHERE delete_time IS NOT NULL")
         await expect_error(fbs.CreateFeedback(req, metadata=stack.md()), grpc.StatusCode.NOT_FOUND)
-        await conn.execute("UPDATE feedback.deleted_feedback_creates SET delete_time = now() - interval '25 hours'")
+        await conn.execute("UPDATE feedback.feedback_create_requests SET delete_time = now() - interval '25 hours' "
+                           "WHERE delete_time IS NOT NULL")
     finally:
         await conn.close()
     late = await fbs.CreateFeedback(req, metadata=stack.md())
