@@ -112,3 +112,33 @@ async def test_a_client_rows_created_event_is_claimed_once_however_many_workers_
         assert await repo.refresh_done(client["id"], {}, 1, "cd" * 16, None, "", "") is None
     finally:
         await pool.close()
+
+
+async def test_reports_stored_before_the_ledger_claim_their_request_ids(database_url, tmp_path):
+    """0005 backfills `feedback_create_requests` from the rows already stored: their request ids are
+    claimed (a retry returns the row) and outlive a delete (a retry after it writes nothing)."""
+    old = tmp_path / "migrations"
+    old.mkdir()
+    for f in sorted(MIGRATIONS.glob("*.sql"))[:4]:
+        (old / f.name).write_text(f.read_text())
+    await migrate(database_url, "feedback", old)
+    pool = await repository.create_pool(database_url, 1, 2)
+    try:
+        rid = uuid.uuid4()
+        row = _client_row(rid, source=1)
+        async with pool.acquire() as conn:
+            await conn.execute(
+                """INSERT INTO feedback (id, owner, request_id, target_kind, author, body, snapshot, snapshot_source,
+                       request_fingerprint, create_time, update_time)
+                   VALUES ($1, 'alice', $2, 'message', 1, 'words', '{}', 1, $3, now(), now())""",
+                row["id"], rid, row["request_fingerprint"])
+        await migrate(database_url, "feedback", MIGRATIONS)
+        repo = repository.Repository(pool)
+        again = _client_row(rid, source=1)
+        stored, _ = await repo.insert_feedback(again, 86400)
+        assert stored["id"] == row["id"]
+        assert (await repo.delete_feedback(row["id"], "alice"))[0]
+        stored, deleted = await repo.insert_feedback(again, 86400)
+        assert stored is None and deleted["feedback_id"] == row["id"]
+    finally:
+        await pool.close()
