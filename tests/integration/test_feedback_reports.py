@@ -890,15 +890,25 @@ async def test_create_retried_after_delete_writes_nothing_and_is_not_found_namin
     assert [f.body for f in await list_all(stack)] == ["forget I said this"]
 
 
-async def test_deleted_reports_request_id_is_remembered_24_hours_like_delete_records(stack):
+async def test_deleted_reports_request_id_is_remembered_24_hours_like_delete_records(stack, tmp_path):
     """Retention of the deleted report's create request id: 24 h, the same as DeleteFeedback's own
-    records (documented on the RPC). Aged past it in the database, a retry creates a new row."""
+    records (documented on the RPC). Aged past it in the database, a retry creates a new row. Within
+    it the answer does not depend on the chat service: a replica that cannot reach it still says
+    FEEDBACK_DELETED (not UNAVAILABLE) and writes nothing."""
     inst = await new_instance(stack)
     turn = await send(stack, inst, "hi")
     req = pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, body="old words"), request_id=rid())
     fbs = stack.feedback()
     first = await fbs.CreateFeedback(req, metadata=stack.md())
     await fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=first.name), metadata=stack.md())
+    down = await start_feedback(stack, tmp_path, chat_target="127.0.0.1:1", chat_timeout_s=0.5)
+    try:
+        stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, down.port))
+        e = await expect_error(stub.CreateFeedback(req, metadata=stack.md()), grpc.StatusCode.NOT_FOUND)
+        assert error_info(e).reason == "FEEDBACK_DELETED"
+    finally:
+        await down.stop(0.5)
+    assert await list_all(stack) == []
     conn = await asyncpg.connect(stack.database_url)
     try:
         await conn.execute("UPDATE feedback.feedback_create_requests SET delete_time = now() - interval '23 hours' "
