@@ -176,7 +176,8 @@ class CaptureWorker:
         """Verify a CLIENT row's anchor with the chat service as its owner (authoritative). False when
         the chat service cannot be reached (the row is left as claimed: the caller hands it back).
 
-        Confirmed → the chat service's snapshot replaces the client's and capture becomes due.
+        Confirmed → the chat service's snapshot replaces the client's, capture becomes due, and the
+        row's one `feedback.created` event goes to the now authoritative trace (marked in that update).
         NOT_FOUND (or any refusal) for the owner → the words stay, the snapshot is marked unverified,
         the trace snapshot becomes UNAVAILABLE and no span is ever copied into the row (a client
         cannot point its report at another owner's turn and read its tool calls). No way to mint the

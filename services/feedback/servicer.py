@@ -292,7 +292,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                     "(use a new request_id to report again)",
             reason="FEEDBACK_DELETED", code=grpc.StatusCode.NOT_FOUND,
             metadata={"resource": name, "request_id": request_id},
-            details=[error_details_pb2.ResourceInfo(resource_type="agentfeedback.feedback.v1.Feedback",
+            details=[error_details_pb2.ResourceInfo(resource_type="type.googleapis.com/agentfeedback.feedback.v1.Feedback",
                                                     resource_name=name, description="deleted by DeleteFeedback")])
 
     # ------------------------------------------------------------ reports
