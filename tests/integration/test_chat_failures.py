@@ -250,9 +250,10 @@ async def test_request_id_retry_after_failure_returns_same_error_without_calling
 async def test_deadline_forwarded_from_caller_cap_when_none_and_owner_token_on_behalf(gateway_with):
     stub, spans = await gateway_with(agent := StandInAgent("fine"))
     parent = await _instance(stub)
-    r1 = await stub.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="a"), metadata=_md())
+    owner = _md()  # one token: a token minted a second later differs (its iat)
+    r1 = await stub.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="a"), metadata=owner)
     await stub.SendMessage(
-        chat_pb2.SendMessageRequest(instance=parent, content="b"), metadata=_md(), timeout=5
+        chat_pb2.SendMessageRequest(instance=parent, content="b"), metadata=owner, timeout=5
     )
     no_deadline, five_s = agent.remaining
     # ChatSettings.agent_timeout_cap_s default (120 s), nothing more. The agent sees it through the
@@ -261,7 +262,7 @@ async def test_deadline_forwarded_from_caller_cap_when_none_and_owner_token_on_b
     assert 110 < no_deadline <= 121
     assert 4.0 < five_s < 5.0  # the caller's remaining time, less the gateway's reserve
     md = agent.metadata[0]
-    assert md["authorization"] == _md()[0][1]  # the owner's token, forwarded
+    assert md["authorization"] == owner[0][1]  # the owner's token, forwarded
     assert md["traceparent"].split("-")[1] == r1.trace_id  # the turn's context, not a new one
 
 

@@ -142,10 +142,12 @@ async def test_service_to_service_channel_spreads_calls_over_every_replica():
         for name, channel in (("round_robin", client_channel(target)), ("pick_first", grpc.aio.insecure_channel(target))):
             async with channel:
                 stub = agent_pb2_grpc.AgentServiceStub(channel)
-                labels = [(await stub.Think(agent_pb2.ThinkRequest(content="hi"), timeout=5)).content for _ in range(20)]
+                labels = [(await stub.Think(agent_pb2.ThinkRequest(content="hi"), timeout=5)).content for _ in range(40)]
             served[name] = {x: labels.count(x) for x in set(labels)}
-        assert served["round_robin"] == {"a": 10, "b": 10}
-        assert len(served["pick_first"]) == 1  # gRPC's default: what the services used before
+        # round_robin rotates over the READY connections: while the second one is still connecting the
+        # first few calls all go to the first, then they alternate.
+        assert served["round_robin"].keys() == {"a", "b"} and min(served["round_robin"].values()) >= 15, served
+        assert len(served["pick_first"]) == 1, served  # gRPC's default: what the services used before
     finally:
         for s in replicas:
             await s.stop(0)
