@@ -125,7 +125,7 @@ async def flag_a_reply_and_follow_it(stack: Stack, page: Page, site: str, gatewa
     row = page.locator(".feedback-row", has_text=sentence)
     await expect(row).to_have_count(1)
     await expect(row.locator(".fb-quote")).to_contain_text(reply_text[:80])
-    await expect(row.locator(".fb-agent")).to_contain_text("reference")
+    await expect(row.locator(".fb-agent")).to_have_text("Ops desk (reference)")  # the display name, not the id
     await expect(row.locator(".badge.status-open")).to_be_visible()
     await expect(row.locator("a.open-conversation")).to_be_visible()
     await shot(page, f"{tag}-5-feedback-page")

@@ -31,6 +31,7 @@ export async function feedbackList(container: HTMLElement, opts: ListOptions): P
   const more = h("button", { type: "button", hidden: true }, "Load more");
   mount(container, list, error, more);
   let pageToken = "";
+  await loadDisplayNames();
   const load = async () => {
     try {
       const r = await api().feedback.listFeedback({ pageSize: 50, pageToken, instance: opts.instance ?? "", status: opts.status ?? Status.UNSPECIFIED });
@@ -49,11 +50,32 @@ export async function feedbackList(container: HTMLElement, opts: ListOptions): P
   container.querySelector(".feedback-row.focused")?.scrollIntoView({ block: "center" });
 }
 
-function agentLabel(fb: Feedback): string {
+// instance name → the agent's display name, from ChatService.ListInstances (filled by feedbackList).
+const displayNames = new Map<string, string>();
+
+/** The caller's agents' display names (up to 1000 agents); a failure leaves the ids as labels. */
+async function loadDisplayNames(): Promise<void> {
+  let pageToken = "";
+  try {
+    for (let page = 0; page < 5; page++) {
+      const r = await api().chat.listInstances({ pageSize: 200, pageToken });
+      for (const i of r.instances) displayNames.set(i.name, i.displayName);
+      pageToken = r.nextPageToken;
+      if (!pageToken) break;
+    }
+  } catch {
+    // Labels fall back to the instance id: the feedback itself still loads.
+  }
+}
+
+/** The agent a report is about: its display name ("Ops desk"), else its instance id; the slug
+ *  (`reference`) in parentheses; id and slug in the tooltip. */
+function agentLabel(fb: Feedback): HTMLElement {
   const ctxAgent = fb.snapshot?.context?.agent ?? "";
   const inst = fb.instance ? lastSegment(fb.instance) : "";
-  if (inst && ctxAgent) return `${inst} (${ctxAgent})`;
-  return inst || ctxAgent || "—";
+  const name = displayNames.get(fb.instance) || inst;
+  const text = name && ctxAgent ? `${name} (${ctxAgent})` : name || ctxAgent || "—";
+  return h("span", { class: "fb-agent", title: [inst, ctxAgent].filter(Boolean).join(" · ") }, text);
 }
 
 function traceIdOf(fb: Feedback): string {
@@ -167,7 +189,7 @@ export function feedbackRow(fb: Feedback, focused = false): HTMLElement {
   append(row, [
     h("header", { class: "fb-head" },
       timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined),
-      h("span", { class: "fb-agent" }, agentLabel(fb)),
+      agentLabel(fb),
       h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)),
       fb.author === Author.AGENT ? h("span", { class: "badge" }, "recorded by the agent") : null,
       quoteBadge(fb),
