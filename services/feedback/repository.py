@@ -392,6 +392,10 @@ class Repository:
                 await conn.execute(PRUNE_DELETE_RECORDS, owner, retention_s)
                 if request_id is not None:
                     await conn.execute(RECORD_DELETE, owner, request_id, fid)
+            elif request_id is not None:
+                # A concurrent retry with this request id may have deleted the row while this DELETE
+                # waited for its lock: its record is committed now (a new statement sees it).
+                return False, await conn.fetchval(GET_DELETE_RECORD, owner, request_id, retention_s)
             return deleted, None
 
     async def list_feedback(self, owner: str, f: dict[str, Any], after: tuple[dt.datetime, str] | None,

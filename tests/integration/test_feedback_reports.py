@@ -755,6 +755,23 @@ async def test_delete_retried_with_the_same_request_id_is_ok_and_the_id_cannot_d
                        grpc.StatusCode.NOT_FOUND)
 
 
+async def test_concurrent_delete_retries_with_one_request_id_all_succeed(stack):
+    """A client that retries a DeleteFeedback before the first attempt answered (10 at once, one
+    request id): every attempt gets OK, the row is gone, nothing else is touched."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    fbs = stack.feedback()
+    for _ in range(3):
+        a, keep = await flag(stack, turn.reply.name, "a"), await flag(stack, turn.reply.name, "keep")
+        d = rid()
+        results = await asyncio.gather(*(fbs.DeleteFeedback(pb.DeleteFeedbackRequest(name=a.name, request_id=d),
+                                                            metadata=stack.md()) for _ in range(10)),
+                                       return_exceptions=True)
+        assert [r for r in results if isinstance(r, Exception)] == []
+        await expect_error(get(stack, a.name), grpc.StatusCode.NOT_FOUND)
+        assert (await get(stack, keep.name)).body == "keep"
+
+
 @pytest.mark.parametrize("actor", ["none", "user_token", "wrong_scope", "garbage"])
 async def test_author_agent_needs_the_agents_actor_credential(stack, actor):
     inst = await new_instance(stack)
