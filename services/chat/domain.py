@@ -22,6 +22,8 @@ from services.common.ids import (
     check_text,
     decode_page_token,
     encode_page_token,
+    page_token_text,
+    page_token_us,
     parse_name,
     parse_request_id,
     parse_trace_id,
@@ -260,9 +262,9 @@ class MessagePage:
         pos = decode_page_token(token)
         if pos is None:
             return None
-        if pos.get("f") != filters or not isinstance(pos.get("t"), int) or not isinstance(pos.get("id"), str):
+        if pos.get("f") != filters:
             raise InvalidArgument("page_token", "does not belong to this parent and these filters")
-        return MessagePage(pos["t"], pos["id"])
+        return MessagePage(page_token_us(pos.get("t")), page_token_text(pos.get("id")))
 
     @property
     def after_time(self) -> datetime:
@@ -291,9 +293,7 @@ def parse_instance_page(token: str) -> tuple[datetime, str] | None:
     pos = decode_page_token(token)
     if pos is None:
         return None
-    if not isinstance(pos.get("t"), int) or not isinstance(pos.get("id"), str):
-        raise InvalidArgument("page_token", "is not a token this service issued")
-    return from_us(pos["t"]), pos["id"]
+    return from_us(page_token_us(pos.get("t"))), page_token_text(pos.get("id"))
 
 
 def time_from_ns(t_ns: int) -> datetime:

@@ -62,6 +62,9 @@ def parse_name(value: str, pattern: str, field_path: str) -> tuple[str, ...]:
     return tuple(ids)
 
 
+_NOT_OURS = "is not a token this service issued"
+
+
 def encode_page_token(position: dict[str, Any]) -> str:
     """An opaque keyset page token (the last row's sort key), never an offset (AIP-158)."""
     return base64.urlsafe_b64encode(json.dumps(position, separators=(",", ":")).encode()).decode().rstrip("=")
@@ -77,13 +80,38 @@ def decode_page_token(token: str, field_path: str = "page_token") -> dict[str, A
             raise ValueError
         return out
     except (ValueError, json.JSONDecodeError):
-        raise InvalidArgument(field_path, "is not a token this service issued") from None
+        raise InvalidArgument(field_path, _NOT_OURS) from None
 
 
 # google.protobuf.Timestamp's documented range: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z
 # (timestamp.proto), i.e. seconds in [-62135596800, 253402300799] and 0 <= nanos < 1e9.
 TIMESTAMP_MIN_SECONDS = -62_135_596_800
 TIMESTAMP_MAX_SECONDS = 253_402_300_799
+
+# Longest id a page token may carry (ours are 32 hex characters; client-chosen ids are shorter).
+PAGE_TOKEN_ID_MAX_CHARS = 128
+
+
+def page_token_int(value: Any, low: int, high: int, field_path: str = "page_token") -> int:
+    """A whole number read back from a page token, within [low, high]. Page tokens are opaque but not
+    signed: a client can edit one, so every value is checked before it reaches SQL (a forged one is
+    INVALID_ARGUMENT naming `field_path`, never INTERNAL)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(field_path, _NOT_OURS)
+    return value
+
+
+def page_token_us(value: Any, field_path: str = "page_token") -> int:
+    """Microseconds since the epoch read back from a page token: within google.protobuf.Timestamp's range."""
+    return page_token_int(value, TIMESTAMP_MIN_SECONDS * 10**6, TIMESTAMP_MAX_SECONDS * 10**6, field_path)
+
+
+def page_token_text(value: Any, field_path: str = "page_token") -> str:
+    """An id (or other key text) read back from a page token: a string of at most
+    PAGE_TOKEN_ID_MAX_CHARS characters without NUL (PostgreSQL text cannot hold NUL)."""
+    if not isinstance(value, str) or len(value) > PAGE_TOKEN_ID_MAX_CHARS or "\x00" in value:
+        raise InvalidArgument(field_path, _NOT_OURS)
+    return value
 
 
 def parse_timestamp(ts: Any, field_path: str) -> dt.datetime:

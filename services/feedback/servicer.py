@@ -39,6 +39,8 @@ from services.common.ids import (
     encode_page_token,
     new_id,
     page_size,
+    page_token_int,
+    page_token_text,
     parse_name,
     parse_request_id,
     parse_timestamp,
@@ -209,7 +211,7 @@ def _keyset(token: str, filters_key: str | None = None) -> tuple[dt.datetime, st
     if filters_key is not None and tok.get("f") != filters_key:
         raise InvalidArgument("page_token", "was issued for different filters; start again without a page_token")
     try:
-        return _parse_time(tok["t"]), str(tok["i"])
+        return _parse_time(tok["t"]), page_token_text(tok["i"])
     except (KeyError, TypeError, ValueError):
         raise InvalidArgument("page_token", "is not a token this service issued") from None
 
@@ -622,8 +624,12 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         size = page_size(request.page_size, 100, 1000)
         tok = decode_page_token(request.page_token)
         key = tok.get("k") if tok else None
-        if tok is not None and not (isinstance(key, list) and len(key) == 4):
-            raise InvalidArgument("page_token", "is not a token this service issued")
+        if tok is not None:
+            if not (isinstance(key, list) and len(key) == 4):
+                raise InvalidArgument("page_token", "is not a token this service issued")
+            # (turn_index int4, scope smallint, aspect, artifact_id), each checked before it reaches SQL.
+            key = [page_token_int(key[0], -(2**31), 2**31 - 1), page_token_int(key[1], 0, 2**15 - 1),
+                   page_token_text(key[2]), page_token_text(key[3])]
         turn = request.turn_index if request.HasField("turn_index") else None
         rows = await self._repo.list_ratings(p.sub, request.conversation, turn, key, size + 1)
         out = pb.ListRatingsResponse(ratings=[rating_proto(r) for r in rows[:size]])

@@ -1,0 +1,91 @@
+"""Page tokens are opaque but not signed: a client can decode one, edit it and send it back. Every list
+RPC must answer a forged token with INVALID_ARGUMENT naming `page_token` — never INTERNAL (a NUL byte
+PostgreSQL cannot store, a number no column holds) — and the real token must still work."""
+from __future__ import annotations
+
+import base64
+import json
+
+import grpc
+import pytest
+
+from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from services.common.errors import error_info
+from tests.integration.test_feedback_reports import expect_error, flag, new_instance, send
+
+BIG = 10**30
+# What a forger may put into a token's keyset values (numbers, ids).
+FORGED_NUMBERS = [BIG, -BIG, True, 1.5, "12", None]
+FORGED_IDS = ["\u0000", "a\u0000b", "x" * 10_000, 7, None, ["a"]]
+
+
+def _decode(token: str) -> dict:
+    return json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+
+
+def _encode(d: dict) -> str:
+    return base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")
+
+
+def _forgeries(token: str, number_key: str | None, id_key: str):
+    real = _decode(token)
+    for v in FORGED_NUMBERS if number_key else []:
+        yield _encode({**real, number_key: v})
+    for v in FORGED_IDS:
+        yield _encode({**real, id_key: v})
+
+
+async def _all_refused(call, real_token: str, number_key: str | None, id_key: str) -> None:
+    for forged in _forgeries(real_token, number_key, id_key):
+        e = await expect_error(call(forged), grpc.StatusCode.INVALID_ARGUMENT)
+        assert error_info(e).metadata["field"] == "page_token", (forged, e.details())
+    await call(real_token)  # the genuine token still pages on
+
+
+async def test_forged_chat_page_tokens_are_invalid_argument(stack):
+    chat, md = stack.chat(), stack.md()
+    inst = await new_instance(stack)
+    await new_instance(stack)
+    await send(stack, inst, "one")
+    page = await chat.ListInstances(chat_pb2.ListInstancesRequest(page_size=1), metadata=md)
+    await _all_refused(lambda t: chat.ListInstances(chat_pb2.ListInstancesRequest(page_size=1, page_token=t),
+                                                    metadata=md), page.next_page_token, "t", "id")
+    msgs = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=inst, page_size=1), metadata=md)
+    await _all_refused(lambda t: chat.ListMessages(chat_pb2.ListMessagesRequest(parent=inst, page_size=1, page_token=t),
+                                                   metadata=md), msgs.next_page_token, "t", "id")
+
+
+async def test_forged_feedback_page_tokens_are_invalid_argument(stack):
+    fb, md = stack.feedback(), stack.md()
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "one")
+    for words in ("a", "b"):
+        await flag(stack, turn.reply.name, words, sentiment=pb.SENTIMENT_BAD)
+    page = await fb.ListFeedback(pb.ListFeedbackRequest(page_size=1), metadata=md)
+    await _all_refused(lambda t: fb.ListFeedback(pb.ListFeedbackRequest(page_size=1, page_token=t), metadata=md),
+                       page.next_page_token, None, "i")
+    recent = await fb.ListRecentFeedback(pb.ListRecentFeedbackRequest(page_size=1), metadata=md)
+    await _all_refused(lambda t: fb.ListRecentFeedback(pb.ListRecentFeedbackRequest(page_size=1, page_token=t),
+                                                       metadata=md), recent.next_page_token, None, "i")
+
+
+@pytest.mark.parametrize("position", [0, 1, 2, 3])
+async def test_forged_rating_page_tokens_are_invalid_argument(stack, position):
+    fb, md = stack.feedback(), stack.md()
+    inst = await new_instance(stack)
+    for i in range(2):
+        turn = await send(stack, inst, f"q{i}")
+        await fb.PutRating(pb.PutRatingRequest(rating=pb.Rating(
+            conversation=inst, turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE, aspect="reaction",
+            sentiment=pb.RATING_SENTIMENT_NEGATIVE)), metadata=md)
+    page = await fb.ListRatings(pb.ListRatingsRequest(conversation=inst, page_size=1), metadata=md)
+    real = _decode(page.next_page_token)
+    forged_values = FORGED_NUMBERS if position < 2 else FORGED_IDS
+    for v in forged_values:
+        key = list(real["k"])
+        key[position] = v
+        e = await expect_error(fb.ListRatings(pb.ListRatingsRequest(conversation=inst, page_size=1,
+                                                                    page_token=_encode({**real, "k": key})),
+                                              metadata=md), grpc.StatusCode.INVALID_ARGUMENT)
+        assert error_info(e).metadata["field"] == "page_token"
