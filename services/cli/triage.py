@@ -77,7 +77,7 @@ def feedback() -> None:
 @click.option("--instance", default="", help="instances/{id}")
 @click.option("--status", type=click.Choice(STATUSES), default=None)
 @click.option("--text", default="", help="Substring of the words or the quoted target.")
-@click.option("--limit", default=20, show_default=True)
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 1000), help="Rows per page (1–1000).")
 @click.option("--page-token", default="")
 @click.option("--json", "as_json", is_flag=True)
 @_run
@@ -150,7 +150,7 @@ async def file_cmd(c: Clients, feedback_id: str):
 
 @feedback.command("export")
 @click.option("--output", "-o", type=click.File("w"), default="-", help="JSONL file (default stdout).")
-@click.option("--page-size", default=200, show_default=True)
+@click.option("--page-size", default=200, show_default=True, type=click.IntRange(1, 1000), help="Rows per request (1–1000).")
 @_run
 async def export_cmd(c: Clients, output, page_size: int):
     """Every row the caller may read, as JSON lines, streamed page by page with a progress count on stderr."""

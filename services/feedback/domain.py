@@ -526,7 +526,9 @@ def render_ticket(fb: Mapping[str, Any], fields: TicketFields = TicketFields()) 
     if ctx.get("audio_key"):
         lines.append(f"- voice: audio key `{ctx['audio_key']}`")
     if fields.body:
-        lines += ["", "### The owner's words", "", _quote(str(fb.get("body", "")))]
+        heading = ("The owner's words, as the agent recorded them" if int(fb.get("author") or 0) == AUTHOR_AGENT
+                   else "The owner's words")
+        lines += ["", f"### {heading}", "", _quote(str(fb.get("body", "")))]
     if fields.message_text:
         lines += ["", "### The turn before", "", _quote(snap.get("preceding_user_text", "")),
                   "", f"### The flagged message ({snap.get('target_role', '')})", "", _quote(snap.get("target_text", ""))]

@@ -176,6 +176,15 @@ def test_ticket_leaves_owner_words_and_message_text_out_unless_enabled():
     assert "> my private words" in full and "> the reply text" in full and "> the question" in full
 
 
+def test_ticket_of_an_agent_recorded_report_says_the_agent_recorded_the_words():
+    fb = {"name": "feedback/f3", "instance": "instances/i", "trace_id": "cd" * 16, "author": d.AUTHOR_AGENT,
+          "body": "the owner says the count was wrong", "snapshot": {}, "trace_snapshot": {}}
+    _, body = d.render_ticket(fb, d.TicketFields(body=True))
+    assert "### The owner's words, as the agent recorded them\n\n> the owner says the count was wrong" in body
+    _, by_user = d.render_ticket({**fb, "author": 1}, d.TicketFields(body=True))
+    assert "### The owner's words\n\n> the owner says" in by_user
+
+
 @pytest.mark.parametrize("url", ["https://", "https://exa mple.com/", "file:///etc/passwd", "ftp://x.example/a",
                                  "//x.example/a", "https://x.example/\ta", "https://x.example:99999/",
                                  "https://x.example/" + "a" * 2048])
