@@ -248,3 +248,22 @@ async def test_console_marks_a_quote_the_chat_service_did_not_confirm(stack, tmp
                 await expect(row.locator(".badge.unverified")).to_have_text("quote not confirmed")
                 await expect(row.locator(".fb-quote")).to_contain_text("Sunny all day.")
                 await shot(page, "console-unverified-quote")
+
+
+async def test_console_another_users_agent_page_shows_not_found_and_no_composer(stack, tmp_path):
+    inst = await stack.chat().CreateInstance(chat_pb2.CreateInstanceRequest(
+        instance=chat_pb2.Instance(display_name="Alice's desk", agent="reference")), metadata=stack.md("alice"))
+    agent_id = inst.name.removeprefix("instances/")
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(1280, 900) as page:
+                await page.goto(f"{site}/?gateway={envoy.url}#/signin")
+                await page.fill("#token", stack.token("bob"))
+                await page.click("button[type=submit]")
+                await expect(page.get_by_role("heading", name="Agents")).to_be_visible()
+                for tab in ("chat", "feedback", "trace"):
+                    await page.goto(f"{site}/?gateway={envoy.url}#/agents/{agent_id}/{tab}")
+                    await expect(page.get_by_role("alert")).to_contain_text("NOT_FOUND")
+                    await expect(page.locator("#chat-input")).to_have_count(0)
+                    await expect(page.get_by_role("tab")).to_have_count(0)
+                    await expect(page.get_by_text("Alice's desk")).to_have_count(0)

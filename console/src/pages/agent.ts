@@ -21,9 +21,18 @@ export async function agentPage(main: HTMLElement, id: string, tab: string, quer
   const panel = h("section", { class: "tab-panel", role: "tabpanel" });
   mount(main, h("p", {}, h("a", { href: "#/agents" }, "← Agents")), title, sub, tabs, panel);
   if (id !== "_") {
-    api().chat.getInstance({ name: instance })
-      .then((i) => { title.textContent = i.displayName || id; sub.textContent = `agent ${i.agent}`; })
-      .catch((e) => { sub.textContent = errorText(e); });
+    try {
+      const i = await api().chat.getInstance({ name: instance });
+      title.textContent = i.displayName || id;
+      sub.textContent = `agent ${i.agent}`;
+    } catch (e) {
+      // Not this user's agent (NOT_FOUND) or the service is down: no composer, no tabs to act on.
+      sub.textContent = errorText(e);
+      sub.setAttribute("role", "alert");
+      tabs.remove();
+      panel.remove();
+      return;
+    }
   }
   if (tab === "feedback") await feedbackList(panel, { instance });
   else if (tab === "trace") await traceTab(panel, id === "_" ? "" : instance, query);
