@@ -81,6 +81,19 @@ UPDATE feedback SET status = $3, issue_url = $4, last_update_request_id = $5, la
 WHERE id = $1 AND owner = $2
 RETURNING {FEEDBACK_COLUMNS}"""
 
+# UpdateFeedback request ids (owner, request id → report, request fingerprint), kept `$3` seconds.
+GET_UPDATE_REQUEST = """
+SELECT feedback_id, request_fingerprint FROM feedback_update_requests
+WHERE owner = $1 AND request_id = $2 AND create_time > now() - make_interval(secs => $3)"""
+RECORD_UPDATE_REQUEST = """
+WITH pruned AS (
+    DELETE FROM feedback_update_requests WHERE owner = $1 AND create_time <= now() - make_interval(secs => $5)
+)
+INSERT INTO feedback_update_requests (owner, request_id, feedback_id, request_fingerprint, create_time)
+VALUES ($1, $2, $3, $4, now())
+ON CONFLICT (owner, request_id) DO UPDATE SET feedback_id = EXCLUDED.feedback_id,
+    request_fingerprint = EXCLUDED.request_fingerprint, create_time = EXCLUDED.create_time"""
+
 # Hard delete; the ledger row of the request id that created it is stamped deleted (no content), so a
 # late retry of that create writes nothing. Returns the deleted id (no row: nothing deleted).
 DELETE_FEEDBACK = """
@@ -406,17 +419,24 @@ class Repository:
             after[0] if after else None, after[1] if after else "", limit,
         )
 
-    async def update_feedback(self, fid: str, owner: str, decide) -> asyncpg.Record | None:
-        """Row-locked read-modify-write: `decide(current_row)` returns (status, issue_url, request_id) to
-        write, or None to return the row unchanged (it may raise a DomainError to abort)."""
+    async def update_feedback(self, fid: str, owner: str, decide, request_id: uuid.UUID | None = None,
+                              fingerprint: bytes | None = None, retention_s: float = 86400.0) -> asyncpg.Record | None:
+        """Row-locked read-modify-write: `decide(current_row, earlier)` returns (status, issue_url,
+        request_id, fingerprint) to write, or None to return the row unchanged (it may raise a
+        DomainError to abort). `earlier`: the record (feedback_id, request_fingerprint) of an update
+        already made with `request_id` within `retention_s`, else None. A new `request_id` is recorded
+        (changed or not), and the owner's records older than `retention_s` pruned. None: no such row."""
         async with self.pool.acquire() as conn, conn.transaction():
             cur = await conn.fetchrow(LOCK_FEEDBACK, fid, owner)
             if cur is None:
                 return None
-            change = decide(cur)
-            if change is None:
-                return cur
-            return await conn.fetchrow(UPDATE_FEEDBACK, fid, owner, *change)
+            earlier = (await conn.fetchrow(GET_UPDATE_REQUEST, owner, request_id, retention_s)
+                       if request_id is not None else None)
+            change = decide(cur, earlier)
+            row = cur if change is None else await conn.fetchrow(UPDATE_FEEDBACK, fid, owner, *change)
+            if request_id is not None and earlier is None:
+                await conn.execute(RECORD_UPDATE_REQUEST, owner, request_id, fid, fingerprint, retention_s)
+            return row
 
     async def claim_filing(self, fid: str, owner: str, lease_s: float) -> asyncpg.Record | None:
         return await self.pool.fetchrow(CLAIM_FILING, fid, owner, lease_s)

@@ -470,9 +470,12 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         fingerprint = _update_fingerprint(request) if rid is not None else None
         retention = self._s.trace_retention_days
 
-        def decide(cur):
-            if rid is not None and cur["last_update_request_id"] == rid:
-                check_same_request(cur["last_update_fingerprint"], fingerprint)
+        def decide(cur, earlier):
+            if earlier is not None:  # a retry: answer with the report as it is, write nothing
+                if earlier["feedback_id"] != fid:
+                    raise InvalidArgument("request_id", "was already used to update another report",
+                                          reason="REQUEST_ID_REUSED")
+                check_same_request(earlier["request_fingerprint"], fingerprint)
                 return None
             if not domain.etag_matches(new.etag, cur["version"]):
                 raise Aborted(f"etag {new.etag} is stale; the current one is {domain.etag(cur['version'])}",
@@ -488,7 +491,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                 return None
             return status, url, rid, fingerprint
 
-        row = await self._repo.update_feedback(fid, p.sub, decide)
+        row = await self._repo.update_feedback(fid, p.sub, decide, rid, fingerprint, DELETE_RECORD_RETENTION_S)
         if row is None:
             raise NotFound(request.feedback.name)
         return self._proto(row)

@@ -733,6 +733,42 @@ async def test_reused_request_id_with_a_different_request_is_rejected_and_nothin
     assert (await get(stack, first.name)).status == pb.STATUS_TRIAGED
 
 
+async def test_update_retried_after_a_later_update_answers_without_rerunning_and_noops_are_remembered(stack):
+    """A triage tool's retry of 'mark TRIAGED' (request id U1, with the etag it had) arrives after a
+    colleague already filed the report (U2): the retry writes nothing and answers OK with the report as
+    it is — not ABORTED on its old etag, not FAILED_PRECONDITION on FILED → TRIAGED. A no-op update's
+    request id is remembered too, so reusing it for another request is refused."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hi")
+    fb, other = await flag(stack, turn.reply.name, "a"), await flag(stack, turn.reply.name, "b")
+    fbs, mask = stack.feedback(), field_mask_pb2.FieldMask(paths=["status"])
+
+    def update(name: str, status: int, request_id: str, etag: str = ""):
+        return fbs.UpdateFeedback(pb.UpdateFeedbackRequest(
+            feedback=pb.Feedback(name=name, status=status, etag=etag), update_mask=mask, request_id=request_id),
+            metadata=stack.md())
+
+    u1, u2 = rid(), rid()
+    triaged = await update(fb.name, pb.STATUS_TRIAGED, u1, fb.etag)
+    filed = await update(fb.name, pb.STATUS_FILED, u2, triaged.etag)
+    retry = await update(fb.name, pb.STATUS_TRIAGED, u1, fb.etag)
+    assert retry.status == pb.STATUS_FILED and retry.etag == filed.etag  # nothing written, the report as it is
+    # The same id for another report, or another request: INVALID_ARGUMENT, nothing written.
+    for call in (update(other.name, pb.STATUS_TRIAGED, u1), update(fb.name, pb.STATUS_DISMISSED, u2)):
+        e = await expect_error(call, grpc.StatusCode.INVALID_ARGUMENT)
+        assert error_info(e).metadata["field"] == "request_id"
+    assert (await get(stack, other.name)).status == pb.STATUS_OPEN
+    assert (await get(stack, fb.name)).etag == filed.etag
+
+    # A no-op (already FILED) with a new id changes nothing and still binds the id to its request.
+    u3 = rid()
+    same = await update(fb.name, pb.STATUS_FILED, u3)
+    assert same.etag == filed.etag
+    e = await expect_error(update(fb.name, pb.STATUS_OPEN, u3), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "request_id"
+    assert (await get(stack, fb.name)).status == pb.STATUS_FILED
+
+
 async def test_delete_retried_with_the_same_request_id_is_ok_and_the_id_cannot_delete_another_report(stack):
     inst = await new_instance(stack)
     turn = await send(stack, inst, "hi")
