@@ -96,6 +96,11 @@ export function errorCode(e: unknown): Code {
 /** Human text for an RPC error: `NOT_FOUND: message` plus the fields a BadRequest names. */
 export function errorText(e: unknown): string {
   const err = ConnectError.from(e);
+  if (err.code === Code.Unknown && /fetch|network/i.test(err.rawMessage)) {
+    // The browser never reached the gateway (down, wrong URL, CORS refusal, or a port browsers block).
+    return `cannot reach the gateway at ${gatewayUrl()} (${err.rawMessage}): is it running, is this page's origin ` +
+      "allowed, and is its port one browsers allow (not e.g. 10080)?";
+  }
   const name = Code[err.code]?.replace(/([a-z])([A-Z])/g, "$1_$2").toUpperCase() ?? String(err.code);
   const fields = err.findDetails(BadRequestSchema).flatMap((b) => b.fieldViolations.map((v) => `${v.field}: ${v.description}`));
   const base = `${name}: ${err.rawMessage || "(no message)"}`;

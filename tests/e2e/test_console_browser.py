@@ -267,3 +267,16 @@ async def test_console_another_users_agent_page_shows_not_found_and_no_composer(
                     await expect(page.locator("#chat-input")).to_have_count(0)
                     await expect(page.get_by_role("tab")).to_have_count(0)
                     await expect(page.get_by_text("Alice's desk")).to_have_count(0)
+
+
+async def test_console_says_when_it_cannot_reach_the_gateway(stack, tmp_path):
+    from tests.stack import free_ports  # noqa: PLC0415
+
+    (closed,) = free_ports(1)  # nothing listens there
+    gateway_url = f"http://127.0.0.1:{closed}"
+    with static_site(CONSOLE_DIST) as site:
+        async with browser_page(1280, 900) as page:
+            await page.goto(f"{site}/?gateway={gateway_url}#/signin")
+            await page.fill("#token", stack.token())
+            await page.click("button[type=submit]")
+            await expect(page.get_by_text(f"cannot reach the gateway at {gateway_url}")).to_be_visible()
