@@ -10,6 +10,9 @@ Figures (issue 4):
   INSERT ... ON CONFLICT DO NOTHING), to show what de-duplicating on write would cost.
 - `get_trace_p99_ms` (+ p50): GetTrace over gRPC on 15 daily partitions holding ≥ 3M spans (loaded
   with generate_series in SQL, traces of 5 spans).
+- `search_1h_turns_p50_ms`, `search_1d_attr_p50_ms`, `search_14d_rare_attr_p50_ms`: SearchTraces on the same
+  spans, three SRE questions of growing width (see `_search_latencies`); no target, reported so the cost
+  of a wide search (no attribute index) is known.
 - `retention_drop_day_ms`: one retention pass dropping one whole day (200k spans).
 - `phoenix_ingest_spans_per_s`: the same Export payloads, same client code, sent to Arize Phoenix's
   OTLP/gRPC receiver (`phoenix serve`, installed only for this benchmark into `.bench/phoenix-venv`,
@@ -37,6 +40,7 @@ from typing import Self
 import asyncpg
 import grpc
 from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
@@ -326,6 +330,39 @@ def _loaded_trace_id(day: str, k: int) -> bytes:
     return hashlib.md5(f"{day}:{k}".encode()).digest()
 
 
+def _ts(ns: int) -> Timestamp:
+    return Timestamp(seconds=ns // NS, nanos=ns % NS)
+
+
+async def _search_latencies(stub, md, now_ns: int, day_starts: list[int], rare_turn: int, reps: int = 5
+                            ) -> dict[str, float]:
+    """SearchTraces p50 (ms, `reps` calls each, page_size 50) on the loaded spans, three SRE questions:
+    `search_1h_turns`: the last hour's `chat.turn` spans of one service; `search_1d_attr`: a day of spans with a
+    common attribute value; `search_14d_rare_attr`: the whole retention window for one rare attribute
+    value (a single turn's `chat.turn_index`)."""
+    newest = max(day_starts) + NS_PER_DAY
+    queries = {
+        "search_1h_turns": traces_pb2.SearchTracesRequest(
+            start_time=_ts(now_ns - 3600 * NS), end_time=_ts(now_ns), service_name="agentfeedback-chat",
+            span_name="chat.turn"),
+        "search_1d_attr": traces_pb2.SearchTracesRequest(
+            start_time=_ts(now_ns - NS_PER_DAY), end_time=_ts(now_ns), attributes={"gen_ai.tool.name": "search"}),
+        "search_14d_rare_attr": traces_pb2.SearchTracesRequest(
+            start_time=_ts(newest - 14 * NS_PER_DAY), end_time=_ts(newest), attributes={"chat.turn_index": str(rare_turn)}),
+    }
+    out: dict[str, float] = {}
+    for name, req in queries.items():
+        lat = []
+        for _ in range(reps):
+            t = time.perf_counter()
+            resp = await stub.SearchTraces(req, metadata=md, timeout=120)
+            lat.append((time.perf_counter() - t) * 1000)
+        if not resp.traces:
+            raise AssertionError(f"{name}: no trace found")
+        out[f"{name}_p50_ms"] = sorted(lat)[len(lat) // 2]
+    return out
+
+
 async def bench_get_trace(ctx, now_ns: int) -> dict[str, float]:
     total = int(os.environ.get("BENCH_COLLECTOR_GET_TRACE_SPANS", "3000000"))
     days = 15
@@ -372,12 +409,13 @@ async def bench_get_trace(ctx, now_ns: int) -> dict[str, float]:
                         lat.append((time.perf_counter() - t1) * 1000)
                     if len(tr.spans) != 5:
                         raise AssertionError(f"trace {tid}: {len(tr.spans)} spans")
+                search = await _search_latencies(stub, md, now_ns, day_starts, rare_turn=per_day // 5 // 2)
         lat.sort()
         # Retention: drop the oldest day (one pass one day later), while nothing else runs.
         result = await retention.run_once(now_ns + NS_PER_DAY)
         return {
             "get_trace_p50_ms": lat[len(lat) // 2], "get_trace_p99_ms": lat[int(len(lat) * 0.99) - 1],
-            "get_trace_spans_stored": float(stored), "get_trace_load_s": load_s,
+            "get_trace_spans_stored": float(stored), "get_trace_load_s": load_s, **search,
             "retention_drop_day_ms": result.drop_ms[0], "retention_drop_day_spans": float(per_day),
         }
     finally:
