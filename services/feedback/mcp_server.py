@@ -97,7 +97,10 @@ def build_server(clients: Clients) -> MCPServer:
 
     @mcp.tool()
     async def list_feedback(instance: str = "", status: str = "", limit: int = 20, page_token: str = "") -> dict:
-        """Feedback rows, newest first, with their trace id and message name. status: open|triaged|filed|dismissed."""
+        """Feedback rows, newest first, with their trace id and message name. status: open|triaged|filed|dismissed.
+        limit: 1..1000 rows (INVALID_ARGUMENT otherwise)."""
+        if not 1 <= limit <= 1000:
+            raise ToolError("INVALID_ARGUMENT: limit: must be between 1 and 1000")
         req = feedback_pb2.ListFeedbackRequest(instance=instance, page_size=limit, page_token=page_token)
         if status:
             if status.lower() not in _STATUSES:

@@ -10,6 +10,7 @@ import asyncio
 import datetime as dt
 import hashlib
 import json
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, NoReturn
@@ -121,7 +122,15 @@ def _ts(t: dt.datetime | None, into) -> None:
 
 
 def _parse_time(t: str) -> dt.datetime:
-    return dt.datetime.fromisoformat(t)
+    """A page token's ISO 8601 time, as an aware UTC datetime. ValueError for anything else — naive, or
+    outside year 1..9999 once in UTC (PostgreSQL would refuse it: INTERNAL instead of INVALID_ARGUMENT)."""
+    parsed = dt.datetime.fromisoformat(t)
+    if parsed.tzinfo is None:
+        raise ValueError("no UTC offset")
+    try:
+        return parsed.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError("out of range") from None
 
 
 _SNAPSHOT_FIELDS = frozenset(pb.Snapshot.DESCRIPTOR.fields_by_name) - {"context", "target_time", "source"}
@@ -231,11 +240,17 @@ def _update_fingerprint(request: pb.UpdateFeedbackRequest) -> bytes:
     return request_fingerprint(copy)
 
 
+# An etag this service issues (domain.etag: `"<version>"`), its weak form, or the bare version; ASCII
+# digits only (str.isdigit also takes '²' or '٣'), at most 18 of them (a PostgreSQL bigint holds 10^18).
+_ETAG = re.compile(r'(?:W/)?"([0-9]{1,18})"|([0-9]{1,18})')
+
+
 def _version_from_etag(etag: str, field_path: str) -> int:
-    v = etag.strip().removeprefix("W/").strip('"')
-    if not v.isdigit():
+    """The row version an etag names; INVALID_ARGUMENT naming `field_path` for anything else."""
+    m = _ETAG.fullmatch(etag.strip())
+    if m is None:
         raise InvalidArgument(field_path, "is not an etag this service issued")
-    return int(v)
+    return int(m.group(1) or m.group(2))
 
 
 class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):

@@ -86,6 +86,10 @@ async def test_flag_via_grpcweb_then_triage_over_mcp(stack, tmp_path):
                                                                      "around_trace_id": flagged.trace_id, "window": 0}))
         assert [m["trace_id"] for m in around["messages"]] == [flagged.trace_id, flagged.trace_id]
 
+        for limit in (0, 10**12):  # a clear status, not "Error executing tool" with a server traceback
+            bad = await mcp.call_tool("list_feedback", {"limit": limit})
+            assert bad.is_error and "INVALID_ARGUMENT: limit" in bad.content[0].text, bad.content[0].text
+
     limited = stack.token("alice", tuple(s for s in ALL_SCOPES if s != "feedback:triage"))
     async with Client(_mcp_params(stack, limited)) as mcp:
         refused = await mcp.call_tool("resolve_feedback", {"feedback_id": created.name, "status": "filed",

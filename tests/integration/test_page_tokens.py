@@ -18,6 +18,8 @@ BIG = 10**30
 # What a forger may put into a token's keyset values (numbers, ids).
 FORGED_NUMBERS = [BIG, -BIG, True, 1.5, "12", None]
 FORGED_IDS = ["\u0000", "a\u0000b", "x" * 10_000, 7, None, ["a"]]
+# Feedback tokens carry an ISO 8601 time: these parse, but are out of PostgreSQL's range once in UTC.
+FORGED_TIMES = ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59.999999-12:00", "2026-01-01T00:00:00", 17, None]
 
 
 def _decode(token: str) -> dict:
@@ -28,16 +30,18 @@ def _encode(d: dict) -> str:
     return base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")
 
 
-def _forgeries(token: str, number_key: str | None, id_key: str):
+def _forgeries(token: str, number_key: str | None, id_key: str, time_key: str | None = None):
     real = _decode(token)
     for v in FORGED_NUMBERS if number_key else []:
         yield _encode({**real, number_key: v})
+    for v in FORGED_TIMES if time_key else []:
+        yield _encode({**real, time_key: v})
     for v in FORGED_IDS:
         yield _encode({**real, id_key: v})
 
 
-async def _all_refused(call, real_token: str, number_key: str | None, id_key: str) -> None:
-    for forged in _forgeries(real_token, number_key, id_key):
+async def _all_refused(call, real_token: str, number_key: str | None, id_key: str, time_key: str | None = None) -> None:
+    for forged in _forgeries(real_token, number_key, id_key, time_key):
         e = await expect_error(call(forged), grpc.StatusCode.INVALID_ARGUMENT)
         assert error_info(e).metadata["field"] == "page_token", (forged, e.details())
     await call(real_token)  # the genuine token still pages on
@@ -64,10 +68,10 @@ async def test_forged_feedback_page_tokens_are_invalid_argument(stack):
         await flag(stack, turn.reply.name, words, sentiment=pb.SENTIMENT_BAD)
     page = await fb.ListFeedback(pb.ListFeedbackRequest(page_size=1), metadata=md)
     await _all_refused(lambda t: fb.ListFeedback(pb.ListFeedbackRequest(page_size=1, page_token=t), metadata=md),
-                       page.next_page_token, None, "i")
+                       page.next_page_token, None, "i", "t")
     recent = await fb.ListRecentFeedback(pb.ListRecentFeedbackRequest(page_size=1), metadata=md)
     await _all_refused(lambda t: fb.ListRecentFeedback(pb.ListRecentFeedbackRequest(page_size=1, page_token=t),
-                                                       metadata=md), recent.next_page_token, None, "i")
+                                                       metadata=md), recent.next_page_token, None, "i", "t")
 
 
 @pytest.mark.parametrize("position", [0, 1, 2, 3])
@@ -89,3 +93,25 @@ async def test_forged_rating_page_tokens_are_invalid_argument(stack, position):
                                                                     page_token=_encode({**real, "k": key})),
                                               metadata=md), grpc.StatusCode.INVALID_ARGUMENT)
         assert error_info(e).metadata["field"] == "page_token"
+
+
+async def test_a_rating_etag_that_is_not_one_we_issued_is_invalid_argument(stack):
+    """`rating.etag` beyond a bigint, with non-ASCII digits ('²' passes str.isdigit) or unbalanced
+    quotes: INVALID_ARGUMENT naming `rating.etag`, the stored rating untouched (was INTERNAL)."""
+    fb, md = stack.feedback(), stack.md()
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "q")
+
+    def put(etag: str, sentiment=pb.RATING_SENTIMENT_POSITIVE):
+        return fb.PutRating(pb.PutRatingRequest(rating=pb.Rating(
+            conversation=inst, turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE, aspect="reaction",
+            sentiment=sentiment, etag=etag)), metadata=md)
+
+    first = await put("", pb.RATING_SENTIMENT_NEGATIVE)
+    for bad in ("99999999999999999999", '"9223372036854775808"', "\u00b2", '"\u0663"', '"1', "W/1", "1.0", "-1"):
+        e = await expect_error(put(bad), grpc.StatusCode.INVALID_ARGUMENT)
+        assert error_info(e).metadata["field"] == "rating.etag", bad
+    listed = await fb.ListRatings(pb.ListRatingsRequest(conversation=inst), metadata=md)
+    assert [(r.version, r.sentiment) for r in listed.ratings] == [(first.version, pb.RATING_SENTIMENT_NEGATIVE)]
+    for good in (first.etag, f"W/{first.etag}", str(first.version)):
+        assert (await put(good, pb.RATING_SENTIMENT_NEGATIVE)).version == first.version  # accepted: a no-op
