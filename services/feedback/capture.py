@@ -40,6 +40,9 @@ from services.feedback.traces_client import TraceExpired, TracesClient, TracesUn
 log = logging.getLogger(__name__)
 
 BATCH = 32
+# PutRating request ids are remembered this long (as DeleteFeedback's records: 24 h), pruned this often.
+RATING_REQUEST_RETENTION_S = 24 * 3600.0
+PRUNE_INTERVAL_S = 3600.0
 # A claimed row comes back to the queue after this many seconds if its worker died mid-way.
 LEASE_S = 30.0
 
@@ -91,8 +94,12 @@ class CaptureWorker:
         self._task = None
 
     async def _loop(self) -> None:
+        next_prune = 0.0
         while not self._stopping:
             try:
+                if time.monotonic() >= next_prune:  # hourly: PutRating request ids older than 24 h
+                    next_prune = time.monotonic() + PRUNE_INTERVAL_S
+                    await self._repo.prune_rating_requests(RATING_REQUEST_RETENTION_S)
                 busy = await self.run_once()
             except asyncio.CancelledError:
                 raise

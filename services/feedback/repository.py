@@ -231,42 +231,65 @@ GET_RATING_BY_KEY = f"""
 SELECT {RATING_COLUMNS} FROM ratings
 WHERE conversation = $1 AND turn_index = $2 AND owner = $3 AND scope = $4 AND aspect = $5 AND artifact_id = $6"""
 
+# PutRating statements. $15: the request id (NULL: none), $16: its request fingerprint. `prior`: an earlier
+# put with this request id (then nothing is written: the caller answers it as a retry); `rec` records an
+# applied put's request id in the same statement. Always one row: seen / prior_fingerprint, then the
+# written rating's columns (all NULL when nothing was written).
+_RATING_PRIOR = """prior AS (
+    SELECT request_fingerprint FROM rating_requests WHERE owner = $3 AND request_id = $15::uuid
+)"""
+_RATING_RECORD = """rec AS (
+    INSERT INTO rating_requests (owner, request_id, rating_id, request_fingerprint, create_time)
+    SELECT $3, $15::uuid, up.id, $16::bytea, now() FROM up WHERE $15::uuid IS NOT NULL
+    ON CONFLICT (owner, request_id) DO NOTHING
+)
+SELECT EXISTS (SELECT 1 FROM prior) AS seen, (SELECT request_fingerprint FROM prior) AS prior_fingerprint, up.*
+FROM (VALUES (1)) AS one (x) LEFT JOIN up ON true"""
+
 # Upsert without a precondition. $9..$11: whether this call owns sentiment / category / note. A row whose
 # owned fields already hold the values is not touched (no-op keeps version and times).
 UPSERT_RATING = f"""
-INSERT INTO ratings AS r (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note,
-    origin, message, version, create_time, update_time)
-VALUES ($12, $1, $2, $3, $4, $5, $6, $7, $8, $13, 1, $14, 1, now(), now())
-ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO UPDATE SET
-    sentiment = CASE WHEN $9 THEN EXCLUDED.sentiment ELSE r.sentiment END,
-    category = CASE WHEN $10 THEN EXCLUDED.category ELSE r.category END,
-    note = CASE WHEN $11 THEN EXCLUDED.note ELSE r.note END,
-    origin = 1,
-    message = CASE WHEN EXCLUDED.message = '' THEN r.message ELSE EXCLUDED.message END,
-    version = r.version + 1,
-    update_time = GREATEST(now(), r.update_time)
-WHERE ($9 AND r.sentiment IS DISTINCT FROM EXCLUDED.sentiment)
-   OR ($10 AND r.category IS DISTINCT FROM EXCLUDED.category)
-   OR ($11 AND r.note IS DISTINCT FROM EXCLUDED.note)
-   OR r.origin <> 1
-RETURNING {RATING_COLUMNS}"""
+WITH {_RATING_PRIOR}, up AS (
+    INSERT INTO ratings AS r (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category,
+        note, origin, message, version, create_time, update_time)
+    SELECT $12::text, $1::text, $2::integer, $3::text, $4::smallint, $5::text, $6::text, $7::smallint, $8::smallint,
+        $13::text, 1, $14::text, 1, now(), now()
+    WHERE NOT EXISTS (SELECT 1 FROM prior)
+    ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO UPDATE SET
+        sentiment = CASE WHEN $9 THEN EXCLUDED.sentiment ELSE r.sentiment END,
+        category = CASE WHEN $10 THEN EXCLUDED.category ELSE r.category END,
+        note = CASE WHEN $11 THEN EXCLUDED.note ELSE r.note END,
+        origin = 1,
+        message = CASE WHEN EXCLUDED.message = '' THEN r.message ELSE EXCLUDED.message END,
+        version = r.version + 1,
+        update_time = GREATEST(now(), r.update_time)
+    WHERE ($9 AND r.sentiment IS DISTINCT FROM EXCLUDED.sentiment)
+       OR ($10 AND r.category IS DISTINCT FROM EXCLUDED.category)
+       OR ($11 AND r.note IS DISTINCT FROM EXCLUDED.note)
+       OR r.origin <> 1
+    RETURNING {RATING_COLUMNS}
+), {_RATING_RECORD}"""
 
-# Strict compare-and-swap: only when the stored version is $15 (even for a no-op, which then keeps
-# version and times). Zero rows = stale etag (or no such rating).
+# Strict compare-and-swap: only when the stored version is $14 (even for a no-op, which then keeps
+# version and times). No rating columns = stale etag (or no such rating).
 _RATING_CHANGED = """(($9 AND r.sentiment IS DISTINCT FROM $7) OR ($10 AND r.category IS DISTINCT FROM $8)
     OR ($11 AND r.note IS DISTINCT FROM $12) OR r.origin <> 1)"""
 CAS_RATING = f"""
-UPDATE ratings AS r SET
-    sentiment = CASE WHEN $9 THEN $7::smallint ELSE r.sentiment END,
-    category = CASE WHEN $10 THEN $8::smallint ELSE r.category END,
-    note = CASE WHEN $11 THEN $12 ELSE r.note END,
-    origin = 1,
-    message = CASE WHEN $13 = '' THEN r.message ELSE $13 END,
-    version = r.version + CASE WHEN {_RATING_CHANGED} THEN 1 ELSE 0 END,
-    update_time = CASE WHEN {_RATING_CHANGED} THEN GREATEST(now(), r.update_time) ELSE r.update_time END
-WHERE r.conversation = $1 AND r.turn_index = $2 AND r.owner = $3 AND r.scope = $4::smallint AND r.aspect = $5
-  AND r.artifact_id = $6 AND r.version = $14
-RETURNING {RATING_COLUMNS}"""
+WITH {_RATING_PRIOR}, up AS (
+    UPDATE ratings AS r SET
+        sentiment = CASE WHEN $9 THEN $7::smallint ELSE r.sentiment END,
+        category = CASE WHEN $10 THEN $8::smallint ELSE r.category END,
+        note = CASE WHEN $11 THEN $12 ELSE r.note END,
+        origin = 1,
+        message = CASE WHEN $13 = '' THEN r.message ELSE $13 END,
+        version = r.version + CASE WHEN {_RATING_CHANGED} THEN 1 ELSE 0 END,
+        update_time = CASE WHEN {_RATING_CHANGED} THEN GREATEST(now(), r.update_time) ELSE r.update_time END
+    WHERE r.conversation = $1 AND r.turn_index = $2 AND r.owner = $3 AND r.scope = $4::smallint AND r.aspect = $5
+      AND r.artifact_id = $6 AND r.version = $14 AND NOT EXISTS (SELECT 1 FROM prior)
+    RETURNING {RATING_COLUMNS}
+), {_RATING_RECORD}"""
+
+PRUNE_RATING_REQUESTS = "DELETE FROM rating_requests WHERE create_time < now() - make_interval(secs => $1)"
 
 DELETE_RATING = "DELETE FROM ratings WHERE id = $1 AND owner = $2"
 
@@ -485,24 +508,29 @@ class Repository:
         return await self.pool.fetchrow(GET_RATING_BY_KEY, *key)
 
     async def upsert_rating(self, key: tuple, sentiment: int, category: int, note: str, mask: frozenset[str],
-                            new_id: str, message: str) -> asyncpg.Record:
-        """Upsert; returns the stored row (changed or, for a no-op, as it was)."""
-        got = await self.pool.fetchrow(
+                            new_id: str, message: str, request_id: uuid.UUID | None = None,
+                            fingerprint: bytes | None = None) -> asyncpg.Record:
+        """Upsert (one statement). Returns a record with `seen` / `prior_fingerprint` (an earlier put
+        with `request_id`: nothing was written) and the written rating's columns (`id` None when nothing
+        was written: a retry, or a no-op that kept the row as it was)."""
+        return await self.pool.fetchrow(
             UPSERT_RATING, *key, sentiment, category, "sentiment" in mask, "category" in mask, "note" in mask,
-            new_id, note, message,
+            new_id, note, message, request_id, fingerprint,
         )
-        if got is None:  # no-op: the WHERE of DO UPDATE kept the row as it was
-            got = await self.pool.fetchrow(GET_RATING_BY_KEY, *key)
-        assert got is not None
-        return got
 
     async def cas_rating(self, key: tuple, sentiment: int, category: int, note: str, mask: frozenset[str],
-                         message: str, version: int) -> asyncpg.Record | None:
-        """Conditional update at `version`; None when the stored version differs (or no row)."""
+                         message: str, version: int, request_id: uuid.UUID | None = None,
+                         fingerprint: bytes | None = None) -> asyncpg.Record:
+        """Conditional update at `version` (one statement); the record as `upsert_rating`'s, `id` None
+        when the stored version differs (or no row) or it is a retry (`seen`)."""
         return await self.pool.fetchrow(
             CAS_RATING, *key, sentiment, category, "sentiment" in mask, "category" in mask, "note" in mask,
-            note, message, version,
+            note, message, version, request_id, fingerprint,
         )
+
+    async def prune_rating_requests(self, retention_s: float) -> int:
+        """Forget PutRating request ids older than `retention_s`; returns how many."""
+        return int((await self.pool.execute(PRUNE_RATING_REQUESTS, retention_s)).split()[-1])
 
     async def delete_rating(self, rid: str, owner: str) -> None:
         await self.pool.execute(DELETE_RATING, rid, owner)

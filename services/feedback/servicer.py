@@ -612,21 +612,32 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         sentiment = _enum(r.sentiment, pb.RatingSentiment, "rating.sentiment")
         category = _enum(r.category, pb.Category, "rating.category")
         mask = domain.rating_mask(request.update_mask.paths)
-        parse_request_id(request.request_id, "request_id")
+        rid = parse_request_id(request.request_id, "request_id")
+        fingerprint = request_fingerprint(request) if rid is not None else None
         version = _version_from_etag(r.etag, "rating.etag") if r.etag else None
         message = await self._rated_message(p.sub, r.conversation, r.turn_index, key.scope, p.metadata)
         dbkey = (key.conversation, key.turn_index, p.sub, key.scope, key.aspect, key.artifact_id)
         if version is None:
-            row = await self._repo.upsert_rating(dbkey, sentiment, category, r.note, mask, new_id(), message)
-            return rating_proto(row)
-        row = await self._repo.cas_rating(dbkey, sentiment, category, r.note, mask, message, version)
-        if row is None:
-            cur = await self._repo.get_rating(dbkey)
+            got = await self._repo.upsert_rating(dbkey, sentiment, category, r.note, mask, new_id(), message,
+                                                 rid, fingerprint)
+        else:
+            got = await self._repo.cas_rating(dbkey, sentiment, category, r.note, mask, message, version,
+                                              rid, fingerprint)
+        if got["id"] is not None:
+            return rating_proto(got)
+        cur = await self._repo.get_rating(dbkey)
+        if got["seen"]:  # a retry: nothing written, the rating as it is now (AIP-155)
+            check_same_request(got["prior_fingerprint"], fingerprint)
             if cur is None:
-                raise NotFound(f"rating {r.conversation} turn {r.turn_index} {r.aspect}")
-            raise Aborted(f"etag {r.etag} is stale; the current one is {domain.etag(cur['version'])}",
-                          current=rating_proto(cur))
-        return rating_proto(row)
+                raise NotFound(f"rating {r.conversation} turn {r.turn_index} {r.aspect} (deleted since this put)")
+            return rating_proto(cur)
+        if version is None:  # a no-op: the row as it was
+            assert cur is not None
+            return rating_proto(cur)
+        if cur is None:
+            raise NotFound(f"rating {r.conversation} turn {r.turn_index} {r.aspect}")
+        raise Aborted(f"etag {r.etag} is stale; the current one is {domain.etag(cur['version'])}",
+                      current=rating_proto(cur))
 
     async def DeleteRating(self, request: pb.DeleteRatingRequest, context) -> empty_pb2.Empty:
         """Delete the caller's rating; deleting an absent (or foreign) rating succeeds and changes nothing."""

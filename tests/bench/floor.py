@@ -9,7 +9,8 @@ service's figure and its floor is what our features cost; a target at or below t
 met by this stack on this machine, whatever our code does.
 
 Floors (each as its own OS process, like the real services, on uvloop as `run_service` does):
-- `feedback`: `FeedbackService.PutRating` = `UPSERT_RATING` (services/feedback/repository.py) + the Rating.
+- `feedback`: `FeedbackService.PutRating` = `UPSERT_RATING` (services/feedback/repository.py, with the
+  request id and a SHA-256 of the request, as the service sends it) + the Rating.
 - `agent` + `gateway`: `ChatService.SendMessage` = `Repository.begin_turn` (user message + history,
   committed) → one `AgentService.Think` call carrying that history and the same metadata the real
   gateway sends (authorization + traceparent) and a 30 s deadline → `Repository.finish_turn` (reply,
@@ -21,6 +22,7 @@ Run one: `python -m tests.bench.floor feedback|agent|gateway PORT [DATABASE_URL]
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import subprocess
 import sys
@@ -58,7 +60,8 @@ class FloorRatings(feedback_pb2_grpc.FeedbackServiceServicer):
         r = request.rating
         row = await self._pool.fetchrow(
             UPSERT_RATING, r.conversation, r.turn_index, OWNER, r.scope, r.aspect, r.artifact_id, r.sentiment,
-            r.category, True, True, True, new_id(), r.note, "",
+            r.category, True, True, True, new_id(), r.note, "", uuid.UUID(request.request_id),
+            hashlib.sha256(request.SerializeToString(deterministic=True)).digest(),
         )
         out = pb.Rating(
             name=f"ratings/{row['id']}", conversation=row["conversation"], turn_index=row["turn_index"],

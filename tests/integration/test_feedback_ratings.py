@@ -246,3 +246,38 @@ async def test_delete_is_idempotent_copy_marks_branch_copies_and_stats_count_use
     await fb.DeleteRating(pb.DeleteRatingRequest(name=r0.name), metadata=stack.md())
     await fb.DeleteRating(pb.DeleteRatingRequest(name=r0.name), metadata=stack.md())
     assert r0.name not in {r.name for r in await ratings_of(stack, src)}
+
+
+async def test_a_put_retried_with_its_request_id_never_overwrites_a_later_rating(stack):
+    """The console's dislike (request id X) is retried by the network after the owner already changed
+    their mind (a like, request id Y): the retry writes nothing and answers with the rating as it is.
+    The same X with another request is INVALID_ARGUMENT; an etag'd put retried after it applied is not
+    ABORTED by its own write; a retry after the rating was deleted is NOT_FOUND."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "q")
+    fb, md = stack.feedback(), stack.md()
+    x, y, z = (str(uuid.uuid4()) for _ in range(3))
+
+    def req(sentiment: int, request_id: str, etag: str = "") -> pb.PutRatingRequest:
+        return pb.PutRatingRequest(rating=rating(inst, turn.reply.turn_index, sentiment=sentiment, etag=etag),
+                                   request_id=request_id)
+
+    disliked = await fb.PutRating(req(pb.RATING_SENTIMENT_NEGATIVE, x), metadata=md)
+    e = await expect_error(fb.PutRating(req(pb.RATING_SENTIMENT_POSITIVE, x), metadata=md),
+                           grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "request_id"
+    liked = await fb.PutRating(req(pb.RATING_SENTIMENT_POSITIVE, y), metadata=md)
+    retried = await fb.PutRating(req(pb.RATING_SENTIMENT_NEGATIVE, x), metadata=md)
+    assert (retried.sentiment, retried.version) == (pb.RATING_SENTIMENT_POSITIVE, liked.version) == \
+        (pb.RATING_SENTIMENT_POSITIVE, disliked.version + 1)
+
+    neutral = await fb.PutRating(req(pb.RATING_SENTIMENT_NEUTRAL, z, liked.etag), metadata=md)
+    again = await fb.PutRating(req(pb.RATING_SENTIMENT_NEUTRAL, z, liked.etag), metadata=md)  # not ABORTED
+    assert again.version == neutral.version == liked.version + 1
+    assert [(r.sentiment, r.version) for r in await ratings_of(stack, inst)] == [(pb.RATING_SENTIMENT_NEUTRAL,
+                                                                                 neutral.version)]
+
+    await fb.DeleteRating(pb.DeleteRatingRequest(name=neutral.name), metadata=md)
+    await expect_error(fb.PutRating(req(pb.RATING_SENTIMENT_NEUTRAL, z, liked.etag), metadata=md),
+                       grpc.StatusCode.NOT_FOUND)
+    assert await ratings_of(stack, inst) == []
