@@ -17,6 +17,7 @@ Tools:
 from __future__ import annotations
 
 import argparse
+import sys
 import uuid
 from typing import Any
 
@@ -184,6 +185,11 @@ def main() -> None:
     if args.transport == "stdio":
         server.run("stdio")
     else:
+        if args.host not in ("127.0.0.1", "::1", "localhost"):
+            # Over HTTP the MCP clients present no credentials: every call acts with this server's token.
+            print(f"agentfeedback-mcp: WARNING: listening on {args.host}: anyone who can reach it acts with this "
+                  "server's token (AGENTFEEDBACK_CLIENT_TOKEN / the dev token); keep it on loopback or behind an "
+                  "authenticating proxy.", file=sys.stderr)
         server.run("streamable-http", host=args.host, port=args.port)
 
 

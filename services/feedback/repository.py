@@ -246,14 +246,16 @@ _RATING_RECORD = """rec AS (
 SELECT EXISTS (SELECT 1 FROM prior) AS seen, (SELECT request_fingerprint FROM prior) AS prior_fingerprint, up.*
 FROM (VALUES (1)) AS one (x) LEFT JOIN up ON true"""
 
-# Upsert without a precondition. $9..$11: whether this call owns sentiment / category / note. A row whose
-# owned fields already hold the values is not touched (no-op keeps version and times).
+# Upsert without a precondition. $9..$11: whether this call owns sentiment / category / note (AIP-134: a new
+# row gets the defaults for the others). A row whose owned fields already hold the values is not touched
+# (no-op keeps version and times).
 UPSERT_RATING = f"""
 WITH {_RATING_PRIOR}, up AS (
     INSERT INTO ratings AS r (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category,
         note, origin, message, version, create_time, update_time)
-    SELECT $12::text, $1::text, $2::integer, $3::text, $4::smallint, $5::text, $6::text, $7::smallint, $8::smallint,
-        $13::text, 1, $14::text, 1, now(), now()
+    SELECT $12::text, $1::text, $2::integer, $3::text, $4::smallint, $5::text, $6::text,
+        CASE WHEN $9 THEN $7::smallint ELSE 0::smallint END, CASE WHEN $10 THEN $8::smallint ELSE 0::smallint END,
+        CASE WHEN $11 THEN $13::text ELSE '' END, 1, $14::text, 1, now(), now()
     WHERE NOT EXISTS (SELECT 1 FROM prior)
     ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO UPDATE SET
         sentiment = CASE WHEN $9 THEN EXCLUDED.sentiment ELSE r.sentiment END,

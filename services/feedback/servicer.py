@@ -570,15 +570,18 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         return self._proto(row)
 
     # ------------------------------------------------------------ ratings
-    async def _rated_message(self, sub: str, conversation: str, turn_index: int, scope: int, md) -> str:
+    async def _rated_message(self, sub: str, scopes: frozenset[str], conversation: str, turn_index: int, scope: int,
+                             md) -> str:
         """Ownership / target check at the chat service (caller's token): MESSAGE scope needs a stored
         non-empty assistant message in that turn (its name is returned); other scopes need the
         conversation to be the caller's. NOT_FOUND otherwise; UNAVAILABLE when chat is down.
 
-        A positive answer is remembered for `rating_check_cache_s` seconds per (caller, conversation,
-        turn), so a burst of clicks on one turn asks the chat service once; negative answers are never
-        cached. Trade-off: a turn deleted in that window can still be rated for those seconds."""
-        key = (sub, conversation, turn_index if scope == domain.SCOPE_MESSAGE else None)
+        A positive answer is remembered for `rating_check_cache_s` seconds per (caller, the token's
+        scopes, conversation, turn), so a burst of clicks on one turn asks the chat service once, and a
+        token the chat service would refuse (no `chat` scope) never rides on another token's answer;
+        negative answers are never cached. Trade-off: a turn deleted in that window can still be rated
+        for those seconds."""
+        key = (sub, scopes, conversation, turn_index if scope == domain.SCOPE_MESSAGE else None)
         hit = self._checked.get(key)
         if hit is not None:
             return hit
@@ -615,7 +618,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         rid = parse_request_id(request.request_id, "request_id")
         fingerprint = request_fingerprint(request) if rid is not None else None
         version = _version_from_etag(r.etag, "rating.etag") if r.etag else None
-        message = await self._rated_message(p.sub, r.conversation, r.turn_index, key.scope, p.metadata)
+        message = await self._rated_message(p.sub, p.scopes, r.conversation, r.turn_index, key.scope, p.metadata)
         dbkey = (key.conversation, key.turn_index, p.sub, key.scope, key.aspect, key.artifact_id)
         if version is None:
             got = await self._repo.upsert_rating(dbkey, sentiment, category, r.note, mask, new_id(), message,
@@ -651,21 +654,24 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         p = current_principal()
         parse_name(request.conversation, "instances/{}", "conversation")
         size = page_size(request.page_size, 100, 1000)
+        turn = request.turn_index if request.HasField("turn_index") else None
+        filters = f"{request.conversation}|{'' if turn is None else turn}"
         tok = decode_page_token(request.page_token)
         key = tok.get("k") if tok else None
         if tok is not None:
             if not (isinstance(key, list) and len(key) == 4):
                 raise InvalidArgument("page_token", "is not a token this service issued")
+            if tok.get("f") != filters:  # AIP-158: a token is bound to its conversation and filter
+                raise InvalidArgument("page_token", "was issued for another conversation or turn filter")
             # (turn_index int4, scope smallint, aspect, artifact_id), each checked before it reaches SQL.
             key = [page_token_int(key[0], -(2**31), 2**31 - 1), page_token_int(key[1], 0, 2**15 - 1),
                    page_token_text(key[2]), page_token_text(key[3])]
-        turn = request.turn_index if request.HasField("turn_index") else None
         rows = await self._repo.list_ratings(p.sub, request.conversation, turn, key, size + 1)
         out = pb.ListRatingsResponse(ratings=[rating_proto(r) for r in rows[:size]])
         if len(rows) > size:
             last = rows[size - 1]
             out.next_page_token = encode_page_token(
-                {"k": [last["turn_index"], last["scope"], last["aspect"], last["artifact_id"]]})
+                {"k": [last["turn_index"], last["scope"], last["aspect"], last["artifact_id"]], "f": filters})
         return out
 
     async def CopyRatings(self, request: pb.CopyRatingsRequest, context) -> pb.CopyRatingsResponse:

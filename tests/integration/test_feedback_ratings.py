@@ -281,3 +281,39 @@ async def test_a_put_retried_with_its_request_id_never_overwrites_a_later_rating
     await expect_error(fb.PutRating(req(pb.RATING_SENTIMENT_NEUTRAL, z, liked.etag), metadata=md),
                        grpc.StatusCode.NOT_FOUND)
     assert await ratings_of(stack, inst) == []
+
+
+async def test_a_new_rating_takes_only_the_masked_fields_and_pages_stay_with_their_conversation(stack):
+    inst, other = await new_instance(stack), await new_instance(stack)
+    t0, t1 = await send(stack, inst, "a"), await send(stack, inst, "b")
+    await send(stack, other, "c")
+    fb, md = stack.feedback(), stack.md()
+    # AIP-134: a first put with update_mask [note] writes the note only; the sentiment sent along is not stored.
+    noted = await put(fb, rating(inst, t0.reply.turn_index, aspect="accuracy", note="checked the numbers",
+                                 sentiment=pb.RATING_SENTIMENT_NEGATIVE), md, mask=["note"])
+    assert (noted.note, noted.sentiment) == ("checked the numbers", pb.RATING_SENTIMENT_UNSPECIFIED)
+    await put(fb, rating(inst, t1.reply.turn_index, sentiment=pb.RATING_SENTIMENT_POSITIVE), md)
+    page = await fb.ListRatings(pb.ListRatingsRequest(conversation=inst, page_size=1), metadata=md)
+    assert page.next_page_token
+    for wrong in (pb.ListRatingsRequest(conversation=other, page_size=1, page_token=page.next_page_token),
+                  pb.ListRatingsRequest(conversation=inst, turn_index=t1.reply.turn_index, page_size=1,
+                                        page_token=page.next_page_token)):
+        e = await expect_error(fb.ListRatings(wrong, metadata=md), grpc.StatusCode.INVALID_ARGUMENT)
+        assert error_info(e).metadata["field"] == "page_token"
+    rest = await fb.ListRatings(pb.ListRatingsRequest(conversation=inst, page_size=1, page_token=page.next_page_token),
+                                metadata=md)
+    assert [r.turn_index for r in (*page.ratings, *rest.ratings)] == [t0.reply.turn_index, t1.reply.turn_index]
+
+
+async def test_a_token_without_the_chat_scope_cannot_rate_on_another_tokens_cached_check(stack):
+    """The ownership check at the chat service is cached for a few seconds; a token the chat service
+    would refuse (no `chat` scope) must not ride on an answer another token of the same user got."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "q")
+    fb = stack.feedback()
+    await put(fb, rating(inst, turn.reply.turn_index, sentiment=pb.RATING_SENTIMENT_POSITIVE), stack.md())
+    narrow = stack.md("alice", (SCOPE_FEEDBACK_WRITE, SCOPE_FEEDBACK_READ))
+    e = await expect_error(put(fb, rating(inst, turn.reply.turn_index, sentiment=pb.RATING_SENTIMENT_NEGATIVE),
+                               narrow), grpc.StatusCode.PERMISSION_DENIED)
+    assert "chat" in e.details()
+    assert [r.sentiment for r in await ratings_of(stack, inst)] == [pb.RATING_SENTIMENT_POSITIVE]
