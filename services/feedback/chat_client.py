@@ -78,6 +78,27 @@ class ChatClient:
             raise self._map(e, parent, field_path) from None
         return [to_view(m) for m in resp.messages]
 
+    async def replies_through(self, parent: str, md: Metadata, through_turn_index: int,
+                              field_path: str) -> dict[int, str]:
+        """turn index → name of the stored non-empty assistant message, for `parent`'s turns ≤
+        `through_turn_index` (pages of 1000, oldest first; stops past the last wanted turn).
+        NotFound when `parent` is unknown or not the caller's."""
+        out: dict[int, str] = {}
+        req = chat_pb2.ListMessagesRequest(parent=parent, page_size=1000)
+        while True:
+            try:
+                resp = await self._stub.ListMessages(req, metadata=md, timeout=self._timeout_s)
+            except grpc.aio.AioRpcError as e:
+                raise self._map(e, parent, field_path) from None
+            for m in resp.messages:
+                if m.turn_index > through_turn_index:
+                    return out
+                if m.role == chat_pb2.ROLE_ASSISTANT and m.content.strip():
+                    out[m.turn_index] = m.name
+            if not resp.next_page_token:
+                return out
+            req.page_token = resp.next_page_token
+
     async def check_instance(self, name: str, md: Metadata, field_path: str) -> None:
         """GetInstance(name): NotFound when unknown or not the caller's."""
         try:

@@ -302,13 +302,18 @@ WHERE owner = $1 AND conversation = $2 AND ($3::int IS NULL OR turn_index = $3)
 ORDER BY turn_index, scope, aspect, artifact_id
 LIMIT $8"""
 
+# $5 / $6: the fork's turns that have a stored non-empty assistant message, and those messages' names: a
+# MESSAGE rating is copied only onto such a turn (and names its message there); other scopes are copied as
+# they are.
 COPY_RATINGS = """
 INSERT INTO ratings (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
     message, version, create_time, update_time)
-SELECT md5(random()::text || clock_timestamp()::text || id), $2, turn_index, owner, scope, aspect, artifact_id,
-    sentiment, category, note, 2, '', 1, now(), now()
-FROM ratings
-WHERE owner = $1 AND conversation = $3 AND turn_index <= $4
+SELECT md5(random()::text || clock_timestamp()::text || r.id), $2, r.turn_index, r.owner, r.scope, r.aspect,
+    r.artifact_id, r.sentiment, r.category, r.note, 2, COALESCE(t.message, ''), 1, now(), now()
+FROM ratings r
+LEFT JOIN unnest($5::int[], $6::text[]) AS t (turn_index, message) ON t.turn_index = r.turn_index
+WHERE r.owner = $1 AND r.conversation = $3 AND r.turn_index <= $4
+  AND (r.scope <> 1 OR t.message IS NOT NULL)
 ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO NOTHING"""
 
 # ---- statistics (operator scope; USER-origin ratings only)
@@ -542,8 +547,12 @@ class Repository:
         a = after or [None, 0, "", ""]
         return await self.pool.fetch(LIST_RATINGS, owner, conversation, turn_index, a[0], a[1], a[2], a[3], limit)
 
-    async def copy_ratings(self, owner: str, source: str, target: str, through: int) -> int:
-        status = await self.pool.execute(COPY_RATINGS, owner, target, source, through)
+    async def copy_ratings(self, owner: str, source: str, target: str, through: int,
+                           target_replies: dict[int, str]) -> int:
+        """Copy; MESSAGE ratings only onto `target_replies` turns (turn index → assistant message name)."""
+        turns = list(target_replies)
+        status = await self.pool.execute(COPY_RATINGS, owner, target, source, through, turns,
+                                         [target_replies[t] for t in turns])
         return int(status.rsplit(" ", 1)[-1])
 
     async def stats(self, since: dt.datetime) -> dict[str, list[asyncpg.Record]]:

@@ -676,7 +676,9 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
 
     async def CopyRatings(self, request: pb.CopyRatingsRequest, context) -> pb.CopyRatingsResponse:
         """Copy the caller's ratings of turns ≤ through_turn_index onto a fork, marked BRANCH_COPY.
-        Idempotent (an existing rating on the fork is kept). NOT_FOUND unless both are the caller's."""
+        A MESSAGE rating is copied only onto a fork turn that has a stored non-empty assistant message
+        (design.md "Ratings"), and then names that message. Idempotent (an existing rating on the fork is
+        kept). NOT_FOUND unless both are the caller's; UNAVAILABLE when the chat service is down."""
         p = current_principal()
         parse_name(request.source_conversation, "instances/{}", "source_conversation")
         parse_name(request.target_conversation, "instances/{}", "target_conversation")
@@ -684,14 +686,14 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
             raise InvalidArgument("target_conversation", "must differ from source_conversation")
         if request.through_turn_index < 0:
             raise InvalidArgument("through_turn_index", "must not be negative")
-        for conv, field_path in ((request.source_conversation, "source_conversation"),
-                                 (request.target_conversation, "target_conversation")):
-            try:
-                await self._chat.check_instance(conv, p.metadata, field_path)
-            except ChatUnreachable:
-                raise Unavailable("the chat service cannot be reached", retry_after_s=1.0) from None
+        try:
+            await self._chat.check_instance(request.source_conversation, p.metadata, "source_conversation")
+            replies = await self._chat.replies_through(request.target_conversation, p.metadata,
+                                                       request.through_turn_index, "target_conversation")
+        except ChatUnreachable:
+            raise Unavailable("the chat service cannot be reached", retry_after_s=1.0) from None
         n = await self._repo.copy_ratings(p.sub, request.source_conversation, request.target_conversation,
-                                          request.through_turn_index)
+                                          request.through_turn_index, replies)
         return pb.CopyRatingsResponse(copied_count=n)
 
     # ------------------------------------------------------------ statistics

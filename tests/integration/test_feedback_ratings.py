@@ -202,6 +202,8 @@ async def test_delete_is_idempotent_copy_marks_branch_copies_and_stats_count_use
                               note="tool broke"), stack.md())
     await put(fb, rating(src, turns[1].reply.turn_index, sentiment=POS), stack.md())
     await put(fb, rating(src, turns[2].reply.turn_index, sentiment=POS), stack.md())
+    # The fork replayed the first two turns (a MESSAGE rating needs a stored assistant message there).
+    fork_turns = [await send(stack, fork, f"turn {i}") for i in range(2)]
     copied = await fb.CopyRatings(pb.CopyRatingsRequest(source_conversation=src, target_conversation=fork,
                                                         through_turn_index=turns[1].reply.turn_index),
                                   metadata=stack.md())
@@ -210,8 +212,13 @@ async def test_delete_is_idempotent_copy_marks_branch_copies_and_stats_count_use
                                                        through_turn_index=turns[1].reply.turn_index),
                                  metadata=stack.md())
     assert again.copied_count == 0
+    # Through turn 2, which the fork does not have: its MESSAGE rating is not copied onto nothing.
+    beyond = await fb.CopyRatings(pb.CopyRatingsRequest(source_conversation=src, target_conversation=fork,
+                                                        through_turn_index=2**31 - 1), metadata=stack.md())
+    assert beyond.copied_count == 0
     forked = await ratings_of(stack, fork)
     assert [r.origin for r in forked] == [pb.RATING_ORIGIN_BRANCH_COPY] * 2
+    assert [r.message for r in forked] == [t.reply.name for t in fork_turns]  # the fork's own replies
     await flag(stack, turns[0].reply.name, "broken tool", sentiment=pb.SENTIMENT_BAD,
                category=pb.CATEGORY_TOOL_FAILURE)
     stats = await fb.GetFeedbackStats(pb.GetFeedbackStatsRequest(window_days=7), metadata=stack.md("operator"))
