@@ -533,13 +533,17 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         """Render the ticket draft, send it to the sink, store its URL, set FILED — once.
 
         Concurrent or repeated calls: one caller takes the filing claim (a leased column); the others
-        wait for its result and return the same stored URL. FAILED_PRECONDITION for a DISMISSED report;
-        UNAVAILABLE when the tracker cannot be reached (nothing stored; safe to retry).
+        wait for its result and return the same stored URL. While the report's trace snapshot is PENDING
+        it first waits up to `filing_capture_wait_s` (default 10 s) for the capture worker, so the ticket
+        carries the turn's tool calls. FAILED_PRECONDITION for a DISMISSED report; UNAVAILABLE when the
+        tracker cannot be reached (nothing stored; safe to retry).
         """
         p = current_principal()
         (fid,) = parse_name(request.name, "feedback/{}", "name")
         parse_request_id(request.request_id, "request_id")
         deadline = time.monotonic() + FILING_WAIT_S
+        capture_deadline = time.monotonic() + self._s.filing_capture_wait_s
+        woke = False
         while True:
             row = await self._repo.get_feedback(fid, p.sub)
             if row is None:
@@ -550,6 +554,14 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                 raise FailedPrecondition("the chat service did not confirm this report's anchor for its owner; "
                                          "an unverified report is not filed", reason="ANCHOR_UNVERIFIED")
             domain.check_transition(row["status"], domain.STATUS_FILED)
+            if row["trace_state"] == domain.TRACE_PENDING and time.monotonic() < capture_deadline:
+                # The turn's tool calls are not frozen yet (a report filed right after it was made): let
+                # the capture worker look now, and file once it did (or when the wait is over).
+                if self._worker is not None and not woke:
+                    self._worker.wake()
+                    woke = True
+                await asyncio.sleep(0.1)
+                continue
             claimed = await self._repo.claim_filing(fid, p.sub, FILING_LEASE_S)
             if claimed is not None:
                 break

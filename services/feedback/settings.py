@@ -36,9 +36,17 @@ class FeedbackSettings(CommonSettings):
     trace_retention_days: int = Field(default=14, ge=1)
     # Ticket sink for FileFeedback: `markdown` (a local directory) or `github`.
     tracker: str = Field(default="markdown", pattern="^(markdown|github)$")
+    # Directory of the markdown sink's tickets (`<id>.md`). Empty: `<data_dir>/tickets`.
     tracker_markdown_dir: str = ""
+    # Seconds FileFeedback waits for a report's turn spans to be frozen (trace snapshot PENDING) before
+    # it files the ticket anyway (marked pending): a ticket filed a second after the report still
+    # carries the tool calls. 0 = never wait.
+    filing_capture_wait_s: float = Field(default=10.0, ge=0)
+    # GitHub sink: REST API base URL (GitHub Enterprise Server: https://HOST/api/v3).
     tracker_github_api: str = "https://api.github.com"
+    # GitHub sink: `owner/name` of the repository the issues are opened in.
     tracker_github_repo: str = ""
+    # GitHub sink: token allowed to create issues there (fine-grained: Issues read and write).
     tracker_github_token: str = ""
     # Fields sent to an external tracker beyond category, ids and the tool-call summary.
     tracker_include_body: bool = False

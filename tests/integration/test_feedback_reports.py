@@ -525,6 +525,19 @@ async def test_chat_unreachable_accepts_client_snapshot_then_the_worker_fills_th
     assert g.snapshot.target_text == turn.reply.content[:2000] and g.body == "chat was down"
 
 
+async def test_a_ticket_filed_right_after_the_report_carries_the_turns_tool_calls(stack):
+    """The owner flags a reply and a triager files it the same second: FileFeedback waits for the capture
+    worker (bounded) so the ticket has the turn's tool calls, not "pending … (none recorded)"."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "How many agents do you have in total? Give me their names.")
+    fb = await flag(stack, turn.reply.name, "the count is wrong", category=pb.CATEGORY_TOOL_FAILURE)
+    assert fb.trace_snapshot.state == PENDING
+    filed = await stack.feedback().FileFeedback(pb.FileFeedbackRequest(name=fb.name), metadata=stack.md())
+    assert filed.trace_snapshot.state == CAPTURED
+    ticket = (stack.data_dir / "tickets" / f"{fb.name.removeprefix('feedback/')}.md").read_text()
+    assert "list_subordinates" in ticket and "none recorded" not in ticket, ticket
+
+
 async def test_file_feedback_twice_and_concurrently_files_one_markdown_ticket(stack):
     inst = await new_instance(stack)
     turn = await send(stack, inst, "hi there")
