@@ -72,11 +72,12 @@ RETURNING {FEEDBACK_COLUMNS}, request_fingerprint, created_event_time"""
 
 GET_FEEDBACK = f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE id = $1 AND owner = $2"
 
-LOCK_FEEDBACK = f"""SELECT {FEEDBACK_COLUMNS}, last_update_request_id, last_update_fingerprint FROM feedback
-WHERE id = $1 AND owner = $2 FOR UPDATE"""
+# (feedback.last_update_request_id / last_update_fingerprint are no longer read or written: the
+# feedback_update_requests ledger of migration 0006 replaced them and holds their last values.)
+LOCK_FEEDBACK = f"""SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE id = $1 AND owner = $2 FOR UPDATE"""
 
 UPDATE_FEEDBACK = f"""
-UPDATE feedback SET status = $3, issue_url = $4, last_update_request_id = $5, last_update_fingerprint = $6,
+UPDATE feedback SET status = $3, issue_url = $4,
     version = version + 1, update_time = GREATEST(now(), update_time)
 WHERE id = $1 AND owner = $2
 RETURNING {FEEDBACK_COLUMNS}"""
@@ -451,8 +452,8 @@ class Repository:
 
     async def update_feedback(self, fid: str, owner: str, decide, request_id: uuid.UUID | None = None,
                               fingerprint: bytes | None = None, retention_s: float = 86400.0) -> asyncpg.Record | None:
-        """Row-locked read-modify-write: `decide(current_row, earlier)` returns (status, issue_url,
-        request_id, fingerprint) to write, or None to return the row unchanged (it may raise a
+        """Row-locked read-modify-write: `decide(current_row, earlier)` returns (status, issue_url) to
+        write, or None to return the row unchanged (it may raise a
         DomainError to abort). `earlier`: the record (feedback_id, request_fingerprint) of an update
         already made with `request_id` within `retention_s`, else None. A new `request_id` is recorded
         (changed or not), and the owner's records older than `retention_s` pruned. None: no such row."""

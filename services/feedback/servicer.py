@@ -504,7 +504,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
             domain.check_transition(cur["status"], status)
             if status == cur["status"] and url == cur["issue_url"]:
                 return None
-            return status, url, rid, fingerprint
+            return status, url
 
         row = await self._repo.update_feedback(fid, p.sub, decide, rid, fingerprint, DELETE_RECORD_RETENTION_S)
         if row is None:
