@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup proto run demo test test-fast bench lint clean console
+.PHONY: setup proto run demo test test-fast bench lint clean console system-packages
 
 setup: $(STAMP) gen/.stamp
 
@@ -47,7 +47,12 @@ proto: $(STAMP)
 run: setup console
 	$(PY) -m services.cli.main run
 
-test: setup console
+# Debian packages the browser and Prometheus tests need (chromium, WebKitGTK driver + Xvfb, prometheus):
+# installed when missing and running as root, else one line naming them and the install command.
+system-packages:
+	@scripts/ensure_system_packages.sh
+
+test: system-packages setup console
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: setup console
