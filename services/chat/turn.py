@@ -42,6 +42,7 @@ from services.chat.domain import (
     time_from_ns,
 )
 from services.chat.repository import Repository, RequestRace
+from services.common.clip import clip
 from services.common.errors import DeadlineExceeded, DomainError, NotFound, Unavailable
 from services.common.ids import check_same_request, new_id
 
@@ -320,7 +321,7 @@ class TurnRunner:
         else:
             code, detail = "INTERNAL", type(err).__name__
             log.error("turn %s failed", user.trace_id, exc_info=err)
-        span.set_status(Status(StatusCode.ERROR, f"{code}: {detail}"[:200]))
+        span.set_status(Status(StatusCode.ERROR, clip(f"{code}: {detail}")))
         span.set_attribute("error.type", code)
         try:
             await asyncio.shield(

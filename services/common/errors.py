@@ -13,6 +13,8 @@ from google.protobuf import any_pb2
 from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
+from services.common.clip import clip, clip_message
+
 ERROR_DOMAIN = "agentfeedback.dev"
 
 
@@ -102,8 +104,14 @@ class DeadlineExceeded(DomainError):
 
 
 class ResourceExhausted(DomainError):
-    def __init__(self, message: str, reason: str = "RESOURCE_EXHAUSTED", **md: str):
+    """RESOURCE_EXHAUSTED; `retry_after_s` becomes google.rpc.RetryInfo, `quota` ((subject, description)
+    pairs) google.rpc.QuotaFailure violations (AIP-193)."""
+
+    def __init__(self, message: str, reason: str = "RESOURCE_EXHAUSTED", retry_after_s: float | None = None,
+                 quota: tuple[tuple[str, str], ...] = (), **md: str):
         super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.retry_after_s = retry_after_s
+        self.quota = quota
 
 
 def _pack(msg: Message) -> any_pb2.Any:
@@ -113,23 +121,34 @@ def _pack(msg: Message) -> any_pb2.Any:
 
 
 def to_status(err: DomainError) -> status_pb2.Status:
-    """The google.rpc.Status for a domain error: ErrorInfo first, then BadRequest/RetryInfo/details."""
-    st = status_pb2.Status(code=err.code.value[0], message=err.message)
+    """The google.rpc.Status for a domain error: ErrorInfo first, then BadRequest/RetryInfo/QuotaFailure/
+    details. Every text that may carry a client value is clipped (`services.common.clip`: message and
+    descriptions at 1024 characters, metadata values and field paths at 200), so the status always fits
+    in gRPC's trailing metadata and the client sees the real code (never RESOURCE_EXHAUSTED "metadata
+    size exceeds hard limit")."""
+    st = status_pb2.Status(code=err.code.value[0], message=clip_message(err.message))
     info = error_details_pb2.ErrorInfo(reason=err.reason, domain=ERROR_DOMAIN)
     for k, v in err.metadata.items():
-        info.metadata[k] = str(v)
+        info.metadata[clip(k)] = clip(v)
     st.details.append(_pack(info))
     if isinstance(err, InvalidArgument):
         br = error_details_pb2.BadRequest(
             field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=err.field_path, description=err.description)
+                error_details_pb2.BadRequest.FieldViolation(field=clip(err.field_path),
+                                                            description=clip_message(err.description))
             ]
         )
         st.details.append(_pack(br))
-    if isinstance(err, Unavailable) and err.retry_after_s is not None:
+    retry_after_s = getattr(err, "retry_after_s", None)
+    if isinstance(err, Unavailable | ResourceExhausted) and retry_after_s is not None:
         ri = error_details_pb2.RetryInfo()
-        ri.retry_delay.FromNanoseconds(int(err.retry_after_s * 1e9))
+        ri.retry_delay.FromNanoseconds(int(retry_after_s * 1e9))
         st.details.append(_pack(ri))
+    if isinstance(err, ResourceExhausted) and err.quota:
+        qf = error_details_pb2.QuotaFailure(violations=[
+            error_details_pb2.QuotaFailure.Violation(subject=clip(s), description=clip_message(d))
+            for s, d in err.quota])
+        st.details.append(_pack(qf))
     for d in err.details:
         st.details.append(_pack(d))
     return st

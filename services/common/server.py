@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.common.auth import Authenticator, set_current_principal, _current
 from services.common.errors import DomainError, InvalidArgument, internal_status, to_status
+from services.common.telemetry import record_exception
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +195,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         trace_id = format(span.get_span_context().trace_id, "032x") if span is not None else "-"
         log.exception("unhandled error in RPC (trace_id %s)", trace_id, exc_info=err)
         if span is not None:
-            span.record_exception(err)
+            record_exception(span, err)
             span.set_status(Status(StatusCode.ERROR, type(err).__name__))
         await context.abort_with_status(rpc_status.to_status(internal_status(trace_id)))
 

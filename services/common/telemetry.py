@@ -6,6 +6,18 @@ variables (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` =
 `http/protobuf`, `OTEL_BSP_SCHEDULE_DELAY`, `OTEL_TRACES_EXPORTER=none` / `OTEL_SDK_DISABLED=true`
 to export nothing). A provider per service (not the global one) lets tests run several services in
 one process with their own `service.name`.
+
+Span hygiene (issue 16: one caller's oversized values must never cost another caller's spans):
+- `SPAN_LIMITS`: every provider caps attribute values at 2048 characters (the SDK truncates longer
+  ones), 64 attributes per span, 16 events × 8 attributes, 8 links × 8 attributes. Worst case per span,
+  protobuf-encoded (a character is at most 4 UTF-8 bytes; key + framing ≤ 256 bytes per attribute):
+  attributes 64 × 8.25 KiB = 528 KiB, events 16 × 8 × 8.25 KiB = 1056 KiB, links 8 × 8 × 8.25 KiB =
+  528 KiB, name/status/ids < 16 KiB: about 2.1 MiB, so any one span fits one export request.
+- `SizeBoundedExporter` wraps every exporter: it splits the BatchSpanProcessor's batch (512 spans by
+  default) into requests whose size bound stays under `EXPORT_REQUEST_MAX_BYTES` (3 MiB, below the
+  collector's 4 MiB OTLP/gRPC limit). A span that alone exceeds it (only possible through huge arrays,
+  which the SDK does not count) is dropped alone, with a WARNING; the others are sent.
+- `record_exception(span, err)` records an `exception` event with a clipped message and stack trace.
 """
 from __future__ import annotations
 
@@ -13,11 +25,94 @@ import json
 import logging
 import os
 import sys
+import traceback
+from collections.abc import Sequence
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from services.common.clip import MESSAGE_MAX_CHARS, clip, clip_message
+
+log = logging.getLogger(__name__)
+
+SPAN_LIMITS = SpanLimits(max_attribute_length=2048, max_span_attributes=64, max_events=16,
+                         max_event_attributes=8, max_links=8, max_link_attributes=8)
+# Below the collector's 4 MiB OTLP/gRPC message limit (services.tracecollector.settings), with room
+# for the request's resource and scope.
+EXPORT_REQUEST_MAX_BYTES = 3 * 1024 * 1024
+STACKTRACE_MAX_CHARS = 2000
+
+
+def _value_bound(v: object) -> int:
+    """Upper bound of an AnyValue's encoded size in bytes (4 bytes per character, 16 for framing)."""
+    if isinstance(v, str):
+        return 4 * len(v) + 16
+    if isinstance(v, bytes):
+        return len(v) + 16
+    if isinstance(v, Sequence):
+        return 16 + sum(_value_bound(x) for x in v)
+    return 16
+
+
+def _attrs_bound(attrs) -> int:
+    return sum(4 * len(k) + 16 + _value_bound(v) for k, v in (attrs or {}).items())
+
+
+def span_size_bound(span: ReadableSpan) -> int:
+    """Upper bound, in bytes, of `span` encoded as an OTLP protobuf Span."""
+    n = 96 + 4 * len(span.name) + 4 * len(span.status.description or "") + _attrs_bound(span.attributes)
+    for ev in span.events:
+        n += 32 + 4 * len(ev.name) + _attrs_bound(ev.attributes)
+    for ln in span.links:
+        n += 64 + _attrs_bound(ln.attributes)
+    return n
+
+
+class SizeBoundedExporter(SpanExporter):
+    """Sends a batch as several requests, each bounded by `max_bytes` (see the module docstring)."""
+
+    def __init__(self, inner: SpanExporter, max_bytes: int = EXPORT_REQUEST_MAX_BYTES):
+        self._inner = inner
+        self._max = max_bytes
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        result = SpanExportResult.SUCCESS
+        chunk: list[ReadableSpan] = []
+        size = 0
+        for s in spans:
+            n = span_size_bound(s)
+            if n > self._max:
+                log.warning("span %s (trace %032x) dropped: about %d bytes exceeds the export limit of %d",
+                            clip(s.name), s.context.trace_id, n, self._max)
+                continue
+            if chunk and size + n > self._max:
+                if self._inner.export(chunk) is not SpanExportResult.SUCCESS:
+                    result = SpanExportResult.FAILURE
+                chunk, size = [], 0
+            chunk.append(s)
+            size += n
+        if chunk and self._inner.export(chunk) is not SpanExportResult.SUCCESS:
+            result = SpanExportResult.FAILURE
+        return result
+
+    def shutdown(self) -> None:
+        self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+
+def record_exception(span: trace.Span, err: BaseException) -> None:
+    """An `exception` event on `span` whose message and stack trace are clipped (`services.common.clip`)."""
+    span.record_exception(err, attributes={"exception.message": clip_message(err),
+                                           "exception.stacktrace": clip_tail("".join(traceback.format_exception(err)))})
+
+
+def clip_tail(text: str, limit: int = STACKTRACE_MAX_CHARS) -> str:
+    """The last `limit` characters of a stack trace (its deepest frames and the message), marked."""
+    return text if len(text) <= limit else f"(-{len(text) - limit} chars)…" + text[-limit:]
 
 
 def make_exporter() -> SpanExporter | None:
@@ -39,12 +134,13 @@ def make_exporter() -> SpanExporter | None:
 
 
 def setup_tracing(service_name: str, exporter: SpanExporter | None = None) -> TracerProvider:
-    """A TracerProvider for one service. `exporter` overrides the environment (tests pass one)."""
+    """A TracerProvider for one service, with `SPAN_LIMITS` and a `SizeBoundedExporter` around the
+    exporter. `exporter` overrides the environment (tests pass one)."""
     resource = Resource.create({"service.name": service_name, "service.namespace": "agentfeedback"})
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, span_limits=SPAN_LIMITS)
     exp = exporter if exporter is not None else make_exporter()
     if exp is not None:
-        provider.add_span_processor(BatchSpanProcessor(exp))
+        provider.add_span_processor(BatchSpanProcessor(SizeBoundedExporter(exp)))
     return provider
 
 
@@ -55,10 +151,20 @@ class _TraceIdFilter(logging.Filter):
         ctx = trace.get_current_span().get_span_context()
         record.trace_id = format(ctx.trace_id, "032x") if ctx.is_valid else "-"
         record.span_id = format(ctx.span_id, "016x") if ctx.is_valid else "-"
+        msg = record.getMessage()
+        if len(msg) > MESSAGE_MAX_CHARS:  # a client value inside a log line: bounded (services.common.clip)
+            record.msg, record.args = clip_message(msg), None
         return True
 
 
-class _JsonFormatter(logging.Formatter):
+class _ClippingFormatter(logging.Formatter):
+    """Stack traces in log lines keep their last `STACKTRACE_MAX_CHARS` × 4 characters."""
+
+    def formatException(self, ei) -> str:  # noqa: N802 - logging's name
+        return clip_tail(super().formatException(ei), 4 * STACKTRACE_MAX_CHARS)
+
+
+class _JsonFormatter(_ClippingFormatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
@@ -80,7 +186,7 @@ def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(trace_id)s] %(message)s"))
+        handler.setFormatter(_ClippingFormatter("%(asctime)s %(levelname)s %(name)s [%(trace_id)s] %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

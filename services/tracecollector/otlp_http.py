@@ -27,6 +27,7 @@ from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from services.common.clip import clip
 from services.common.errors import to_status
 from services.tracecollector.ingest import Ingestor, Overloaded
 from services.tracecollector.otlp_grpc import export_response, failure
@@ -109,14 +110,14 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float)
         reply_type = JSON if ctype == JSON else PROTOBUF
         if ctype not in (PROTOBUF, JSON):
             st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
-                                   message=f"Content-Type must be {PROTOBUF} or {JSON}, got {ctype!r}")
+                                   message=f"Content-Type must be {PROTOBUF} or {JSON}, got {clip(ctype)!r}")
             return _error(415, st, PROTOBUF)
         coding = request.headers.get("Content-Encoding", "")
         encodings = {e.strip().lower() for e in coding.split(",") if e.strip()}
         if not encodings <= _ENCODINGS:
             # Unknown codings would otherwise be read as if the body were not encoded (RFC 9110 §8.4: 415).
             st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
-                                   message=f"Content-Encoding must be gzip, deflate or identity: {coding!r}")
+                                   message=f"Content-Encoding must be gzip, deflate or identity: {clip(coding)!r}")
             return _error(415, st, reply_type)
         try:
             body = await request.read()

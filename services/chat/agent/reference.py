@@ -25,6 +25,7 @@ from services.chat.agent.openai_backend import OpenAIBackend
 from services.chat.agent.prompt import build_system_prompt
 from services.chat.agent.replay import ReplayMatch
 from services.chat.agent.tools import MemoryStore, ToolContext, ToolOutcome, ToolRegistry
+from services.common.telemetry import record_exception
 
 THINK_SPAN = "agent.think"
 REPLAY_MODEL = "replay:sharegpt"
@@ -134,7 +135,7 @@ class ReferenceAgent:
             )
             return result
         except BaseException as e:
-            span.record_exception(e)
+            record_exception(span, e)
             span.set_status(Status(StatusCode.ERROR, type(e).__name__))
             raise
         finally:

@@ -28,6 +28,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.chat.agent.replay import LazyReplay
+from services.common.telemetry import record_exception
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ class ToolRegistry:
         except Exception as e:  # noqa: BLE001 - a tool failure is the model's problem, recorded on the span
             status = "ERROR"
             result = json.dumps({"error": f"{type(e).__name__}: {e}"[:500]})
-            span.record_exception(e)
+            record_exception(span, e)
             span.set_status(Status(StatusCode.ERROR, type(e).__name__))
         kept, size, cut = cut_utf8(result, self._max)
         if cut:

@@ -1,0 +1,73 @@
+"""Bounded echoes and span hygiene (issue 16) over the real stack: a client value, however long, comes
+back clipped with its real status, and cannot cost another request its spans."""
+from __future__ import annotations
+
+import uuid
+
+import grpc
+from google.protobuf import field_mask_pb2
+
+from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
+from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from services.common.errors import status_details
+from google.rpc import error_details_pb2
+
+
+def _traceparent() -> tuple[str, str]:
+    trace_id = uuid.uuid4().hex
+    return trace_id, f"00-{trace_id}-{uuid.uuid4().hex[:16]}-01"
+
+
+async def _turn(stack) -> chat_pb2.SendMessageResponse:
+    chat = stack.chat()
+    inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="resil", agent="reference")),
+                                     metadata=stack.md())
+    return await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content="hello",
+                                                              request_id=str(uuid.uuid4())), metadata=stack.md())
+
+
+async def test_a_7000_char_update_mask_is_invalid_argument_clipped_and_a_good_report_keeps_its_span(stack):
+    turn = await _turn(stack)
+    fb = stack.feedback()
+    path = "x" * 7000
+    bad = pb.PutRatingRequest(rating=pb.Rating(conversation=turn.reply.name.split("/messages/")[0],
+                                               turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE,
+                                               aspect="reaction", sentiment=pb.RATING_SENTIMENT_POSITIVE),
+                              update_mask=field_mask_pb2.FieldMask(paths=[path]), request_id=str(uuid.uuid4()))
+    try:
+        await fb.PutRating(bad, metadata=stack.md())
+        raise AssertionError("PutRating with a 7,000-character mask path succeeded")
+    except grpc.aio.AioRpcError as e:
+        # Was RESOURCE_EXHAUSTED "received metadata size exceeds hard limit": the path echoed twice.
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, (e.code(), e.details()[:200])
+        assert "…(+" in e.details() and len(e.details()) < 1100
+        violations = [d for d in status_details(e) if d.Is(error_details_pb2.BadRequest.DESCRIPTOR)]
+        br = error_details_pb2.BadRequest()
+        violations[0].Unpack(br)
+        assert br.field_violations[0].field == "update_mask"
+        assert len(br.field_violations[0].description) < 1100
+    trace_id, tp = _traceparent()
+    good = await fb.CreateFeedback(
+        pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, body="wrong answer"),
+                                 request_id=str(uuid.uuid4())),
+        metadata=stack.md() + (("traceparent", tp),))
+    assert good.name
+    got = await stack.wait_trace(trace_id)
+    assert any(s.name.endswith("CreateFeedback") or s.name == "feedback.create" for s in got.spans)
+
+
+async def test_oversized_client_values_in_one_batch_do_not_cost_another_request_its_span(stack):
+    """Two Think calls carrying a 2.3 MB `instance` plus a normal one, exported in one batch: before the
+    span limits, the batch (> 4 MiB) was refused by the collector and the normal span was lost."""
+    agent = agent_pb2_grpc.AgentServiceStub(stack.channel("agent"))
+    huge = "instances/" + "i" * 2_300_000
+    for _ in range(2):
+        _, tp = _traceparent()
+        await agent.Think(agent_pb2.ThinkRequest(instance=huge, content="hello", turn_index=0),
+                          metadata=stack.md() + (("traceparent", tp),))
+    trace_id, tp = _traceparent()
+    await agent.Think(agent_pb2.ThinkRequest(instance="instances/normal", content="hello", turn_index=0),
+                      metadata=stack.md() + (("traceparent", tp),))
+    got = await stack.wait_trace(trace_id)
+    assert any(s.name == "agent.think" for s in got.spans)
