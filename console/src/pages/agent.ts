@@ -19,7 +19,7 @@ export async function agentPage(main: HTMLElement, id: string, tab: string, quer
     TABS.map(([key, label]) =>
       h("a", { href: `#/agents/${encodeURIComponent(id)}/${key}`, role: "tab", "aria-selected": String(key === tab), class: key === tab ? "active" : "" }, label)));
   const panel = h("section", { class: "tab-panel", role: "tabpanel" });
-  mount(main, h("p", {}, h("a", { href: "#/agents" }, "← Agents")), title, sub, tabs, panel);
+  mount(main, h("p", {}, h("a", { href: "#/agents", class: "back" }, "← Agents")), title, sub, tabs, panel);
   if (id !== "_") {
     try {
       const i = await api().chat.getInstance({ name: instance });

@@ -1,11 +1,17 @@
 // Feedback rows, shared by the account-wide Feedback page and an agent's Feedback tab.
 // Each row: time, agent, the owner's words, the quoted target, status, "open the conversation"
 // (unavailable when the chat was cleared or the turn deleted), "open the trace" (honest about
-// expired / not recorded spans), and triage (status + issue URL, UpdateFeedback with the etag).
+// expired / not recorded spans), voice provenance and the frozen tool calls (evidence.ts), delete and
+// "File issue" (rowActions.ts), and triage (status + issue URL, UpdateFeedback with the etag).
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, Code, errorCode, errorText, lastSegment, principal, uuid4 } from "../api";
 import { append, h, mount, timeEl } from "../dom";
 import { Author, SnapshotSource, Status, TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
+import { clamped, frozenToolCalls, voiceProvenance } from "./evidence";
+import { deleteControl, fileControl } from "./rowActions";
+
+/** Lines of a quoted reply shown before "Show all" (a 2,000-character reply must not fill the screen). */
+const QUOTE_LINES = 4;
 
 export const STATUS_NAMES: [Status, string][] = [
   [Status.OPEN, "open"],
@@ -192,15 +198,22 @@ export function feedbackRow(fb: Feedback, focused = false): HTMLElement {
       agentLabel(fb),
       h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)),
       fb.author === Author.AGENT ? h("span", { class: "badge" }, "recorded by the agent") : null,
+      fb.author === Author.PLATFORM ? h("span", { class: "badge" }, "caught by the platform") : null,
       quoteBadge(fb),
     ),
-    h("p", { class: "fb-words" }, fb.body),
+    clamped("fb-words-box", 6, h("span", { class: "fb-words" }, fb.body)),
     target
       ? h("blockquote", { class: "fb-quote", cite: fb.target.case === "message" ? fb.target.value : undefined },
-          h("span", { class: "muted" }, `On ${role}: `), target, fb.snapshot?.targetTextClipped ? h("span", { class: "muted" }, " […]") : null)
+          clamped("fb-quote-text", QUOTE_LINES, h("span", { class: "muted" }, `On ${role}: `), target,
+            fb.snapshot?.targetTextClipped ? h("span", { class: "muted" }, " […]") : ""))
       : null,
-    fb.issueUrl ? h("p", {}, "Issue: ", h("a", { href: fb.issueUrl, rel: "noopener noreferrer", target: "_blank" }, fb.issueUrl)) : null,
+    voiceProvenance(fb),
+    frozenToolCalls(fb),
+    fb.issueUrl ? h("p", { class: "fb-issue" }, "Issue: ", h("a", { href: fb.issueUrl, rel: "noopener noreferrer", target: "_blank" }, fb.issueUrl)) : null,
     h("p", { class: "fb-links" }, conversationLink(fb), " · ", traceLink(fb)),
+    h("div", { class: "fb-actions" },
+      fileControl(fb, (filed) => row.replaceWith(feedbackRow(filed, true))),
+      deleteControl(fb, row)),
   ]);
   const t = triage(fb, row);
   if (t) row.append(t);
