@@ -143,7 +143,8 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
     )
     stack.servers["agent"] = await create_agent(agent_settings, tracer_provider=provider("agent"))
     chat_settings = ChatSettings(
-        listen=f"127.0.0.1:{p['chat']}", agent_target=f"127.0.0.1:{p['agent']}", **common, **overrides.get("chat", {}),
+        listen=f"127.0.0.1:{p['chat']}", agent_target=f"127.0.0.1:{p['agent']}",
+        feedback_target=f"127.0.0.1:{p['feedback']}", **common, **overrides.get("chat", {}),
     )
     stack.servers["chat"] = await create_chat(chat_settings, database_url=database_url, tracer_provider=provider("chat"))
     feedback_settings = FeedbackSettings(**{

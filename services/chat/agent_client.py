@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import grpc
 from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
 
+from services.chat.defects import ToolSignal, kinds_of
 from services.chat.domain import AgentCallError, AgentReply, Role, ThinkInput
 
 _KINDS = {
@@ -29,14 +30,22 @@ def _request(req: ThinkInput) -> agent_pb2.ThinkRequest:
         turn_index=req.turn_index,
         user_message=req.user_message,
         history=[
-            agent_pb2.ConversationMessage(role=_ROLES.get(r, agent_pb2.ROLE_UNSPECIFIED), content=c)
-            for r, c in req.history
+            agent_pb2.ConversationMessage(
+                role=_ROLES.get(h.role, agent_pb2.ROLE_UNSPECIFIED), content=h.content, name=h.name,
+                turn_index=h.turn_index,
+            )
+            for h in req.history
         ],
     )
 
 
 def _reply(resp: agent_pb2.ThinkResponse) -> AgentReply:
-    return AgentReply(content=resp.content, model=resp.model, tool_calls=[t.name for t in resp.tool_calls])
+    """The reply, with the suspected-defect signals the agent reported (events, tool statuses)."""
+    kinds, tools = kinds_of(resp.events, (ToolSignal(t.name, t.status, t.truncated) for t in resp.tool_calls))
+    return AgentReply(
+        content=resp.content, model=resp.model, tool_calls=[t.name for t in resp.tool_calls], defects=kinds,
+        defect_tools=tools,
+    )
 
 
 def _error(e: grpc.aio.AioRpcError) -> AgentCallError:

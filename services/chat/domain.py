@@ -70,6 +70,9 @@ class Instance:
     display_name: str
     agent: str
     create_time: datetime
+    # Forks: `instances/{source}` and the last copied turn (ForkConversation); '' / 0 otherwise.
+    fork_source: str = ""
+    fork_turn_index: int = 0
 
     @property
     def name(self) -> str:
@@ -90,10 +93,23 @@ class Message:
     dictation: str = ""
     model: str = ""
     agent: str = ""
+    # Fork copies: the message copied from and the trace id of the turn it was first spoken in.
+    source_message: str = ""
+    source_trace_id: str = ""
 
     @property
     def name(self) -> str:
         return f"instances/{self.instance_id}/messages/{self.id}"
+
+
+@dataclass(frozen=True)
+class HistoryMessage:
+    """One earlier message of the conversation as the agent gets it (ThinkRequest.history)."""
+
+    role: Role
+    content: str
+    name: str = ""
+    turn_index: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,6 +159,9 @@ class AgentReply:
     model: str
     nul_replaced: int = 0
     tool_calls: list[str] = field(default_factory=list)
+    # Suspected-defect signals the agent reported (services.chat.defects.kinds_of builds them).
+    defects: tuple[int, ...] = ()
+    defect_tools: tuple[str, ...] = ()
 
 
 def parse_instance_name(name: str, field_path: str = "name") -> str:
@@ -307,7 +326,7 @@ class ThinkInput:
 
     instance: str
     agent: str
-    history: list[tuple[Role, str]]
+    history: list[HistoryMessage]
     content: str
     turn_index: int
     user_message: str

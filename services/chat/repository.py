@@ -12,8 +12,10 @@ from datetime import datetime
 
 import asyncpg
 
+from services.chat.defects import SuspectedDefect
 from services.chat.domain import (
     Channel,
+    HistoryMessage,
     Instance,
     Message,
     MessagePage,
@@ -28,17 +30,16 @@ INSERT_INSTANCE = """
 INSERT INTO instances (owner, id, display_name, agent, request_id, create_time, request_fingerprint)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT DO NOTHING
-RETURNING owner, id, display_name, agent, create_time
+RETURNING owner, id, display_name, agent, create_time, fork_source, fork_turn_index
 """
-SELECT_INSTANCE = (
-    "SELECT owner, id, display_name, agent, create_time FROM instances WHERE owner = $1 AND id = $2"
-)
-SELECT_INSTANCE_BY_REQUEST = """
-SELECT owner, id, display_name, agent, create_time, request_fingerprint FROM instances
+INSTANCE_COLUMNS = "owner, id, display_name, agent, create_time, fork_source, fork_turn_index"
+SELECT_INSTANCE = f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE owner = $1 AND id = $2"
+SELECT_INSTANCE_BY_REQUEST = f"""
+SELECT {INSTANCE_COLUMNS}, request_fingerprint FROM instances
 WHERE owner = $1 AND request_id = $2
 """
-LIST_INSTANCES = """
-SELECT owner, id, display_name, agent, create_time FROM instances
+LIST_INSTANCES = f"""
+SELECT {INSTANCE_COLUMNS} FROM instances
 WHERE owner = $1 AND ($2::timestamptz IS NULL OR (create_time, id) > ($2, $3))
 ORDER BY create_time, id
 LIMIT $4
@@ -48,6 +49,7 @@ MESSAGE_COLUMNS = (
     "instance_id, id, role, content, trace_id, turn_index, create_time, channel, audio_key, dictation, "
     "model, agent"
 )
+READ_COLUMNS = f"{MESSAGE_COLUMNS}, source_message, source_trace_id"
 # Step 2 of the turn in ONE statement (atomic, one round trip): claim the next turn index (row lock
 # on the instance), record the turn (request_id unique per instance), store the user message, and
 # read the `$11` newest earlier messages (the statement's snapshot does not see its own insert).
@@ -70,9 +72,10 @@ WITH inst AS (
     SELECT $1, $2, $5, 1, $7, $3, turn.turn_index, $6, $8, $9, $10, inst.agent FROM turn, inst
     RETURNING id
 )
-SELECT inst.turn_index, inst.agent, (SELECT count(*) FROM msg) AS inserted, h.role, h.content
+SELECT inst.turn_index, inst.agent, (SELECT count(*) FROM msg) AS inserted, h.role, h.content, h.id,
+       h.turn_index AS h_turn_index
 FROM inst LEFT JOIN LATERAL (
-    SELECT role, content, create_time, id FROM messages
+    SELECT role, content, create_time, id, turn_index FROM messages
     WHERE owner = $1 AND instance_id = $2
     ORDER BY create_time DESC, id DESC
     LIMIT $11
@@ -86,11 +89,11 @@ WITH reply AS (
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
     RETURNING id
 )
-UPDATE turns SET state = 'DONE', reply_message_id = (SELECT id FROM reply)
+UPDATE turns SET state = 'DONE', reply_message_id = (SELECT id FROM reply), defects = $14, defect_tools = $15
 WHERE owner = $1 AND instance_id = $2 AND trace_id = $6
 """
 FAIL_TURN = """
-UPDATE turns SET state = 'FAILED', error_code = $4, error_message = $5
+UPDATE turns SET state = 'FAILED', error_code = $4, error_message = $5, defects = '{4}'
 WHERE owner = $1 AND instance_id = $2 AND trace_id = $3 AND state = 'RUNNING'
 """
 SELECT_TURN_BY_REQUEST = """
@@ -98,12 +101,12 @@ SELECT trace_id, turn_index, state, user_message_id, reply_message_id, error_cod
        request_fingerprint
 FROM turns WHERE owner = $1 AND instance_id = $2 AND request_id = $3
 """
-SELECT_MESSAGE = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE owner = $1 AND instance_id = $2 AND id = $3"
+SELECT_MESSAGE = f"SELECT {READ_COLUMNS} FROM messages WHERE owner = $1 AND instance_id = $2 AND id = $3"
 # The instance check and the page in ONE statement (one round trip): no row = no such instance for
 # this owner; one row of NULLs (id IS NULL) = the instance exists and the page is empty.
 LIST_MESSAGES = f"""
 SELECT m.* FROM instances i LEFT JOIN LATERAL (
-    SELECT {MESSAGE_COLUMNS} FROM messages
+    SELECT {READ_COLUMNS} FROM messages
     WHERE owner = $1 AND instance_id = $2
       AND ($3::text IS NULL OR trace_id = $3)
       AND ($4::integer IS NULL OR turn_index = $4)
@@ -119,6 +122,45 @@ CLEAR_TURNS = "DELETE FROM turns WHERE owner = $1 AND instance_id = $2"
 DELETE_TURN_MESSAGES = "DELETE FROM messages WHERE owner = $1 AND instance_id = $2 AND trace_id = $3"
 DELETE_TURN = "DELETE FROM turns WHERE owner = $1 AND instance_id = $2 AND trace_id = $3"
 
+# ForkConversation, in one transaction: the new instance (its next turn follows the copied prefix),
+# then copies of the prefix's messages with new ids (gen_random_uuid, 32 hex like services.common.ids),
+# the same turn index, create time and trace id, and pointers to their source.
+INSERT_FORK = f"""
+INSERT INTO instances (owner, id, display_name, agent, request_id, create_time, request_fingerprint,
+                       fork_source, fork_turn_index, next_turn_index)
+SELECT $1, $3, $4, agent, $5, $6, $7, 'instances/' || id, $8, $8 + 1
+FROM instances WHERE owner = $1 AND id = $2
+ON CONFLICT DO NOTHING
+RETURNING {INSTANCE_COLUMNS}
+"""
+COPY_PREFIX = """
+INSERT INTO messages (owner, instance_id, id, role, content, trace_id, turn_index, create_time, channel,
+                      audio_key, dictation, model, agent, source_message, source_trace_id)
+SELECT owner, $3, replace(gen_random_uuid()::text, '-', ''), role, content, trace_id, turn_index,
+       create_time, channel, audio_key, dictation, model, agent,
+       'instances/' || instance_id || '/messages/' || id, trace_id
+FROM messages WHERE owner = $1 AND instance_id = $2 AND turn_index <= $4
+"""
+HAS_TURN = "SELECT EXISTS (SELECT 1 FROM messages WHERE owner = $1 AND instance_id = $2 AND turn_index = $3)"
+COUNT_MESSAGES = "SELECT count(*) FROM messages WHERE owner = $1 AND instance_id = $2"
+
+DEFECT_SELECT = """
+SELECT t.owner, t.instance_id, t.trace_id, t.turn_index, t.create_time, t.defects, t.defect_tools,
+       t.user_message_id, coalesce(left(m.content, 1001), '') AS user_text
+FROM turns t LEFT JOIN messages m
+  ON m.owner = t.owner AND m.instance_id = t.instance_id AND m.id = t.user_message_id
+"""
+# One page, newest first: $1 owner (NULL = every owner), $2 instance (NULL = every instance), keyset $3/$4.
+LIST_DEFECTS = DEFECT_SELECT + """
+WHERE t.defects <> '{}' AND ($1::text IS NULL OR t.owner = $1) AND ($2::text IS NULL OR t.instance_id = $2)
+  AND ($3::timestamptz IS NULL OR (t.create_time, t.trace_id) < ($3, $4))
+ORDER BY t.create_time DESC, t.trace_id DESC
+LIMIT $5
+"""
+GET_DEFECT = DEFECT_SELECT + """
+WHERE t.defects <> '{}' AND ($1::text IS NULL OR t.owner = $1) AND t.instance_id = $2 AND t.trace_id = $3
+"""
+
 
 def _instance(r: asyncpg.Record) -> Instance:
     return Instance(
@@ -127,6 +169,8 @@ def _instance(r: asyncpg.Record) -> Instance:
         display_name=r["display_name"],
         agent=r["agent"],
         create_time=r["create_time"],
+        fork_source=r["fork_source"],
+        fork_turn_index=r["fork_turn_index"],
     )
 
 
@@ -144,6 +188,16 @@ def _message(r: asyncpg.Record) -> Message:
         dictation=r["dictation"],
         model=r["model"],
         agent=r["agent"],
+        source_message=r["source_message"],
+        source_trace_id=r["source_trace_id"],
+    )
+
+
+def _defect(r: asyncpg.Record) -> SuspectedDefect:
+    return SuspectedDefect(
+        owner=r["owner"], instance_id=r["instance_id"], trace_id=r["trace_id"], turn_index=r["turn_index"],
+        time=r["create_time"], kinds=tuple(r["defects"]), tools=tuple(r["defect_tools"]),
+        user_message_id=r["user_message_id"], user_text=r["user_text"],
     )
 
 
@@ -242,7 +296,7 @@ class Repository:
 
     async def begin_turn(
         self, owner: str, turn: TurnInput, trace_id: str, message_id: str, t0: datetime, history_limit: int
-    ) -> tuple[Message, list[tuple[Role, str]]] | TurnRecord | None:
+    ) -> tuple[Message, list[HistoryMessage]] | TurnRecord | None:
         """Store the user message of a new turn and read the history before it (one statement).
 
         Returns (user message, history oldest first); or the existing TurnRecord when
@@ -286,11 +340,17 @@ class Repository:
             dictation=turn.dictation,
             agent=rows[0]["agent"],
         )
-        return user, [(Role(r["role"]), r["content"]) for r in rows if r["role"] is not None]
+        return user, [
+            HistoryMessage(Role(r["role"]), r["content"], f"instances/{turn.instance_id}/messages/{r['id']}",
+                           r["h_turn_index"])
+            for r in rows if r["role"] is not None
+        ]
 
-    async def finish_turn(self, owner: str, reply: Message) -> None:
-        """Store the reply and mark the turn DONE (one statement)."""
-        await self._pool.execute(FINISH_TURN, *_message_args(owner, reply))
+    async def finish_turn(
+        self, owner: str, reply: Message, defects: tuple[int, ...] = (), defect_tools: tuple[str, ...] = ()
+    ) -> None:
+        """Store the reply and mark the turn DONE with its defect signals (one statement)."""
+        await self._pool.execute(FINISH_TURN, *_message_args(owner, reply), list(defects), list(defect_tools))
 
     async def fail_turn(self, owner: str, instance_id: str, trace_id: str, code: str, message: str) -> None:
         await self._pool.execute(FAIL_TURN, owner, instance_id, trace_id, code, message)
@@ -331,3 +391,46 @@ class Repository:
                 status = await conn.execute(DELETE_TURN_MESSAGES, owner, instance_id, trace_id)
                 await conn.execute(DELETE_TURN, owner, instance_id, trace_id)
         return int(status.split()[-1])
+
+    async def fork(
+        self, owner: str, parent_id: str, new: NewInstance, turn_index: int, now: datetime
+    ) -> tuple[Instance, int] | str:
+        """Store a fork and its copied prefix (one transaction); (instance, messages copied).
+        A request_id retry returns the existing fork and its message count (nothing copied).
+        Returns "parent" / "turn" when that is NOT_FOUND; raises InstanceExists on an id clash and
+        InvalidArgument (REQUEST_ID_REUSED) when the request_id belongs to another request."""
+        async with self._pool.acquire() as conn:
+            if new.request_id is not None:
+                r = await conn.fetchrow(SELECT_INSTANCE_BY_REQUEST, owner, new.request_id)
+                if r is not None:
+                    check_same_request(r["request_fingerprint"], new.request_fingerprint)
+                    return _instance(r), await conn.fetchval(COUNT_MESSAGES, owner, r["id"])
+            async with conn.transaction():
+                if await conn.fetchrow(SELECT_INSTANCE, owner, parent_id) is None:
+                    return "parent"
+                if not await conn.fetchval(HAS_TURN, owner, parent_id, turn_index):
+                    return "turn"
+                r = await conn.fetchrow(
+                    INSERT_FORK, owner, parent_id, new.id, new.display_name, new.request_id, now,
+                    new.request_fingerprint, turn_index,
+                )
+                if r is not None:
+                    status = await conn.execute(COPY_PREFIX, owner, parent_id, new.id, turn_index)
+                    return _instance(r), int(status.split()[-1])
+        if new.request_id is not None:  # a concurrent retry won the race
+            r = await self._pool.fetchrow(SELECT_INSTANCE_BY_REQUEST, owner, new.request_id)
+            if r is not None:
+                check_same_request(r["request_fingerprint"], new.request_fingerprint)
+                return _instance(r), await self._pool.fetchval(COUNT_MESSAGES, owner, r["id"])
+        raise InstanceExists(new.id)
+
+    async def list_defects(
+        self, owner: str | None, instance_id: str | None, after: tuple[datetime, str] | None, limit: int
+    ) -> list[SuspectedDefect]:
+        """Suspected defects newest first; `owner` None = every owner's (operator)."""
+        t, i = after if after else (None, None)
+        return [_defect(r) for r in await self._pool.fetch(LIST_DEFECTS, owner, instance_id, t, i, limit)]
+
+    async def get_defect(self, owner: str | None, instance_id: str, trace_id: str) -> SuspectedDefect | None:
+        r = await self._pool.fetchrow(GET_DEFECT, owner, instance_id, trace_id)
+        return _defect(r) if r is not None else None

@@ -3,7 +3,7 @@
 `create_server(settings, database_url=..., tracer_provider=...)` follows the service contract
 (preamble / tests/stack.py): applies `services/chat/migrations` to schema `chat`, creates the pool and
 the agent channel once, binds `settings.listen` (port 0 allowed), starts, returns the GrpcServer.
-Stop order: NOT_SERVING → drain → agent channel close → pool close → span flush.
+Stop order: NOT_SERVING → drain → agent and feedback channels close → pool close → span flush.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from agentfeedback.chat.v1 import chat_pb2_grpc
 from opentelemetry.sdk.trace import TracerProvider
 
 from services.chat.agent_client import AgentClient
+from services.chat.fork import Forker
+from services.chat.ratings_client import RatingsClient
 from services.chat.repository import Repository
 from services.chat.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, ChatServicer
 from services.chat.settings import ChatSettings
@@ -40,6 +42,7 @@ async def create_server(
     # The chat service never changes session state, so connections skip asyncpg's reset round trip.
     pool = await create_pool(url, SCHEMA, settings.db_pool_min, settings.db_pool_max, reset=skip_reset)
     channel = client_channel(settings.agent_target)
+    feedback_channel = client_channel(settings.feedback_target)
     repo = Repository(pool)
     turns = TurnRunner(
         repo, AgentClient(channel), tracer, settings.agent_timeout_cap_s, settings.history_messages
@@ -50,13 +53,14 @@ async def create_server(
     server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.add(
         chat_pb2_grpc.add_ChatServiceServicer_to_server,
-        ChatServicer(repo, turns, settings.max_content_chars),
+        ChatServicer(repo, turns, settings.max_content_chars, Forker(repo, RatingsClient(feedback_channel))),
         SERVICE,
     )
     server.bind(settings.listen)
 
     async def close_channel() -> None:
         await channel.close()
+        await feedback_channel.close()
 
     async def close_pool() -> None:
         await pool.close()

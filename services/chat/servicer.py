@@ -15,11 +15,13 @@ from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from google.protobuf import empty_pb2
 from opentelemetry import trace
 
-from services.chat import domain
+from services.chat import defects, domain
+from services.chat.defects import SuspectedDefect
+from services.chat.fork import Forker
 from services.chat.domain import Instance, Message, MessagePage
 from services.chat.repository import InstanceExists, Repository
 from services.chat.turn import StreamStart, TurnCall, TurnRunner
-from services.common.auth import SCOPE_CHAT, current_principal
+from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_ADMIN, current_principal
 from services.common.errors import DomainError, InvalidArgument, NotFound
 from services.common.ids import new_id, page_size, request_fingerprint
 from services.common.server import extract_context
@@ -37,8 +39,11 @@ METHOD_SCOPES: dict[str, str | None] = {
         "ListMessages",
         "ClearMessages",
         "DeleteTurn",
+        "ForkConversation",
     )
 }
+# Authenticated, scope checked by the handler: `chat` for the owner's own, `feedback:admin` across owners.
+METHOD_SCOPES |= {f"/{SERVICE}/{m}": None for m in ("ListSuspectedDefects", "GetSuspectedDefect")}
 UNTRACED_METHODS = (f"/{SERVICE}/SendMessage", f"/{SERVICE}/StreamMessage")
 # grpc-python reports "no deadline" as a remaining time this large (or None).
 _NO_DEADLINE_S = 10**7
@@ -54,7 +59,18 @@ def _ts(dt: datetime):
 
 def instance_pb(i: Instance) -> chat_pb2.Instance:
     return chat_pb2.Instance(
-        name=i.name, display_name=i.display_name, agent=i.agent, owner=i.owner, create_time=_ts(i.create_time)
+        name=i.name, display_name=i.display_name, agent=i.agent, owner=i.owner,
+        create_time=_ts(i.create_time), fork_source=i.fork_source, fork_turn_index=i.fork_turn_index,
+    )
+
+
+def defect_pb(d: SuspectedDefect) -> chat_pb2.SuspectedDefect:
+    text, clipped = d.clipped_text
+    return chat_pb2.SuspectedDefect(
+        name=d.name, owner=d.owner, trace_id=d.trace_id, turn_index=d.turn_index, time=_ts(d.time),
+        kinds=list(d.kinds), event=d.event,
+        user_message=f"instances/{d.instance_id}/messages/{d.user_message_id}", user_text=text,
+        user_text_clipped=clipped, tools=list(d.tools),
     )
 
 
@@ -71,6 +87,8 @@ def message_pb(m: Message) -> chat_pb2.Message:
         dictation=m.dictation,
         model=m.model,
         agent=m.agent,
+        source_message=m.source_message,
+        source_trace_id=m.source_trace_id,
     )
 
 
@@ -81,10 +99,11 @@ def caller_remaining(context: grpc.aio.ServicerContext) -> float | None:
 
 
 class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
-    def __init__(self, repo: Repository, turns: TurnRunner, max_content_chars: int):
+    def __init__(self, repo: Repository, turns: TurnRunner, max_content_chars: int, forker: Forker):
         self._repo = repo
         self._turns = turns
         self._max_chars = max_content_chars
+        self._forker = forker
 
     async def CreateInstance(self, request, context):  # noqa: N802
         """AIP-133; ALREADY_EXISTS when the owner already has `instance_id` (and it is not a retry).
@@ -183,6 +202,39 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
             raise NotFound(f"{inst.name} turn {trace_id}")
         return empty_pb2.Empty()
 
+    async def ForkConversation(self, request, context):  # noqa: N802
+        """services.chat.fork (chat.proto ForkConversation has the errors)."""
+        res = await self._forker.fork(
+            current_principal(), request.parent, request.turn_index, request.instance_id,
+            request.display_name, request.request_id, request_fingerprint(request), caller_remaining(context),
+        )
+        return chat_pb2.ForkConversationResponse(
+            instance=instance_pb(res.instance), copied_message_count=res.copied_messages,
+            copied_rating_count=res.copied_ratings,
+        )
+
+    async def ListSuspectedDefects(self, request, context):  # noqa: N802
+        """Newest first; `instances/-` across owners needs `feedback:admin` (services.chat.defects)."""
+        instance_id = defects.parse_parent(request.parent)
+        owner = _defect_reader(instance_id is None)
+        size = page_size(request.page_size, default=50)
+        after = defects.parse_page(request.page_token, request.parent)
+        if instance_id is not None and await self._repo.get_instance(owner, instance_id) is None:
+            raise NotFound(request.parent)
+        rows = await self._repo.list_defects(owner, instance_id, after, size + 1)
+        resp = chat_pb2.ListSuspectedDefectsResponse(suspected_defects=[defect_pb(d) for d in rows[:size]])
+        if len(rows) > size:
+            resp.next_page_token = defects.page_token(rows[size - 1], request.parent)
+        return resp
+
+    async def GetSuspectedDefect(self, request, context):  # noqa: N802
+        instance_id, trace_id = defects.parse_defect_name(request.name)
+        admin = SCOPE_FEEDBACK_ADMIN in current_principal().scopes
+        d = await self._repo.get_defect(_defect_reader(admin), instance_id, trace_id)
+        if d is None:
+            raise NotFound(request.name)
+        return defect_pb(d)
+
     # -- helpers -------------------------------------------------------------------------------
 
     async def _instance(self, name: str, field_path: str) -> Instance:
@@ -207,6 +259,17 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
             request_fingerprint(request) if request.request_id else None,
         )
         return TurnCall(p.sub, p.token, turn, _caller(context), caller_remaining(context))
+
+
+def _defect_reader(any_owner: bool) -> str | None:
+    """Whose suspected defects the caller reads: every owner's (None) with `feedback:admin`, else their
+    own (`sub`) with `chat`. PERMISSION_DENIED naming the missing scope otherwise."""
+    p = current_principal()
+    if any_owner:
+        p.require(SCOPE_FEEDBACK_ADMIN)
+        return None
+    p.require(SCOPE_CHAT)
+    return p.sub
 
 
 def _caller(context: grpc.aio.ServicerContext) -> trace.SpanContext | None:

@@ -15,6 +15,8 @@ class ChatSettings(CommonSettings):
     listen: str = Field(default="127.0.0.1:50051", pattern=LISTEN_PATTERN)
     # Address of the agent's AgentService.
     agent_target: str = Field(default="127.0.0.1:50054", pattern=LISTEN_PATTERN)
+    # Address of FeedbackService (ForkConversation copies the caller's ratings there: CopyRatings).
+    feedback_target: str = Field(default="127.0.0.1:50052", pattern=LISTEN_PATTERN)
     # Longest user message, in Unicode code points.
     max_content_chars: int = Field(default=32000, ge=1)
     # Cap on the agent call's deadline in seconds, also used when the caller sent none.

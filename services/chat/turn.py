@@ -32,6 +32,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from services.chat.domain import (
     AgentCallError,
     AgentReply,
+    HistoryMessage,
     Message,
     Role,
     ThinkInput,
@@ -264,7 +265,7 @@ class TurnRunner:
             await asyncio.sleep(RETRY_POLL_S)
 
     def _think_input(
-        self, turn: TurnInput, user: Message, history: list[tuple[Role, str]], agent: str
+        self, turn: TurnInput, user: Message, history: list[HistoryMessage], agent: str
     ) -> ThinkInput:
         return ThinkInput(
             instance=f"instances/{turn.instance_id}",
@@ -299,7 +300,7 @@ class TurnRunner:
             model=reply.model,
             agent=user.agent,
         )
-        await asyncio.shield(self._repo.finish_turn(owner, msg))
+        await asyncio.shield(self._repo.finish_turn(owner, msg, reply.defects, reply.defect_tools))
         span.set_attribute("chat.reply_message", msg.name)
         span.add_event(
             "chat.out",

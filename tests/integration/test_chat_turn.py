@@ -141,13 +141,16 @@ async def test_remember_that_you_got_that_wrong_records_feedback_not_memory(stac
     t = await stack.wait_trace(r.trace_id, min_spans=3)
     names = [s.attributes["gen_ai.tool.name"] for s in by_name(t, "tool.call")]
     assert names == ["record_feedback"]
-    assert "filed that as feedback" in r.reply.content
-    # The row: author AGENT, anchored to this turn's trace id, the owner's words paraphrased.
+    assert "filed that as feedback" in r.reply.content and "carry on" in r.reply.content
+    assert "remember" not in r.reply.content.lower() and "next time" not in r.reply.content.lower()
+    # The row (issue 13): author AGENT, about the reply complained about (the previous assistant
+    # message: its snapshot and frozen evidence are that turn's), the owner's words paraphrased.
     listed = await stack.feedback().ListFeedback(
-        fpb.ListFeedbackRequest(trace_id=r.trace_id), metadata=stack.md()
+        fpb.ListFeedbackRequest(trace_id=first.trace_id), metadata=stack.md()
     )
     (row,) = listed.feedback
-    assert row.author == fpb.AUTHOR_AGENT and row.trace_id == r.trace_id and row.owner == "alice"
+    assert row.author == fpb.AUTHOR_AGENT and row.message == first.reply.name and row.owner == "alice"
+    assert row.snapshot.trace_id == first.trace_id and row.snapshot.target_text == first.reply.content[:2000]
     assert "Remember that you got that wrong." in row.body
     assert first.trace_id != r.trace_id
     # The other phrasing routes the same way.

@@ -1,6 +1,8 @@
 """`record_feedback`'s way to the feedback service: FeedbackService.CreateFeedback over gRPC with the
 owner's forwarded token (on behalf of), the tool span's context as `traceparent`, a fresh UUID4
-request_id, author AGENT, surface CHAT, sentiment BAD, target = the turn's trace id. Author AGENT is
+request_id, author AGENT, surface CHAT, sentiment BAD, target = the reply complained about (its message
+name) with the complaint turn's trace id as `context_trace_id`, or the turn's trace id when the
+conversation has no earlier reply. Author AGENT is
 only accepted with the agent's own service credential (scope `feedback:agent`) in metadata
 `x-agentfeedback-actor: Bearer <jwt>`; `actor_token()` supplies it.
 """
@@ -28,14 +30,15 @@ class FeedbackClient:
         self._timeout = timeout_s
 
     async def create(
-        self, *, trace_id: str, instance: str, body: str, token: str, otel: otel_context.Context
+        self, *, trace_id: str, instance: str, body: str, token: str, otel: otel_context.Context,
+        message: str = "",
     ) -> str:
         """Creates the row; returns its name (`feedback/{id}`). Raises grpc.aio.AioRpcError on failure."""
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=otel)
         req = feedback_pb2.CreateFeedbackRequest(
             feedback=feedback_pb2.Feedback(
-                trace_id=trace_id,
+                **({"message": message, "context_trace_id": trace_id} if message else {"trace_id": trace_id}),
                 instance=instance,
                 body=body,
                 author=feedback_pb2.AUTHOR_AGENT,

@@ -15,7 +15,9 @@ RECORD_FEEDBACK_PARAGRAPH = (
     '"remember that you got that wrong"), call the record_feedback tool with their complaint in their own '
     "words, lightly paraphrased. Such a complaint is a report for the people who improve you: "
     "it is not a fact to remember (never call write_memory for it) and not a manner to adopt. "
-    "Do not argue with it and do not promise that you will behave differently."
+    "Do not argue with it. Record it, tell the owner in one short sentence that you have recorded it, "
+    "and carry on with the task. Never promise to remember it or to do better next time: you will not "
+    "see it again."
 )
 
 

@@ -39,6 +39,8 @@ class AgentTurn:
     content: str
     turn_index: int
     user_message: str
+    # The earlier replies of the conversation as (message name, turn index), oldest first.
+    replies: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class AgentResult:
     content: str
     model: str
     tool_calls: list[ToolOutcome] = field(default_factory=list)
+    # Span events of note recorded during the turn (ThinkResponse.events), each name once.
+    events: list[str] = field(default_factory=list)
 
 
 def invented_claims(claims: Sequence[Claim], calls: Sequence[ToolOutcome]) -> list[Claim]:
@@ -104,7 +108,8 @@ class ReferenceAgent:
             },
         )
         ctx = ToolContext(
-            owner, token, turn.instance, turn.turn_index, trace.set_span_in_context(span, parent)
+            owner, token, turn.instance, turn.turn_index, trace.set_span_in_context(span, parent),
+            turn.replies,
         )
         try:
             if self._think_s:
@@ -118,6 +123,8 @@ class ReferenceAgent:
             else:
                 result, claims = await self._scripted(turn, ctx)
             for c in invented_claims(claims, result.tool_calls):
+                if "chat.invented_result" not in result.events:
+                    result.events.append("chat.invented_result")
                 span.add_event(
                     "chat.invented_result",
                     {
@@ -150,8 +157,8 @@ class ReferenceAgent:
             )
             if out.status == "OK":
                 text = (
-                    f"Thank you. I filed that as feedback ({out.data}) for the people who improve me. "
-                    "It is a report about this turn, not something I will memorise."
+                    f"I filed that as feedback ({out.data}) for the people who improve me. "
+                    "Let's carry on with your task."
                 )
             else:
                 text = (

@@ -37,6 +37,9 @@ def _turn(request: agent_pb2.ThinkRequest) -> AgentTurn:
         turn_index=request.turn_index,
         user_message=request.user_message,
         history=[(_ROLES.get(m.role, "user"), m.content) for m in request.history],
+        replies=tuple(
+            (m.name, m.turn_index) for m in request.history if m.role == agent_pb2.ROLE_ASSISTANT and m.name
+        ),
     )
 
 
@@ -54,6 +57,7 @@ def _response(r: AgentResult) -> agent_pb2.ThinkResponse:
             )
             for t in r.tool_calls
         ],
+        events=[*r.events, *(["chat.truncated"] if any(t.truncated for t in r.tool_calls) else [])],
     )
 
 

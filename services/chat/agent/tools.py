@@ -10,12 +10,14 @@ events: `chat.truncated` when the result exceeded `max_result_bytes` and was cut
 status: ERROR when the tool raised (the model sees `{"error": ...}` as the result).
 
 Tools: `recall_transcript` (the recorded reply), `record_feedback` (FeedbackService.CreateFeedback on
-the owner's behalf, author AGENT, target = the turn's trace id from the OTel context),
+the owner's behalf, author AGENT, target = the reply complained about — the previous assistant message
+unless the call names another — with the complaint turn's trace id as `context_trace_id`),
 `write_memory` (in-process store), `list_subordinates` (a large listing).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import uuid
@@ -55,6 +57,8 @@ class ToolContext:
     instance: str
     turn_index: int
     otel: otel_context.Context = field(default_factory=otel_context.Context)
+    # The conversation's earlier replies as (message name, turn index), oldest first.
+    replies: tuple[tuple[str, int], ...] = ()
 
     @property
     def trace_id(self) -> str:
@@ -127,9 +131,7 @@ class ToolRegistry:
                 "tool.arguments.size_bytes": len(args_text.encode()),
             },
         )
-        tool_ctx = ToolContext(
-            ctx.owner, ctx.token, ctx.instance, ctx.turn_index, trace.set_span_in_context(span)
-        )
+        tool_ctx = dataclasses.replace(ctx, otel=trace.set_span_in_context(span))
         status, data = "OK", None
         try:
             tool = self._tools.get(name)
@@ -168,10 +170,31 @@ class ToolRegistry:
 
 class FeedbackPort(Protocol):
     async def create(
-        self, *, trace_id: str, instance: str, body: str, token: str, otel: otel_context.Context
+        self, *, trace_id: str, instance: str, body: str, token: str, otel: otel_context.Context,
+        message: str = "",
     ) -> str:
-        """Creates an AGENT-authored feedback row; returns its name. Raises on failure."""
+        """Creates an AGENT-authored feedback row about `message` (empty: about the turn `trace_id`);
+        returns its name. Raises on failure."""
         ...
+
+
+def complained_about(args: dict[str, Any], ctx: ToolContext) -> str:
+    """The reply a `record_feedback` call is about: `message` (a message name of this instance) or the
+    reply of turn `turn_index` when the call names one, else the previous assistant message; '' when
+    the conversation has no earlier reply (the report is then about the current turn). ValueError for a
+    message of another instance or a turn without a reply."""
+    named = str(args.get("message") or "")
+    if named:
+        if not named.startswith(f"{ctx.instance}/messages/"):
+            raise ValueError(f"message must be a message of {ctx.instance}")
+        return named
+    if args.get("turn_index") is not None:
+        want = int(args["turn_index"])
+        for name, turn in reversed(ctx.replies):
+            if turn == want:
+                return name
+        raise ValueError(f"turn {want} has no reply in this conversation")
+    return ctx.replies[-1][0] if ctx.replies else ""
 
 
 class MemoryStore:
@@ -234,10 +257,12 @@ def build_registry(
         body = str(args.get("body", "")).strip()
         if not body:
             raise ValueError("body is required: the owner's complaint in their words")
+        about = complained_about(args, ctx)
         name = await feedback.create(
-            trace_id=ctx.trace_id, instance=ctx.instance, body=body, token=ctx.token, otel=ctx.otel
+            trace_id=ctx.trace_id, instance=ctx.instance, body=body, token=ctx.token, otel=ctx.otel,
+            message=about,
         )
-        return json.dumps({"feedback": name, "trace_id": ctx.trace_id}), name
+        return json.dumps({"feedback": name, "about": about or ctx.trace_id, "trace_id": ctx.trace_id}), name
 
     async def write_memory(args: dict[str, Any], ctx: ToolContext) -> tuple[str, Any]:
         fact = str(args.get("fact", "")).strip()
@@ -269,7 +294,12 @@ def build_registry(
             "you (not a memory).",
             {
                 "type": "object",
-                "properties": {"body": {"type": "string", "maxLength": 4000}},
+                "properties": {
+                    "body": {"type": "string", "maxLength": 4000},
+                    "message": {"type": "string", "description": "The reply complained about "
+                                "(instances/{i}/messages/{m}); default: your previous reply."},
+                    "turn_index": {"type": "integer", "description": "Or: the turn whose reply it is about."},
+                },
                 "required": ["body"],
             },
             record_feedback,
