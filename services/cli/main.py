@@ -3,7 +3,7 @@
   agentfeedback run                 whole stack + demo, then serve until Ctrl-C (what `make run` calls)
   agentfeedback demo                the demo against a running stack
   agentfeedback token [--sub S]     print a dev bearer token (embedded HS256 secret)
-  agentfeedback feedback list|show|resolve|file|export
+  agentfeedback feedback list|show|resolve|file|delete|export
   agentfeedback trace get TRACE_ID  the turn's spans as a waterfall
 
 Targets/token: `AGENTFEEDBACK_CLIENT_*` variables or the global flags (see `--help`).

@@ -148,6 +148,20 @@ async def file_cmd(c: Clients, feedback_id: str):
     click.echo(out.issue_url)
 
 
+@feedback.command("delete")
+@click.argument("feedback_id")
+@click.confirmation_option(prompt="Delete this report for good (the owner's words and the frozen evidence)?")
+@_run
+async def delete_cmd(c: Clients, feedback_id: str):
+    """Hard-delete a report (DeleteFeedback; needs feedback:write). One request id for every retry of
+    this command's call, so a retried delete that already succeeded still answers OK."""
+    name = feedback_name(feedback_id)
+    await c.feedback().DeleteFeedback(
+        feedback_pb2.DeleteFeedbackRequest(name=name, request_id=str(uuid.uuid4())),
+        metadata=c.md, timeout=c.settings.timeout_s)
+    click.echo(f"{name}: deleted")
+
+
 @feedback.command("export")
 @click.option("--output", "-o", type=click.File("w"), default="-", help="JSONL file (default stdout).")
 @click.option("--page-size", default=200, show_default=True, type=click.IntRange(1, 1000), help="Rows per request (1–1000).")

@@ -90,3 +90,18 @@ async def test_list_resolve_export_and_owner_scope(stack, tmp_path):
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["name"] for r in rows] == [fb.name] and rows[0]["status"] == "STATUS_TRIAGED"
     assert rows[0]["body"] == "The list stops halfway; it lost people."
+
+
+async def test_feedback_delete_removes_the_report_for_its_owner_only(stack):
+    _, fb = await _flagged_turn(stack)
+    fid = fb.name.removeprefix("feedback/")
+    # Another owner cannot delete it (NOT_FOUND, exit 1); without --yes nothing happens.
+    refused = await _cli(stack, "feedback", "delete", fid, "--yes", sub="mallory")
+    assert refused.exit_code == 1 and "NOT_FOUND" in refused.output
+    unconfirmed = await _cli(stack, "feedback", "delete", fid)
+    assert unconfirmed.exit_code == 1
+    assert (await _cli(stack, "feedback", "show", fid)).exit_code == 0
+    done = await _cli(stack, "feedback", "delete", fid, "--yes")
+    assert done.exit_code == 0 and f"{fb.name}: deleted" in done.output
+    gone = await _cli(stack, "feedback", "show", fid)
+    assert gone.exit_code == 1 and "NOT_FOUND" in gone.output
