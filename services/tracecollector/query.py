@@ -201,14 +201,13 @@ class TraceReader:
         p = SearchParams.parse(req, self._max_days)
         ids = await self._repo.search_trace_ids(
             start_ns=p.start_ns, end_ns=p.end_ns, service_name=p.service_name, span_name=p.span_name,
-            attributes_json=json.dumps(p.attributes), status_code=p.status_code,
+            attributes=p.attributes, status_code=p.status_code,
             min_duration_ns=p.min_duration_ns, after=p.after, limit=p.page_size + 1,
         )
         page, more = ids[: p.page_size], len(ids) > p.page_size
-        summaries = await self._repo.summarize_traces([bytes(r["trace_id"]) for r in page])
+        summaries = await self._repo.summarize_traces([tid for tid, _ in page])
         out = traces_pb2.SearchTracesResponse()
-        for r in page:
-            tid = bytes(r["trace_id"])
+        for tid, _ in page:
             s = summaries.get(tid)
             if s is None:  # dropped by retention between the two statements
                 continue
@@ -218,9 +217,9 @@ class TraceReader:
                 span_count=s["span_count"], status_code=s["status_code"] if 0 <= s["status_code"] <= 2 else 0,
             )
         if more:
-            last = page[-1]
+            last_tid, last_start = page[-1]
             out.next_page_token = encode_page_token(
-                {"s": last["first_start"], "t": bytes(last["trace_id"]).hex(), "q": SearchParams.fingerprint(req)}
+                {"s": last_start, "t": last_tid.hex(), "q": SearchParams.fingerprint(req)}
             )
         return out
 

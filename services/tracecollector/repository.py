@@ -12,7 +12,10 @@ dropped with DETACH ... CONCURRENTLY then DROP TABLE, so neither stalls ingest. 
 """
 from __future__ import annotations
 
+import json
+import math
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -50,6 +53,17 @@ ATTACH_PARTITION = "ALTER TABLE traces.spans ATTACH PARTITION traces.{name} FOR 
 DETACH_CONCURRENTLY = "ALTER TABLE traces.spans DETACH PARTITION traces.{name} CONCURRENTLY"
 DETACH_FINALIZE = "ALTER TABLE traces.spans DETACH PARTITION traces.{name} FINALIZE"
 DROP_TABLE = "DROP TABLE IF EXISTS traces.{name}"
+# A day about to expire: no autovacuum from now on. A running autovacuum holds SHARE UPDATE EXCLUSIVE,
+# which DETACH ... CONCURRENTLY must wait for (an autovacuum yields only after deadlock_timeout, 1 s:
+# the 58 ms / 1,084 ms drops of issue 17); nothing reads the day's statistics any more by the next pass.
+RETIRE_PARTITION = "ALTER TABLE traces.{name} SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)"
+RETIRE_LOCK_TIMEOUT = "SET lock_timeout = '200ms'"
+# A day that has ended: merge its attribute index's pending list (GIN fastupdate, ≤ 4 MB that every
+# attribute search would otherwise read in full); the day gets no more inserts, so once is enough.
+CLEAN_PENDING = """
+SELECT coalesce(sum(gin_clean_pending_list(x.indexrelid)), 0)::bigint FROM pg_index x
+JOIN pg_inherits i ON i.inhrelid = x.indexrelid AND i.inhparent = 'traces.spans_attributes_idx'::regclass
+WHERE x.indrelid = 'traces.{name}'::regclass"""
 RECORD_DROPPED_DAY = "INSERT INTO traces.dropped_days(day) VALUES ($1) ON CONFLICT (day) DO NOTHING"
 DAY_DROPPED = "SELECT EXISTS (SELECT 1 FROM traces.dropped_days WHERE day = $1)"
 
@@ -68,25 +82,31 @@ SELECT * FROM (
 ) s ORDER BY start_ns, span_id
 """
 
-# Traces with at least one span matching every filter in [$1, $2); newest first by the earliest
-# matching span's start; keyset after ($8 start, $9 trace id) when $8 is not NULL.
-# $3 service ('' = any), $4 span name ('' = any), $5 jsonb object of attribute → string form
-# (every pair must match one span), $6 status code (NULL = any), $7 min duration ns.
-SEARCH_TRACE_IDS = """
-SELECT trace_id, min(start_ns) AS first_start
-FROM traces.spans s
-WHERE start_ns >= $1 AND start_ns < $2
+# SearchTraces (issue 17). A trace matches when one of its spans in [$1, $2) passes every filter; it
+# sorts by its earliest matching span's start, newest first. `search_trace_ids` walks matching spans
+# newest first in growing time windows (SEARCH_WALK: an index scan backwards, LIMIT), so the first
+# page of a common filter reads a few hundred rows, not the whole range; the exact sort key of each
+# trace it met comes from SEARCH_FIRST_STARTS (trace id index). Attribute filters use the GIN index
+# (migrations/0002): `attributes @> ANY(forms)` for each filter, then the exact string-form check.
+# $3 service ('' = any), $4 span name ('' = any), $5 jsonb {attribute: string form}, $6 status (NULL
+# = any), $7 min duration ns; then `attributes @> ANY($n::jsonb[])` per filter, appended in code.
+_SEARCH_FILTERS = """
+start_ns >= $1 AND start_ns < $2
   AND ($3 = '' OR service_name = $3)
   AND ($4 = '' OR name = $4)
   AND ($6::smallint IS NULL OR status_code = $6)
   AND end_ns - start_ns >= $7
   AND NOT EXISTS (SELECT 1 FROM jsonb_each_text($5::jsonb) f
-                  WHERE (s.attributes ->> f.key) IS DISTINCT FROM f.value)
-GROUP BY trace_id
-HAVING $8::bigint IS NULL OR (min(start_ns), trace_id) < ($8, $9::bytea)
-ORDER BY first_start DESC, trace_id DESC
-LIMIT $10
-"""
+                  WHERE (s.attributes ->> f.key) IS DISTINCT FROM f.value)"""
+# Matching spans in [$1, $2), newest first, at most $8 (the walk's step).
+SEARCH_WALK = "SELECT trace_id, start_ns FROM traces.spans s WHERE {filters} ORDER BY start_ns DESC LIMIT $8"
+# The earliest matching start in [$1, $2) of each trace in $8.
+SEARCH_FIRST_STARTS = """
+SELECT trace_id, min(start_ns) AS first_start FROM traces.spans s
+WHERE {filters} AND trace_id = ANY($8::bytea[]) GROUP BY trace_id"""
+# The walk's first window and growth: 1 min, 8 min, 64 min, 8.5 h, 68 h, 23 days (≤ 6 windows).
+SEARCH_FIRST_WINDOW_NS = 60 * 1_000_000_000
+SEARCH_WINDOW_GROWTH = 8
 # Summaries of the given traces: root span (no parent; else the earliest), distinct span count,
 # worst status (ERROR 2 > OK 1 > UNSET 0).
 SUMMARIZE_TRACES = """
@@ -111,6 +131,21 @@ def partition_day(name: str) -> date | None:
     """The day of a partition name, or None when `name` is not one."""
     m = _PARTITION.match(name)
     return datetime.strptime(m.group(1), "%Y%m%d").date() if m else None
+
+
+def attribute_forms(key: str, value: str) -> list[str]:
+    """The JSON documents `{key: stored}` whose stored value can have the string form `value` (what
+    `attributes ->> key` returns): the string itself, and the number / boolean / array / object that
+    `value` spells as JSON (ingest stores OTLP ints, doubles, bools, arrays and kvlists as such).
+    A superset of the matches (e.g. 1.0 contains 1): the exact check follows in SQL."""
+    forms = [json.dumps({key: value})]
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return forms
+    if parsed is not None and not isinstance(parsed, str) and not (isinstance(parsed, float) and not math.isfinite(parsed)):
+        forms.append(json.dumps({key: parsed}))
+    return forms
 
 
 @dataclass(frozen=True)
@@ -163,17 +198,42 @@ class Repository:
             finally:
                 await conn.execute(RESET_LOCK_TIMEOUT)
 
-    async def drop_partition(self, p: Partition) -> None:
+    async def drop_partition(self, p: Partition) -> tuple[float, float]:
         """Detach `p` without blocking writers (DETACH ... CONCURRENTLY; FINALIZE when an earlier
-        attempt was interrupted), drop it, and record its day in `dropped_days`."""
+        attempt was interrupted), drop it, and record its day in `dropped_days`. Returns the seconds
+        the detach took (waiting for the transactions that use `spans`: independent of the day's
+        size) and the drop (the table is alone by then, nothing waits for it; the filesystem frees its
+        files, which grows with the day's size)."""
         async with self._pool.acquire() as conn:
             await conn.execute(SET_LOCK_TIMEOUT)
             try:
+                t0 = time.perf_counter()
                 stmt = DETACH_FINALIZE if p.detach_pending else DETACH_CONCURRENTLY
                 await conn.execute(stmt.format(name=p.name))  # must run outside a transaction block
+                t1 = time.perf_counter()
                 await self._drop_detached(conn, p.name, p.day)
+                return t1 - t0, time.perf_counter() - t1
             finally:
                 await conn.execute(RESET_LOCK_TIMEOUT)
+
+    async def retire_partition(self, p: Partition) -> bool:
+        """Turn autovacuum off on `p` (the next day to drop), so that no autovacuum holds it when the
+        drop comes. False when a lock holder (e.g. that autovacuum) kept it 200 ms: the next pass
+        retries (a day is retired a whole day before its drop)."""
+        async with self._pool.acquire() as conn:
+            await conn.execute(RETIRE_LOCK_TIMEOUT)
+            try:
+                await conn.execute(RETIRE_PARTITION.format(name=p.name))
+                return True
+            except asyncpg.LockNotAvailableError:
+                return False
+            finally:
+                await conn.execute(RESET_LOCK_TIMEOUT)
+
+    async def settle_partition(self, p: Partition) -> int:
+        """Merge the pending list of `p`'s attribute index (a day that ended); pages merged."""
+        async with self._pool.acquire() as conn:
+            return await conn.fetchval(CLEAN_PENDING.format(name=p.name))
 
     async def drop_leftovers(self) -> list[str]:
         """Drop partition tables left detached by an interrupted pass; returns their names."""
@@ -210,18 +270,53 @@ class Repository:
         end_ns: int,
         service_name: str,
         span_name: str,
-        attributes_json: str,
+        attributes: dict[str, str],
         status_code: int | None,
         min_duration_ns: int,
         after: tuple[int, bytes] | None,
         limit: int,
-    ) -> list[asyncpg.Record]:
-        """(trace_id, first_start) of matching traces, newest first, at most `limit`."""
+    ) -> list[tuple[bytes, int]]:
+        """(trace_id, first_start) of the matching traces, newest first by first_start then trace id,
+        strictly after the keyset `after` when given, at most `limit`.
+
+        Exact, not sampled: walking newest first, once every matching span in [frontier, top) is seen,
+        every trace whose first matching start is ≥ frontier has been met; those are final. The walk
+        stops as soon as `limit` of them are known, or the range is exhausted.
+        """
+        forms = [attribute_forms(k, v) for k, v in sorted(attributes.items())]
+        filters = _SEARCH_FILTERS + "".join(f"\n  AND attributes @> ANY(${9 + i}::jsonb[])" for i in range(len(forms)))
+        walk_sql, first_sql = SEARCH_WALK.format(filters=filters), SEARCH_FIRST_STARTS.format(filters=filters)
+        args = (service_name, span_name, json.dumps(attributes), status_code, min_duration_ns)
+        # Only spans at or before the keyset's start can be the first matching span of a later trace.
+        top = min(end_ns, after[0] + 1) if after else end_ns
+        step = max(4 * limit, 256)
+        seen: set[bytes] = set()
+        firsts: dict[bytes, int] = {}
+        window = SEARCH_FIRST_WINDOW_NS
         async with self._pool.acquire() as conn:
-            return await conn.fetch(
-                SEARCH_TRACE_IDS, start_ns, end_ns, service_name, span_name, attributes_json, status_code,
-                min_duration_ns, after[0] if after else None, after[1] if after else None, limit,
-            )
+            while True:
+                lo = max(start_ns, top - window)
+                rows = await conn.fetch(walk_sql, lo, top, *args, step, *forms)
+                if len(rows) == step:
+                    frontier = rows[-1]["start_ns"] + 1  # every match in [frontier, top) is in `rows`
+                    if rows[0]["start_ns"] == rows[-1]["start_ns"]:
+                        step *= 2  # one start time holds a whole step: widen the step, not the window
+                        continue
+                else:
+                    frontier = lo
+                    window *= SEARCH_WINDOW_GROWTH
+                new = {bytes(r["trace_id"]) for r in rows} - seen
+                if new:
+                    seen |= new
+                    firsts.update((bytes(r["trace_id"]), r["first_start"]) for r in await conn.fetch(
+                        first_sql, start_ns, end_ns, *args, list(new), *forms))
+                done = frontier <= start_ns
+                final = sorted(((t, s) for t, s in firsts.items()
+                                if (done or s >= frontier) and (after is None or (s, t) < after)),
+                               key=lambda x: (x[1], x[0]), reverse=True)
+                if done or len(final) >= limit:
+                    return final[:limit]
+                top = frontier
 
     async def summarize_traces(self, trace_ids: list[bytes]) -> dict[bytes, asyncpg.Record]:
         """Summary rows (root name/service/start/duration, span count, worst status) by trace id."""

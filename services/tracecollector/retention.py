@@ -31,6 +31,8 @@ class Plan:
 
     create: list[date]
     drop: list[Partition]
+    retire: list[Partition]  # the oldest kept day: dropped by a pass tomorrow (autovacuum off now)
+    settle: list[Partition]  # kept days that have ended (their attribute index's pending list merged)
 
 
 def kept_days(now_ns: int, retention_days: int, ahead_days: int) -> tuple[date, date]:
@@ -45,9 +47,14 @@ def plan(existing: list[Partition], now_ns: int, retention_days: int, ahead_days
     first, last = kept_days(now_ns, retention_days, ahead_days)
     have = {p.day for p in existing}
     create = [first + timedelta(days=i) for i in range((last - first).days + 1)]
+    drop = [p for p in existing if p.day < first or p.detach_pending]
+    kept = [p for p in existing if p not in drop]
+    today = utc_day(now_ns).date()
     return Plan(
         create=[d for d in create if d not in have],
-        drop=[p for p in existing if p.day < first or p.detach_pending],
+        drop=drop,
+        retire=[p for p in kept if p.day == first],
+        settle=[p for p in kept if p.day < today],
     )
 
 
@@ -91,12 +98,17 @@ class Retention:
                 await self._repo.create_partition(day)
             timings = []
             for part in p.drop:
-                t0 = time.perf_counter()
-                await self._repo.drop_partition(part)
-                timings.append((time.perf_counter() - t0) * 1000)
-                log.info("retention: dropped spans of %s (%.1f ms)", part.day, timings[-1])
+                detach_s, drop_s = await self._repo.drop_partition(part)
+                timings.append((detach_s + drop_s) * 1000)
+                log.info("retention: dropped spans of %s (detach %.1f ms, drop %.1f ms)",
+                         part.day, detach_s * 1000, drop_s * 1000)
             if p.create:
                 log.info("retention: created partitions %s..%s", p.create[0], p.create[-1])
+            for part in p.retire:
+                if not await self._repo.retire_partition(part):
+                    log.info("retention: %s is busy (autovacuum?); retiring it at the next pass", part.day)
+            for part in p.settle:
+                await self._repo.settle_partition(part)
         return PassResult(p.create, [x.day for x in p.drop], timings)
 
     async def run_forever(self) -> None:

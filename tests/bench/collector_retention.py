@@ -1,0 +1,132 @@
+"""Retention figures of the collector benchmark (issue 17), run by bench_collector.bench_get_trace on its
+loaded database while the collector process serves Exports.
+
+- `retention_drop_day_ms` / `retention_drop_big_day_ms`: one day's drop (`Repository.drop_partition`:
+  DETACH ... CONCURRENTLY + DROP TABLE) of a day of BENCH_COLLECTOR_SMALL_DAY_SPANS (200k; median of
+  two such days) and of BENCH_COLLECTOR_BIG_DAY_SPANS (2M), with Exports flowing.
+  `retention_drop_big_vs_small` = big / small (target ≤ 2: the drop must not depend on the day's size).
+  The days lie before the retention window (the collector's own pass ran at its start-up; the next
+  is an hour away) and were retired as a pass retires the oldest kept day the day before its drop
+  (autovacuum off: `Repository.retire_partition`), after a VACUUM ANALYZE that stands for the 13 days
+  of autovacuum such a day has seen.
+- `export_p99_ms` / `export_p99_during_retention_ms`: per-Export latency (1000 spans, 4 clients, ack
+  after commit) with no retention pass running, and while passes run back to back (the three loaded
+  days, then empty days created and dropped; the same number of Exports each way, baseline and
+  retention rounds alternating twice). `export_p99_retention_vs_baseline` = ratio (target ≤ 2).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from datetime import UTC, date, datetime
+
+import grpc
+
+from services.tracecollector.repository import Partition, Repository, partition_name
+
+NS = 1_000_000_000
+NS_PER_DAY = 86_400 * NS
+SMALL = int(os.environ.get("BENCH_COLLECTOR_SMALL_DAY_SPANS", "200000")) // 5 * 5
+BIG = int(os.environ.get("BENCH_COLLECTOR_BIG_DAY_SPANS", "2000000")) // 5 * 5
+EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
+def _day(ns: int) -> date:
+    return datetime.fromtimestamp(ns // NS, UTC).date()
+
+
+async def _exports(port: int, payloads: list[bytes], stop: asyncio.Event | None, n: int,
+                   clients: int = 4) -> list[float]:
+    """Per-Export latencies (ms): `n` Exports over `clients` channels, or until `stop` is set (then
+    at least `n`)."""
+    lat: list[float] = []
+    channels = [grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(clients)]
+    count = 0
+
+    async def client(ch: grpc.aio.Channel) -> None:
+        nonlocal count
+        export = ch.unary_unary(EXPORT_METHOD)
+        while count < n or (stop is not None and not stop.is_set()):
+            body = payloads[count % len(payloads)]
+            count += 1
+            t0 = time.perf_counter()
+            await export(body, timeout=60)
+            lat.append((time.perf_counter() - t0) * 1000)
+
+    try:
+        await asyncio.gather(*(c.channel_ready() for c in channels))
+        await asyncio.gather(*(client(c) for c in channels))
+    finally:
+        for c in channels:
+            await c.close()
+    return lat
+
+
+def _p99(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(0.99 * (len(xs) - 1))))]
+
+
+async def retention_figures(pool, repo: Repository, load_day_sql: str, grpc_port: int,
+                            payloads: list[bytes], now_ns: int) -> dict[str, float]:
+    today = now_ns // NS_PER_DAY * NS_PER_DAY
+    days = [(today - 16 * NS_PER_DAY, SMALL), (today - 17 * NS_PER_DAY, BIG), (today - 18 * NS_PER_DAY, SMALL)]
+    t0 = time.perf_counter()
+    for start, n in days:
+        await repo.create_partition(_day(start))
+        async with pool.acquire() as conn:
+            await conn.execute(load_day_sql.format(part=partition_name(_day(start))),
+                               time.strftime("%Y%m%d", time.gmtime(start // NS)), start, n,
+                               (NS_PER_DAY - 10 * NS) // (n // 5))
+            await conn.execute(f"VACUUM ANALYZE traces.{partition_name(_day(start))}")
+    parts = {start: Partition(partition_name(_day(start)), _day(start), False) for start, _ in days}
+    for p in parts.values():
+        while not await repo.retire_partition(p):
+            await asyncio.sleep(0.5)
+    load_s = time.perf_counter() - t0
+    drops: dict[int, float] = {}
+    per_round = 60
+    baseline: list[float] = []
+    during: list[float] = []
+    empty = iter(range(19, 400))
+    await _exports(grpc_port, payloads, None, 8)  # warm-up
+    for rnd in range(2):
+        baseline += await _exports(grpc_port, payloads, None, per_round)
+        stop = asyncio.Event()
+
+        async def passes(rnd: int = rnd, stop: asyncio.Event = stop) -> None:
+            try:
+                todo = [start for start, _ in days][rnd::2] if rnd == 0 else [days[1][0]]
+                done = 0
+                while done < per_round // 6 or todo:  # at least ~10 passes per round
+                    await asyncio.sleep(0.05)
+                    if todo:
+                        start = todo.pop(0)
+                        drops[start] = await repo.drop_partition(parts[start])
+                    else:
+                        d = _day(today - next(empty) * NS_PER_DAY)
+                        await repo.create_partition(d)
+                        await repo.drop_partition(Partition(partition_name(d), d, False))
+                    done += 1
+            finally:
+                stop.set()
+
+        lat, _ = await asyncio.gather(_exports(grpc_port, payloads, stop, per_round), passes())
+        during += lat
+    small = statistics.median([sum(drops[days[0][0]]), sum(drops[days[2][0]])]) * 1000
+    big = sum(drops[days[1][0]]) * 1000
+    small_detach = statistics.median([drops[days[0][0]][0], drops[days[2][0]][0]]) * 1000
+    big_detach = drops[days[1][0]][0] * 1000
+    p99, p99_during = _p99(baseline), _p99(during)
+    return {
+        "retention_drop_day_ms": small, "retention_drop_day_spans": float(SMALL),
+        "retention_drop_big_day_ms": big, "retention_drop_big_day_spans": float(BIG),
+        "retention_drop_big_vs_small": big / small,
+        "retention_detach_day_ms": small_detach, "retention_detach_big_day_ms": big_detach,
+        "retention_detach_big_vs_small": big_detach / small_detach, "retention_bench_load_s": load_s,
+        "export_p50_ms": statistics.median(baseline), "export_p99_ms": p99,
+        "export_p99_during_retention_ms": p99_during, "export_p99_retention_vs_baseline": p99_during / p99,
+        "export_samples_per_phase": float(min(len(baseline), len(during))),
+    }
