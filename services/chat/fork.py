@@ -21,13 +21,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-import grpc
 
 from services.chat.domain import SLUG, Instance, NewInstance, parse_instance_name
 from services.chat.repository import InstanceExists, Repository
 from services.chat.ratings_client import RatingsUnavailable
 from services.common.auth import SCOPE_FEEDBACK_WRITE, Principal
-from services.common.errors import DomainError, InvalidArgument, NotFound, Unavailable
+from services.common.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from services.common.ids import check_text, clip, new_id, parse_request_id
 
 MAX_DISPLAY_NAME_CHARS = 200
@@ -86,9 +85,7 @@ class Forker:
         try:
             got = await self._repo.fork(p.sub, parent_id, new, turn_index, datetime.now(UTC))
         except InstanceExists:
-            raise DomainError(message=f"instances/{new.id} already exists", reason="ALREADY_EXISTS",
-                              metadata={"resource": f"instances/{new.id}"},
-                              code=grpc.StatusCode.ALREADY_EXISTS) from None
+            raise AlreadyExists(f"instances/{new.id}") from None
         if got == "parent":
             raise NotFound(parent)
         if got == "turn":

@@ -22,7 +22,7 @@ from services.chat.domain import Instance, Message, MessagePage
 from services.chat.repository import InstanceExists, Repository
 from services.chat.turn import StreamStart, TurnCall, TurnRunner
 from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_ADMIN, current_principal
-from services.common.errors import DomainError, InvalidArgument, NotFound
+from services.common.errors import AlreadyExists, InvalidArgument, NotFound
 from services.common.ids import new_id, page_size, request_fingerprint
 from services.common.server import extract_context
 
@@ -121,12 +121,7 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         try:
             inst = await self._repo.create_instance(owner, new, datetime.now(UTC))
         except InstanceExists:
-            raise DomainError(
-                message=f"instances/{new.id} already exists",
-                reason="ALREADY_EXISTS",
-                metadata={"resource": f"instances/{new.id}"},
-                code=grpc.StatusCode.ALREADY_EXISTS,
-            ) from None
+            raise AlreadyExists(f"instances/{new.id}") from None
         return instance_pb(inst)
 
     async def GetInstance(self, request, context):  # noqa: N802

@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import NoReturn, Protocol
 
-import grpc  # only for status codes of errors without a helper class in services.common.errors
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
@@ -44,7 +43,7 @@ from services.chat.domain import (
 )
 from services.chat.repository import Repository, RequestRace
 from services.common.clip import clip
-from services.common.errors import DeadlineExceeded, DomainError, NotFound, Unavailable
+from services.common.errors import Cancelled, DeadlineExceeded, DomainError, Internal, NotFound, Unavailable
 from services.common.ids import check_same_request, new_id
 
 log = logging.getLogger(__name__)
@@ -355,23 +354,8 @@ def _turn_error(code: str, detail: str, trace_id: str, user_message: str) -> Bas
             f"the agent is unreachable: {detail}", retry_after_s=1.0, reason="AGENT_UNAVAILABLE", **md
         )
     if code == "CANCELLED":
-        return DomainError(
-            message="the turn was cancelled by its caller",
-            reason="TURN_CANCELLED",
-            metadata=md,
-            code=grpc.StatusCode.CANCELLED,
-        )
+        return Cancelled("the turn was cancelled by its caller", reason="TURN_CANCELLED", **md)
     if code == "FAILED":
-        return DomainError(
-            message=f"the agent failed: {detail}",
-            reason="AGENT_FAILED",
-            metadata=md,
-            code=grpc.StatusCode.INTERNAL,
-        )
+        return Internal(f"the agent failed: {detail}", reason="AGENT_FAILED", **md)
     # The gateway's own failure (e.g. storing the reply): INTERNAL, still naming the turn.
-    return DomainError(
-        message=f"the turn failed ({detail})",
-        reason="TURN_FAILED",
-        metadata=md,
-        code=grpc.StatusCode.INTERNAL,
-    )
+    return Internal(f"the turn failed ({detail})", reason="TURN_FAILED", **md)

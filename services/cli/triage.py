@@ -48,10 +48,10 @@ def _run(fn):
 def ticket_markdown(fb: feedback_pb2.Feedback) -> str:
     """The evidence bundle: the same Markdown ticket draft FileFeedback files, here with every field
     (the owner reading their own row sees their words and the quoted turn) plus the links."""
-    from services.feedback.domain import TicketFields, render_ticket  # noqa: PLC0415 - the one renderer
+    from services.feedback.codec import report_from_pb  # noqa: PLC0415 - the one renderer
+    from services.feedback.ticket import TicketFields, render_ticket  # noqa: PLC0415
 
-    row = MessageToDict(fb, preserving_proto_field_name=True, use_integers_for_enums=True)
-    title, body = render_ticket(row, TicketFields(body=True, message_text=True))
+    title, body = render_ticket(report_from_pb(fb), TicketFields(body=True, message_text=True))
     trace_id = fb.snapshot.trace_id or fb.trace_id
     links = ["", "### Links", ""]
     if fb.instance:

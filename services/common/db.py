@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -92,3 +95,36 @@ async def migrate(url: str, schema: str, directory: Path) -> list[int]:
         return await apply_migrations(conn, schema, directory)
     finally:
         await conn.close()
+
+
+_NAMED_PARAM = re.compile(r"(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+class NamedSQL(str):
+    """SQL written with `:name` parameters, held as asyncpg's positional `$n` text (the string value;
+    asyncpg wants an exact `str`, so pass `.text`); `.bind(values)` is (text, *values in order):
+
+        INSERT_X = NamedSQL("INSERT INTO x (id, owner) VALUES (:id, :owner)")
+        await conn.execute(*INSERT_X.bind({"id": i, "owner": o}))
+
+    A name used twice is one parameter; `::type` casts are left alone. KeyError names a missing value.
+    """
+
+    names: tuple[str, ...]
+    text: str
+
+    def __new__(cls, text: str) -> NamedSQL:
+        names: list[str] = []
+
+        def number(m: re.Match[str]) -> str:
+            if m.group(1) not in names:
+                names.append(m.group(1))
+            return f"${names.index(m.group(1)) + 1}"
+
+        self = super().__new__(cls, _NAMED_PARAM.sub(number, text))
+        self.names = tuple(names)
+        self.text = str.__str__(self)
+        return self
+
+    def bind(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (self.text, *(values[n] for n in self.names))

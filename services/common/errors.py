@@ -1,6 +1,7 @@
 """Domain errors and their one mapping to gRPC status (google.rpc.Status + ErrorInfo, AIP-193).
 
-Domain code raises these; `services.common.server.ErrorInterceptor` converts them in one place.
+Domain code raises these typed errors (one class per status code the code raises; never a bare
+`DomainError(code=…)`); `services.common.server.ServiceInterceptor` converts them in one place.
 Every error carries a machine-readable `reason` (UPPER_SNAKE) in ErrorInfo with domain
 `agentfeedback.dev`; INVALID_ARGUMENT also carries BadRequest field violations naming the field.
 """
@@ -48,13 +49,24 @@ class InvalidArgument(DomainError):
 
 
 class NotFound(DomainError):
-    def __init__(self, resource: str, reason: str = "NOT_FOUND", **md: str):
+    """NOT_FOUND naming `resource`; `explanation` is appended to the message, `details` (e.g. a
+    ResourceInfo) ride in the status."""
+
+    def __init__(self, resource: str, reason: str = "NOT_FOUND", explanation: str = "",
+                 details: list[Message] | None = None, **md: str):
         super().__init__(
-            message=f"{resource} not found",
+            message=f"{resource} not found" + (f": {explanation}" if explanation else ""),
             reason=reason,
             metadata={"resource": resource, **md},
             code=grpc.StatusCode.NOT_FOUND,
+            details=list(details or ()),
         )
+
+
+class AlreadyExists(DomainError):
+    def __init__(self, resource: str, reason: str = "ALREADY_EXISTS", **md: str):
+        super().__init__(message=f"{resource} already exists", reason=reason, metadata={"resource": resource, **md},
+                         code=grpc.StatusCode.ALREADY_EXISTS)
 
 
 class Unauthenticated(DomainError):
@@ -63,11 +75,13 @@ class Unauthenticated(DomainError):
 
 
 class PermissionDenied(DomainError):
-    def __init__(self, scope: str):
+    """PERMISSION_DENIED: by default the token lacks `scope`; `message` / `reason` for other refusals."""
+
+    def __init__(self, scope: str, message: str = "", reason: str = "MISSING_SCOPE", **md: str):
         super().__init__(
-            message=f"token lacks scope {scope!r}",
-            reason="MISSING_SCOPE",
-            metadata={"scope": scope},
+            message=message or f"token lacks scope {scope!r}",
+            reason=reason,
+            metadata={"scope": scope, **md},
             code=grpc.StatusCode.PERMISSION_DENIED,
         )
 
@@ -112,6 +126,23 @@ class ResourceExhausted(DomainError):
         super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.RESOURCE_EXHAUSTED)
         self.retry_after_s = retry_after_s
         self.quota = quota
+
+
+class Cancelled(DomainError):
+    def __init__(self, message: str, reason: str = "CANCELLED", **md: str):
+        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.CANCELLED)
+
+
+class Unimplemented(DomainError):
+    def __init__(self, message: str, reason: str = "UNIMPLEMENTED", **md: str):
+        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.UNIMPLEMENTED)
+
+
+class Internal(DomainError):
+    """INTERNAL that names what failed (e.g. the agent), never internals."""
+
+    def __init__(self, message: str, reason: str = "INTERNAL", **md: str):
+        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.INTERNAL)
 
 
 def _pack(msg: Message) -> any_pb2.Any:

@@ -22,7 +22,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.common.auth import Authenticator, set_current_principal, _current
-from services.common.errors import DomainError, InvalidArgument, internal_status, to_status
+from services.common.errors import DomainError, InvalidArgument, Unimplemented, internal_status, to_status
 from services.common.telemetry import record_exception
 
 log = logging.getLogger(__name__)
@@ -170,8 +170,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         principal = self._auth.authenticate(md.get("authorization"))
         if method not in self._scopes:
             # Fail closed: a method nobody mapped is not callable.
-            raise DomainError(message=f"{method} is not enabled", reason="UNMAPPED_METHOD",
-                              code=grpc.StatusCode.UNIMPLEMENTED)
+            raise Unimplemented(f"{method} is not enabled", reason="UNMAPPED_METHOD")
         scope = self._scopes[method]
         if scope is not None:
             principal.require(scope)

@@ -5,7 +5,7 @@ The work lives in the database, not in memory: PENDING rows (`trace_state = 1`) 
 `next_capture_at`, and client-snapshot rows with a due `refresh_at`. Each pass claims a batch with
 `FOR UPDATE SKIP LOCKED` and leases it (pushes the due time forward), so several replicas share the
 queue, a crashed worker's rows come back after the lease, and no connection is held while the
-collector or the chat service is called. State rules: `domain.decide_capture`.
+collector or the chat service is called. State rules: `evidence.decide_capture`, `domain.capture_plan`.
 
 Credentials (design choice): the worker has no user token. Towards the collector it presents
 `settings.service_token`, or a token it mints from the HS256 secret with sub `svc:feedback` and
@@ -30,12 +30,13 @@ from collections.abc import Callable
 from opentelemetry import trace
 
 from services.common.errors import DomainError, NotFound
-from services.feedback import domain
+from services.feedback import domain, evidence
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.events import emit_created
+from services.feedback.model import Anchor, CaptureJob, TraceState, VerifyJob
 from services.feedback.repository import Repository
 from services.feedback.settings import FeedbackSettings
-from services.feedback.traces_client import TraceExpired, TracesClient, TracesUnreachable
+from services.feedback.traces_client import TracesClient, TracesUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -127,59 +128,55 @@ class CaptureWorker:
                 if not await self._refresh(row):
                     pause_s = self._s.capture_backoff_s * 4
                     self._refresh_paused_until = time.monotonic() + pause_s
-                    await self._repo.refresh_release([r["id"] for r in claimed[i:]])
+                    await self._repo.refresh_release([r.id for r in claimed[i:]])
                     log.warning("chat service unreachable: %d client snapshot(s) handed back; none claimed for %.0f s",
                                 len(claimed) - i, pause_s)
                     break
                 n += 1
         rows = await self._repo.claim_capture(BATCH, LEASE_S)
-        by_trace: dict[str, list] = {}
+        by_trace: dict[str, list[CaptureJob]] = {}
         for r in rows:
-            by_trace.setdefault(r["trace_id"], []).append(r)
+            by_trace.setdefault(r.trace_id, []).append(r)
         # One look at the collector per trace, however many reports point at the turn.
         await asyncio.gather(*(self._capture(trace_id, group) for trace_id, group in by_trace.items()))
         return n + len(rows)
 
-    async def _capture(self, trace_id: str, rows: list) -> None:
+    async def _capture(self, trace_id: str, jobs: list[CaptureJob]) -> None:
         now = self._clock()
-        gone = False
         try:
             spans = await self._traces.get_trace(trace_id)
             failure = None
-        except TraceExpired:
-            spans, gone, failure = None, True, None
         except TracesUnreachable as e:
             spans, failure = None, e
         settled: set[str] = set()  # owners whose rows of this trace were all settled at once
-        for row in rows:
-            if row["owner"] in settled:
+        for job in jobs:
+            if job.owner in settled:
                 continue
-            attempts = row["capture_attempts"]
             if failure is not None:
-                if attempts >= self._s.capture_max_attempts:
-                    await self._repo.capture_done(row["id"], domain.TRACE_UNAVAILABLE, {}, -1)
+                if job.attempts >= self._s.capture_max_attempts:
+                    await self._repo.capture_done(job.id, TraceState.UNAVAILABLE, None, -1)
                 else:
-                    log.warning("collector unreachable for feedback %s (attempt %d): %s", row["id"], attempts, failure)
-                    await self._repo.capture_pending(row["id"], domain.backoff_s(attempts, self._s.capture_backoff_s),
-                                                     row["capture_span_count"])
+                    log.warning("collector unreachable for feedback %s (attempt %d): %s", job.id, job.attempts,
+                                failure)
+                    await self._repo.capture_pending(
+                        job.id, evidence.backoff_s(job.attempts, self._s.capture_backoff_s), job.span_count)
                 continue
-            expired = gone or domain.spans_expired(row["turn_time"], now, self._s.trace_retention_days)
-            d = domain.decide_capture(
-                spans, previous_count=row["capture_span_count"], attempts=attempts,
+            d = evidence.decide_capture(
+                spans, previous_count=job.span_count, attempts=job.attempts,
                 max_attempts=self._s.capture_max_attempts, base_backoff_s=self._s.capture_backoff_s,
-                expired=expired,
+                expired=domain.spans_expired(job.turn_time, now, self._s.trace_retention_days),
             )
-            if d.state == domain.TRACE_PENDING:
-                await self._repo.capture_pending(row["id"], d.retry_in_s, d.span_count)
-            elif d.state in (domain.TRACE_CAPTURED, domain.TRACE_EXPIRED):
-                n = await self._repo.capture_done_trace(row["owner"], trace_id, d.state, d.frozen or {}, d.span_count)
-                settled.add(row["owner"])
-                log.info("trace %s: state %d for %d report(s) after %d attempts", trace_id, d.state, n, attempts)
+            if d.state == TraceState.PENDING:
+                await self._repo.capture_pending(job.id, d.retry_in_s, d.span_count)
+            elif d.state in (TraceState.CAPTURED, TraceState.EXPIRED):
+                n = await self._repo.capture_done_trace(job.owner, trace_id, d.state, d.frozen, d.span_count)
+                settled.add(job.owner)
+                log.info("trace %s: %s for %d report(s) after %d attempts", trace_id, d.state.name, n, job.attempts)
             else:
-                await self._repo.capture_done(row["id"], d.state, d.frozen or {}, d.span_count)
-                log.info("feedback %s trace %s: state %d after %d attempts", row["id"], trace_id, d.state, attempts)
+                await self._repo.capture_done(job.id, d.state, d.frozen, d.span_count)
+                log.info("feedback %s trace %s: %s after %d attempts", job.id, trace_id, d.state.name, job.attempts)
 
-    async def _refresh(self, row) -> bool:
+    async def _refresh(self, job: VerifyJob) -> bool:
         """Verify a CLIENT row's anchor with the chat service as its owner (authoritative). False when
         the chat service cannot be reached (the row is left as claimed: the caller hands it back).
 
@@ -189,33 +186,37 @@ class CaptureWorker:
         the trace snapshot becomes UNAVAILABLE and no span is ever copied into the row (a client
         cannot point its report at another owner's turn and read its tool calls). No way to mint the
         owner's token (RS256) → the same, without the unverified mark (nothing was checked)."""
-        token = self._owner_token(row["owner"])
+        token = self._owner_token(job.owner)
         if token is None:
-            await self._repo.refresh_give_up(row["id"], not_found=False)
+            await self._repo.refresh_give_up(job.id, not_found=False)
             return True
         md = (("authorization", f"Bearer {token}"),)
+        a = job.anchor
         try:
-            if row["message"]:
-                target = await self._chat.get_message(row["message"], md)
+            if a.message:
+                target = await self._chat.get_message(a.message, md)
                 turn = await self._chat.list_turn(domain.instance_of(target.name), md, trace_id=target.trace_id)
             else:
-                if not (row["instance"] and row["trace_id"]):
-                    raise NotFound(f"feedback {row['id']} anchor")
-                turn = await self._chat.list_turn(row["instance"], md, trace_id=row["trace_id"])
+                if not (a.instance and a.trace_id):
+                    raise NotFound(f"feedback {job.id} anchor")
+                turn = await self._chat.list_turn(a.instance, md, trace_id=a.trace_id)
                 picked = domain.pick_target(turn)
                 if picked is None:
-                    raise NotFound(f"{row['instance']} turn {row['trace_id']}")
+                    raise NotFound(f"{a.instance} turn {a.trace_id}")
                 target = picked
         except ChatUnreachable:
             return False
         except DomainError:
-            log.warning("feedback %s: anchor not found for its owner; client snapshot kept unverified", row["id"])
-            await self._repo.refresh_give_up(row["id"], not_found=True)
+            log.warning("feedback %s: anchor not found for its owner; client snapshot kept unverified", job.id)
+            await self._repo.refresh_give_up(job.id, not_found=True)
             return True
         snap = domain.build_snapshot(target, turn)
-        done = await self._repo.refresh_done(row["id"], snap, domain.SOURCE_CHAT, target.trace_id,
-                                             target.create_time, domain.instance_of(target.name), target.name)
-        if done is not None and done["emit_created"]:
-            emit_created(self._tracer, done)
+        plan = domain.capture_plan(snap.source, target.trace_id)
+        verified = Anchor(kind=a.kind, message=target.name, instance=domain.instance_of(target.name),
+                          trace_id=target.trace_id)
+        event = await self._repo.refresh_done(job.id, snap, plan.trace_state, plan.capture_due, plan.authoritative,
+                                              target.create_time, verified)
+        if event is not None:
+            emit_created(self._tracer, event)
         self.wake()
         return True

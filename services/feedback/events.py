@@ -1,5 +1,5 @@
-"""The `feedback.created` span event on a report's turn trace (design.md "Feedback": each new row is
-also an OTel span event on the turn's trace — ids, sentiment, category; never the body).
+"""The `feedback.created` span event on a report's turn trace (docs/architecture.md "The life of a report":
+each new report is also an OTel span event on the turn's trace — ids, sentiment, category; never the body).
 
 One emitter for both places that know a row's trace id is authoritative: CreateFeedback (snapshot
 from the chat service) and the capture worker (a CLIENT snapshot the chat service has just verified).
@@ -9,31 +9,28 @@ statement that makes the trace id authoritative), so the callers emit only when 
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
-from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from services.feedback.model import CreatedEvent
 
 
-def emit_created(tracer: trace.Tracer, r: Mapping[str, Any]) -> None:
-    """Span `feedback.create` in trace `r["trace_id"]` (32 hex) carrying the event `feedback.created`
+def emit_created(tracer: trace.Tracer, r: CreatedEvent) -> None:
+    """Span `feedback.create` in trace `r.trace_id` (32 hex) carrying the event `feedback.created`
     with attributes feedback.id / sentiment / category / author (proto enum names) / target.message /
-    instance — never the body. `r` needs keys id, trace_id, sentiment, category, author, message,
-    instance. Its parent is a remote SpanContext built from the trace id with a random span id (the
+    instance — never the body. Its parent is a remote SpanContext built from the trace id with a random span id (the
     turn's own span ids are not known here), sampled; when called inside a span (the CreateFeedback
     server span) it links to it so both traces lead to each other. No-op without a trace id."""
-    if not r["trace_id"]:
+    if not r.trace_id:
         return
-    parent = SpanContext(trace_id=int(r["trace_id"], 16), span_id=random.getrandbits(64) or 1, is_remote=True,
+    parent = SpanContext(trace_id=int(r.trace_id, 16), span_id=random.getrandbits(64) or 1, is_remote=True,
                          trace_flags=TraceFlags(TraceFlags.SAMPLED))
     current = trace.get_current_span().get_span_context()
     attrs = {
-        "feedback.id": r["id"], "feedback.sentiment": pb.Sentiment.Name(r["sentiment"]),
-        "feedback.category": pb.Category.Name(r["category"]), "feedback.author": pb.Author.Name(r["author"]),
-        "feedback.target.message": r["message"], "feedback.instance": r["instance"],
+        "feedback.id": r.id, "feedback.sentiment": f"SENTIMENT_{r.sentiment.name}",
+        "feedback.category": f"CATEGORY_{r.category.name}", "feedback.author": f"AUTHOR_{r.author.name}",
+        "feedback.target.message": r.message, "feedback.instance": r.instance,
     }
     span = tracer.start_span("feedback.create", context=trace.set_span_in_context(NonRecordingSpan(parent)),
                              kind=SpanKind.INTERNAL, links=[Link(current)] if current.is_valid else None)

@@ -17,12 +17,16 @@ from services.common.auth import SCOPE_CHAT, SCOPE_TRACES_READ, Authenticator, S
 from services.common.db import migrate, resolve_database_url
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
-from services.feedback import repository
+from services.feedback import codec, repository
 from services.feedback.capture import CaptureWorker
 from services.feedback.chat_client import ChatClient
+from services.feedback.ratings import Ratings
+from services.feedback.reports import Reports
 from services.feedback.repository import Repository
 from services.feedback.servicer import METHOD_SCOPES, SERVICE, FeedbackServicer
 from services.feedback.settings import FeedbackSettings
+from services.feedback.statistics import Stats
+from services.feedback.ticket import TicketFields
 from services.feedback.traces_client import TracesClient
 from services.feedback.tracker import make_sink
 
@@ -66,8 +70,13 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
                            tracer=tracer)
     sink = make_sink(settings)
     authenticator = Authenticator(settings)
-    servicer = FeedbackServicer(repo, chat, worker if run_worker else None, sink, settings, tracer, clock,
-                                authenticator=authenticator)
+    now = clock or (lambda: dt.datetime.now(dt.UTC))
+    reports = Reports(repo, chat, sink, tracer,
+                      TicketFields(body=settings.tracker_include_body, message_text=settings.tracker_include_message_text),
+                      settings.filing_capture_wait_s, worker.wake if run_worker else None, authenticator)
+    ratings = Ratings(repo, chat, settings.rating_check_cache_s, codec.rating_pb)
+    servicer = FeedbackServicer(reports, ratings, Stats(repo, now), settings.trace_retention_days,
+                                settings.rating_note_max_bytes, now)
 
     server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer)],
                         grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)

@@ -1,8 +1,8 @@
 """Thin client of `agentfeedback.traces.v1.TraceQueryService` for the capture worker.
 
-`get_trace` returns the trace's spans as domain `SpanView`s, None when the collector holds no span
-of it (NOT_FOUND), and raises `TraceExpired` when the collector says the spans were removed by
-retention (ErrorInfo reason TRACE_EXPIRED) and `TracesUnreachable` on any other failure.
+`get_trace` returns the trace's spans as `evidence.SpanView`s, None when the collector holds no span
+of it (NOT_FOUND: not arrived yet, or removed by retention — the worker tells the two apart by the
+turn's age, `domain.spans_expired`), and raises `TracesUnreachable` on any other failure.
 """
 from __future__ import annotations
 
@@ -10,14 +10,9 @@ import grpc
 from google.protobuf import json_format
 
 from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
-from services.common.errors import error_info
-from services.feedback.domain import SpanEventView, SpanView
+from services.feedback.evidence import SpanEventView, SpanView
 
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
-
-
-class TraceExpired(Exception):
-    pass
 
 
 class TracesUnreachable(Exception):
@@ -55,9 +50,6 @@ class TracesClient:
                                           timeout=self._timeout_s)
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
-                info = error_info(e)
-                if info is not None and info.reason == "TRACE_EXPIRED":
-                    raise TraceExpired(trace_id) from None
                 return None
             raise TracesUnreachable(f"{e.code().name}: {e.details()}") from None
         return [to_view(s) for s in t.spans]

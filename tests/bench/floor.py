@@ -9,7 +9,7 @@ service's figure and its floor is what our features cost; a target at or below t
 met by this stack on this machine, whatever our code does.
 
 Floors (each as its own OS process, like the real services, on uvloop as `run_service` does):
-- `feedback`: `FeedbackService.PutRating` = `UPSERT_RATING` (services/feedback/repository.py, with the
+- `feedback`: `FeedbackService.PutRating` = `UPSERT_RATING` (services/feedback/repository/ratings.py, with the
   request id and a SHA-256 of the request, as the service sends it) + the Rating.
 - `agent` + `gateway`: `ChatService.SendMessage` = `Repository.begin_turn` (user message + history,
   committed) → one `AgentService.Think` call carrying that history and the same metadata the real
@@ -44,7 +44,8 @@ from services.common.db import create_pool, skip_reset
 from services.common.ids import new_id
 from services.common.server import wait_serving
 from services.common.settings import PROJECT_ROOT
-from services.feedback.domain import etag
+from services.common.etags import etag
+from services.feedback.model import RatingOrigin
 from services.feedback.repository import UPSERT_RATING
 
 FLOOR_REPLY_CHARS = 1200
@@ -58,11 +59,13 @@ class FloorRatings(feedback_pb2_grpc.FeedbackServiceServicer):
 
     async def PutRating(self, request, context):  # noqa: N802
         r = request.rating
-        row = await self._pool.fetchrow(
-            UPSERT_RATING, r.conversation, r.turn_index, OWNER, r.scope, r.aspect, r.artifact_id, r.sentiment,
-            r.category, True, True, True, new_id(), r.note, "", uuid.UUID(request.request_id),
-            hashlib.sha256(request.SerializeToString(deterministic=True)).digest(),
-        )
+        row = await self._pool.fetchrow(*UPSERT_RATING.bind({
+            "conversation": r.conversation, "turn_index": r.turn_index, "owner": OWNER, "scope": r.scope,
+            "aspect": r.aspect, "artifact_id": r.artifact_id, "sentiment": r.sentiment, "category": r.category,
+            "own_sentiment": True, "own_category": True, "own_note": True, "id": new_id(), "note": r.note,
+            "message": "", "request_id": uuid.UUID(request.request_id), "user_origin": RatingOrigin.USER,
+            "fingerprint": hashlib.sha256(request.SerializeToString(deterministic=True)).digest(),
+        }))
         out = pb.Rating(
             name=f"ratings/{row['id']}", conversation=row["conversation"], turn_index=row["turn_index"],
             user=row["owner"], scope=row["scope"], aspect=row["aspect"], sentiment=row["sentiment"],

@@ -14,7 +14,6 @@ import grpc
 import pytest
 from aiohttp import web
 from google.protobuf import field_mask_pb2
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.timestamp_pb2 import Timestamp
 from google.rpc import error_details_pb2
 
@@ -30,7 +29,8 @@ from services.common.auth import (
     mint_token,
 )
 from services.common.errors import error_info, status_details
-from services.feedback.domain import TicketFields, render_ticket
+from services.feedback.codec import report_from_pb
+from services.feedback.ticket import TicketFields, render_ticket
 from services.feedback.server import create_server
 from services.feedback.settings import FeedbackSettings
 from tests.stack import TEST_JWT_SECRET, Stack, start_stack
@@ -672,8 +672,7 @@ async def test_client_snapshot_naming_another_owners_turn_never_receives_their_t
            if e.name == "feedback.created"}
     assert fb.name.split("/")[1] not in ids
     # An unverified claim is never presented as evidence: its ticket draft says so, and it is not filed.
-    title, body = render_ticket(MessageToDict(g, preserving_proto_field_name=True, use_integers_for_enums=True),
-                                TicketFields(body=True, message_text=True))
+    title, body = render_ticket(report_from_pb(g), TicketFields(body=True, message_text=True))
     assert title.startswith("[unverified]") and "**Unverified:**" in body
     e = await expect_error(stack.feedback().FileFeedback(pb.FileFeedbackRequest(name=fb.name), metadata=stack.md("mallory")),
                            grpc.StatusCode.FAILED_PRECONDITION)

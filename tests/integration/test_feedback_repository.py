@@ -9,7 +9,21 @@ import uuid
 import asyncpg
 
 from services.common.db import migrate
+from services.feedback import domain as d
 from services.feedback import repository
+from services.feedback.model import (
+    Anchor,
+    Author,
+    Category,
+    DeletedCreate,
+    NewReport,
+    Sentiment,
+    Snapshot,
+    SnapshotSource,
+    Stored,
+    Surface,
+    TraceState,
+)
 from services.feedback.server import MIGRATIONS
 
 
@@ -23,7 +37,7 @@ async def test_every_statement_prepares(database_url):
         assert len(names) >= 20
         for n in names:
             try:
-                await conn.prepare(getattr(repository, n))
+                await conn.prepare(str(getattr(repository, n)))  # NamedSQL: asyncpg wants an exact str
             except asyncpg.PostgresError as e:
                 raise AssertionError(f"{n}: {e}") from None
     finally:
@@ -58,14 +72,16 @@ async def test_spans_frozen_into_an_unverified_client_row_before_the_fix_are_dro
         await conn.close()
 
 
-def _client_row(request_id: uuid.UUID, source: int = 2) -> dict:
-    return {
-        "id": uuid.uuid4().hex, "owner": "alice", "request_id": request_id, "target_kind": "message",
-        "message": "instances/a/messages/m", "coding_session": "", "coding_seq": 0, "instance": "instances/a",
-        "trace_id": "ab" * 16, "surface": 1, "author": 1, "body": "words", "sentiment": 2, "category": 0,
-        "snapshot": {}, "snapshot_source": source, "turn_time": None, "trace_state": 1,
-        "request_fingerprint": b"f" * 32,
-    }
+def _client_row(request_id: uuid.UUID, source: int = 2) -> NewReport:
+    src = SnapshotSource(source)
+    plan = d.capture_plan(src, "ab" * 16)
+    return NewReport(
+        id=uuid.uuid4().hex, owner="alice", request_id=request_id, fingerprint=b"f" * 32,
+        anchor=Anchor("message", message="instances/a/messages/m", instance="instances/a", trace_id="ab" * 16),
+        surface=Surface.CHAT, author=Author.USER, body="words", sentiment=Sentiment.BAD, category=Category.UNSPECIFIED,
+        snapshot=Snapshot(source=src), turn_time=None, trace_state=TraceState.PENDING, copy_sibling=plan.copy_sibling,
+        capture_due=plan.capture_due, verify_due=plan.verify_due, authoritative=plan.authoritative,
+    )
 
 
 async def test_a_create_racing_the_delete_of_its_first_row_writes_nothing(database_url):
@@ -78,16 +94,16 @@ async def test_a_create_racing_the_delete_of_its_first_row_writes_nothing(databa
     try:
         repo = repository.Repository(pool)
         rid = uuid.uuid4()
-        first, _ = await repo.insert_feedback(_client_row(rid, source=1), 86400)
+        first = (await repo.insert_report(_client_row(rid, source=1), 86400)).report
         tx = conn.transaction()
         await tx.start()
-        assert await conn.fetchval(repository.DELETE_FEEDBACK, first["id"], "alice") == first["id"]
-        retry = asyncio.ensure_future(repo.insert_feedback(_client_row(rid, source=1), 86400))
+        assert await conn.fetchval(repository.DELETE_FEEDBACK, first.id, "alice") == first.id
+        retry = asyncio.ensure_future(repo.insert_report(_client_row(rid, source=1), 86400))
         await asyncio.sleep(0.3)
         assert not retry.done()  # waiting on the row the open delete holds
         await tx.commit()
-        stored, deleted = await retry
-        assert stored is None and deleted["feedback_id"] == first["id"]
+        deleted = await retry
+        assert isinstance(deleted, DeletedCreate) and deleted.feedback_id == first.id
         assert await conn.fetchval("SELECT count(*) FROM feedback") == 0
     finally:
         await conn.close()
@@ -102,14 +118,19 @@ async def test_a_client_rows_created_event_is_claimed_once_however_many_workers_
     pool = await repository.create_pool(database_url, 1, 4)
     try:
         repo = repository.Repository(pool)
-        client, _ = await repo.insert_feedback(_client_row(uuid.uuid4()), 86400)
-        chat, _ = await repo.insert_feedback(_client_row(uuid.uuid4(), source=1), 86400)
-        assert client["created_event_time"] is None and chat["created_event_time"] is not None
-        done = await asyncio.gather(*(repo.refresh_done(client["id"], {"target_text": "t"}, 1, "cd" * 16, None,
-                                                        "instances/a", "instances/a/messages/m") for _ in range(4)))
-        emitted = [d for d in done if d is not None and d["emit_created"]]
-        assert len(emitted) == 1 and emitted[0]["trace_id"] == "cd" * 16 and emitted[0]["sentiment"] == 2
-        assert await repo.refresh_done(client["id"], {}, 1, "cd" * 16, None, "", "") is None
+        client = await repo.insert_report(_client_row(uuid.uuid4()), 86400)
+        chat = await repo.insert_report(_client_row(uuid.uuid4(), source=1), 86400)
+        assert not client.event_due and chat.event_due
+        verified = Anchor("message", message="instances/a/messages/m", instance="instances/a", trace_id="cd" * 16)
+        plan = d.capture_plan(SnapshotSource.CHAT_SERVICE, "cd" * 16)
+        snap = Snapshot(source=SnapshotSource.CHAT_SERVICE, target_text="t")
+        done = await asyncio.gather(*(repo.refresh_done(client.report.id, snap, plan.trace_state, plan.capture_due,
+                                                        plan.authoritative, None, verified) for _ in range(4)))
+        emitted = [e for e in done if e is not None]
+        assert len(emitted) == 1 and emitted[0].trace_id == "cd" * 16 and emitted[0].sentiment == 2
+        assert await repo.refresh_done(client.report.id, Snapshot(source=SnapshotSource.CHAT_SERVICE),
+                                       plan.trace_state, plan.capture_due, plan.authoritative, None,
+                                       Anchor("message", trace_id="cd" * 16)) is None
     finally:
         await pool.close()
 
@@ -131,14 +152,14 @@ async def test_reports_stored_before_the_ledger_claim_their_request_ids(database
                 """INSERT INTO feedback (id, owner, request_id, target_kind, author, body, snapshot, snapshot_source,
                        request_fingerprint, create_time, update_time)
                    VALUES ($1, 'alice', $2, 'message', 1, 'words', '{}', 1, $3, now(), now())""",
-                row["id"], rid, row["request_fingerprint"])
+                row.id, rid, row.fingerprint)
         await migrate(database_url, "feedback", MIGRATIONS)
         repo = repository.Repository(pool)
         again = _client_row(rid, source=1)
-        stored, _ = await repo.insert_feedback(again, 86400)
-        assert stored["id"] == row["id"]
-        assert (await repo.delete_feedback(row["id"], "alice"))[0]
-        stored, deleted = await repo.insert_feedback(again, 86400)
-        assert stored is None and deleted["feedback_id"] == row["id"]
+        stored = await repo.insert_report(again, 86400)
+        assert isinstance(stored, Stored) and stored.report.id == row.id
+        assert (await repo.delete_report(row.id, "alice", None, 86400))[0]
+        deleted = await repo.insert_report(again, 86400)
+        assert isinstance(deleted, DeletedCreate) and deleted.feedback_id == row.id
     finally:
         await pool.close()

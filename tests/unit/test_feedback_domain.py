@@ -1,5 +1,5 @@
-"""Pure rules of services/feedback/domain.py: limits, snapshots, status machine, capture decisions,
-frozen spans, rating checks, trend filling and the ticket draft's field policy."""
+"""Pure rules of services/feedback/domain.py, evidence.py and ticket.py: limits, snapshots, status
+machine, capture decisions, frozen spans, rating checks, trend filling and the ticket draft's field policy."""
 from __future__ import annotations
 
 import datetime as dt
@@ -7,7 +7,12 @@ import datetime as dt
 import pytest
 
 from services.common.errors import FailedPrecondition, InvalidArgument
+from google.protobuf import json_format
+
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from services.feedback import codec, evidence, ticket
 from services.feedback import domain as d
+from services.feedback.model import Context, DailyCount, Snapshot, ToolCall
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 
@@ -18,8 +23,8 @@ def msg(role: str, content: str, **kw) -> d.MessageView:
     return d.MessageView(**{**base, **kw})
 
 
-def span(span_id: str, parent: str = "", name: str = "x", start_ms: int = 0, dur_ms: int = 1, **kw) -> d.SpanView:
-    return d.SpanView(span_id=span_id, parent_span_id=parent, name=name, service_name=kw.pop("service", "chat"),
+def span(span_id: str, parent: str = "", name: str = "x", start_ms: int = 0, dur_ms: int = 1, **kw) -> evidence.SpanView:
+    return evidence.SpanView(span_id=span_id, parent_span_id=parent, name=name, service_name=kw.pop("service", "chat"),
                       status=kw.pop("status", "OK"), start_unix_nano=start_ms * 1_000_000,
                       end_unix_nano=(start_ms + dur_ms) * 1_000_000, **kw)
 
@@ -43,24 +48,24 @@ def test_snapshot_clips_target_to_2000_and_preceding_to_1000_and_says_so():
     user = msg("ROLE_USER", "u" * 1500, channel="CHANNEL_VOICE", audio_key="a/1", dictation="heard")
     reply = msg("ROLE_ASSISTANT", "r" * 2500, model="m1", agent="reference")
     s = d.build_snapshot(reply, [user, reply], client_version="web/1.2")
-    assert s["target_text"] == "r" * 2000 and s["target_text_clipped"]
-    assert s["preceding_user_text"] == "u" * 1000 and s["preceding_user_text_clipped"]
-    assert s["context"] == {"agent": "reference", "model": "m1", "audio_key": "a/1", "dictation": "heard",
-                            "client_version": "web/1.2", "channel": "CHANNEL_VOICE"}
-    assert s["target_time"] == "2026-11-30T12:00:00Z" and s["source"] == d.SOURCE_CHAT
+    assert s.target_text == "r" * 2000 and s.target_text_clipped
+    assert s.preceding_user_text == "u" * 1000 and s.preceding_user_text_clipped
+    assert s.context == Context(agent="reference", model="m1", audio_key="a/1", dictation="heard",
+                                client_version="web/1.2", channel="CHANNEL_VOICE")
+    assert s.target_time == dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC) and s.source == d.SOURCE_CHAT
 
 
 def test_snapshot_of_a_user_message_uses_it_as_the_preceding_turn():
     user = msg("ROLE_USER", "hi")
     s = d.build_snapshot(user, [user])
-    assert s["preceding_user_text"] == "hi" and not s["target_text_clipped"]
+    assert s.preceding_user_text == "hi" and not s.target_text_clipped
 
 
 def test_client_snapshot_is_marked_client_and_clipped():
-    s = d.client_snapshot({"target_text": "x" * 2001, "preceding_user_text": "y", "source": d.SOURCE_CHAT})
-    assert s["source"] == d.SOURCE_CLIENT and len(s["target_text"]) == 2000 and s["target_text_clipped"]
+    s = d.client_snapshot(Snapshot(target_text="x" * 2001, preceding_user_text="y", source=d.SOURCE_CHAT))
+    assert s.source == d.SOURCE_CLIENT and len(s.target_text) == 2000 and s.target_text_clipped
     with pytest.raises(InvalidArgument):
-        d.client_snapshot({"target_text": "a\x00"})
+        d.client_snapshot(Snapshot(target_text="a\x00"))
 
 
 def test_pick_target_prefers_the_reply():
@@ -101,31 +106,32 @@ def test_capture_waits_for_a_root_and_a_stable_span_count_then_freezes():
     tool = span("t" * 16, parent="a" * 16, name="tool.call", start_ms=10, dur_ms=5,
                 attributes={"gen_ai.tool.name": "list_agents", "gen_ai.tool.call.id": "c1",
                             "tool.result.size_bytes": 9000.0},
-                events=(d.SpanEventView("chat.truncated", 12_000_000, {"kept": 4096}),))
+                events=(evidence.SpanEventView("chat.truncated", 12_000_000, {"kept": 4096}),))
     agent = span("a" * 16, parent="r" * 16, name="agent.think", start_ms=5, dur_ms=30, service="agent")
     mine = span("f" * 16, parent="9" * 16, name="feedback.create")
     kw = dict(attempts=1, max_attempts=5, base_backoff_s=0.5, expired=False)
-    assert d.decide_capture(None, previous_count=-1, **kw).state == d.TRACE_PENDING
-    no_root = d.decide_capture([agent, tool], previous_count=-1, **kw)
+    assert evidence.decide_capture(None, previous_count=-1, **kw).state == d.TRACE_PENDING
+    no_root = evidence.decide_capture([agent, tool], previous_count=-1, **kw)
     assert no_root.state == d.TRACE_PENDING and no_root.span_count == 2
-    first = d.decide_capture([root, agent, tool, mine], previous_count=-1, **kw)
+    first = evidence.decide_capture([root, agent, tool, mine], previous_count=-1, **kw)
     assert first.state == d.TRACE_PENDING and first.span_count == 3  # our own span is not evidence
-    done = d.decide_capture([root, agent, tool, mine], previous_count=3, **kw)
+    done = evidence.decide_capture([root, agent, tool, mine], previous_count=3, **kw)
     assert done.state == d.TRACE_CAPTURED
     f = done.frozen
-    assert f["tool_calls"] == [{"name": "list_agents", "call_id": "c1", "status": "OK", "duration_ms": 5.0,
-                                "arguments": "", "result": "", "result_size_bytes": 9000, "span_id": "t" * 16}]
-    assert [e["name"] for e in f["events"]] == ["chat.truncated"]
-    assert f["root_status"] == "OK" and f["duration_ms"] == 50.0
-    assert {s["name"]: s["start_offset_ms"] for s in f["spans"]} == {"chat.turn": 0.0, "agent.think": 5.0,
-                                                                     "tool.call": 10.0}
+    assert f.tool_calls == (ToolCall(name="list_agents", call_id="c1", status="OK", duration_ms=5.0,
+                                     arguments="", result="", result_size_bytes=9000, span_id="t" * 16),)
+    assert [e.name for e in f.events] == ["chat.truncated"]
+    assert f.root_status == "OK" and f.duration_ms == 50.0
+    assert {s.name: s.start_offset_ms for s in f.spans} == {"chat.turn": 0.0, "agent.think": 5.0,
+                                                            "tool.call": 10.0}
 
 
 def test_capture_gives_up_as_unavailable_or_expired():
     kw = dict(previous_count=0, base_backoff_s=1.0)
-    assert d.decide_capture(None, attempts=5, max_attempts=5, expired=False, **kw).state == d.TRACE_UNAVAILABLE
-    assert d.decide_capture([], attempts=1, max_attempts=5, expired=True, **kw).state == d.TRACE_EXPIRED
-    assert d.backoff_s(1, 1.0) == 1.0 and d.backoff_s(3, 1.0) == 4.0 and d.backoff_s(30, 1.0) == d.MAX_BACKOFF_S
+    assert evidence.decide_capture(None, attempts=5, max_attempts=5, expired=False, **kw).state == d.TRACE_UNAVAILABLE
+    assert evidence.decide_capture([], attempts=1, max_attempts=5, expired=True, **kw).state == d.TRACE_EXPIRED
+    assert evidence.backoff_s(1, 1.0) == 1.0 and evidence.backoff_s(3, 1.0) == 4.0
+    assert evidence.backoff_s(30, 1.0) == evidence.MAX_BACKOFF_S
 
 
 def test_spans_expired_after_the_retention_window():
@@ -154,11 +160,16 @@ def test_rating_checks():
 
 def test_trend_has_one_entry_per_day_with_zeros():
     day = dt.date(2026, 11, 30)
-    rows = [{"day": day, "positive": 2}, {"day": day, "reports": 1}, {"day": day - dt.timedelta(days=2), "negative": 1}]
+    rows = [DailyCount(day, positive=2), DailyCount(day, reports=1), DailyCount(day - dt.timedelta(days=2), negative=1)]
     trend = d.fill_trend(rows, day, 4)
-    assert [t["day"] for t in trend] == ["2026-11-27", "2026-11-28", "2026-11-29", "2026-11-30"]
-    assert [(t["positive"], t["negative"], t["reports"]) for t in trend] == [(0, 0, 0), (0, 1, 0), (0, 0, 0),
+    assert [t.day.isoformat() for t in trend] == ["2026-11-27", "2026-11-28", "2026-11-29", "2026-11-30"]
+    assert [(t.positive, t.negative, t.reports) for t in trend] == [(0, 0, 0), (0, 1, 0), (0, 0, 0),
                                                                              (2, 0, 1)]
+
+
+def render(fb: dict, fields: ticket.TicketFields = ticket.TicketFields()) -> tuple[str, str]:
+    """The ticket of a report given as proto JSON (as the API returns it), rendered from the model."""
+    return ticket.render_ticket(codec.report_from_pb(json_format.ParseDict(fb, pb.Feedback())), fields)
 
 
 def test_ticket_leaves_owner_words_and_message_text_out_unless_enabled():
@@ -169,19 +180,19 @@ def test_ticket_leaves_owner_words_and_message_text_out_unless_enabled():
           "trace_snapshot": {"state": 2, "tool_calls": [{"name": "list_agents", "status": "ERROR",
                                                          "duration_ms": 3.5, "result_size_bytes": "12"}],
                              "events": [{"name": "chat.invented_result", "span_id": "s1"}]}}
-    title, body = d.render_ticket(fb)
+    title, body = render(fb)
     assert "tool failure" in title and "ab" * 16 in body and "list_agents | " in body and "chat.invented_result" in body
     assert "my private words" not in body and "the reply text" not in body and "dictated" not in body
-    _, full = d.render_ticket(fb, d.TicketFields(body=True, message_text=True))
+    _, full = render(fb, ticket.TicketFields(body=True, message_text=True))
     assert "> my private words" in full and "> the reply text" in full and "> the question" in full
 
 
 def test_ticket_of_an_agent_recorded_report_says_the_agent_recorded_the_words():
     fb = {"name": "feedback/f3", "instance": "instances/i", "trace_id": "cd" * 16, "author": d.AUTHOR_AGENT,
           "body": "the owner says the count was wrong", "snapshot": {}, "trace_snapshot": {}}
-    _, body = d.render_ticket(fb, d.TicketFields(body=True))
+    _, body = render(fb, ticket.TicketFields(body=True))
     assert "### The owner's words, as the agent recorded them\n\n> the owner says the count was wrong" in body
-    _, by_user = d.render_ticket({**fb, "author": 1}, d.TicketFields(body=True))
+    _, by_user = render({**fb, "author": 1}, ticket.TicketFields(body=True))
     assert "### The owner's words\n\n> the owner says" in by_user
 
 
@@ -204,7 +215,7 @@ def test_ticket_of_a_coding_session_report_shows_the_session_and_seq_and_no_empt
     fb = {"name": "feedback/f2", "coding": {"session": "sess-42", "timeline_seq": "17"}, "category": 3,
           "sentiment": 2, "author": 2, "surface": 2, "snapshot": {"source": 3}, "trace_snapshot": {},
           "create_time": "2026-11-30T12:00:00Z"}
-    title, body = d.render_ticket(fb)
+    title, body = render(fb)
     assert "coding session sess-42" in title and "17" in title and "?" not in title
     assert "- coding session: `sess-42`" in body and "- timeline seq: 17" in body
     assert "``" not in body and "instance:" not in body and "message:" not in body and "turn index" not in body
@@ -212,8 +223,8 @@ def test_ticket_of_a_coding_session_report_shows_the_session_and_seq_and_no_empt
 
 
 def test_ticket_of_a_trace_report_names_the_trace_and_of_turn_zero_names_the_turn():
-    title, body = d.render_ticket({"name": "feedback/f3", "trace_id": "cd" * 16, "snapshot": {}})
+    title, body = render({"name": "feedback/f3", "trace_id": "cd" * 16, "snapshot": {}})
     assert ("cd" * 16) in title and "instance:" not in body and "turn" not in title
-    title, body = d.render_ticket({"name": "feedback/f4", "instance": "instances/i", "message": "instances/i/messages/m",
+    title, body = render({"name": "feedback/f4", "instance": "instances/i", "message": "instances/i/messages/m",
                                    "snapshot": {"target_role": "ROLE_ASSISTANT", "trace_id": "ab" * 16}})
     assert title.endswith("turn 0 of instances/i") and "- turn index: 0" in body

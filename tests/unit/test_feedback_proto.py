@@ -1,4 +1,5 @@
-"""The servicer's direct JSON → proto copies of stored snapshots agree with protobuf's json_format."""
+"""The codec's direct model → proto copies agree with protobuf's json_format reading the JSON the
+repository stores (so the fast path and the stored format can never drift apart)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -11,27 +12,31 @@ from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.common.errors import InvalidArgument
 from services.common.ids import parse_timestamp
 from services.feedback import domain as d
-from services.feedback.servicer import _snapshot_into, _trace_snapshot_into
+from services.feedback import evidence
+from services.feedback.codec import snapshot_into, trace_into
+from services.feedback.model import TraceSnapshot
+from services.feedback.repository.rows import frozen_from_json, frozen_json, snapshot_from_json, snapshot_json
 from tests.unit.test_feedback_domain import msg, span
 
 
 def test_snapshot_and_frozen_trace_convert_like_json_format():
     user = msg("ROLE_USER", "q", channel="CHANNEL_VOICE", audio_key="a/1", dictation="heard")
     snap = d.build_snapshot(msg("ROLE_ASSISTANT", "r" * 2100, model="m"), [user], client_version="v1")
+    stored = snapshot_json(snap)
     fast, slow = pb.Snapshot(), pb.Snapshot()
-    _snapshot_into(snap, fast)
-    json_format.ParseDict({k: v for k, v in snap.items() if k != "source"}, slow)
+    snapshot_into(snapshot_from_json(stored, stored["source"]), fast)
+    json_format.ParseDict(stored, slow)
     assert fast == slow and fast.target_text_clipped and fast.context.dictation == "heard"
 
-    frozen = d.freeze_trace([
+    frozen = evidence.freeze_trace([
         span("r" * 16, name="chat.turn", dur_ms=9),
         span("t" * 16, parent="r" * 16, name="tool.call", start_ms=2, status="ERROR",
              attributes={"gen_ai.tool.name": "x", "tool.result.size_bytes": 5},
-             events=(d.SpanEventView("chat.invented_result", 3_000_001_000, {"claim": "42", "n": 1.5}),)),
+             events=(evidence.SpanEventView("chat.invented_result", 3_000_001_000, {"claim": "42", "n": 1.5}),)),
     ])
     fast_t, slow_t = pb.TraceSnapshot(), pb.TraceSnapshot()
-    _trace_snapshot_into(frozen, fast_t)
-    json_format.ParseDict(frozen, slow_t)
+    trace_into(TraceSnapshot(frozen=frozen_from_json(frozen_json(frozen))), fast_t)
+    json_format.ParseDict(frozen_json(frozen), slow_t)
     assert fast_t == slow_t and fast_t.tool_calls[0].status == "ERROR" and len(fast_t.events) == 1
 
 

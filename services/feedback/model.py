@@ -1,0 +1,430 @@
+"""The feedback service's data model: enums and frozen dataclasses every layer shares.
+
+The repository returns these (never `asyncpg.Record`), the use cases decide on them, `codec.py`
+turns them into protos and back. Enum numbers are the proto's (`agentfeedback.feedback.v1`);
+`tests/unit/test_feedback_model.py` ties each enum to its proto enum, member by member, so a
+number can never drift. Field names follow the proto's, so a reader can hold the two side by side.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+
+class Surface(IntEnum):
+    UNSPECIFIED = 0
+    CHAT = 1
+    CODING = 2
+    BOARD = 3
+    APPLY = 4
+    OTHER = 5
+
+
+class Author(IntEnum):
+    UNSPECIFIED = 0
+    USER = 1
+    AGENT = 2
+
+
+class Sentiment(IntEnum):
+    UNSPECIFIED = 0
+    GOOD = 1
+    BAD = 2
+
+
+class Category(IntEnum):
+    UNSPECIFIED = 0
+    BROKEN_RESPONSE = 1
+    NETWORK = 2
+    TOOL_FAILURE = 3
+    RENDERING = 4
+    UNSAFE_CONTENT = 5
+    OTHER = 6
+
+
+class Status(IntEnum):
+    UNSPECIFIED = 0
+    OPEN = 1
+    TRIAGED = 2
+    FILED = 3
+    DISMISSED = 4
+
+
+class SnapshotSource(IntEnum):
+    UNSPECIFIED = 0
+    CHAT_SERVICE = 1
+    CLIENT = 2
+    NONE = 3
+
+
+class TraceState(IntEnum):
+    """proto `TraceSnapshotState`; UNSPECIFIED also means "no trace to capture" (no trace id)."""
+
+    UNSPECIFIED = 0
+    PENDING = 1
+    CAPTURED = 2
+    UNAVAILABLE = 3
+    EXPIRED = 4
+
+
+class RatingScope(IntEnum):
+    UNSPECIFIED = 0
+    MESSAGE = 1
+    OBJECTIVE = 2
+    PLAN = 3
+    ARTIFACT = 4
+    PREFERENCES = 5
+    CONVERSATION = 6
+
+
+class RatingSentiment(IntEnum):
+    UNSPECIFIED = 0
+    POSITIVE = 1
+    NEUTRAL = 2
+    NEGATIVE = 3
+
+
+class RatingOrigin(IntEnum):
+    UNSPECIFIED = 0
+    USER = 1
+    BRANCH_COPY = 2
+
+
+# model enum → proto enum name (agentfeedback.feedback.v1); the proto's values are `<UPPER_SNAKE>_<member>`.
+PROTO_ENUMS: dict[type[IntEnum], str] = {
+    Surface: "Surface", Author: "Author", Sentiment: "Sentiment", Category: "Category", Status: "Status",
+    SnapshotSource: "SnapshotSource", TraceState: "TraceSnapshotState", RatingScope: "RatingScope",
+    RatingSentiment: "RatingSentiment", RatingOrigin: "RatingOrigin",
+}
+
+
+# ---------------------------------------------------------------- reports
+@dataclass(frozen=True, slots=True)
+class Context:
+    """proto `FeedbackContext`: agent, model and voice provenance of the turn."""
+
+    agent: str = ""
+    model: str = ""
+    audio_key: str = ""
+    dictation: str = ""
+    client_version: str = ""
+    channel: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The turn as it was when the report was made (proto `Snapshot`). Texts are clipped
+    (target ≤ 2000, preceding ≤ 1000 code points) and say so."""
+
+    source: SnapshotSource = SnapshotSource.NONE
+    target_role: str = ""
+    target_text: str = ""
+    target_text_clipped: bool = False
+    target_time: dt.datetime | None = None
+    preceding_user_text: str = ""
+    preceding_user_text_clipped: bool = False
+    trace_id: str = ""
+    turn_index: int = 0
+    context: Context = Context()
+    unverified: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call of the turn, frozen from its span (proto `FrozenToolCall`); previews ≤ 2000 chars."""
+
+    name: str = ""
+    call_id: str = ""
+    status: str = ""
+    duration_ms: float = 0.0
+    arguments: str = ""
+    result: str = ""
+    result_size_bytes: int = 0
+    span_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenEvent:
+    name: str = ""
+    time: dt.datetime | None = None
+    span_id: str = ""
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenSpan:
+    span_id: str = ""
+    parent_span_id: str = ""
+    name: str = ""
+    service_name: str = ""
+    status: str = ""
+    duration_ms: float = 0.0
+    start_offset_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenTrace:
+    """The frozen copy of a turn's spans (the content part of proto `TraceSnapshot`)."""
+
+    tool_calls: tuple[ToolCall, ...] = ()
+    events: tuple[FrozenEvent, ...] = ()
+    spans: tuple[FrozenSpan, ...] = ()
+    root_status: str = ""
+    duration_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TraceSnapshot:
+    """proto `TraceSnapshot`: the capture's state and, once CAPTURED, the frozen copy.
+    `spans_expired` is as of the read (the turn is older than the collector's retention)."""
+
+    state: TraceState = TraceState.UNSPECIFIED
+    frozen: FrozenTrace = FrozenTrace()
+    attempts: int = 0
+    capture_time: dt.datetime | None = None
+    next_attempt_time: dt.datetime | None = None
+    spans_expired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """What a report points at: `kind` message (`message`), trace (`instance` + `trace_id`) or coding
+    (`coding_session` + `coding_seq`)."""
+
+    kind: str
+    message: str = ""
+    instance: str = ""
+    trace_id: str = ""
+    coding_session: str = ""
+    coding_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A stored report (proto `Feedback`). `turn_time`: when the rated turn happened (retention)."""
+
+    id: str
+    owner: str
+    anchor: Anchor
+    surface: Surface
+    author: Author
+    body: str
+    sentiment: Sentiment
+    category: Category
+    snapshot: Snapshot
+    trace: TraceSnapshot
+    status: Status
+    issue_url: str
+    version: int
+    create_time: dt.datetime
+    update_time: dt.datetime
+    turn_time: dt.datetime | None = None
+
+    @property
+    def name(self) -> str:
+        return f"feedback/{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class NewReport:
+    """A report to store (CreateFeedback), decided by `reports.create`. `trace_state` is PENDING when
+    the turn's spans are to be frozen; `copy_sibling`: a report of the same owner on the same turn that
+    is already CAPTURED lends its frozen copy (the new row is born CAPTURED); `capture_due`: the capture
+    worker should look now; `verify_due`: a CLIENT snapshot waits for the chat service's;
+    `authoritative`: the trace id came from the chat service (the `feedback.created` event is due)."""
+
+    id: str
+    owner: str
+    request_id: uuid.UUID
+    fingerprint: bytes
+    anchor: Anchor
+    surface: Surface
+    author: Author
+    body: str
+    sentiment: Sentiment
+    category: Category
+    snapshot: Snapshot
+    turn_time: dt.datetime | None
+    trace_state: TraceState
+    copy_sibling: bool = False
+    capture_due: bool = False
+    verify_due: bool = False
+    authoritative: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """`Repository.insert_report`'s answer: the row stored under the request id (`report.id` is the new
+    id unless a concurrent call with that request id stored first), with its request fingerprint and
+    whether this insert made its `feedback.created` event due."""
+
+    report: Report
+    fingerprint: bytes | None
+    event_due: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedCreate:
+    """A create request id whose report was deleted: the id it made and its request fingerprint."""
+
+    feedback_id: str
+    fingerprint: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedEvent:
+    """The fields of the `feedback.created` span event (never the body)."""
+
+    id: str
+    trace_id: str
+    sentiment: Sentiment
+    category: Category
+    author: Author
+    message: str
+    instance: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReportFilter:
+    """ListFeedback's filters (empty / 0 / None = not applied)."""
+
+    instance: str = ""
+    status: Status = Status.UNSPECIFIED
+    author: Author = Author.UNSPECIFIED
+    sentiment: Sentiment = Sentiment.UNSPECIFIED
+    category: Category = Category.UNSPECIFIED
+    start_time: dt.datetime | None = None
+    end_time: dt.datetime | None = None
+    text: str = ""
+    trace_id: str = ""
+
+
+# ---------------------------------------------------------------- capture worker
+@dataclass(frozen=True, slots=True)
+class CaptureJob:
+    """A PENDING row the worker claimed: look at its trace once."""
+
+    id: str
+    owner: str
+    trace_id: str
+    turn_time: dt.datetime | None
+    attempts: int
+    span_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyJob:
+    """A CLIENT-snapshot row the worker claimed: verify its anchor with the chat service as the owner."""
+
+    id: str
+    owner: str
+    anchor: Anchor
+
+
+# ---------------------------------------------------------------- ratings
+@dataclass(frozen=True, slots=True)
+class RatingKey:
+    """What a rating is unique by, for one owner."""
+
+    conversation: str
+    turn_index: int
+    scope: RatingScope
+    aspect: str
+    artifact_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rating:
+    id: str
+    key: RatingKey
+    owner: str
+    sentiment: RatingSentiment
+    category: Category
+    note: str
+    origin: RatingOrigin
+    message: str
+    version: int
+    create_time: dt.datetime
+    update_time: dt.datetime
+
+    @property
+    def name(self) -> str:
+        return f"ratings/{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class RatingWrite:
+    """PutRating's values; `owned`: the fields this call owns (AIP-134 mask: sentiment, category, note)."""
+
+    sentiment: RatingSentiment
+    category: Category
+    note: str
+    owned: frozenset[str]
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PutOutcome:
+    """One PutRating statement's answer: `written` the rating it wrote (None: nothing written); `seen`:
+    the request id was used before (then `prior_fingerprint` is that request's)."""
+
+    written: Rating | None
+    seen: bool
+    prior_fingerprint: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecentFilter:
+    """ListRecentFeedback's filters (0 / '' = not applied)."""
+
+    scope: RatingScope = RatingScope.UNSPECIFIED
+    aspect: str = ""
+    sentiment: RatingSentiment = RatingSentiment.UNSPECIFIED
+    category: Category = Category.UNSPECIFIED
+    text: str = ""
+    negative_only: bool = False
+
+
+# ---------------------------------------------------------------- statistics
+@dataclass(frozen=True, slots=True)
+class AspectCount:
+    scope: RatingScope
+    aspect: str
+    total: int
+    positive: int
+    neutral: int
+    negative: int
+
+
+@dataclass(frozen=True, slots=True)
+class DailyCount:
+    day: dt.date
+    positive: int = 0
+    neutral: int = 0
+    negative: int = 0
+    reports: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Statistics:
+    """GetFeedbackStats: per-aspect rating counts, reports per category, one entry per UTC day."""
+
+    aspects: tuple[AspectCount, ...]
+    categories: tuple[tuple[Category, int], ...]
+    trend: tuple[DailyCount, ...]
+
+    @property
+    def total_ratings(self) -> int:
+        return sum(a.total for a in self.aspects)
+
+    @property
+    def negative_ratings(self) -> int:
+        return sum(a.negative for a in self.aspects)
+
+    @property
+    def total_reports(self) -> int:
+        return sum(n for _, n in self.categories)

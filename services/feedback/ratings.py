@@ -1,0 +1,140 @@
+"""Ratings, the use case: put, delete, list, copy onto a fork (docs/architecture.md "The life of a rating").
+
+A rating is one owner's judgement of one aspect of a turn (or conversation): unique by (conversation,
+turn, owner, scope, aspect, artifact). The rated conversation is checked at the chat service with the
+caller's token (ownership lives where the data lives); positive answers are briefly remembered.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf.message import Message
+
+from services.common.auth import Principal
+from services.common.errors import Aborted, NotFound, Unavailable
+from services.common.ids import check_same_request, new_id
+from services.feedback import domain
+from services.feedback.chat_client import ChatClient, ChatUnreachable
+from services.feedback.model import Rating, RatingKey, RatingScope, RatingWrite
+from services.feedback.repository import Repository
+
+
+class TtlCache:
+    """A bounded map whose entries expire `ttl_s` seconds after they were stored (monotonic clock)."""
+
+    def __init__(self, ttl_s: float, max_entries: int = 10_000):
+        self._ttl_s = ttl_s
+        self._max = max_entries
+        self._d: dict[Any, tuple[float, Any]] = {}
+
+    def get(self, key: Any) -> Any | None:
+        hit = self._d.get(key)
+        if hit is None or hit[0] < time.monotonic():
+            return None
+        return hit[1]
+
+    def put(self, key: Any, value: Any) -> None:
+        if self._ttl_s <= 0:
+            return
+        if len(self._d) >= self._max:
+            now = time.monotonic()
+            self._d = {k: v for k, v in self._d.items() if v[0] >= now}
+            if len(self._d) >= self._max:
+                self._d.clear()
+        self._d[key] = (time.monotonic() + self._ttl_s, value)
+
+
+class Ratings:
+    """The rating use cases. `current_pb`: the proto of a rating, for ABORTED's details."""
+
+    def __init__(self, repo: Repository, chat: ChatClient, check_cache_s: float,
+                 current_pb: Callable[[Rating], Message]):
+        self._current_pb = current_pb
+        self._repo = repo
+        self._chat = chat
+        # (sub, scopes, conversation, turn or None) → rated message name: positive chat checks, briefly kept.
+        self._checked = TtlCache(check_cache_s)
+
+    async def _rated_message(self, p: Principal, key: RatingKey) -> str:
+        """Ownership / target check at the chat service (caller's token): MESSAGE scope needs a stored
+        non-empty assistant message in that turn (its name is returned); other scopes need the
+        conversation to be the caller's. NOT_FOUND otherwise; UNAVAILABLE when chat is down.
+
+        A positive answer is remembered for `rating_check_cache_s` seconds per (caller, the token's
+        scopes, conversation, turn), so a burst of clicks on one turn asks the chat service once, and a
+        token the chat service would refuse (no `chat` scope) never rides on another token's answer;
+        negative answers are never cached. Trade-off: a turn deleted in that window can still be rated
+        for those seconds."""
+        message_scope = key.scope == RatingScope.MESSAGE
+        cache_key = (p.sub, p.scopes, key.conversation, key.turn_index if message_scope else None)
+        hit = self._checked.get(cache_key)
+        if hit is not None:
+            return hit
+        try:
+            if message_scope:
+                turn = await self._chat.list_turn(key.conversation, p.metadata, turn_index=key.turn_index,
+                                                  field_path="rating.conversation")
+                reply = next((m for m in turn if m.role == "ROLE_ASSISTANT" and m.content.strip()), None)
+                if reply is None:
+                    raise NotFound(f"{key.conversation} turn {key.turn_index} assistant message",
+                                   reason="NO_ASSISTANT_MESSAGE")
+                name = reply.name
+            else:
+                await self._chat.check_instance(key.conversation, p.metadata, "rating.conversation")
+                name = ""
+        except ChatUnreachable:
+            raise Unavailable("the chat service cannot be reached to check the rated conversation",
+                              retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
+        self._checked.put(cache_key, name)
+        return name
+
+    async def put(self, p: Principal, key: RatingKey, w: RatingWrite, version: int | None, etag: str,
+                  request_id: uuid.UUID | None, fingerprint: bytes | None) -> Rating:
+        """Idempotent upsert (`version` None) or strict compare-and-swap (AIP-154 etag). A retry with the
+        same request id writes nothing and answers with the rating as it is now (NOT_FOUND if deleted
+        since); ABORTED (the current rating in the details) on a stale etag; NOT_FOUND when there is no
+        such rating to CAS or the rated turn is not the caller's."""
+        message = await self._rated_message(p, key)
+        w = RatingWrite(w.sentiment, w.category, w.note, w.owned, message)
+        got = await self._repo.put_rating(key, p.sub, w, new_id=new_id(), version=version, request_id=request_id,
+                                          fingerprint=fingerprint)
+        if got.written is not None:
+            return got.written
+        cur = await self._repo.get_rating(key, p.sub)
+        what = f"rating {key.conversation} turn {key.turn_index} {key.aspect}"
+        if got.seen:  # a retry: nothing written, the rating as it is now (AIP-155)
+            check_same_request(got.prior_fingerprint, fingerprint)
+            if cur is None:
+                raise NotFound(f"{what} (deleted since this put)")
+            return cur
+        if version is None:  # a no-op: the rating as it was
+            assert cur is not None
+            return cur
+        if cur is None:
+            raise NotFound(what)
+        raise Aborted(f"etag {etag} is stale; the current one is {domain.etag(cur.version)}", current=self._current_pb(cur))
+
+    async def delete(self, p: Principal, rid: str) -> None:
+        """Deleting an absent (or another owner's) rating succeeds and changes nothing."""
+        await self._repo.delete_rating(rid, p.sub)
+
+    async def list(self, p: Principal, conversation: str, turn_index: int | None,
+                   after: tuple[int, int, str, str] | None, size: int) -> list[Rating]:
+        """The caller's ratings of one conversation (optionally one turn), by turn, scope, aspect;
+        at most `size` + 1 (one more tells the caller there is a next page)."""
+        return await self._repo.list_ratings(p.sub, conversation, turn_index, after, size + 1)
+
+    async def copy(self, p: Principal, source: str, target: str, through_turn_index: int) -> int:
+        """Copy the caller's ratings of turns ≤ through_turn_index onto a fork, marked BRANCH_COPY. A
+        MESSAGE rating is copied only onto a fork turn that has a stored non-empty assistant message,
+        and then names that message. Idempotent (an existing rating on the fork is kept). NOT_FOUND
+        unless both are the caller's; UNAVAILABLE when the chat service is down."""
+        try:
+            await self._chat.check_instance(source, p.metadata, "source_conversation")
+            replies = await self._chat.replies_through(target, p.metadata, through_turn_index, "target_conversation")
+        except ChatUnreachable:
+            raise Unavailable("the chat service cannot be reached", retry_after_s=1.0) from None
+        return await self._repo.copy_ratings(p.sub, source, target, through_turn_index, replies)

@@ -1,0 +1,311 @@
+"""Reports, the use case (like `services/chat/turn.py`): create, get, list, update, delete, file.
+
+Inputs arrive validated into the model by the servicer (`ReportDraft`, `ReportFilter`); outputs are
+`model.Report`s. Ownership: every read and write is filtered by the caller's `sub`; another owner's
+report is NOT_FOUND and nothing is written. The life of a report: docs/architecture.md.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2
+from opentelemetry import trace
+
+from services.common.auth import ACTOR_METADATA, SCOPE_FEEDBACK_AGENT, Authenticator, Principal
+from services.common.errors import (
+    Aborted,
+    DomainError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    Unavailable,
+)
+from services.common.ids import check_same_request, new_id, parse_trace_id
+from services.feedback import domain
+from services.feedback.chat_client import ChatClient, ChatUnreachable
+from services.feedback.events import emit_created
+from services.feedback.model import (
+    Anchor,
+    Author,
+    Category,
+    CreatedEvent,
+    DeletedCreate,
+    NewReport,
+    Report,
+    ReportFilter,
+    Sentiment,
+    Snapshot,
+    Status,
+    Surface,
+)
+from services.feedback.repository import Repository
+from services.feedback.ticket import TicketFields, render_ticket
+from services.feedback.tracker import TrackerSink
+
+# FileFeedback: how long one filer may hold the claim, and how long a concurrent call waits for it.
+FILING_LEASE_S = 60.0
+FILING_WAIT_S = 30.0
+# How long a request id of a completed delete / update / create-then-deleted is remembered (AIP-155).
+REQUEST_RETENTION_S = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class ReportDraft:
+    """A CreateFeedback request, validated. `client_snapshot`: the client's copy of the turn (used only
+    when the chat service cannot be reached), checked and clipped; its trace id parsed."""
+
+    request_id: uuid.UUID
+    fingerprint: bytes
+    anchor: Anchor
+    surface: Surface
+    author: Author
+    body: str
+    sentiment: Sentiment
+    category: Category
+    client_version: str = ""
+    client_snapshot: Snapshot | None = None
+    actor: str | None = None  # the `x-agentfeedback-actor` metadata value (AUTHOR_AGENT needs it)
+
+
+@dataclass(frozen=True)
+class Change:
+    """An UpdateFeedback request, validated: the fields the mask names (None: not in the mask)."""
+
+    etag: str
+    status: Status | None
+    issue_url: str | None
+    request_id: uuid.UUID | None
+    fingerprint: bytes | None
+
+
+def _deleted(feedback_id: str, request_id: uuid.UUID) -> NotFound:
+    name = f"feedback/{feedback_id}"
+    return NotFound(name, reason="FEEDBACK_DELETED",
+                    explanation="the report this request_id created was deleted; a retry writes nothing "
+                                "(use a new request_id to report again)",
+                    details=[error_details_pb2.ResourceInfo(
+                        resource_type="type.googleapis.com/agentfeedback.feedback.v1.Feedback",
+                        resource_name=name, description="deleted by DeleteFeedback")],
+                    request_id=str(request_id))
+
+
+class Reports:
+    """The report use cases over one repository, the chat service and the ticket sink."""
+
+    def __init__(self, repo: Repository, chat: ChatClient, sink: TrackerSink, tracer: trace.Tracer,
+                 ticket_fields: TicketFields, filing_capture_wait_s: float, wake_worker: Callable[[], None] | None,
+                 authenticator: Authenticator | None = None):
+        self._repo = repo
+        self._chat = chat
+        self._sink = sink
+        self._tracer = tracer
+        self._fields = ticket_fields
+        self._capture_wait_s = filing_capture_wait_s
+        self._wake = wake_worker
+        self._auth = authenticator  # None: AUTHOR_AGENT is never accepted
+
+    def check_agent_actor(self, actor: str | None) -> None:
+        """AUTHOR_AGENT needs the agent's own credential next to the user's token: metadata
+        `x-agentfeedback-actor: Bearer <JWT>` verified like any token, with scope `feedback:agent`.
+        PERMISSION_DENIED (reason MISSING_ACTOR_CREDENTIAL, metadata `actor` naming the key) otherwise."""
+        problem = f"author AUTHOR_AGENT needs the agent's service credential in metadata {ACTOR_METADATA!r}"
+        if actor is not None and self._auth is not None:
+            try:
+                principal = self._auth.authenticate(actor)
+            except DomainError:
+                problem += " (the one given is not a valid token)"
+            else:
+                if SCOPE_FEEDBACK_AGENT in principal.scopes:
+                    return
+                problem += f" (the one given lacks scope {SCOPE_FEEDBACK_AGENT!r})"
+        raise PermissionDenied(SCOPE_FEEDBACK_AGENT, problem, reason="MISSING_ACTOR_CREDENTIAL", actor=ACTOR_METADATA,
+                               field="feedback.author")
+
+    async def create(self, p: Principal, d: ReportDraft) -> Report:
+        """Store one report; a retry returns the first one (AIP-155, key (owner, request_id)).
+
+        The same request_id with a different request → INVALID_ARGUMENT naming `request_id`. The
+        request id outlives a deleted report: a retry after DeleteFeedback writes nothing and gets
+        NOT_FOUND naming `feedback/{id}` (reason FEEDBACK_DELETED), for REQUEST_RETENTION_S = 24 h; later
+        it creates a new report. The snapshot comes from the chat service (the caller's token); when it
+        cannot be reached, from `client_snapshot` (UNAVAILABLE when there is none). `feedback.created`
+        is emitted here when the trace id is the chat service's (else by the capture worker once it
+        verified the client's), once per report either way: the mark is in the row."""
+        if d.author == Author.AGENT:
+            self.check_agent_actor(d.actor)
+        # The retry lookup and the chat fetch run together (a retry pays one wasted chat read; a first
+        # call saves a round trip).
+        lookup = asyncio.ensure_future(self._repo.get_by_request_id(p.sub, d.request_id))
+        try:
+            anchor, snapshot, turn_time = await self._snapshot(d, p.metadata)
+        except BaseException:
+            prior = await lookup
+            if prior is not None:  # a retry of a request that succeeded: its report, whatever chat says now
+                check_same_request(prior.fingerprint, d.fingerprint)
+                return prior.report
+            deleted = await self._repo.get_deleted_create(p.sub, d.request_id, REQUEST_RETENTION_S)
+            if deleted is not None:  # … or its deletion, whatever chat says now
+                check_same_request(deleted.fingerprint, d.fingerprint)
+                raise _deleted(deleted.feedback_id, d.request_id) from None
+            raise
+        prior = await lookup
+        if prior is not None:
+            check_same_request(prior.fingerprint, d.fingerprint)
+            return prior.report
+        plan = domain.capture_plan(snapshot.source, anchor.trace_id)
+        new = NewReport(
+            id=new_id(), owner=p.sub, request_id=d.request_id, fingerprint=d.fingerprint, anchor=anchor,
+            surface=d.surface, author=d.author, body=d.body, sentiment=d.sentiment, category=d.category,
+            snapshot=snapshot, turn_time=turn_time, trace_state=plan.trace_state, copy_sibling=plan.copy_sibling,
+            capture_due=plan.capture_due, verify_due=plan.verify_due, authoritative=plan.authoritative,
+        )
+        got = await self._repo.insert_report(new, REQUEST_RETENTION_S)
+        if isinstance(got, DeletedCreate):
+            check_same_request(got.fingerprint, d.fingerprint)
+            raise _deleted(got.feedback_id, d.request_id)
+        if got.report.id != new.id:  # a concurrent call with the same request id stored first
+            check_same_request(got.fingerprint, d.fingerprint)
+            return got.report
+        if got.event_due:
+            r = got.report
+            emit_created(self._tracer, CreatedEvent(r.id, r.anchor.trace_id, r.sentiment, r.category, r.author,
+                                                    r.anchor.message, r.anchor.instance))
+        if self._wake is not None and got.report.trace.state == domain.TRACE_PENDING:
+            self._wake()
+        return got.report
+
+    async def _snapshot(self, d: ReportDraft, md) -> tuple[Anchor, Snapshot, dt.datetime | None]:
+        """The anchor completed, the snapshot and the turn's time: from the chat service, or from the
+        client's snapshot when the chat service is unreachable (UNAVAILABLE when there is none)."""
+        a = d.anchor
+        if a.kind == "coding":
+            return a, Snapshot(), None
+        try:
+            if a.kind == "message":
+                target = await self._chat.get_message(a.message, md)
+                turn = await self._chat.list_turn(a.instance, md, trace_id=target.trace_id)
+            else:
+                turn = await self._chat.list_turn(a.instance, md, trace_id=a.trace_id, field_path="feedback.instance")
+                picked = domain.pick_target(turn)
+                if picked is None:
+                    raise NotFound(f"{a.instance} turn {a.trace_id}")
+                target = picked
+        except ChatUnreachable:
+            if d.client_snapshot is None:
+                raise Unavailable("the chat service cannot be reached and no client_snapshot was given; retry, "
+                                  "or send client_snapshot", retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
+            snap = d.client_snapshot
+            trace_id = a.trace_id or snap.trace_id
+            if trace_id:
+                trace_id = parse_trace_id(trace_id, "client_snapshot.trace_id")
+            return replace(a, trace_id=trace_id), replace(snap, trace_id=trace_id), snap.target_time
+        snap = domain.build_snapshot(target, turn, d.client_version)
+        message = target.name if a.kind == "trace" else a.message
+        return replace(a, trace_id=target.trace_id, message=message), snap, target.create_time
+
+    async def get(self, p: Principal, fid: str) -> Report:
+        """The caller's report; NOT_FOUND when unknown or another owner's."""
+        r = await self._repo.get_report(fid, p.sub)
+        if r is None:
+            raise NotFound(f"feedback/{fid}")
+        return r
+
+    async def list(self, p: Principal, f: ReportFilter, after: tuple[dt.datetime, str] | None,
+                   size: int) -> list[Report]:
+        """The caller's reports matching `f`, newest first (create_time, id) after the keyset position
+        `after`; at most `size` + 1 (one more tells the caller there is a next page)."""
+        return await self._repo.list_reports(p.sub, f, after, size + 1)
+
+    async def update(self, p: Principal, fid: str, c: Change, current_pb: Callable[[Report], Message]) -> Report:
+        """Status / issue_url change under an etag precondition (AIP-154). A retry with the same
+        request id answers with the report as it is and writes nothing; the same request id on another
+        report → INVALID_ARGUMENT (REQUEST_ID_REUSED). ABORTED (the current report in the details,
+        built by `current_pb`) on a stale etag; FAILED_PRECONDITION on a forbidden status move."""
+
+        def decide(cur: Report, earlier) -> tuple[Status, str] | None:
+            if earlier is not None:  # a retry: answer with the report as it is, write nothing
+                if earlier["feedback_id"] != fid:
+                    raise InvalidArgument("request_id", "was already used to update another report",
+                                          reason="REQUEST_ID_REUSED")
+                check_same_request(earlier["request_fingerprint"], c.fingerprint)
+                return None
+            if not domain.etag_matches(c.etag, cur.version):
+                raise Aborted(f"etag {c.etag} is stale; the current one is {domain.etag(cur.version)}",
+                              current=current_pb(cur))
+            status = c.status if c.status is not None else cur.status
+            url = c.issue_url if c.issue_url is not None else cur.issue_url
+            if url != cur.issue_url:
+                # Checked only when it changes: the markdown sink's own file:// URL stays valid when a
+                # client (the console) sends the report's issue_url back unchanged with a status change.
+                domain.check_issue_url(url)
+            domain.check_transition(cur.status, status)
+            if status == cur.status and url == cur.issue_url:
+                return None
+            return status, url
+
+        r = await self._repo.update_report(fid, p.sub, decide, c.request_id, c.fingerprint, REQUEST_RETENTION_S)
+        if r is None:
+            raise NotFound(f"feedback/{fid}")
+        return r
+
+    async def delete(self, p: Principal, fid: str, request_id: uuid.UUID | None) -> None:
+        """Hard delete; NOT_FOUND when absent. With a request id, a retry after the delete succeeded is
+        OK (kept REQUEST_RETENTION_S); the same request id naming another report → INVALID_ARGUMENT."""
+        deleted, earlier = await self._repo.delete_report(fid, p.sub, request_id, REQUEST_RETENTION_S)
+        if earlier is not None:  # a delete's content is the id it names
+            check_same_request(earlier.encode(), fid.encode())
+            return
+        if not deleted:
+            raise NotFound(f"feedback/{fid}")
+
+    async def file(self, p: Principal, fid: str) -> Report:
+        """Render the ticket, send it to the sink, store its URL, set FILED — once.
+
+        Concurrent or repeated calls: one caller takes the filing claim (a leased column); the others
+        wait for its result and return the same stored URL. While the trace snapshot is PENDING it first
+        waits up to `filing_capture_wait_s` for the capture worker, so the ticket carries the turn's tool
+        calls. FAILED_PRECONDITION for a DISMISSED or unverified report; ABORTED when another filer
+        holds the claim longer than FILING_WAIT_S; UNAVAILABLE when the tracker cannot be reached
+        (nothing stored; safe to retry)."""
+        deadline = time.monotonic() + FILING_WAIT_S
+        capture_deadline = time.monotonic() + self._capture_wait_s
+        woke = False
+        while True:
+            r = await self.get(p, fid)
+            if r.issue_url:
+                return r
+            if r.snapshot.unverified:
+                raise FailedPrecondition("the chat service did not confirm this report's anchor for its owner; "
+                                         "an unverified report is not filed", reason="ANCHOR_UNVERIFIED")
+            domain.check_transition(r.status, Status.FILED)
+            if r.trace.state == domain.TRACE_PENDING and time.monotonic() < capture_deadline:
+                # The turn's tool calls are not frozen yet (a report filed right after it was made): let
+                # the capture worker look now, and file once it did (or when the wait is over).
+                if self._wake is not None and not woke:
+                    self._wake()
+                    woke = True
+                await asyncio.sleep(0.1)
+                continue
+            claimed = await self._repo.claim_filing(fid, p.sub, FILING_LEASE_S)
+            if claimed is not None:
+                break
+            if time.monotonic() > deadline:
+                raise Aborted("another FileFeedback call is filing this report; retry", reason="FILING_IN_PROGRESS")
+            await asyncio.sleep(0.05)
+        title, body = render_ticket(claimed, self._fields)
+        try:
+            url = await self._sink.file(fid, title, body)
+        except BaseException:
+            await self._repo.release_filing(fid, p.sub)
+            raise
+        done = await self._repo.finish_filing(fid, p.sub, url)
+        if done is None:
+            raise NotFound(f"feedback/{fid}")
+        return done

@@ -1,0 +1,164 @@
+"""The capture worker's queues: SQL over table `feedback` (PENDING rows, CLIENT snapshots to verify).
+
+The worker claims rows with `FOR UPDATE SKIP LOCKED` plus a lease (pushing the due time forward), so
+several replicas share the queue and no connection is held while the collector or the chat service is
+called. Guards that keep spans out of unverified rows stay in the statements (they must hold against a
+concurrent writer); the states to write arrive decided (`evidence.decide_capture`, `domain.capture_plan`).
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import asyncpg
+
+from services.common.db import NamedSQL
+from services.feedback.model import (
+    Anchor,
+    Author,
+    CaptureJob,
+    Category,
+    CreatedEvent,
+    FrozenTrace,
+    Sentiment,
+    Snapshot,
+    SnapshotSource,
+    TraceState,
+    VerifyJob,
+)
+from services.feedback.repository import rows
+
+# Claim due PENDING rows whose anchor the chat service gave: lease them by pushing next_capture_at forward.
+CLAIM_CAPTURE = NamedSQL("""
+WITH due AS (
+    SELECT id FROM feedback
+    WHERE trace_state = :pending AND next_capture_at <= now() AND snapshot_source <> :client
+    ORDER BY next_capture_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE feedback f SET next_capture_at = now() + make_interval(secs => :lease_s),
+    capture_attempts = capture_attempts + 1
+FROM due WHERE f.id = due.id
+RETURNING f.id, f.owner, f.trace_id, f.turn_time, f.capture_attempts, f.capture_span_count""")
+
+CAPTURE_PENDING = """
+UPDATE feedback SET next_capture_at = now() + make_interval(secs => $2), capture_span_count = $3
+WHERE id = $1 AND trace_state = $4"""
+
+# Settle one row. Guard: a CLIENT row never receives spans (CAPTURED), whoever wrote last.
+CAPTURE_DONE = NamedSQL("""
+UPDATE feedback SET trace_state = :state::smallint, trace_snapshot = :frozen, capture_span_count = :span_count,
+    capture_time = now(), next_capture_at = NULL, version = version + 1, update_time = GREATEST(now(), update_time)
+WHERE id = :id AND trace_state = :pending AND (snapshot_source <> :client OR :state <> :captured)""")
+
+# Once a turn is frozen (or known expired) for one report, every other PENDING report of the same
+# owner on that turn gets the same copy (one look at the collector serves them all) — except rows whose
+# CLIENT snapshot the chat service has not verified yet (they never receive spans).
+CAPTURE_DONE_TRACE = NamedSQL("""
+UPDATE feedback SET trace_state = :state::smallint, trace_snapshot = :frozen, capture_span_count = :span_count,
+    capture_time = now(), next_capture_at = NULL, version = version + 1, update_time = GREATEST(now(), update_time)
+WHERE owner = :owner AND trace_id = :trace_id AND trace_state = :pending AND snapshot_source <> :client""")
+
+# Client snapshots waiting for the authoritative one (chat service was down at create time).
+CLAIM_REFRESH = """
+WITH due AS (
+    SELECT id FROM feedback
+    WHERE snapshot_source = $3 AND refresh_at <= now()
+    ORDER BY refresh_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE feedback f SET refresh_at = now() + make_interval(secs => $2)
+FROM due WHERE f.id = due.id
+RETURNING f.id, f.owner, f.target_kind, f.message, f.instance, f.trace_id, f.coding_session, f.coding_seq"""
+
+# The chat service confirmed the anchor for the owner: its snapshot, trace id, time, instance and
+# message replace the client's (the client's trace id is never kept); a still PENDING row takes the
+# planned state (`domain.capture_plan`). The same statement marks `feedback.created` as emitted and
+# returns `emit_created` true exactly once per row (only one verification matches `snapshot_source`).
+REFRESH_DONE = NamedSQL("""
+WITH cur AS (SELECT id, created_event_time FROM feedback WHERE id = :id AND snapshot_source = :client FOR UPDATE)
+UPDATE feedback f SET snapshot = :snapshot, snapshot_source = :source, trace_id = :trace_id,
+    turn_time = COALESCE(:turn_time, f.turn_time), instance = COALESCE(NULLIF(:instance, ''), f.instance),
+    message = COALESCE(NULLIF(:message, ''), f.message),
+    trace_state = CASE WHEN f.trace_state = :pending THEN :state ELSE f.trace_state END,
+    refresh_at = NULL,
+    next_capture_at = CASE WHEN f.trace_state = :pending AND :capture_due THEN now() END,
+    created_event_time = COALESCE(cur.created_event_time, CASE WHEN :authoritative THEN now() END),
+    version = f.version + 1, update_time = GREATEST(now(), f.update_time)
+FROM cur WHERE f.id = cur.id AND f.snapshot_source = :client
+RETURNING f.id, f.trace_id, f.sentiment, f.category, f.author, f.message, f.instance,
+    (:authoritative AND cur.created_event_time IS NULL) AS emit_created""")
+
+# Claimed client snapshots handed back by a replica that cannot reach the chat service: due now again.
+REFRESH_RELEASE = "UPDATE feedback SET refresh_at = now() WHERE id = ANY($1::text[]) AND snapshot_source = $2"
+
+# The anchor cannot be verified for the owner: the words and the client snapshot stay (source CLIENT),
+# no spans are ever frozen (a still PENDING row becomes UNAVAILABLE). `:mark` is merged into the
+# snapshot (`{"unverified": true}` when the chat service said NOT_FOUND for the owner).
+REFRESH_GIVE_UP = NamedSQL("""
+UPDATE feedback SET refresh_at = NULL, snapshot = snapshot || :mark::jsonb,
+    trace_state = CASE WHEN trace_state = :pending THEN :unavailable ELSE trace_state END, next_capture_at = NULL,
+    version = version + 1, update_time = GREATEST(now(), update_time)
+WHERE id = :id AND snapshot_source = :client""")
+
+_GUARDS = {"pending": TraceState.PENDING, "captured": TraceState.CAPTURED, "client": SnapshotSource.CLIENT,
+           "unavailable": TraceState.UNAVAILABLE}
+
+
+def _count(status: str) -> int:
+    return int(status.rsplit(" ", 1)[-1])
+
+
+class CaptureStore:
+    """The worker's reads and writes over `self.pool` (mixed into `Repository`)."""
+
+    pool: asyncpg.Pool
+
+    async def claim_capture(self, limit: int, lease_s: float) -> list[CaptureJob]:
+        got = await self.pool.fetch(*CLAIM_CAPTURE.bind({**_GUARDS, "limit": limit, "lease_s": lease_s}))
+        return [CaptureJob(r["id"], r["owner"], r["trace_id"], r["turn_time"], r["capture_attempts"],
+                           r["capture_span_count"]) for r in got]
+
+    async def capture_pending(self, fid: str, retry_in_s: float, span_count: int) -> None:
+        await self.pool.execute(CAPTURE_PENDING, fid, retry_in_s, span_count, TraceState.PENDING)
+
+    async def capture_done(self, fid: str, state: TraceState, frozen: FrozenTrace | None, span_count: int) -> None:
+        values = {**_GUARDS, "id": fid, "state": state, "frozen": rows.frozen_json(frozen) if frozen else {},
+                  "span_count": span_count}
+        await self.pool.execute(*CAPTURE_DONE.bind(values))
+
+    async def capture_done_trace(self, owner: str, trace_id: str, state: TraceState, frozen: FrozenTrace | None,
+                                 span_count: int) -> int:
+        """Settle every PENDING verified row of `owner` on `trace_id`; returns how many."""
+        values = {**_GUARDS, "owner": owner, "trace_id": trace_id, "state": state,
+                  "frozen": rows.frozen_json(frozen) if frozen else {}, "span_count": span_count}
+        return _count(await self.pool.execute(*CAPTURE_DONE_TRACE.bind(values)))
+
+    async def claim_refresh(self, limit: int, lease_s: float) -> list[VerifyJob]:
+        got = await self.pool.fetch(CLAIM_REFRESH, limit, lease_s, SnapshotSource.CLIENT)
+        return [VerifyJob(r["id"], r["owner"], rows.anchor(r)) for r in got]
+
+    async def refresh_done(self, fid: str, snapshot: Snapshot, state: TraceState, capture_due: bool,
+                           authoritative: bool, turn_time: dt.datetime | None, anchor: Anchor) -> CreatedEvent | None:
+        """Store the verified snapshot (source CHAT_SERVICE) and anchor. Returns the `feedback.created`
+        event's fields when this call made the row's trace id authoritative (once per row, however many
+        workers verify it), else None (also when the row was already verified)."""
+        values = {**_GUARDS, "id": fid, "snapshot": rows.snapshot_json(snapshot), "source": snapshot.source,
+                  "trace_id": anchor.trace_id, "turn_time": turn_time, "instance": anchor.instance,
+                  "message": anchor.message, "state": state, "capture_due": capture_due,
+                  "authoritative": authoritative}
+        r = await self.pool.fetchrow(*REFRESH_DONE.bind(values))
+        if r is None or not r["emit_created"]:
+            return None
+        return CreatedEvent(r["id"], r["trace_id"], Sentiment(r["sentiment"]), Category(r["category"]),
+                            Author(r["author"]), r["message"], r["instance"])
+
+    async def refresh_release(self, ids: list[str]) -> None:
+        """Make claimed client snapshots due now (for another replica), without counting an attempt."""
+        await self.pool.execute(REFRESH_RELEASE, ids, SnapshotSource.CLIENT)
+
+    async def refresh_give_up(self, fid: str, not_found: bool) -> None:
+        """Stop verifying: no spans ever (trace UNAVAILABLE); `not_found` marks the snapshot unverified."""
+        values = {**_GUARDS, "id": fid, "mark": {"unverified": True} if not_found else {}}
+        await self.pool.execute(*REFRESH_GIVE_UP.bind(values))

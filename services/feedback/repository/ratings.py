@@ -1,0 +1,250 @@
+"""Ratings, statistics and the operator feed: SQL of table `ratings` (and the feed's reads of
+`feedback`), and the store that runs it.
+
+Rating compare-and-swap is a conditional `UPDATE … WHERE version = :version` (holds across processes);
+a PutRating request id is recorded in the same statement as the write (`rating_requests`). Enum
+values are bound by name (`RatingOrigin.USER`, `RatingSentiment.NEGATIVE`), never written as numbers.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+import asyncpg
+
+from services.common.db import NamedSQL
+from services.feedback.model import (
+    AspectCount,
+    Category,
+    DailyCount,
+    PutOutcome,
+    Rating,
+    RatingKey,
+    RatingOrigin,
+    RatingScope,
+    RatingSentiment,
+    RatingWrite,
+    RecentFilter,
+    Report,
+    Sentiment,
+)
+from services.feedback.repository import rows
+from services.feedback.repository.reports import FEEDBACK_COLUMNS, like_pattern
+
+RATING_COLUMNS = """id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
+    message, version, create_time, update_time"""
+
+GET_RATING_BY_KEY = f"""
+SELECT {RATING_COLUMNS} FROM ratings
+WHERE conversation = $1 AND turn_index = $2 AND owner = $3 AND scope = $4 AND aspect = $5 AND artifact_id = $6"""
+
+# PutRating statements. `prior`: an earlier put with this request id (then nothing is written: the
+# caller answers it as a retry); `rec` records an applied put's request id in the same statement.
+# Always one row: seen / prior_fingerprint, then the written rating's columns (all NULL when nothing
+# was written). `:own_*`: whether this call owns sentiment / category / note (AIP-134 field mask).
+_RATING_PRIOR = """prior AS (
+    SELECT request_fingerprint FROM rating_requests WHERE owner = :owner AND request_id = :request_id::uuid
+)"""
+_RATING_RECORD = """rec AS (
+    INSERT INTO rating_requests (owner, request_id, rating_id, request_fingerprint, create_time)
+    SELECT :owner, :request_id::uuid, up.id, :fingerprint::bytea, now() FROM up WHERE :request_id::uuid IS NOT NULL
+    ON CONFLICT (owner, request_id) DO NOTHING
+)
+SELECT EXISTS (SELECT 1 FROM prior) AS seen, (SELECT request_fingerprint FROM prior) AS prior_fingerprint, up.*
+FROM (VALUES (1)) AS one (x) LEFT JOIN up ON true"""
+
+# A new row gets the defaults for the fields this call does not own. A row whose owned fields already
+# hold the values (and is a USER rating) is not touched: a no-op keeps version and times.
+UPSERT_RATING = NamedSQL(f"""
+WITH {_RATING_PRIOR}, up AS (
+    INSERT INTO ratings AS r (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category,
+        note, origin, message, version, create_time, update_time)
+    SELECT :id::text, :conversation::text, :turn_index::integer, :owner::text, :scope::smallint, :aspect::text,
+        :artifact_id::text, CASE WHEN :own_sentiment THEN :sentiment::smallint ELSE 0::smallint END,
+        CASE WHEN :own_category THEN :category::smallint ELSE 0::smallint END,
+        CASE WHEN :own_note THEN :note::text ELSE '' END, :user_origin::smallint, :message::text, 1, now(), now()
+    WHERE NOT EXISTS (SELECT 1 FROM prior)
+    ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO UPDATE SET
+        sentiment = CASE WHEN :own_sentiment THEN EXCLUDED.sentiment ELSE r.sentiment END,
+        category = CASE WHEN :own_category THEN EXCLUDED.category ELSE r.category END,
+        note = CASE WHEN :own_note THEN EXCLUDED.note ELSE r.note END,
+        origin = EXCLUDED.origin,
+        message = COALESCE(NULLIF(EXCLUDED.message, ''), r.message),
+        version = r.version + 1,
+        update_time = GREATEST(now(), r.update_time)
+    WHERE (:own_sentiment AND r.sentiment IS DISTINCT FROM EXCLUDED.sentiment)
+       OR (:own_category AND r.category IS DISTINCT FROM EXCLUDED.category)
+       OR (:own_note AND r.note IS DISTINCT FROM EXCLUDED.note)
+       OR r.origin <> EXCLUDED.origin
+    RETURNING {RATING_COLUMNS}
+), {_RATING_RECORD}""")
+
+# Strict compare-and-swap: only when the stored version is `:version` (even for a no-op, which then
+# keeps version and times). No rating columns = stale etag (or no such rating).
+_RATING_CHANGED = """((:own_sentiment AND r.sentiment IS DISTINCT FROM :sentiment::smallint)
+    OR (:own_category AND r.category IS DISTINCT FROM :category::smallint)
+    OR (:own_note AND r.note IS DISTINCT FROM :note::text) OR r.origin <> :user_origin::smallint)"""
+CAS_RATING = NamedSQL(f"""
+WITH {_RATING_PRIOR}, up AS (
+    UPDATE ratings AS r SET
+        sentiment = CASE WHEN :own_sentiment THEN :sentiment::smallint ELSE r.sentiment END,
+        category = CASE WHEN :own_category THEN :category::smallint ELSE r.category END,
+        note = CASE WHEN :own_note THEN :note::text ELSE r.note END,
+        origin = :user_origin::smallint,
+        message = COALESCE(NULLIF(:message::text, ''), r.message),
+        version = r.version + CASE WHEN {_RATING_CHANGED} THEN 1 ELSE 0 END,
+        update_time = CASE WHEN {_RATING_CHANGED} THEN GREATEST(now(), r.update_time) ELSE r.update_time END
+    WHERE r.conversation = :conversation AND r.turn_index = :turn_index AND r.owner = :owner
+      AND r.scope = :scope::smallint AND r.aspect = :aspect AND r.artifact_id = :artifact_id
+      AND r.version = :version AND NOT EXISTS (SELECT 1 FROM prior)
+    RETURNING {RATING_COLUMNS}
+), {_RATING_RECORD}""")
+
+PRUNE_RATING_REQUESTS = "DELETE FROM rating_requests WHERE create_time < now() - make_interval(secs => $1)"
+
+DELETE_RATING = "DELETE FROM ratings WHERE id = $1 AND owner = $2"
+
+LIST_RATINGS = f"""
+SELECT {RATING_COLUMNS} FROM ratings
+WHERE owner = $1 AND conversation = $2 AND ($3::int IS NULL OR turn_index = $3)
+  AND ($4::int IS NULL OR (turn_index, scope, aspect, artifact_id) > ($4, $5, $6, $7))
+ORDER BY turn_index, scope, aspect, artifact_id
+LIMIT $8"""
+
+# `:turns` / `:messages`: the fork's turns that have a stored non-empty assistant message, and those
+# messages' names: a MESSAGE rating is copied only onto such a turn (and names its message there);
+# other scopes are copied as they are.
+COPY_RATINGS = NamedSQL("""
+INSERT INTO ratings (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
+    message, version, create_time, update_time)
+SELECT md5(random()::text || clock_timestamp()::text || r.id), :target, r.turn_index, r.owner, r.scope, r.aspect,
+    r.artifact_id, r.sentiment, r.category, r.note, :branch_copy, COALESCE(t.message, ''), 1, now(), now()
+FROM ratings r
+LEFT JOIN unnest(:turns::int[], :messages::text[]) AS t (turn_index, message) ON t.turn_index = r.turn_index
+WHERE r.owner = :owner AND r.conversation = :source AND r.turn_index <= :through
+  AND (r.scope <> :message_scope OR t.message IS NOT NULL)
+ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO NOTHING""")
+
+# ---- statistics (operator scope; USER-origin ratings only)
+_SENTIMENT_COUNTS = """count(*) FILTER (WHERE sentiment = :positive) AS positive,
+    count(*) FILTER (WHERE sentiment = :neutral) AS neutral,
+    count(*) FILTER (WHERE sentiment = :negative) AS negative"""
+STATS_ASPECTS = NamedSQL(f"""
+SELECT scope, aspect, count(*) AS total, {_SENTIMENT_COUNTS}
+FROM ratings WHERE origin = :user_origin AND update_time >= :since
+GROUP BY scope, aspect ORDER BY scope, aspect""")
+
+STATS_CATEGORIES = """
+SELECT category, count(*) AS count FROM feedback WHERE create_time >= $1 GROUP BY category ORDER BY category"""
+
+STATS_RATING_TREND = NamedSQL(f"""
+SELECT (update_time AT TIME ZONE 'UTC')::date AS day, {_SENTIMENT_COUNTS}
+FROM ratings WHERE origin = :user_origin AND update_time >= :since GROUP BY 1""")
+
+STATS_REPORT_TREND = """
+SELECT (create_time AT TIME ZONE 'UTC')::date AS day, count(*) AS reports
+FROM feedback WHERE create_time >= $1 GROUP BY 1"""
+
+RECENT_RATINGS = NamedSQL(f"""
+SELECT {RATING_COLUMNS} FROM ratings
+WHERE origin = :user_origin
+  AND (:scope::smallint = 0 OR scope = :scope) AND (:aspect = '' OR aspect = :aspect)
+  AND (:sentiment::smallint = 0 OR sentiment = :sentiment)
+  AND (:category::smallint = 0 OR category = :category) AND (:text = '' OR note ILIKE :text ESCAPE '\\')
+  AND (NOT :negative_only OR sentiment = :negative)
+  AND (:after_time::timestamptz IS NULL OR (update_time, id) < (:after_time, :after_id))
+ORDER BY update_time DESC, id DESC LIMIT :limit""")
+
+RECENT_FEEDBACK = NamedSQL(f"""
+SELECT {FEEDBACK_COLUMNS} FROM feedback
+WHERE (:category::smallint = 0 OR category = :category) AND (:text = '' OR body ILIKE :text ESCAPE '\\')
+  AND (NOT :negative_only OR sentiment = :bad)
+  AND (:after_time::timestamptz IS NULL OR (create_time, id) < (:after_time, :after_id))
+ORDER BY create_time DESC, id DESC LIMIT :limit""")
+
+_NAMED = {"user_origin": RatingOrigin.USER, "branch_copy": RatingOrigin.BRANCH_COPY,
+          "message_scope": RatingScope.MESSAGE, "positive": RatingSentiment.POSITIVE,
+          "neutral": RatingSentiment.NEUTRAL, "negative": RatingSentiment.NEGATIVE, "bad": Sentiment.BAD}
+
+
+def _outcome(r: asyncpg.Record) -> PutOutcome:
+    return PutOutcome(rows.rating(r) if r["id"] is not None else None, r["seen"], r["prior_fingerprint"])
+
+
+def _key_values(key: RatingKey, owner: str) -> dict[str, Any]:
+    return {"conversation": key.conversation, "turn_index": key.turn_index, "owner": owner, "scope": key.scope,
+            "aspect": key.aspect, "artifact_id": key.artifact_id}
+
+
+class RatingStore:
+    """Reads and writes of ratings, statistics and the operator feed over `self.pool`."""
+
+    pool: asyncpg.Pool
+
+    async def get_rating(self, key: RatingKey, owner: str) -> Rating | None:
+        r = await self.pool.fetchrow(GET_RATING_BY_KEY, key.conversation, key.turn_index, owner, key.scope,
+                                     key.aspect, key.artifact_id)
+        return rows.rating(r) if r is not None else None
+
+    async def put_rating(self, key: RatingKey, owner: str, w: RatingWrite, *, new_id: str, version: int | None,
+                         request_id: uuid.UUID | None, fingerprint: bytes | None) -> PutOutcome:
+        """Upsert (`version` None) or strict compare-and-swap at `version`, one statement either way.
+        `written` None: a retry (`seen`), a no-op upsert that kept the row as it was, or (CAS) a stale
+        version or no such rating."""
+        values = {**_NAMED, **_key_values(key, owner), "sentiment": w.sentiment, "category": w.category,
+                  "note": w.note, "own_sentiment": "sentiment" in w.owned, "own_category": "category" in w.owned,
+                  "own_note": "note" in w.owned, "message": w.message, "request_id": request_id,
+                  "fingerprint": fingerprint, "id": new_id, "version": version}
+        sql = UPSERT_RATING if version is None else CAS_RATING
+        return _outcome(await self.pool.fetchrow(*sql.bind(values)))
+
+    async def prune_rating_requests(self, retention_s: float) -> int:
+        """Forget PutRating request ids older than `retention_s`; returns how many."""
+        return int((await self.pool.execute(PRUNE_RATING_REQUESTS, retention_s)).split()[-1])
+
+    async def delete_rating(self, rid: str, owner: str) -> None:
+        await self.pool.execute(DELETE_RATING, rid, owner)
+
+    async def list_ratings(self, owner: str, conversation: str, turn_index: int | None,
+                           after: tuple[int, int, str, str] | None, limit: int) -> list[Rating]:
+        """Keyset on (turn_index, scope, aspect, artifact_id), ascending."""
+        a = after or (None, 0, "", "")
+        got = await self.pool.fetch(LIST_RATINGS, owner, conversation, turn_index, *a, limit)
+        return [rows.rating(r) for r in got]
+
+    async def copy_ratings(self, owner: str, source: str, target: str, through: int,
+                           target_replies: dict[int, str]) -> int:
+        """Copy; MESSAGE ratings only onto `target_replies` turns (turn index → assistant message name)."""
+        turns = list(target_replies)
+        values = {**_NAMED, "owner": owner, "target": target, "source": source, "through": through, "turns": turns,
+                  "messages": [target_replies[t] for t in turns]}
+        return int((await self.pool.execute(*COPY_RATINGS.bind(values))).rsplit(" ", 1)[-1])
+
+    async def stats(self, since: dt.datetime) -> tuple[list[AspectCount], list[tuple[Category, int]], list[DailyCount]]:
+        """(aspects, categories, per-day rows — several per day, unsummed) of USER ratings and reports
+        since `since`."""
+        values = {**_NAMED, "since": since}
+        async with self.pool.acquire() as conn:
+            aspects = await conn.fetch(*STATS_ASPECTS.bind(values))
+            categories = await conn.fetch(STATS_CATEGORIES, since)
+            rating_trend = await conn.fetch(*STATS_RATING_TREND.bind(values))
+            report_trend = await conn.fetch(STATS_REPORT_TREND, since)
+        return (
+            [AspectCount(RatingScope(a["scope"]), a["aspect"], a["total"], a["positive"], a["neutral"], a["negative"])
+             for a in aspects],
+            [(Category(c["category"]), c["count"]) for c in categories],
+            [DailyCount(t["day"], t["positive"], t["neutral"], t["negative"]) for t in rating_trend]
+            + [DailyCount(t["day"], reports=t["reports"]) for t in report_trend],
+        )
+
+    async def recent(self, f: RecentFilter, after: tuple[dt.datetime, str] | None, limit: int, ratings: bool,
+                     reports: bool) -> tuple[list[Rating], list[Report]]:
+        values = {**_NAMED, "scope": f.scope, "aspect": f.aspect, "sentiment": f.sentiment, "category": f.category,
+                  "text": like_pattern(f.text), "negative_only": f.negative_only,
+                  "after_time": after[0] if after else None, "after_id": after[1] if after else "", "limit": limit}
+        r = [rows.rating(x) for x in await self.pool.fetch(*RECENT_RATINGS.bind(values))] \
+            if ratings else []
+        fb = [rows.report(x) for x in await self.pool.fetch(*RECENT_FEEDBACK.bind(values))] \
+            if reports else []
+        return r, fb

@@ -1,0 +1,282 @@
+"""Reports: SQL of table `feedback` and its request ledgers, and the store that runs it.
+
+SQL keeps keys, constraints and concurrency guards; the rules (which state a new report starts in,
+whether its `feedback.created` event is due, …) arrive decided, as parameters (`model.NewReport`),
+and enum values are bound by name (`Status.FILED`), never written as numbers.
+
+Concurrency: an idempotent create first claims its (owner, request_id) in `feedback_create_requests`
+(`INSERT … ON CONFLICT`, in the same statement as the row), a ledger that DeleteFeedback only stamps,
+so no retry — not even one racing the delete — writes a second row.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from services.common.db import NamedSQL
+from services.feedback.model import (
+    DeletedCreate,
+    NewReport,
+    Report,
+    ReportFilter,
+    SnapshotSource,
+    Status,
+    Stored,
+    TraceState,
+)
+from services.feedback.repository import rows
+
+FEEDBACK_COLUMNS = """id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
+    surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, trace_snapshot,
+    capture_attempts, capture_span_count, next_capture_at, capture_time, status, issue_url, filing_until, version,
+    create_time, update_time"""
+
+GET_BY_REQUEST_ID = f"""SELECT {FEEDBACK_COLUMNS}, request_fingerprint, created_event_time FROM feedback
+WHERE owner = $1 AND request_id = $2"""
+
+# The report a CreateFeedback request id created and DeleteFeedback removed, within $3 seconds.
+GET_DELETED_CREATE = """
+SELECT feedback_id, request_fingerprint FROM feedback_create_requests
+WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(secs => $3)"""
+
+# The request id is claimed in the ledger first: taken (a live report, or one deleted less than
+# `retention_s` seconds ago) → no row. A deletion record older than that is recycled (a new report).
+# `copy_sibling`: the newest CAPTURED report of the same owner on the turn whose anchor the chat
+# service gave (never a CLIENT one) lends its frozen copy; the new row is then born with its state.
+INSERT_FEEDBACK = NamedSQL(f"""
+WITH claim AS (
+    INSERT INTO feedback_create_requests AS r (owner, request_id, feedback_id, request_fingerprint, delete_time)
+    VALUES (:owner, :request_id, :id, :fingerprint, NULL)
+    ON CONFLICT (owner, request_id) DO UPDATE SET feedback_id = EXCLUDED.feedback_id,
+        request_fingerprint = EXCLUDED.request_fingerprint, delete_time = NULL
+    WHERE r.delete_time <= now() - make_interval(secs => :retention_s)
+    RETURNING 1
+)
+INSERT INTO feedback (id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
+    surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, next_capture_at,
+    refresh_at, trace_snapshot, capture_span_count, capture_time, create_time, update_time, request_fingerprint,
+    created_event_time)
+SELECT :id, :owner, :request_id, :target_kind, :message, :coding_session, :coding_seq, :instance, :trace_id,
+    :surface, :author, :body, :sentiment, :category, :snapshot, :snapshot_source, :turn_time,
+    COALESCE(sib.trace_state, :trace_state::smallint),
+    CASE WHEN :capture_due AND sib.id IS NULL THEN now() END,
+    CASE WHEN :verify_due THEN now() END,
+    COALESCE(sib.trace_snapshot, '{{}}'::jsonb), COALESCE(sib.capture_span_count, -1), sib.capture_time, now(), now(),
+    :fingerprint, CASE WHEN :authoritative THEN now() END
+FROM claim
+LEFT JOIN LATERAL (
+    SELECT id, trace_state, trace_snapshot, capture_span_count, capture_time FROM feedback
+    WHERE :copy_sibling AND owner = :owner AND trace_id = :trace_id::text AND trace_state = :captured::smallint
+      AND snapshot_source <> :client::smallint
+    ORDER BY capture_time DESC LIMIT 1
+) AS sib ON true
+ON CONFLICT (owner, request_id) DO NOTHING
+RETURNING {FEEDBACK_COLUMNS}, request_fingerprint, created_event_time""")
+
+GET_FEEDBACK = f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE id = $1 AND owner = $2"
+
+LOCK_FEEDBACK = f"""SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE id = $1 AND owner = $2 FOR UPDATE"""
+
+UPDATE_FEEDBACK = f"""
+UPDATE feedback SET status = $3, issue_url = $4,
+    version = version + 1, update_time = GREATEST(now(), update_time)
+WHERE id = $1 AND owner = $2
+RETURNING {FEEDBACK_COLUMNS}"""
+
+# Hard delete; the ledger row of the request id that created it is stamped deleted (no content), so a
+# late retry of that create writes nothing. Returns the deleted id (no row: nothing deleted).
+DELETE_FEEDBACK = """
+WITH gone AS (DELETE FROM feedback WHERE id = $1 AND owner = $2 RETURNING owner, request_id, id, request_fingerprint)
+INSERT INTO feedback_create_requests (owner, request_id, feedback_id, request_fingerprint, delete_time)
+SELECT owner, request_id, id, request_fingerprint, now() FROM gone
+ON CONFLICT (owner, request_id) DO UPDATE SET feedback_id = EXCLUDED.feedback_id,
+    request_fingerprint = EXCLUDED.request_fingerprint, delete_time = EXCLUDED.delete_time
+RETURNING feedback_id"""
+
+# UpdateFeedback request ids (owner, request id → report, request fingerprint), kept `$3` seconds.
+GET_UPDATE_REQUEST = """
+SELECT feedback_id, request_fingerprint FROM feedback_update_requests
+WHERE owner = $1 AND request_id = $2 AND create_time > now() - make_interval(secs => $3)"""
+RECORD_UPDATE_REQUEST = """
+WITH pruned AS (
+    DELETE FROM feedback_update_requests WHERE owner = $1 AND create_time <= now() - make_interval(secs => $5)
+)
+INSERT INTO feedback_update_requests (owner, request_id, feedback_id, request_fingerprint, create_time)
+VALUES ($1, $2, $3, $4, now())
+ON CONFLICT (owner, request_id) DO UPDATE SET feedback_id = EXCLUDED.feedback_id,
+    request_fingerprint = EXCLUDED.request_fingerprint, create_time = EXCLUDED.create_time"""
+
+# Completed deletes by request id (no content), pruned per owner on delete together with the deleted
+# reports' create request ids (same retention).
+RECORD_DELETE = """
+INSERT INTO deleted_feedback (owner, request_id, feedback_id, delete_time) VALUES ($1, $2, $3, now())
+ON CONFLICT (owner, request_id) DO NOTHING"""
+GET_DELETE_RECORD = """
+SELECT feedback_id FROM deleted_feedback
+WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(secs => $3)"""
+PRUNE_DELETE_RECORDS = """
+WITH creates AS (
+    DELETE FROM feedback_create_requests WHERE owner = $1 AND delete_time <= now() - make_interval(secs => $2)
+)
+DELETE FROM deleted_feedback WHERE owner = $1 AND delete_time <= now() - make_interval(secs => $2)"""
+
+# Filters are optional (empty / 0 / NULL = not applied); keyset paging on (create_time, id), newest first.
+LIST_FEEDBACK = NamedSQL(f"""
+SELECT {FEEDBACK_COLUMNS} FROM feedback
+WHERE owner = :owner
+  AND (:instance = '' OR instance = :instance)
+  AND (:status::smallint = 0 OR status = :status)
+  AND (:author::smallint = 0 OR author = :author)
+  AND (:sentiment::smallint = 0 OR sentiment = :sentiment)
+  AND (:category::smallint = 0 OR category = :category)
+  AND (:start_time::timestamptz IS NULL OR create_time >= :start_time)
+  AND (:end_time::timestamptz IS NULL OR create_time < :end_time)
+  AND (:text = '' OR body ILIKE :text ESCAPE '\\' OR snapshot->>'target_text' ILIKE :text ESCAPE '\\')
+  AND (:trace_id = '' OR trace_id = :trace_id)
+  AND (:after_time::timestamptz IS NULL OR (create_time, id) < (:after_time, :after_id))
+ORDER BY create_time DESC, id DESC
+LIMIT :limit""")
+
+# FileFeedback: take the filing claim (only one filer talks to the tracker at a time).
+CLAIM_FILING = f"""
+UPDATE feedback SET filing_until = now() + make_interval(secs => $3)
+WHERE id = $1 AND owner = $2 AND issue_url = '' AND (filing_until IS NULL OR filing_until < now())
+RETURNING {FEEDBACK_COLUMNS}"""
+
+FINISH_FILING = f"""
+UPDATE feedback SET issue_url = $3, status = $4, filing_until = NULL, version = version + 1,
+    update_time = GREATEST(now(), update_time)
+WHERE id = $1 AND owner = $2
+RETURNING {FEEDBACK_COLUMNS}"""
+
+RELEASE_FILING = "UPDATE feedback SET filing_until = NULL WHERE id = $1 AND owner = $2"
+
+
+def like_pattern(text: str) -> str:
+    """A case-insensitive substring pattern for ILIKE with `\\` escaping ('' when no filter)."""
+    if not text:
+        return ""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _report(r: asyncpg.Record | None) -> Report | None:
+    return rows.report(r) if r is not None else None
+
+
+def _stored(r: asyncpg.Record) -> Stored:
+    return Stored(rows.report(r), r["request_fingerprint"], r["created_event_time"] is not None)
+
+
+class ReportStore:
+    """Reads and writes of reports over `self.pool` (mixed into `Repository`)."""
+
+    pool: asyncpg.Pool
+
+    async def get_by_request_id(self, owner: str, request_id: uuid.UUID) -> Stored | None:
+        """The report stored under (owner, request_id), with its fingerprint; None when there is none."""
+        r = await self.pool.fetchrow(GET_BY_REQUEST_ID, owner, request_id)
+        return Stored(rows.report(r), r["request_fingerprint"], False) if r is not None else None
+
+    async def get_deleted_create(self, owner: str, request_id: uuid.UUID, retention_s: float) -> DeletedCreate | None:
+        """The report this create request id made and a delete removed within `retention_s` seconds."""
+        r = await self.pool.fetchrow(GET_DELETED_CREATE, owner, request_id, retention_s)
+        return DeletedCreate(r["feedback_id"], r["request_fingerprint"]) if r is not None else None
+
+    async def insert_report(self, new: NewReport, retention_s: float) -> Stored | DeletedCreate:
+        """Insert a report (one statement for a new one). Returns the row stored under the request id
+        (`report.id` differs from `new.id` when a concurrent call with that request id stored first), or
+        the DeletedCreate when that request id's report was deleted within `retention_s` seconds (then
+        nothing is written)."""
+        a = new.anchor
+        values: dict[str, Any] = {
+            "id": new.id, "owner": new.owner, "request_id": new.request_id, "fingerprint": new.fingerprint,
+            "retention_s": retention_s, "target_kind": a.kind, "message": a.message,
+            "coding_session": a.coding_session, "coding_seq": a.coding_seq, "instance": a.instance,
+            "trace_id": a.trace_id, "surface": new.surface, "author": new.author, "body": new.body,
+            "sentiment": new.sentiment, "category": new.category, "snapshot": rows.snapshot_json(new.snapshot)
+            if new.snapshot.source != SnapshotSource.NONE else {}, "snapshot_source": new.snapshot.source,
+            "turn_time": new.turn_time, "trace_state": new.trace_state, "capture_due": new.capture_due,
+            "verify_due": new.verify_due, "authoritative": new.authoritative, "copy_sibling": new.copy_sibling,
+            "captured": TraceState.CAPTURED, "client": SnapshotSource.CLIENT,
+        }
+        bound = INSERT_FEEDBACK.bind(values)
+        for _ in range(2):  # a deletion record expiring between two statements: claim it again
+            got = await self.pool.fetchrow(*bound)
+            if got is not None:
+                return _stored(got)
+            prior = await self.get_by_request_id(new.owner, new.request_id)
+            if prior is not None:
+                return prior
+            deleted = await self.get_deleted_create(new.owner, new.request_id, retention_s)
+            if deleted is not None:
+                return deleted
+        raise RuntimeError(f"request id {new.request_id} is claimed but neither stored nor deleted")
+
+    async def get_report(self, fid: str, owner: str) -> Report | None:
+        return _report(await self.pool.fetchrow(GET_FEEDBACK, fid, owner))
+
+    async def delete_report(self, fid: str, owner: str, request_id: uuid.UUID | None,
+                            retention_s: float) -> tuple[bool, str | None]:
+        """Delete the owner's report. Returns (deleted, earlier): `earlier` is the id an earlier
+        completed delete with this `request_id` removed (within `retention_s`), else None; the owner's
+        records older than that are pruned. Every delete stamps the ledger row of the request id that created the report."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            if request_id is not None:
+                earlier = await conn.fetchval(GET_DELETE_RECORD, owner, request_id, retention_s)
+                if earlier is not None:
+                    return False, earlier
+            deleted = await conn.fetchval(DELETE_FEEDBACK, fid, owner) is not None
+            if deleted:
+                await conn.execute(PRUNE_DELETE_RECORDS, owner, retention_s)
+                if request_id is not None:
+                    await conn.execute(RECORD_DELETE, owner, request_id, fid)
+            elif request_id is not None:
+                # A concurrent retry with this request id may have deleted the row while this DELETE
+                # waited for its lock: its record is committed now (a new statement sees it).
+                return False, await conn.fetchval(GET_DELETE_RECORD, owner, request_id, retention_s)
+            return deleted, None
+
+    async def list_reports(self, owner: str, f: ReportFilter, after: tuple[Any, str] | None,
+                           limit: int) -> list[Report]:
+        values = {
+            "owner": owner, "instance": f.instance, "status": f.status, "author": f.author, "sentiment": f.sentiment,
+            "category": f.category, "start_time": f.start_time, "end_time": f.end_time,
+            "text": like_pattern(f.text), "trace_id": f.trace_id, "after_time": after[0] if after else None,
+            "after_id": after[1] if after else "", "limit": limit,
+        }
+        return [rows.report(r) for r in await self.pool.fetch(*LIST_FEEDBACK.bind(values))]
+
+    async def update_report(self, fid: str, owner: str, decide: Callable[[Report, Any], tuple[Status, str] | None],
+                            request_id: uuid.UUID | None, fingerprint: bytes | None,
+                            retention_s: float) -> Report | None:
+        """Row-locked read-modify-write: `decide(current, earlier)` returns (status, issue_url) to write,
+        or None to keep the report as it is (it may raise a DomainError to abort). `earlier`: the record
+        (feedback_id, request_fingerprint) of an update already made with `request_id`, else None. A new
+        `request_id` is recorded (changed or not). None: no such report."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            cur = await conn.fetchrow(LOCK_FEEDBACK, fid, owner)
+            if cur is None:
+                return None
+            earlier = (await conn.fetchrow(GET_UPDATE_REQUEST, owner, request_id, retention_s)
+                       if request_id is not None else None)
+            current = rows.report(cur)
+            change = decide(current, earlier)
+            if change is None:
+                out = current
+            else:
+                out = rows.report(await conn.fetchrow(UPDATE_FEEDBACK, fid, owner, *change))
+            if request_id is not None and earlier is None:
+                await conn.execute(RECORD_UPDATE_REQUEST, owner, request_id, fid, fingerprint, retention_s)
+            return out
+
+    async def claim_filing(self, fid: str, owner: str, lease_s: float) -> Report | None:
+        return _report(await self.pool.fetchrow(CLAIM_FILING, fid, owner, lease_s))
+
+    async def finish_filing(self, fid: str, owner: str, url: str) -> Report | None:
+        return _report(await self.pool.fetchrow(FINISH_FILING, fid, owner, url, Status.FILED))
+
+    async def release_filing(self, fid: str, owner: str) -> None:
+        await self.pool.execute(RELEASE_FILING, fid, owner)

@@ -1,0 +1,115 @@
+"""The Markdown ticket draft of one report, rendered from the model (FileFeedback, the CLI's
+evidence bundle). Which fields reach an external tracker is `TicketFields` (issue 7 "Filing")."""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from services.feedback.model import Author, Report, Sentiment, SnapshotSource, TraceState
+
+CATEGORY_NAMES = {
+    0: "unspecified", 1: "broken response", 2: "network", 3: "tool failure", 4: "rendering",
+    5: "unsafe content", 6: "other",
+}
+_STATE_NAMES = {TraceState.PENDING: "pending", TraceState.CAPTURED: "captured", TraceState.UNAVAILABLE: "unavailable",
+                TraceState.EXPIRED: "expired"}
+
+
+@dataclass(frozen=True)
+class TicketFields:
+    """What a ticket carries beyond category, ids and the tool-call summary (issue 7 "Filing").
+
+    Default: neither the owner's words nor the message texts reach an external tracker.
+    """
+
+    body: bool = False
+    message_text: bool = False
+
+
+def _quote(text: str) -> str:
+    return "\n".join("> " + line for line in (text or "").splitlines() or [""])
+
+
+def _rfc3339(t: dt.datetime | None) -> str:
+    """As proto JSON writes a Timestamp (`2026-11-30T12:00:00Z`, fractions only when there are any)."""
+    if t is None:
+        return ""
+    ts = Timestamp()
+    ts.FromDatetime(t)
+    return ts.ToJsonString()
+
+
+def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[str, str]:
+    """The Markdown ticket draft of one report: (title, body).
+
+    Always: category, ids, tool-call summary, events; the owner's words and the message texts only
+    when `fields` enables them. An unverified or client-supplied snapshot says so on every rendering.
+    """
+    snap, a, ts = fb.snapshot, fb.anchor, fb.trace
+    ctx = snap.context
+    category = CATEGORY_NAMES.get(int(fb.category), "unspecified")
+    trace_id = (a.trace_id if a.kind == "trace" else "") or snap.trace_id
+    message = a.message if a.kind == "message" else ""
+    coding = a.coding_session if a.kind == "coding" else ""
+    instance = a.instance
+    # The anchor that exists: a coding session + timeline seq, else the turn of an instance, else a
+    # message or trace id alone. Empty fields are left out (never "turn ?" or "instance: ``").
+    if coding:
+        anchor = f"timeline seq {a.coding_seq} of coding session {coding}"
+    elif instance and (snap.target_role or snap.turn_index):
+        anchor = f"turn {snap.turn_index} of {instance}"
+    else:
+        anchor = message or (f"trace {trace_id}" if trace_id else "") or instance or "unanchored report"
+    title = f"[feedback] {category}: {anchor}"
+    lines = [f"## Feedback {fb.name if fb.id else ''}", ""]
+    # A client-supplied snapshot is the reporter's claim until the chat service confirms it (issue 3):
+    # say so on every rendering, never present it as evidence.
+    if snap.unverified:
+        title = f"[unverified] {title}"
+        lines += ["> **Unverified:** the chat service did not confirm this anchor for the reporter; the quoted",
+                  "> text and ids below are the reporter's claim, not evidence.", ""]
+    elif snap.source == SnapshotSource.CLIENT:
+        lines += ["> **Client-supplied snapshot:** the chat service was unreachable when this was reported;",
+                  "> the quote below is not yet confirmed by it.", ""]
+    sentiment = ("bad" if fb.sentiment == Sentiment.BAD else "good" if fb.sentiment else "unspecified")
+    items = [
+        ("category", category),
+        ("sentiment", sentiment),
+        ("author", "agent" if fb.author == Author.AGENT else "user"),
+        ("coding session", f"`{coding}`" if coding else ""),
+        ("timeline seq", str(a.coding_seq) if coding else ""),
+        ("instance", f"`{instance}`" if instance else ""),
+        ("message", f"`{message}`" if message else ""),
+        ("trace id", f"`{trace_id}`" if trace_id else ""),
+        ("turn index", str(snap.turn_index) if anchor.startswith("turn ") else ""),
+        ("created", _rfc3339(fb.create_time)),
+        ("agent / model", " / ".join(x for x in (ctx.agent, ctx.model) if x)),
+    ]
+    lines += [f"- {k}: {v}" for k, v in items if v]
+    if ctx.audio_key:
+        lines.append(f"- voice: audio key `{ctx.audio_key}`")
+    if fields.body:
+        heading = ("The owner's words, as the agent recorded them" if fb.author == Author.AGENT
+                   else "The owner's words")
+        lines += ["", f"### {heading}", "", _quote(fb.body)]
+    if fields.message_text:
+        lines += ["", "### The turn before", "", _quote(snap.preceding_user_text),
+                  "", f"### The flagged message ({snap.target_role})", "", _quote(snap.target_text)]
+        if ctx.dictation:
+            lines += ["", "Dictation as heard:", "", _quote(ctx.dictation)]
+    frozen = ts.frozen
+    lines += ["", f"### Tool calls (trace snapshot {_STATE_NAMES.get(ts.state, 'none')}, root status "
+              f"{frozen.root_status or '-'}, {frozen.duration_ms:.1f} ms)", ""]
+    if frozen.tool_calls:
+        lines += ["| tool | call id | status | ms | result bytes |", "|---|---|---|---|---|"]
+        for c in frozen.tool_calls:
+            lines.append(f"| {c.name} | {c.call_id} | {c.status} | {c.duration_ms:.1f} | {c.result_size_bytes} |")
+    else:
+        lines.append("(none recorded)")
+    events = [e for e in frozen.events if e.name not in ("chat.in", "chat.out")]
+    if events:
+        lines += ["", "### Events", ""]
+        lines += [f"- `{e.name}` at {_rfc3339(e.time)} (span {e.span_id})" for e in events]
+    return title, "\n".join(lines) + "\n"

@@ -1,0 +1,31 @@
+"""The feedback model's enums are the proto's: every member has the proto value of the same name and
+number, and the proto has no value the model lacks (a new proto value fails here until the model has it)."""
+from __future__ import annotations
+
+import pytest
+
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from services.feedback import domain
+from services.feedback.model import PROTO_ENUMS, TraceState
+
+
+def _upper_snake(name: str) -> str:
+    return "".join(f"_{c}" if c.isupper() and i else c for i, c in enumerate(name)).upper()
+
+
+@pytest.mark.parametrize("model_enum, proto_name", PROTO_ENUMS.items(), ids=[n for n in PROTO_ENUMS.values()])
+def test_model_enum_numbers_are_the_protos(model_enum, proto_name):
+    descriptor = pb.DESCRIPTOR.enum_types_by_name[proto_name]
+    prefix = _upper_snake(proto_name)
+    proto = {v.name: v.number for v in descriptor.values}
+    model = {f"{prefix}_{m.name}": m.value for m in model_enum}
+    assert model == proto
+
+
+def test_every_enum_of_the_feedback_proto_has_a_model_enum():
+    assert set(PROTO_ENUMS.values()) == set(pb.DESCRIPTOR.enum_types_by_name)
+
+
+def test_the_rules_short_names_are_the_model_members():
+    assert domain.TRACE_PENDING is TraceState.PENDING and domain.TRACE_NONE is TraceState.UNSPECIFIED
+    assert domain.STATUS_FILED == pb.STATUS_FILED and domain.SOURCE_CLIENT == pb.SNAPSHOT_SOURCE_CLIENT
