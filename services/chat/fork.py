@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-
 from services.chat.domain import SLUG, Instance, NewInstance, parse_instance_name
 from services.chat.repository import InstanceExists, Repository
 from services.chat.ratings_client import RatingsUnavailable

@@ -28,6 +28,7 @@ class Author(IntEnum):
     UNSPECIFIED = 0
     USER = 1
     AGENT = 2
+    PLATFORM = 3
 
 
 class Sentiment(IntEnum):
@@ -94,11 +95,20 @@ class RatingOrigin(IntEnum):
     BRANCH_COPY = 2
 
 
+class AuditAction(IntEnum):
+    UNSPECIFIED = 0
+    UPDATE_FEEDBACK = 1
+    FILE_FEEDBACK = 2
+    DELETE_FEEDBACK = 3
+    RESOLVE_FEEDBACK = 4
+    READ_BODY = 5
+
+
 # model enum → proto enum name (agentfeedback.feedback.v1); the proto's values are `<UPPER_SNAKE>_<member>`.
 PROTO_ENUMS: dict[type[IntEnum], str] = {
     Surface: "Surface", Author: "Author", Sentiment: "Sentiment", Category: "Category", Status: "Status",
     SnapshotSource: "SnapshotSource", TraceState: "TraceSnapshotState", RatingScope: "RatingScope",
-    RatingSentiment: "RatingSentiment", RatingOrigin: "RatingOrigin",
+    RatingSentiment: "RatingSentiment", RatingOrigin: "RatingOrigin", AuditAction: "AuditAction",
 }
 
 
