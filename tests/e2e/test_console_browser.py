@@ -4,8 +4,9 @@ files on another origin than the gateway, talking gRPC-web through Envoy to the 
 The flow a person does: sign in with a token → add an agent → ask it something (its reply streams in
 and calls a tool) → "report a problem" on the reply with a sentence → the row is on the agent's
 Feedback tab and on the account Feedback page with the quoted reply → "open the trace" shows the
-turn's tool call. Once at desktop width and once at 320 px (actions in one overflow menu, 44 px
-targets, nothing over the timestamp, no sideways scrolling). Screenshots go to test-artifacts/.
+turn's tool call. Once at desktop width and once at 320 px (Copy, trajectory, the like/dislike glyph,
+report and ⋯, all 44 px targets, glyphs without labels at 320 px, nothing over the timestamp, no
+sideways scrolling). Screenshots go to test-artifacts/.
 """
 from __future__ import annotations
 
@@ -90,25 +91,31 @@ async def flag_a_reply_and_follow_it(stack: Stack, page: Page, site: str, gatewa
     assert reply_text and trace_id and len(trace_id) == 32
     await shot(page, f"{tag}-1-chat")
 
+    # Next to Copy, three controls (whole trajectory, the like/dislike glyph, report) and ⋯ for the rest.
+    for key in ("copy", "trajectory", "like", "dislike", "report"):
+        box = await reply.locator(f".act-{key}").bounding_box()
+        assert box and box["width"] >= 44 and box["height"] >= 44, (key, box)
+    more = reply.locator("button.more")
+    box = await more.bounding_box()
+    assert box and box["width"] >= 44 and box["height"] >= 44, box
+    await more.click()
+    items = reply.locator(".menu [role^=menuitem]")
+    assert await items.count() >= 3  # trace, branch, delete
+    for item in await items.all():
+        b = await item.bounding_box()
+        assert b and b["height"] >= 44, (await item.inner_text(), b)
+    await assert_timestamps_uncovered(page)
     if narrow:
-        assert not await reply.locator(".actions.inline").is_visible(), "inline actions must collapse at 320 px"
-        more = reply.locator("button.more")
-        box = await more.bounding_box()
-        assert box and box["width"] >= 44 and box["height"] >= 44, box
-        await more.click()
-        items = reply.locator(".menu [role^=menuitem]")
-        assert await items.count() >= 5  # copy, like, dislike, report, trace, delete
-        for item in await items.all():
-            b = await item.bounding_box()
-            assert b and b["height"] >= 44, (await item.inner_text(), b)
-        await assert_timestamps_uncovered(page)
+        assert not await reply.locator(".act-report .act-text").is_visible(), "labels give way to glyphs at 320 px"
         await shot(page, f"{tag}-2-menu")
-        await reply.locator(".menu .act-report").click()
-    else:
-        await assert_timestamps_uncovered(page)
-        await reply.locator(".actions.inline .act-report").click()
-    await reply.locator("textarea.report-text").fill(sentence)
-    await reply.locator("text=Send report").click()
+    await more.click()  # closes the menu
+    await reply.locator(".act-report").click()
+    dialog = page.locator("dialog.fb-modal[open]")
+    await expect(dialog.get_by_role("tab", name="Report an issue")).to_have_attribute("aria-selected", "true")
+    await dialog.locator("label.choice", has_text="Broken response").click()
+    await dialog.locator("textarea.report-text").fill(sentence)
+    await dialog.locator("text=Send report").click()
+    await expect(dialog).to_have_count(0)
     await expect(reply.locator(".msg-status")).to_contain_text("Reported.")
     await shot(page, f"{tag}-3-reported")
 
@@ -198,8 +205,9 @@ async def test_console_agent_slug_checked_in_the_browser_and_report_counter_coun
                 await page.click("#chat-send")
                 reply = page.locator("article.msg.assistant:not(.streaming)").first
                 await expect(reply).to_be_visible()
-                await reply.locator(".actions.inline .act-report").click()
-                words, count = reply.locator("textarea.report-text"), reply.locator(".count")
+                await reply.locator(".act-report").click()
+                dialog = page.locator("dialog.fb-modal[open]")
+                words, count = dialog.locator("textarea.report-text"), dialog.locator(".count")
                 await words.fill("\N{GRINNING FACE}" * 2500)
                 await expect(count).to_have_text("2500 / 4000")
                 await expect(count).not_to_have_class(re.compile(r"\bover\b"))

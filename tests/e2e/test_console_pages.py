@@ -110,14 +110,20 @@ async def test_console_reaction_and_statistics(stack, tmp_path):
                 await sign_in(page, site, envoy.url, stack.token())
                 await page.goto(f"{site}/#/agents/{inst.split('/')[-1]}/chat")
                 reply = page.locator("article.msg.assistant").first
-                await reply.locator(".actions.inline .act-dislike").click()
-                await expect(page.locator("article.msg.assistant .actions.inline .act-dislike").first).to_have_attribute(
+                await reply.locator(".act-dislike").click()
+                # Saved at once; the reply section opens so a reason can follow.
+                dialog = page.locator("dialog.fb-modal[open]")
+                await expect(dialog.get_by_role("tab", name="This reply")).to_have_attribute("aria-selected", "true")
+                await page.keyboard.press("Escape")
+                await expect(dialog).to_have_count(0)
+                await expect(page.locator("article.msg.assistant .act-dislike").first).to_have_attribute(
                     "aria-pressed", "true")
                 await page.reload()
-                await expect(page.locator("article.msg.assistant .actions.inline .act-dislike").first).to_have_attribute(
+                await expect(page.locator("article.msg.assistant .act-dislike").first).to_have_attribute(
                     "aria-pressed", "true")
-                await expect(page.locator("article.msg.assistant .actions.inline .act-like").first).to_have_attribute(
+                await expect(page.locator("article.msg.assistant .act-like").first).to_have_attribute(
                     "aria-pressed", "false")
+                await expect(page.locator("article.msg.assistant .glyph-pair").first).to_have_attribute("data-lit", "dislike")
 
                 await page.locator("header.top").get_by_role("link", name="Statistics").click()
                 await expect(page.locator("[data-stat=ratings] .stat-value")).to_have_text("1")

@@ -1,6 +1,7 @@
 // An agent's page: tabs Chat, Feedback (this agent's reports, whatever the agent declares), Trace.
 import { api, errorText } from "../api";
 import { h, mount } from "../dom";
+import type { Instance } from "../gen/agentfeedback/chat/v1/chat_pb";
 import { chatTab } from "./chat";
 import { feedbackList } from "./feedbackList";
 import { traceTab } from "./trace";
@@ -20,9 +21,11 @@ export async function agentPage(main: HTMLElement, id: string, tab: string, quer
       h("a", { href: `#/agents/${encodeURIComponent(id)}/${key}`, role: "tab", "aria-selected": String(key === tab), class: key === tab ? "active" : "" }, label)));
   const panel = h("section", { class: "tab-panel", role: "tabpanel" });
   mount(main, h("p", {}, h("a", { href: "#/agents", class: "back" }, "← Agents")), title, sub, tabs, panel);
+  let info: Instance | null = null;
   if (id !== "_") {
     try {
       const i = await api().chat.getInstance({ name: instance });
+      info = i;
       title.textContent = i.displayName || id;
       sub.textContent = `agent ${i.agent}`;
     } catch (e) {
@@ -36,5 +39,5 @@ export async function agentPage(main: HTMLElement, id: string, tab: string, quer
   }
   if (tab === "feedback") await feedbackList(panel, { instance });
   else if (tab === "trace") await traceTab(panel, id === "_" ? "" : instance, query);
-  else await chatTab(panel, instance, query);
+  else await chatTab(panel, instance, query, info);
 }

@@ -1,26 +1,33 @@
-// The Chat tab: the conversation, a composer streaming the reply (ChatService.StreamMessage over
-// gRPC-web server streaming), and per message: copy, delete turn, like/dislike (PutRating, aspect
-// `reaction`, MESSAGE scope), open the trace, and "report a problem" (CreateFeedback with the
-// owner's words). At narrow widths the actions collapse into one overflow menu (style.css).
+// The Chat tab: the conversation and a composer streaming the reply (ChatService.StreamMessage over
+// gRPC-web server streaming). Per reply, next to Copy, three controls each open the feedback modal
+// (feedbackModal.ts) at its section: the whole trajectory, one like/dislike glyph (this reply; it saves
+// the reaction at once, then opens the reply section), and report. The glyph lights up once any
+// feedback exists for the turn (any scope, or a report): the liked half green or the disliked half red.
+// The ⋯ menu holds Open the trace, Branch from here (ForkConversation) and Delete turn. After the latest
+// reply a small check-in routes into the modal; it records nothing and never blocks the next message.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { api, Code, errorCode, errorText, lastSegment, uuid4 } from "../api";
+import { api, errorText, lastSegment, uuid4 } from "../api";
 import { h, mount, timeEl } from "../dom";
-import { Channel, Role, type Message } from "../gen/agentfeedback/chat/v1/chat_pb";
-import { RatingScope, RatingSentiment, Sentiment, Surface, type Rating } from "../gen/agentfeedback/feedback/v1/feedback_pb";
-
-const REACTION = "reaction";
-/** The feedback service's limit (feedback.proto: body ≤ 4000 characters); shown, never enforced by clipping. */
-const BODY_LIMIT = 4000;
+import { Channel, Role, type Instance, type Message } from "../gen/agentfeedback/chat/v1/chat_pb";
+import { RatingScope, RatingSentiment } from "../gen/agentfeedback/feedback/v1/feedback_pb";
+import { RatingStore, StaleWrite } from "../ratings";
+import { go } from "../router";
+import { REACTION } from "../taxonomy";
+import { openFeedbackModal, type Section } from "./feedbackModal";
 
 interface ChatState {
   instance: string; // instances/<id>
   id: string;
+  info: Instance | null;
   messages: Message[];
-  reactions: Map<number, Rating>; // turn_index → the caller's `reaction` rating
+  store: RatingStore;
+  reported: Set<number>; // turn indexes with a report of the caller
 }
 
-export async function chatTab(panel: HTMLElement, instance: string, query: URLSearchParams): Promise<void> {
-  const state: ChatState = { instance, id: lastSegment(instance), messages: [], reactions: new Map() };
+const reactionKey = (turnIndex: number) => ({ turnIndex, scope: RatingScope.MESSAGE, aspect: REACTION });
+
+export async function chatTab(panel: HTMLElement, instance: string, query: URLSearchParams, info: Instance | null = null): Promise<void> {
+  const state: ChatState = { instance, id: lastSegment(instance), info, messages: [], store: new RatingStore(instance), reported: new Set() };
   const log = h("section", { class: "messages", "aria-live": "polite", "aria-label": "Conversation" });
   const error = h("p", { class: "error", role: "alert" });
   const input = h("textarea", { id: "chat-input", rows: 2, placeholder: "Message the agent…", "aria-label": "Message" });
@@ -35,6 +42,7 @@ export async function chatTab(panel: HTMLElement, instance: string, query: URLSe
         if (!content.trim()) return;
         send.disabled = true;
         error.textContent = "";
+        log.parentElement?.querySelector(".checkin")?.remove();
         try {
           await streamTurn(state, log, content);
           input.value = "";
@@ -49,7 +57,11 @@ export async function chatTab(panel: HTMLElement, instance: string, query: URLSe
     input,
     send,
   );
-  mount(panel, log, error, composer);
+  const banner = info?.forkSource
+    ? h("p", { class: "fork-banner" }, "Branched from ", h("a", { href: `#/agents/${encodeURIComponent(lastSegment(info.forkSource))}/chat` }, lastSegment(info.forkSource)),
+        ` after turn ${info.forkTurnIndex + 1}. Ratings marked “copy” came with the branch until you change them.`)
+    : null;
+  mount(panel, banner, log, error, composer);
   try {
     await reload(state, log);
   } catch (e) {
@@ -66,6 +78,17 @@ export async function chatTab(panel: HTMLElement, instance: string, query: URLSe
   }
 }
 
+async function loadReported(state: ChatState): Promise<void> {
+  state.reported.clear();
+  let pageToken = "";
+  for (let page = 0; page < 4; page++) {
+    const r = await api().feedback.listFeedback({ instance: state.instance, pageSize: 500, pageToken });
+    for (const fb of r.feedback) if (fb.snapshot) state.reported.add(fb.snapshot.turnIndex);
+    pageToken = r.nextPageToken;
+    if (!pageToken) break;
+  }
+}
+
 async function reload(state: ChatState, log: HTMLElement): Promise<void> {
   const messages: Message[] = [];
   let pageToken = "";
@@ -75,17 +98,8 @@ async function reload(state: ChatState, log: HTMLElement): Promise<void> {
     pageToken = r.nextPageToken;
   } while (pageToken);
   state.messages = messages;
-  state.reactions.clear();
-  try {
-    let tok = "";
-    do {
-      const r = await api().feedback.listRatings({ conversation: state.instance, pageSize: 500, pageToken: tok });
-      for (const rt of r.ratings) if (rt.scope === RatingScope.MESSAGE && rt.aspect === REACTION) state.reactions.set(rt.turnIndex, rt);
-      tok = r.nextPageToken;
-    } while (tok);
-  } catch {
-    // Ratings are decoration here: the conversation still shows without them.
-  }
+  // Ratings and reports are decoration here: the conversation still shows without them.
+  await Promise.allSettled([state.store.load(), loadReported(state)]);
   mount(log, messages.length ? messages.map((m) => messageEl(state, log, m)) : h("p", { class: "muted empty" }, "No messages yet."));
 }
 
@@ -111,6 +125,7 @@ async function streamTurn(state: ChatState, log: HTMLElement, content: string): 
         if (pending) pending.replaceWith(el);
         else log.append(el);
         pending = null;
+        log.after(checkIn(state, log, r.event.value));
         el.scrollIntoView({ block: "end" });
         break;
       }
@@ -119,8 +134,74 @@ async function streamTurn(state: ChatState, log: HTMLElement, content: string): 
   pending?.remove();
 }
 
+function turnsOf(state: ChatState): number {
+  return new Set(state.messages.map((m) => m.turnIndex)).size;
+}
+
+function openModal(state: ChatState, log: HTMLElement, m: Message, section: Section): void {
+  const status = log.querySelector(`article.msg[data-name="${CSS.escape(m.name)}"] .msg-status`);
+  openFeedbackModal({
+    instance: state.instance, message: m, turns: turnsOf(state), forked: !!state.info?.forkSource, artifacts: [],
+    store: state.store,
+    onChange: () => refreshMessage(state, log, m),
+    onReported: (name) => {
+      state.reported.add(m.turnIndex);
+      const fresh = refreshMessage(state, log, m);
+      mount(fresh?.querySelector(".msg-status") ?? status ?? h("p"), "Reported. ", h("a", { href: `#/feedback?highlight=${encodeURIComponent(name)}` }, "See it on the Feedback page"), ".");
+    },
+  }, section);
+}
+
+/** After the latest reply: a check-in that routes into the modal. Records nothing; dismissable. */
+function checkIn(state: ChatState, log: HTMLElement, m: Message): HTMLElement {
+  log.parentElement?.querySelector(".checkin")?.remove();
+  const box = h("aside", { class: "checkin", "aria-label": "Check-in" });
+  const btn = (label: string, section: Section, cls: string) => {
+    const b = h("button", { type: "button", class: cls }, label);
+    b.addEventListener("click", () => { box.remove(); openModal(state, log, m, section); });
+    return b;
+  };
+  const dismiss = h("button", { type: "button", class: "checkin-dismiss", "aria-label": "Dismiss the check-in" }, "Not now");
+  dismiss.addEventListener("click", () => box.remove());
+  mount(box, h("span", {}, "How is it going?"), btn("Rate this reply", "reply", "checkin-reply"), btn("The task so far", "trajectory", "checkin-trajectory"), dismiss);
+  return box;
+}
+
+function refreshMessage(state: ChatState, log: HTMLElement, m: Message): HTMLElement | null {
+  const old = log.querySelector(`article.msg[data-name="${CSS.escape(m.name)}"]`);
+  if (!old) return null;
+  const fresh = messageEl(state, log, m);
+  old.replaceWith(fresh);
+  return fresh;
+}
+
 function roleName(m: Message): string {
   return m.role === Role.ASSISTANT ? "agent" : "you";
+}
+
+/** like / dislike / feedback (any other rating or a report) / none, and whether it is an unedited copy. */
+function glyphState(state: ChatState, turnIndex: number): { lit: string; copy: boolean } {
+  const reaction = state.store.get(reactionKey(turnIndex));
+  const any = state.store.forTurn(turnIndex);
+  const lit = reaction?.sentiment === RatingSentiment.POSITIVE ? "like"
+    : reaction?.sentiment === RatingSentiment.NEGATIVE ? "dislike"
+    : any.length || state.reported.has(turnIndex) ? "feedback" : "none";
+  return { lit, copy: any.length > 0 && any.every((r) => RatingStore.isCopy(r)) };
+}
+
+function glyph(state: ChatState, log: HTMLElement, m: Message, status: HTMLElement): HTMLElement {
+  const { lit, copy } = glyphState(state, m.turnIndex);
+  const half = (key: "like" | "dislike", sentiment: RatingSentiment, label: string, sign: string) => {
+    const b = h("button", {
+      type: "button", class: `act half act-${key}`, title: label, "aria-label": label, "aria-pressed": String(lit === key),
+    }, h("span", { "aria-hidden": "true" }, sign));
+    b.addEventListener("click", () => void react(state, log, m, sentiment, status));
+    return b;
+  };
+  return h("span", {
+    class: `glyph-pair lit-${lit}${copy ? " copy" : ""}`, role: "group", "aria-label": "This reply: like or dislike",
+    dataset: { lit }, title: copy ? "Copied with the branch; change it to make it yours" : undefined,
+  }, half("like", RatingSentiment.POSITIVE, "Like", "▲"), half("dislike", RatingSentiment.NEGATIVE, "Dislike", "▼"));
 }
 
 function messageEl(state: ChatState, log: HTMLElement, m: Message): HTMLElement {
@@ -130,43 +211,28 @@ function messageEl(state: ChatState, log: HTMLElement, m: Message): HTMLElement 
     dataset: { name: m.name, trace: m.traceId, turn: String(m.turnIndex) },
   });
   const status = h("p", { class: "msg-status", role: "status" });
-  const reportSlot = h("div", { class: "report-slot" });
-  const reaction = state.reactions.get(m.turnIndex);
-
-  const actions: { key: string; label: string; glyph: string; pressed?: boolean; run: () => Promise<void> | void }[] = [
-    {
-      key: "copy", label: "Copy", glyph: "",
-      run: async () => {
-        await copyText(m.content);
-        status.textContent = "Copied.";
-      },
-    },
-  ];
+  const button = (key: string, label: string, sign: string, run: () => void) => {
+    const b = h("button", { type: "button", class: `act act-${key}`, title: label, "aria-label": label },
+      sign ? h("span", { "aria-hidden": "true", class: "glyph" }, sign) : null, h("span", { class: sign ? "act-text" : "" }, label));
+    b.addEventListener("click", run);
+    return b;
+  };
+  const copy = button("copy", "Copy", "", () => void copyText(m.content).then(() => { status.textContent = "Copied."; }));
+  const controls: HTMLElement[] = [copy];
   if (assistant) {
-    actions.push(
-      { key: "like", label: "Like", glyph: "▲", pressed: reaction?.sentiment === RatingSentiment.POSITIVE, run: () => react(state, log, m, RatingSentiment.POSITIVE, status) },
-      { key: "dislike", label: "Dislike", glyph: "▼", pressed: reaction?.sentiment === RatingSentiment.NEGATIVE, run: () => react(state, log, m, RatingSentiment.NEGATIVE, status) },
+    controls.push(
+      button("trajectory", "Whole trajectory", "⤳", () => openModal(state, log, m, "trajectory")),
+      glyph(state, log, m, status),
+      button("report", "Report a problem", "⚑", () => openModal(state, log, m, "report")),
     );
   }
-  actions.push(
-    { key: "report", label: "Report a problem", glyph: "⚑", run: () => openReport(reportSlot, m, status) },
-    { key: "trace", label: "Open the trace", glyph: "⌁", run: () => { location.hash = `#/agents/${encodeURIComponent(state.id)}/trace?trace=${m.traceId}`; } },
-    { key: "delete", label: "Delete turn", glyph: "×", run: () => deleteTurn(state, log, m, status) },
-  );
-
-  const inline = h(
-    "div",
-    { class: "actions inline", role: "toolbar", "aria-label": `Actions for this ${roleName(m)} message` },
-    actions.map((a) =>
-      h("button", {
-        type: "button", class: `act act-${a.key}`, title: a.label, "aria-label": a.label,
-        "aria-pressed": a.pressed === undefined ? undefined : String(a.pressed),
-        onclick: () => void a.run(),
-      }, a.glyph ? h("span", { "aria-hidden": "true", class: "glyph" }, a.glyph) : null, h("span", { class: "act-text" }, a.label)),
-    ),
-  );
+  const menuItems: [string, string, () => void][] = [
+    ["trace", "Open the trace", () => { location.hash = `#/agents/${encodeURIComponent(state.id)}/trace?trace=${m.traceId}`; }],
+    ["branch", "Branch from here", () => void branch(state, m, status)],
+    ["delete", "Delete turn", () => void deleteTurn(state, log, m, status)],
+  ];
   const menu = h("div", { class: "menu", role: "menu", hidden: true });
-  const more = h("button", { type: "button", class: "act more", "aria-haspopup": "menu", "aria-expanded": "false", "aria-label": "Message actions", title: "Message actions" }, "⋯");
+  const more = h("button", { type: "button", class: "act more", "aria-haspopup": "menu", "aria-expanded": "false", "aria-label": "More actions", title: "More actions" }, "⋯");
   const closeMenu = () => { menu.hidden = true; more.setAttribute("aria-expanded", "false"); };
   more.addEventListener("click", () => {
     const open = menu.hidden;
@@ -174,24 +240,20 @@ function messageEl(state: ChatState, log: HTMLElement, m: Message): HTMLElement 
     menu.hidden = !open;
     more.setAttribute("aria-expanded", String(open));
   });
-  mount(
-    menu,
-    actions.map((a) =>
-      h("button", {
-        type: "button", role: a.pressed === undefined ? "menuitem" : "menuitemcheckbox", class: `menu-item act-${a.key}`,
-        "aria-checked": a.pressed === undefined ? undefined : String(a.pressed),
-        onclick: () => { closeMenu(); void a.run(); },
-      }, a.glyph ? h("span", { "aria-hidden": "true", class: "glyph" }, a.glyph) : null, a.label),
-    ),
-  );
-  const overflow = h("div", { class: "actions overflow" }, more, menu);
-
+  mount(menu, menuItems.map(([key, label, run]) => {
+    const b = h("button", { type: "button", role: "menuitem", class: `menu-item act-${key}` }, label);
+    b.addEventListener("click", () => { closeMenu(); run(); });
+    return b;
+  }));
+  const lit = assistant ? glyphState(state, m.turnIndex).lit : "none";
   el.append(
-    h("header", { class: "msg-head" }, h("span", { class: "msg-role" }, roleName(m)), h("span", { class: "msg-time" }, timeEl(m.createTime ? timestampDate(m.createTime) : undefined))),
+    h("header", { class: "msg-head" }, h("span", { class: "msg-role" }, roleName(m)), h("span", { class: "msg-time" }, timeEl(m.createTime ? timestampDate(m.createTime) : undefined)),
+      m.sourceMessage ? h("span", { class: "badge copy", title: `Copied from ${m.sourceMessage}` }, "from the original") : null),
     h("div", { class: "msg-body" }, m.content),
-    h("footer", { class: "msg-foot" }, inline, overflow),
+    h("footer", { class: `msg-foot${lit !== "none" ? " has-feedback" : ""}` },
+      h("div", { class: "actions", role: "toolbar", "aria-label": `Actions for this ${roleName(m)} message` }, controls, more)),
+    menu,
     status,
-    reportSlot,
   );
   return el;
 }
@@ -208,22 +270,39 @@ async function copyText(text: string): Promise<void> {
   }
 }
 
+/** Like / dislike: saved at once (the reaction's sentiment only), then the reply section opens so a
+ *  reason can follow. Pressing the lit half again clears the reaction (and opens nothing). */
 async function react(state: ChatState, log: HTMLElement, m: Message, sentiment: RatingSentiment, status: HTMLElement): Promise<void> {
-  const current = state.reactions.get(m.turnIndex);
+  const key = reactionKey(m.turnIndex);
   try {
-    if (current && current.sentiment === sentiment) {
-      await api().feedback.deleteRating({ name: current.name }); // pressing the lit glyph again clears it
-      state.reactions.delete(m.turnIndex);
-    } else {
-      const r = await api().feedback.putRating({
-        rating: { conversation: state.instance, turnIndex: m.turnIndex, scope: RatingScope.MESSAGE, aspect: REACTION, sentiment },
-        updateMask: { paths: ["sentiment"] },
-        requestId: uuid4(),
-      });
-      state.reactions.set(m.turnIndex, r);
+    if (state.store.get(key)?.sentiment === sentiment) {
+      await state.store.remove(key);
+      refreshMessage(state, log, m);
+      return;
     }
-    const fresh = messageEl(state, log, m);
-    log.querySelector(`article.msg[data-name="${CSS.escape(m.name)}"]`)?.replaceWith(fresh);
+    await state.store.put(key, { sentiment }, ["sentiment"]);
+  } catch (e) {
+    if (!(e instanceof StaleWrite)) {
+      status.textContent = errorText(e);
+      return;
+    }
+    // Changed elsewhere meanwhile: the owner just pressed this half, so apply it to the current rating.
+    try {
+      await state.store.put(key, { sentiment }, ["sentiment"]);
+    } catch (again) {
+      status.textContent = errorText(again);
+      return;
+    }
+  }
+  refreshMessage(state, log, m);
+  openModal(state, log, m, "reply");
+}
+
+async function branch(state: ChatState, m: Message, status: HTMLElement): Promise<void> {
+  status.textContent = "Branching…";
+  try {
+    const r = await api().chat.forkConversation({ parent: state.instance, turnIndex: m.turnIndex, requestId: uuid4() });
+    go(`#/agents/${encodeURIComponent(lastSegment(r.instance?.name ?? ""))}/chat`);
   } catch (e) {
     status.textContent = errorText(e);
   }
@@ -242,55 +321,4 @@ async function deleteTurn(state: ChatState, log: HTMLElement, m: Message, status
   } catch (e) {
     status.textContent = errorText(e);
   }
-}
-
-function openReport(slot: HTMLElement, m: Message, status: HTMLElement): void {
-  if (slot.firstChild) {
-    slot.querySelector("textarea")?.focus();
-    return;
-  }
-  // One request id per composer: a retry of the same report never stores a second row (AIP-155).
-  const requestId = uuid4();
-  const words = h("textarea", { rows: 3, class: "report-text", "aria-label": "What went wrong?", placeholder: "What went wrong? Your words are kept exactly as written." });
-  const count = h("span", { class: "muted count" }, `0 / ${BODY_LIMIT}`);
-  const error = h("p", { class: "error", role: "alert" });
-  const submit = h("button", { type: "submit", class: "primary" }, "Send report");
-  words.addEventListener("input", () => {
-    // The server counts Unicode code points (Python len), not UTF-16 code units: one emoji is 1, not 2.
-    const chars = [...words.value].length;
-    count.textContent = `${chars} / ${BODY_LIMIT}`;
-    count.classList.toggle("over", chars > BODY_LIMIT);
-  });
-  const form = h(
-    "form",
-    {
-      class: "report",
-      onsubmit: async (ev: Event) => {
-        ev.preventDefault();
-        if (!words.value.trim()) {
-          error.textContent = "Say what went wrong first.";
-          return;
-        }
-        submit.disabled = true;
-        try {
-          const fb = await api().feedback.createFeedback({
-            feedback: { target: { case: "message", value: m.name }, body: words.value, surface: Surface.CHAT, sentiment: Sentiment.BAD },
-            requestId,
-          });
-          slot.replaceChildren();
-          mount(status, "Reported. ", h("a", { href: `#/feedback?highlight=${encodeURIComponent(fb.name)}` }, "See it on the Feedback page"), ".");
-        } catch (e) {
-          error.textContent = errorCode(e) === Code.InvalidArgument ? `Not sent. ${errorText(e)}` : errorText(e);
-        } finally {
-          submit.disabled = false;
-        }
-      },
-    },
-    h("label", {}, "Report a problem with this message"),
-    words,
-    h("div", { class: "report-row" }, count, h("button", { type: "button", onclick: () => slot.replaceChildren() }, "Cancel"), submit),
-    error,
-  );
-  slot.append(form);
-  words.focus();
 }
