@@ -8,6 +8,8 @@ held while the agent thinks (style.md: never hold a DB connection while awaiting
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 import asyncpg
@@ -95,6 +97,19 @@ WHERE owner = $1 AND instance_id = $2 AND trace_id = $6
 FAIL_TURN = """
 UPDATE turns SET state = 'FAILED', error_code = $4, error_message = $5, defects = '{4}'
 WHERE owner = $1 AND instance_id = $2 AND trace_id = $3 AND state = 'RUNNING'
+"""
+# A retry of a FAILED turn (error code in $6; one concurrent retry wins), in ONE statement: RUNNING again
+# in trace $5, its user message follows; the $7 newest messages before that user message. No row: not claimed.
+RETRY_TURN = """
+WITH t AS (UPDATE turns SET state = 'RUNNING', trace_id = $5, error_code = NULL, error_message = NULL
+           WHERE owner = $1 AND instance_id = $2 AND request_id = $3 AND trace_id = $4 AND state = 'FAILED'
+             AND error_code = ANY($6::text[]) RETURNING user_message_id),
+m AS (UPDATE messages SET trace_id = $5 FROM t WHERE owner = $1 AND instance_id = $2 AND id = t.user_message_id
+      RETURNING messages.id, messages.create_time)
+SELECT h.role, h.content, h.id, h.turn_index AS h_turn_index FROM m LEFT JOIN LATERAL (
+    SELECT role, content, create_time, id, turn_index FROM messages WHERE owner = $1 AND instance_id = $2
+      AND (create_time, id) < (m.create_time, m.id) ORDER BY create_time DESC, id DESC LIMIT $7) h ON true
+ORDER BY h.create_time, h.id
 """
 SELECT_TURN_BY_REQUEST = """
 SELECT trace_id, turn_index, state, user_message_id, reply_message_id, error_code, error_message, create_time,
@@ -202,21 +217,8 @@ def _defect(r: asyncpg.Record) -> SuspectedDefect:
 
 
 def _message_args(owner: str, m: Message) -> tuple:
-    return (
-        owner,
-        m.instance_id,
-        m.id,
-        int(m.role),
-        m.content,
-        m.trace_id,
-        m.turn_index,
-        m.create_time,
-        int(m.channel),
-        m.audio_key,
-        m.dictation,
-        m.model,
-        m.agent,
-    )
+    return (owner, m.instance_id, m.id, int(m.role), m.content, m.trace_id, m.turn_index, m.create_time,
+            int(m.channel), m.audio_key, m.dictation, m.model, m.agent)
 
 
 class InstanceExists(Exception):
@@ -225,6 +227,11 @@ class InstanceExists(Exception):
 
 class RequestRace(Exception):
     """Two requests with one request_id raced; the loser's transaction was rolled back."""
+
+
+def _history(instance_id: str, rows) -> list[HistoryMessage]:
+    return [HistoryMessage(Role(r["role"]), r["content"], f"instances/{instance_id}/messages/{r['id']}",
+                           r["h_turn_index"]) for r in rows if r["role"] is not None]
 
 
 class Repository:
@@ -340,11 +347,15 @@ class Repository:
             dictation=turn.dictation,
             agent=rows[0]["agent"],
         )
-        return user, [
-            HistoryMessage(Role(r["role"]), r["content"], f"instances/{turn.instance_id}/messages/{r['id']}",
-                           r["h_turn_index"])
-            for r in rows if r["role"] is not None
-        ]
+        return user, _history(turn.instance_id, rows)
+
+    async def retry_turn(self, owner: str, failed: TurnRecord, request_id: uuid.UUID, trace_id: str,
+                         retryable: Sequence[str], history_limit: int) -> tuple[Message, list[HistoryMessage]] | None:
+        """RETRY_TURN: (the user message, now in `trace_id`, and the history before it), or None."""
+        iid = failed.user_message.instance_id
+        rows = await self._pool.fetch(RETRY_TURN, owner, iid, request_id, failed.trace_id, trace_id,
+                                      list(retryable), history_limit)
+        return (replace(failed.user_message, trace_id=trace_id), _history(iid, rows)) if rows else None
 
     async def finish_turn(
         self, owner: str, reply: Message, defects: tuple[int, ...] = (), defect_tools: tuple[str, ...] = ()

@@ -22,11 +22,14 @@ from services.chat.settings import ChatSettings
 from services.chat.turn import TurnRunner
 from services.common.auth import Authenticator
 from services.common.db import create_pool, migrate, resolve_database_url, skip_reset
+from services.common.quota import write_quota_interceptor
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SCHEMA = "chat"
+# Counted by the per-owner write quota (services/common/quota.py).
+WRITE_METHODS = ("CreateInstance", "SendMessage", "StreamMessage", "ForkConversation")
 
 
 async def create_server(
@@ -50,7 +53,8 @@ async def create_server(
     interceptor = ServiceInterceptor(
         Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS
     )
-    server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
+    quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS)
+    server = GrpcServer([interceptor, quota], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.add(
         chat_pb2_grpc.add_ChatServiceServicer_to_server,
         ChatServicer(repo, turns, settings.max_content_chars, Forker(repo, RatingsClient(feedback_channel))),

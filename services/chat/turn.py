@@ -49,6 +49,10 @@ from services.common.ids import check_same_request, new_id
 log = logging.getLogger(__name__)
 
 TURN_SPAN = "chat.turn"
+# Stored outcomes a retry with the same request_id runs again (the agent is called again, the stored
+# user message is reused): the agent was unreachable, ran out of time, or its caller went away. Every
+# other outcome (a reply, AGENT_FAILED, the gateway's own failure) replays as stored.
+RETRYABLE_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 # How often a retry polls a turn that another request with the same request_id is still running.
 RETRY_POLL_S = 0.05
 
@@ -177,11 +181,15 @@ class TurnRunner:
         caller_remaining_s: float | None,
     ):
         """Steps 1–2: the root span at t0 and the stored user message. A request_id retry returns
-        the stored TurnResult (no new span, no agent call)."""
+        the stored TurnResult (no new span, no agent call), or, when the stored turn failed with one
+        of RETRYABLE_CODES, runs the turn again in a new trace (linked to the failed one) with the
+        stored user message (span attribute `chat.retry_of_trace` names the failed trace)."""
+        failed: TurnRecord | None = None
         if turn.request_id is not None:
             done = await self._replay(owner, turn, caller_remaining_s)
-            if done is not None:
+            if isinstance(done, TurnResult):
                 return done
+            failed = done
         links = [Link(caller)] if caller is not None and caller.is_valid else []
         span = self._tracer.start_span(
             TURN_SPAN,
@@ -197,7 +205,15 @@ class TurnRunner:
         t0 = time_from_ns(t0_ns)
         try:
             try:
-                began = await self._repo.begin_turn(owner, turn, trace_id, new_id(), t0, self._history)
+                if failed is not None:
+                    assert turn.request_id is not None
+                    span.set_attribute("chat.retry_of_trace", failed.trace_id)
+                    began = await self._repo.retry_turn(owner, failed, turn.request_id, trace_id,
+                                                        RETRYABLE_CODES, self._history)
+                    if began is None:  # another retry claimed it first: wait for that one
+                        began = await self._replay(owner, turn, caller_remaining_s, rerun=False)
+                else:
+                    began = await self._repo.begin_turn(owner, turn, trace_id, new_id(), t0, self._history)
             except RequestRace:
                 began = (
                     None if turn.request_id is None else await self._replay(owner, turn, caller_remaining_s)
@@ -212,8 +228,10 @@ class TurnRunner:
                 replayed = (
                     began
                     if isinstance(began, TurnResult)
-                    else await self._replay(owner, turn, caller_remaining_s)
+                    else await self._replay(owner, turn, caller_remaining_s, rerun=False)
                 )
+                if not isinstance(replayed, TurnResult):  # its messages were deleted meanwhile
+                    raise NotFound(f"instances/{turn.instance_id}")
                 span.end()
                 return replayed
         except BaseException as err:
@@ -236,10 +254,11 @@ class TurnRunner:
         return span, user, history, user.agent
 
     async def _replay(
-        self, owner: str, turn: TurnInput, caller_remaining_s: float | None
-    ) -> TurnResult | None:
-        """The stored outcome of a request_id already used: its TurnResult, its error re-raised, or
-        (while the first request still runs) waiting for it within the caller's time."""
+        self, owner: str, turn: TurnInput, caller_remaining_s: float | None, rerun: bool = True
+    ) -> TurnResult | TurnRecord | None:
+        """The stored outcome of a request_id already used: its TurnResult, its error re-raised, the
+        TurnRecord of a turn that failed with one of RETRYABLE_CODES (when `rerun`: the caller runs it
+        again), or (while the first request still runs) waiting for it within the caller's time."""
         assert turn.request_id is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + agent_timeout(caller_remaining_s, self._cap_s)
@@ -251,6 +270,8 @@ class TurnRunner:
             if rec.state == "DONE" and rec.reply is not None:
                 return TurnResult(rec.user_message, rec.reply, rec.trace_id)
             if rec.state == "FAILED":
+                if rerun and rec.error_code in RETRYABLE_CODES:
+                    return rec
                 raise _turn_error(
                     rec.error_code or "FAILED", rec.error_message or "", rec.trace_id, rec.user_message.name
                 )

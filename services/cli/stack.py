@@ -118,7 +118,8 @@ class LocalStack:
         self.envoy = start_envoy(
             GatewayPorts(gateway=gs.port, chat=self._port("chat"), feedback=self._port("feedback"),
                          traces=self._port("tracecollector"), admin=gs.admin_port or None),
-            gs.origins, config_dir=Path(self.settings.data_dir) / "envoy", concurrency=gs.concurrency)
+            gs.origins, config_dir=Path(self.settings.data_dir) / "envoy", concurrency=gs.concurrency,
+            rate_limit_per_s=gs.rate_limit_per_s, rate_limit_burst=gs.rate_limit_burst)
         dist = PROJECT_ROOT / "console" / "dist"
         if not (dist / "index.html").exists():
             log.warning("console not built (make console); the gateway runs without it")

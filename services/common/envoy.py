@@ -10,7 +10,8 @@ gRPC services, configured from the template `deploy/envoy/envoy.yaml.tmpl`.
 
 What the config does (and why) is documented in the template itself: gRPC-web binary + text
 (grpc/grpc doc/PROTOCOL-WEB.md) through `envoy.filters.http.grpc_web`, CORS for an allowlist of
-console origins through `envoy.filters.http.cors`, HTTP/2 to the services, route timeout 0 so the
+console origins through `envoy.filters.http.cors`, a gateway-wide token bucket through
+`envoy.filters.http.local_ratelimit` (RESOURCE_EXHAUSTED when exceeded), HTTP/2 to the services, route timeout 0 so the
 caller's `grpc-timeout` is forwarded as the only deadline, 403 for any other Origin.
 
 Settings (`GatewaySettings`, environment `AGENTFEEDBACK_GATEWAY_*`): port (default 8080, design.md),
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 DEFAULT_TEMPLATE = PROJECT_ROOT / "deploy" / "envoy" / "envoy.yaml.tmpl"
 # The local console (`make run` serves console/dist there), under both loopback spellings.
 DEFAULT_ALLOWED_ORIGINS = ("http://127.0.0.1:8081", "http://localhost:8081")
+# Envoy local rate limit defaults (requests/s and burst for the whole gateway): far above what the
+# console and CLI of a team send, well below what one Envoy worker + 2 Python services can absorb.
+DEFAULT_RATE_LIMIT_PER_S = 1000
+DEFAULT_RATE_LIMIT_BURST = 2000
 # An origin as browsers send it (RFC 6454 serialisation): scheme://host[:port], nothing after.
 _ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?$|^https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$")
 
@@ -71,6 +76,10 @@ class GatewaySettings(BaseSettings):
     admin_port: int = Field(default=0, ge=0, le=65535)
     # Envoy worker threads.
     concurrency: int = Field(default=1, ge=1)
+    # Local rate limit of the whole gateway (Envoy token bucket, per Envoy process): requests per
+    # second sustained, and the burst; over it RESOURCE_EXHAUSTED before any service is called.
+    rate_limit_per_s: int = Field(default=DEFAULT_RATE_LIMIT_PER_S, ge=1)
+    rate_limit_burst: int = Field(default=DEFAULT_RATE_LIMIT_BURST, ge=1)
     # Port on which `make run` serves the built console (console/dist) on 127.0.0.1.
     console_port: int = Field(default=8081, ge=1, le=65535)
 
@@ -111,6 +120,8 @@ def render(
     listen_address: str = "127.0.0.1",
     upstream_host: str = "127.0.0.1",
     stream_idle_timeout_s: int = 300,
+    rate_limit_per_s: int = DEFAULT_RATE_LIMIT_PER_S,
+    rate_limit_burst: int = DEFAULT_RATE_LIMIT_BURST,
 ) -> str:
     """The Envoy config (YAML text) for `ports` and the CORS allowlist `allowed_origins`.
 
@@ -142,6 +153,8 @@ def render(
         "allow_origin_string_match": json.dumps([{"exact": o} for o in origins]),
         "allowed_origins_regex": json.dumps("|".join(re.escape(o) for o in origins)),
         "admin": admin,
+        "rate_limit_per_s": str(int(rate_limit_per_s)),
+        "rate_limit_burst": str(int(rate_limit_burst)),
     }
     return Template(text).substitute(values)
 
@@ -209,6 +222,8 @@ def start_envoy(
     upstream_host: str = "127.0.0.1",
     concurrency: int = 1,
     ready_timeout_s: float = 20.0,
+    rate_limit_per_s: int = DEFAULT_RATE_LIMIT_PER_S,
+    rate_limit_burst: int = DEFAULT_RATE_LIMIT_BURST,
 ) -> EnvoyProcess:
     """Render + validate the config into `config_dir/envoy.yaml`, start Envoy, wait until
     `listen_address:ports.gateway` accepts TCP connections (blocking, at most `ready_timeout_s`).
@@ -221,7 +236,8 @@ def start_envoy(
     config_dir.mkdir(parents=True, exist_ok=True)
     config_path = config_dir / "envoy.yaml"
     config_path.write_text(
-        render(template, ports, allowed_origins, listen_address=listen_address, upstream_host=upstream_host)
+        render(template, ports, allowed_origins, listen_address=listen_address, upstream_host=upstream_host,
+               rate_limit_per_s=rate_limit_per_s, rate_limit_burst=rate_limit_burst)
     )
     validate(config_path)
     log_path = config_dir / "envoy.log"

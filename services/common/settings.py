@@ -45,6 +45,10 @@ class CommonSettings(BaseSettings):
     # asyncpg pool size per service process.
     db_pool_min: int = Field(default=2, ge=1, validation_alias=AliasChoices("AGENTFEEDBACK_DB_POOL_MIN"))
     db_pool_max: int = Field(default=10, ge=1, validation_alias=AliasChoices("AGENTFEEDBACK_DB_POOL_MAX"))
+    # Writes per owner per minute, all replicas of a service together (services/common/quota.py);
+    # over it RESOURCE_EXHAUSTED with RetryInfo. 0: no limit.
+    write_quota_per_minute: int = Field(default=240, ge=0,
+                                        validation_alias=AliasChoices("AGENTFEEDBACK_WRITE_QUOTA_PER_MINUTE"))
 
 
 # `host:port` or `[ipv6]:port` (gRPC listen addresses and targets); port 0 = any free port.

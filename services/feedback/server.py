@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.auth import SCOPE_CHAT, SCOPE_TRACES_READ, Authenticator, ServiceToken, mint_token
 from services.common.db import migrate, resolve_database_url
+from services.common.quota import over_quota, write_quota_interceptor
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
 from services.feedback import codec, repository
@@ -32,6 +33,19 @@ from services.feedback.tracker import make_sink
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SERVICE_SUB = "svc:feedback"
+# Counted by the per-owner write quota (services/common/quota.py); deletes are never limited.
+WRITE_METHODS = ("CreateFeedback", "UpdateFeedback", "FileFeedback", "PutRating", "CopyRatings",
+                 "ReportSuspectedDefect")
+
+
+def _report_cap(repo: Repository, cap: int):
+    """The per-owner cap on stored reports, checked before a CreateFeedback (0: no cap)."""
+
+    async def check(owner: str) -> None:
+        if cap > 0 and await repo.count_reports(owner, cap) >= cap:
+            raise over_quota(owner, f"at most {cap} stored reports", None, "STORED_REPORTS_EXCEEDED")
+
+    return check
 
 
 class _ServiceToken(ServiceToken):
@@ -78,7 +92,9 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     servicer = FeedbackServicer(reports, ratings, Stats(repo, now), settings.trace_retention_days,
                                 settings.rating_note_max_bytes, now)
 
-    server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer)],
+    quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
+                                          {"CreateFeedback": _report_cap(repo, settings.max_reports_per_owner)})
+    server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer), quota],
                         grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.add(feedback_pb2_grpc.add_FeedbackServiceServicer_to_server, servicer, SERVICE)
     server.bind(settings.listen)

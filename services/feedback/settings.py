@@ -18,6 +18,9 @@ class FeedbackSettings(CommonSettings):
     traces_target: str = Field(default="127.0.0.1:50053", pattern=LISTEN_PATTERN)
     # Seconds the snapshot fetch from the chat service may take before falling back.
     chat_timeout_s: float = Field(default=2.0, gt=0)
+    # Reports one owner may have stored (services/common/quota.py); a CreateFeedback beyond it is
+    # RESOURCE_EXHAUSTED (QuotaFailure, no RetryInfo: delete reports first). 0: no cap.
+    max_reports_per_owner: int = Field(default=10_000, ge=0)
     # Rating note limit in UTF-8 bytes (design.md: default 8192).
     rating_note_max_bytes: int = Field(default=8192, ge=1)
     # Seconds a positive ownership check of a rated conversation/turn at the chat service is reused for

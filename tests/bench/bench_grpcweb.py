@@ -31,7 +31,8 @@ WARMUP = 50
 
 async def run(ctx) -> dict[str, float]:
     db = await ctx.new_database()
-    stack = await start_stack(db, ctx.tmp / "grpcweb-stack")
+    stack = await start_stack(db, ctx.tmp / "grpcweb-stack", feedback={"write_quota_per_minute": 10**9},
+                              chat={"write_quota_per_minute": 10**9})
     envoy = None
     try:
         chat = stack.chat()

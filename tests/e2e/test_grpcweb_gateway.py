@@ -69,7 +69,8 @@ def test_envoy_config_renders_and_validates(tmp_path):
     (listener,) = cfg["static_resources"]["listeners"]
     hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
     assert [f["name"] for f in hcm["http_filters"]] == [
-        "envoy.filters.http.cors", "envoy.filters.http.grpc_web", "envoy.filters.http.router"]
+        "envoy.filters.http.cors", "envoy.filters.http.grpc_web", "envoy.filters.http.local_ratelimit",
+        "envoy.filters.http.router"]
     (vhost,) = hcm["route_config"]["virtual_hosts"]
     routes = {r["match"]["prefix"]: r["route"] for r in vhost["routes"] if "route" in r}
     assert routes == {

@@ -153,6 +153,7 @@ WHERE id = $1 AND owner = $2
 RETURNING {FEEDBACK_COLUMNS}"""
 
 RELEASE_FILING = "UPDATE feedback SET filing_until = NULL WHERE id = $1 AND owner = $2"
+COUNT_REPORTS = "SELECT count(*) FROM (SELECT 1 FROM feedback WHERE owner = $1 LIMIT $2) AS s"
 
 
 def like_pattern(text: str) -> str:
@@ -280,3 +281,7 @@ class ReportStore:
 
     async def release_filing(self, fid: str, owner: str) -> None:
         await self.pool.execute(RELEASE_FILING, fid, owner)
+
+    async def count_reports(self, owner: str, at_most: int) -> int:
+        """How many reports `owner` has stored, counting no further than `at_most` (the quota check)."""
+        return await self.pool.fetchval(COUNT_REPORTS, owner, at_most)

@@ -1,0 +1,167 @@
+"""Per-owner write quota, shared by every replica: a fixed-window counter in PostgreSQL (issue 16).
+
+Each service counts its own writes (an owner may write 240 times a minute to the chat service and
+240 times to the feedback service). Why PostgreSQL: the limit must hold across replicas, and every service already has it; one statement
+per write (`_TAKE`: count this write unless the window is full, delete the owner's windows older than
+the previous one, and say how long until the window ends) keeps it to one round trip, taken under the
+owner's row lock, so concurrent writes of one owner on any replica are counted exactly. Other owners'
+rows are never touched (a flood costs the flooder, not its neighbours). Fixed windows allow at most
+2 × the limit across one window boundary; a person never gets near it, a script is stopped.
+
+`QuotaInterceptor` runs after `ServiceInterceptor` (the principal is known, errors are mapped there):
+for the write methods it is given, `WriteQuota.take(owner)` before the handler; over the limit the
+handler never runs (nothing stored) and the caller gets RESOURCE_EXHAUSTED, reason
+`WRITE_QUOTA_EXCEEDED`, with RetryInfo (seconds until the window ends) and QuotaFailure (subject
+`owner:<sub>`), answered after up to 1 s (so a client retrying without a pause floods nobody). `extra` checks per method (e.g. the feedback service's cap on stored reports) run
+after the rate check.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+
+import asyncpg
+import grpc
+
+from services.common.auth import current_principal
+from services.common.clip import clip
+from services.common.errors import ResourceExhausted
+
+SCHEMA = "quota"
+# Seconds a refused write waits before its answer (see QuotaInterceptor._check).
+REFUSAL_DELAY_S = 1.0
+# Owners over quota remembered per replica (a bound on memory; forgetting only costs a round trip).
+_MAX_REMEMBERED = 10_000
+MIGRATIONS = Path(__file__).parent / "quota_migrations"
+
+# $1 owner, $2 window length (s), $3 writes allowed per window, $4 scope (the service).
+_TAKE = """
+WITH t AS (SELECT extract(epoch FROM clock_timestamp()) AS now_s),
+w AS (SELECT (floor(now_s / $2)::bigint * $2) AS ws, now_s FROM t),
+prune AS (DELETE FROM quota.write_windows d USING w
+          WHERE d.scope = $4 AND d.owner = $1 AND d.window_start < w.ws - $2),
+up AS (
+    INSERT INTO quota.write_windows AS q (scope, owner, window_start, used) SELECT $4, $1, ws, 1 FROM w
+    ON CONFLICT (scope, owner, window_start) DO UPDATE SET used = q.used + 1 WHERE q.used < $3
+    RETURNING used
+)
+SELECT (SELECT used FROM up) AS used, (SELECT ws + $2 - now_s FROM w)::float8 AS reset_in_s
+"""
+
+
+class WriteQuota:
+    """`limit` writes per owner per `window_s` seconds in `scope` (limit 0: no quota)."""
+
+    def __init__(self, pool: asyncpg.Pool, scope: str, limit: int, window_s: int = 60):
+        self._pool = pool
+        self.scope = scope
+        self.limit = limit
+        self.window_s = window_s
+        # owner → monotonic time its full window ends: a window, once full, stays full until it ends,
+        # so this replica refuses the rest of a flood without a database round trip (exact, not a guess).
+        self._full_until: dict[str, float] = {}
+
+    async def take(self, owner: str) -> None:
+        """Count one write of `owner`. Raises ResourceExhausted (WRITE_QUOTA_EXCEEDED) when the window
+        is full; nothing is counted then."""
+        if self.limit <= 0:
+            return
+        now = time.monotonic()
+        until = self._full_until.get(owner)
+        if until is not None:
+            if now < until:
+                raise self._over(owner, until - now)
+            del self._full_until[owner]
+        row = await self._pool.fetchrow(_TAKE, owner, self.window_s, self.limit, self.scope)
+        if row["used"] is None:
+            retry = max(0.1, float(row["reset_in_s"]))
+            if len(self._full_until) >= _MAX_REMEMBERED:
+                self._full_until.clear()
+            self._full_until[owner] = now + retry
+            raise self._over(owner, retry)
+
+    def _over(self, owner: str, retry_after_s: float) -> ResourceExhausted:
+        return over_quota(owner, f"{self.limit} writes per {self.window_s} s", retry_after_s, "WRITE_QUOTA_EXCEEDED")
+
+
+def over_quota(owner: str, what: str, retry_after_s: float | None, reason: str) -> ResourceExhausted:
+    """The RESOURCE_EXHAUSTED every quota answers with (RetryInfo when waiting helps, QuotaFailure)."""
+    return ResourceExhausted(f"quota exceeded for owner {clip(owner)}: {what}", reason=reason,
+                             retry_after_s=retry_after_s, quota=((f"owner:{owner}", what),), limit=what)
+
+
+Check = Callable[[str], Awaitable[None]]
+
+
+class QuotaInterceptor(grpc.aio.ServerInterceptor):
+    """Takes `quota` for each call of `write_methods` (full names `/pkg.Service/Method`), then runs
+    `extra[method](owner)` when given. Place after `ServiceInterceptor` in the server's list."""
+
+    def __init__(self, quota: WriteQuota, write_methods: Iterable[str], extra: dict[str, Check] | None = None):
+        self._quota = quota
+        self._methods = frozenset(write_methods)
+        self._extra = dict(extra or {})
+        self._wrapped: dict[str, tuple[object, object]] = {}
+
+    async def _check(self, method: str, context: grpc.aio.ServicerContext) -> None:
+        owner = current_principal().sub
+        try:
+            await self._quota.take(owner)
+        except ResourceExhausted as e:
+            # Answer a refused write after up to REFUSAL_DELAY_S (within the caller's deadline): a client
+            # that ignores RetryInfo and retries at once is slowed to its concurrency per second, so a
+            # flood of refusals cannot take the CPU other owners' calls need (measured: tests/bench).
+            left = context.time_remaining()
+            delay = min(REFUSAL_DELAY_S, e.retry_after_s or 0.0, REFUSAL_DELAY_S if left is None else left - 0.05)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            raise
+        extra = self._extra.get(method)
+        if extra is not None:
+            await extra(owner)
+
+    async def intercept_service(self, continuation, handler_call_details):  # type: ignore[override]
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method not in self._methods:
+            return handler
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        if handler.unary_unary:
+            inner = handler.unary_unary
+
+            async def unary(request, context):
+                await self._check(method, context)
+                return await inner(request, context)
+
+            wrapped = grpc.unary_unary_rpc_method_handler(unary, request_deserializer=handler.request_deserializer,
+                                                          response_serializer=handler.response_serializer)
+        elif handler.unary_stream:
+            inner_stream = handler.unary_stream
+
+            async def stream(request, context):
+                await self._check(method, context)
+                async for item in inner_stream(request, context):
+                    yield item
+
+            wrapped = grpc.unary_stream_rpc_method_handler(stream, request_deserializer=handler.request_deserializer,
+                                                           response_serializer=handler.response_serializer)
+        else:
+            return handler
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+
+async def write_quota_interceptor(url: str, pool: asyncpg.Pool, per_minute: int, service: str,
+                                  methods: Iterable[str], extra: dict[str, Check] | None = None) -> QuotaInterceptor:
+    """Applies the quota schema's migrations, then the interceptor for `service`'s write `methods`
+    (short names, e.g. `SendMessage`) at `per_minute` writes per owner (0: no rate limit)."""
+    from services.common.db import migrate  # noqa: PLC0415 - keeps this module importable without a db
+
+    await migrate(url, SCHEMA, MIGRATIONS)
+    full = [f"/{service}/{m}" for m in methods]
+    return QuotaInterceptor(WriteQuota(pool, service, per_minute, 60), full,
+                            {f"/{service}/{m}": c for m, c in (extra or {}).items()})
