@@ -27,6 +27,7 @@ from services.common.ids import (
     request_fingerprint,
 )
 from services.feedback import domain
+from services.feedback.judgements import check_slug
 from services.feedback.model import (
     Anchor,
     Author,
@@ -124,7 +125,7 @@ def feedback_pb(r: Report, now: dt.datetime, retention_days: int) -> pb.Feedback
     fb = pb.Feedback(
         name=r.name, owner=r.owner, instance=r.anchor.instance, surface=r.surface, author=r.author, body=r.body,
         sentiment=r.sentiment, category=r.category, status=r.status, issue_url=r.issue_url,
-        etag=domain.etag(r.version),
+        etag=domain.etag(r.version), context_trace_id=r.context_trace_id,
     )
     a = r.anchor
     if a.kind == "message":
@@ -147,7 +148,8 @@ def rating_pb(r: Rating) -> pb.Rating:
     out = pb.Rating(
         name=r.name, conversation=k.conversation, turn_index=k.turn_index, user=r.owner, scope=k.scope,
         aspect=k.aspect, artifact_id=k.artifact_id, sentiment=r.sentiment, category=r.category, note=r.note,
-        origin=r.origin, version=r.version, etag=domain.etag(r.version), message=r.message,
+        origin=r.origin, version=r.version, etag=domain.etag(r.version), message=r.message, reasons=r.reasons,
+        choice=r.choice,
     )
     _ts(r.create_time, out.create_time)
     _ts(r.update_time, out.update_time)
@@ -269,7 +271,7 @@ def recent_filter(r: pb.ListRecentFeedbackRequest) -> RecentFilter:
         scope=enum_value(r.scope, RatingScope, "scope"), aspect=r.aspect,
         sentiment=enum_value(r.sentiment, RatingSentiment, "sentiment"),
         category=enum_value(r.category, Category, "category"), text=check_text(r.text, "text", 200),
-        negative_only=r.negative_only,
+        negative_only=r.negative_only, reason=check_slug(r.reason, "reason"), choice=check_slug(r.choice, "choice"),
     )
 
 

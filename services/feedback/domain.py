@@ -61,7 +61,9 @@ _TRANSITIONS: dict[int, frozenset[int]] = {
     STATUS_DISMISSED: frozenset({STATUS_OPEN}),
 }
 UPDATABLE_PATHS = frozenset({"status", "issue_url"})
+# PutRating's default mask (as before reasons and choice existed) and every path a call may own.
 RATING_MASK_PATHS = frozenset({"sentiment", "category", "note"})
+RATING_OWNABLE_PATHS = RATING_MASK_PATHS | {"reasons", "choice"}
 ASPECT_SLUG = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
@@ -245,14 +247,14 @@ def check_rating(key: RatingKey, note: str, note_max_bytes: int) -> None:
 
 
 def rating_mask(paths: Iterable[str]) -> frozenset[str]:
-    """PutRating mask: a subset of sentiment/category/note; empty = all three."""
+    """PutRating mask: a subset of sentiment/category/note/reasons/choice; empty = the first three."""
     ps = frozenset(paths)
     if not ps:
         return RATING_MASK_PATHS
-    bad = sorted(ps - RATING_MASK_PATHS)
+    bad = sorted(ps - RATING_OWNABLE_PATHS)
     if bad:
         raise InvalidArgument("update_mask", f"`{bad[0]}` is not a rating field this call can own "
-                              "(sentiment, category, note)")
+                              "(sentiment, category, note, reasons, choice)")
     return ps
 
 

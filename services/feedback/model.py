@@ -38,6 +38,9 @@ class Sentiment(IntEnum):
 
 
 class Category(IntEnum):
+    """A number this server does not know (a newer client's category, 7..32767) is kept as a pseudo-member
+    `UNKNOWN_<n>` (issue 13: stored, not refused; a ticket says `other`); negative numbers stay invalid."""
+
     UNSPECIFIED = 0
     BROKEN_RESPONSE = 1
     NETWORK = 2
@@ -45,6 +48,14 @@ class Category(IntEnum):
     RENDERING = 4
     UNSAFE_CONTENT = 5
     OTHER = 6
+
+    @classmethod
+    def _missing_(cls, value: object) -> Category | None:
+        if isinstance(value, int) and 0 <= value <= 32767:  # the column is a smallint
+            member = int.__new__(cls, value)
+            member._name_, member._value_ = f"UNKNOWN_{value}", value
+            return member
+        return None
 
 
 class Status(IntEnum):
@@ -233,6 +244,8 @@ class Report:
     create_time: dt.datetime
     update_time: dt.datetime
     turn_time: dt.datetime | None = None
+    # AGENT reports: the trace id of the turn in which the owner spoke the complaint (issue 13).
+    context_trace_id: str = ""
 
     @property
     def name(self) -> str:
@@ -264,6 +277,7 @@ class NewReport:
     capture_due: bool = False
     verify_due: bool = False
     authoritative: bool = False
+    context_trace_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +374,9 @@ class Rating:
     version: int
     create_time: dt.datetime
     update_time: dt.datetime
+    # Issue 13: why (a sorted set of slugs) and the answer of a multi-state question ('' = none).
+    reasons: tuple[str, ...] = ()
+    choice: str = ""
 
     @property
     def name(self) -> str:
@@ -368,13 +385,16 @@ class Rating:
 
 @dataclass(frozen=True, slots=True)
 class RatingWrite:
-    """PutRating's values; `owned`: the fields this call owns (AIP-134 mask: sentiment, category, note)."""
+    """PutRating's values; `owned`: the fields this call owns (AIP-134 mask: sentiment, category, note,
+    reasons, choice)."""
 
     sentiment: RatingSentiment
     category: Category
     note: str
     owned: frozenset[str]
     message: str
+    reasons: tuple[str, ...] = ()
+    choice: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,6 +417,8 @@ class RecentFilter:
     category: Category = Category.UNSPECIFIED
     text: str = ""
     negative_only: bool = False
+    reason: str = ""
+    choice: str = ""
 
 
 # ---------------------------------------------------------------- statistics

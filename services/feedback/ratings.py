@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from google.protobuf.message import Message
@@ -98,7 +99,7 @@ class Ratings:
         since); ABORTED (the current rating in the details) on a stale etag; NOT_FOUND when there is no
         such rating to CAS or the rated turn is not the caller's."""
         message = await self._rated_message(p, key)
-        w = RatingWrite(w.sentiment, w.category, w.note, w.owned, message)
+        w = replace(w, message=message)
         got = await self._repo.put_rating(key, p.sub, w, new_id=new_id(), version=version, request_id=request_id,
                                           fingerprint=fingerprint)
         if got.written is not None:
@@ -127,14 +128,16 @@ class Ratings:
         at most `size` + 1 (one more tells the caller there is a next page)."""
         return await self._repo.list_ratings(p.sub, conversation, turn_index, after, size + 1)
 
-    async def copy(self, p: Principal, source: str, target: str, through_turn_index: int) -> int:
+    async def copy(self, p: Principal, source: str, target: str, through_turn_index: int,
+                   request_id: uuid.UUID | None = None) -> int:
         """Copy the caller's ratings of turns ≤ through_turn_index onto a fork, marked BRANCH_COPY. A
         MESSAGE rating is copied only onto a fork turn that has a stored non-empty assistant message,
-        and then names that message. Idempotent (an existing rating on the fork is kept). NOT_FOUND
-        unless both are the caller's; UNAVAILABLE when the chat service is down."""
+        and then names that message. Idempotent (an existing rating on the fork is kept); with a
+        `request_id` a retry copies nothing, even after the copies were edited or deleted (the id is
+        kept 24 h). NOT_FOUND unless both are the caller's; UNAVAILABLE when the chat service is down."""
         try:
             await self._chat.check_instance(source, p.metadata, "source_conversation")
             replies = await self._chat.replies_through(target, p.metadata, through_turn_index, "target_conversation")
         except ChatUnreachable:
             raise Unavailable("the chat service cannot be reached", retry_after_s=1.0) from None
-        return await self._repo.copy_ratings(p.sub, source, target, through_turn_index, replies)
+        return await self._repo.copy_ratings(p.sub, source, target, through_turn_index, replies, request_id)

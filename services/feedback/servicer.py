@@ -37,6 +37,7 @@ from services.common.ids import (
 )
 from services.feedback import codec, domain
 from services.feedback.codec import enum_value
+from services.feedback.judgements import check_reasons, check_slug
 from services.feedback.model import (
     Author,
     Category,
@@ -174,7 +175,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         domain.check_rating(key, r.note, self._note_max)
         write = RatingWrite(enum_value(r.sentiment, RatingSentiment, "rating.sentiment"),
                             enum_value(r.category, Category, "rating.category"), r.note,
-                            domain.rating_mask(request.update_mask.paths), "")
+                            domain.rating_mask(request.update_mask.paths), "", check_reasons(r.reasons),
+                            check_slug(r.choice, "rating.choice"))
         rid = parse_request_id(request.request_id, "request_id")
         fingerprint = request_fingerprint(request) if rid is not None else None
         version = parse_etag(r.etag, "rating.etag") if r.etag else None
@@ -212,7 +214,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         if request.through_turn_index < 0:
             raise InvalidArgument("through_turn_index", "must not be negative")
         n = await self._ratings.copy(current_principal(), request.source_conversation, request.target_conversation,
-                                     request.through_turn_index)
+                                     request.through_turn_index, parse_request_id(request.request_id, "request_id"))
         return pb.CopyRatingsResponse(copied_count=n)
 
     # ------------------------------------------------------------ statistics

@@ -40,10 +40,10 @@ class Stats:
 
     async def recent(self, f: RecentFilter, after: tuple[dt.datetime, str] | None, size: int) -> list[RecentItem]:
         """USER ratings and reports of every owner, newest first (time, id), at most `size` + 1 (one more
-        tells the caller there is a next page). Rating-only filters (scope, aspect, rating sentiment)
-        leave reports out; `negative_only` keeps NEGATIVE ratings and BAD reports; `text` matches the
+        tells the caller there is a next page). Rating-only filters (scope, aspect, rating sentiment,
+        reason, choice) leave reports out; `negative_only` keeps NEGATIVE ratings and BAD reports; `text` matches the
         note / the body (case-insensitive)."""
-        rating_only = bool(f.scope or f.aspect or f.sentiment)
+        rating_only = bool(f.scope or f.aspect or f.sentiment or f.reason or f.choice)
         ratings, reports = await self._repo.recent(f, after, size + 1, ratings=True, reports=not rating_only)
         items = [RecentItem(r.update_time, r.id, rating=r) for r in ratings]
         items += [RecentItem(r.create_time, r.id, report=r) for r in reports]

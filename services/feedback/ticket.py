@@ -49,7 +49,7 @@ def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[st
     """
     snap, a, ts = fb.snapshot, fb.anchor, fb.trace
     ctx = snap.context
-    category = CATEGORY_NAMES.get(int(fb.category), "unspecified")
+    category = CATEGORY_NAMES.get(int(fb.category), "other")  # a newer client's category: `other` (issue 13)
     trace_id = (a.trace_id if a.kind == "trace" else "") or snap.trace_id
     message = a.message if a.kind == "message" else ""
     coding = a.coding_session if a.kind == "coding" else ""

@@ -98,6 +98,10 @@ async def test_a_retried_fork_returns_the_same_fork_and_copies_nothing_twice(sta
     # The copied MESSAGE rating names the fork's own copy of the reply.
     (msg_rating,) = [r for r in copied if r.scope == fpb.RATING_SCOPE_MESSAGE]
     assert msg_rating.message.startswith(one.instance.name + "/messages/")
+    # Even after the owner deleted a copy, a retry of the fork copies nothing again.
+    await stack.feedback().DeleteRating(fpb.DeleteRatingRequest(name=msg_rating.name), metadata=stack.md())
+    three = await fork(stack, parent, 1, request_id=request_id)
+    assert three.copied_rating_count == 0 and len(await ratings(stack, one.instance.name)) == 1
     # The same request id with another request is refused, nothing written.
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await fork(stack, parent, 0, request_id=request_id)

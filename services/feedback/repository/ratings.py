@@ -33,7 +33,7 @@ from services.feedback.repository import rows
 from services.feedback.repository.reports import FEEDBACK_COLUMNS, like_pattern
 
 RATING_COLUMNS = """id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
-    message, version, create_time, update_time"""
+    message, version, create_time, update_time, reasons, choice"""
 
 GET_RATING_BY_KEY = f"""
 SELECT {RATING_COLUMNS} FROM ratings
@@ -42,7 +42,7 @@ WHERE conversation = $1 AND turn_index = $2 AND owner = $3 AND scope = $4 AND as
 # PutRating statements. `prior`: an earlier put with this request id (then nothing is written: the
 # caller answers it as a retry); `rec` records an applied put's request id in the same statement.
 # Always one row: seen / prior_fingerprint, then the written rating's columns (all NULL when nothing
-# was written). `:own_*`: whether this call owns sentiment / category / note (AIP-134 field mask).
+# was written). `:own_*`: whether this call owns sentiment / category / note / reasons / choice (AIP-134).
 _RATING_PRIOR = """prior AS (
     SELECT request_fingerprint FROM rating_requests WHERE owner = :owner AND request_id = :request_id::uuid
 )"""
@@ -59,16 +59,20 @@ FROM (VALUES (1)) AS one (x) LEFT JOIN up ON true"""
 UPSERT_RATING = NamedSQL(f"""
 WITH {_RATING_PRIOR}, up AS (
     INSERT INTO ratings AS r (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category,
-        note, origin, message, version, create_time, update_time)
+        note, origin, message, version, create_time, update_time, reasons, choice)
     SELECT :id::text, :conversation::text, :turn_index::integer, :owner::text, :scope::smallint, :aspect::text,
         :artifact_id::text, CASE WHEN :own_sentiment THEN :sentiment::smallint ELSE 0::smallint END,
         CASE WHEN :own_category THEN :category::smallint ELSE 0::smallint END,
-        CASE WHEN :own_note THEN :note::text ELSE '' END, :user_origin::smallint, :message::text, 1, now(), now()
+        CASE WHEN :own_note THEN :note::text ELSE '' END, :user_origin::smallint, :message::text, 1, now(), now(),
+        CASE WHEN :own_reasons THEN :reasons::text[] ELSE '{{}}'::text[] END,
+        CASE WHEN :own_choice THEN :choice::text ELSE '' END
     WHERE NOT EXISTS (SELECT 1 FROM prior)
     ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO UPDATE SET
         sentiment = CASE WHEN :own_sentiment THEN EXCLUDED.sentiment ELSE r.sentiment END,
         category = CASE WHEN :own_category THEN EXCLUDED.category ELSE r.category END,
         note = CASE WHEN :own_note THEN EXCLUDED.note ELSE r.note END,
+        reasons = CASE WHEN :own_reasons THEN EXCLUDED.reasons ELSE r.reasons END,
+        choice = CASE WHEN :own_choice THEN EXCLUDED.choice ELSE r.choice END,
         origin = EXCLUDED.origin,
         message = COALESCE(NULLIF(EXCLUDED.message, ''), r.message),
         version = r.version + 1,
@@ -76,6 +80,8 @@ WITH {_RATING_PRIOR}, up AS (
     WHERE (:own_sentiment AND r.sentiment IS DISTINCT FROM EXCLUDED.sentiment)
        OR (:own_category AND r.category IS DISTINCT FROM EXCLUDED.category)
        OR (:own_note AND r.note IS DISTINCT FROM EXCLUDED.note)
+       OR (:own_reasons AND r.reasons IS DISTINCT FROM EXCLUDED.reasons)
+       OR (:own_choice AND r.choice IS DISTINCT FROM EXCLUDED.choice)
        OR r.origin <> EXCLUDED.origin
     RETURNING {RATING_COLUMNS}
 ), {_RATING_RECORD}""")
@@ -84,13 +90,17 @@ WITH {_RATING_PRIOR}, up AS (
 # keeps version and times). No rating columns = stale etag (or no such rating).
 _RATING_CHANGED = """((:own_sentiment AND r.sentiment IS DISTINCT FROM :sentiment::smallint)
     OR (:own_category AND r.category IS DISTINCT FROM :category::smallint)
-    OR (:own_note AND r.note IS DISTINCT FROM :note::text) OR r.origin <> :user_origin::smallint)"""
+    OR (:own_note AND r.note IS DISTINCT FROM :note::text)
+    OR (:own_reasons AND r.reasons IS DISTINCT FROM :reasons::text[])
+    OR (:own_choice AND r.choice IS DISTINCT FROM :choice::text) OR r.origin <> :user_origin::smallint)"""
 CAS_RATING = NamedSQL(f"""
 WITH {_RATING_PRIOR}, up AS (
     UPDATE ratings AS r SET
         sentiment = CASE WHEN :own_sentiment THEN :sentiment::smallint ELSE r.sentiment END,
         category = CASE WHEN :own_category THEN :category::smallint ELSE r.category END,
         note = CASE WHEN :own_note THEN :note::text ELSE r.note END,
+        reasons = CASE WHEN :own_reasons THEN :reasons::text[] ELSE r.reasons END,
+        choice = CASE WHEN :own_choice THEN :choice::text ELSE r.choice END,
         origin = :user_origin::smallint,
         message = COALESCE(NULLIF(:message::text, ''), r.message),
         version = r.version + CASE WHEN {_RATING_CHANGED} THEN 1 ELSE 0 END,
@@ -101,7 +111,9 @@ WITH {_RATING_PRIOR}, up AS (
     RETURNING {RATING_COLUMNS}
 ), {_RATING_RECORD}""")
 
-PRUNE_RATING_REQUESTS = "DELETE FROM rating_requests WHERE create_time < now() - make_interval(secs => $1)"
+PRUNE_RATING_REQUESTS = """
+WITH copies AS (DELETE FROM copy_requests WHERE create_time < now() - make_interval(secs => $1))
+DELETE FROM rating_requests WHERE create_time < now() - make_interval(secs => $1)"""
 
 DELETE_RATING = "DELETE FROM ratings WHERE id = $1 AND owner = $2"
 
@@ -114,16 +126,25 @@ LIMIT $8"""
 
 # `:turns` / `:messages`: the fork's turns that have a stored non-empty assistant message, and those
 # messages' names: a MESSAGE rating is copied only onto such a turn (and names its message there);
-# other scopes are copied as they are.
+# other scopes are copied as they are. With `:request_id` (CopyRatings' own, ForkConversation's per
+# fork): it is claimed in `copy_requests` in the same statement, and a claimed id copies nothing.
 COPY_RATINGS = NamedSQL("""
+WITH claim AS (
+    INSERT INTO copy_requests (owner, request_id, create_time)
+    SELECT :owner, :request_id::uuid, now() WHERE :request_id::uuid IS NOT NULL
+    ON CONFLICT (owner, request_id) DO NOTHING
+    RETURNING 1
+)
 INSERT INTO ratings (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
-    message, version, create_time, update_time)
+    message, version, create_time, update_time, reasons, choice)
 SELECT md5(random()::text || clock_timestamp()::text || r.id), :target, r.turn_index, r.owner, r.scope, r.aspect,
-    r.artifact_id, r.sentiment, r.category, r.note, :branch_copy, COALESCE(t.message, ''), 1, now(), now()
+    r.artifact_id, r.sentiment, r.category, r.note, :branch_copy, COALESCE(t.message, ''), 1, now(), now(),
+    r.reasons, r.choice
 FROM ratings r
 LEFT JOIN unnest(:turns::int[], :messages::text[]) AS t (turn_index, message) ON t.turn_index = r.turn_index
 WHERE r.owner = :owner AND r.conversation = :source AND r.turn_index <= :through
   AND (r.scope <> :message_scope OR t.message IS NOT NULL)
+  AND (:request_id::uuid IS NULL OR EXISTS (SELECT 1 FROM claim))
 ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO NOTHING""")
 
 # ---- statistics (operator scope; USER-origin ratings only)
@@ -153,6 +174,7 @@ WHERE origin = :user_origin
   AND (:sentiment::smallint = 0 OR sentiment = :sentiment)
   AND (:category::smallint = 0 OR category = :category) AND (:text = '' OR note ILIKE :text ESCAPE '\\')
   AND (NOT :negative_only OR sentiment = :negative)
+  AND (:reason = '' OR reasons @> ARRAY[:reason::text]) AND (:choice = '' OR choice = :choice)
   AND (:after_time::timestamptz IS NULL OR (update_time, id) < (:after_time, :after_id))
 ORDER BY update_time DESC, id DESC LIMIT :limit""")
 
@@ -194,7 +216,8 @@ class RatingStore:
         version or no such rating."""
         values = {**_NAMED, **_key_values(key, owner), "sentiment": w.sentiment, "category": w.category,
                   "note": w.note, "own_sentiment": "sentiment" in w.owned, "own_category": "category" in w.owned,
-                  "own_note": "note" in w.owned, "message": w.message, "request_id": request_id,
+                  "own_note": "note" in w.owned, "own_reasons": "reasons" in w.owned, "reasons": list(w.reasons),
+                  "own_choice": "choice" in w.owned, "choice": w.choice, "message": w.message, "request_id": request_id,
                   "fingerprint": fingerprint, "id": new_id, "version": version}
         sql = UPSERT_RATING if version is None else CAS_RATING
         return _outcome(await self.pool.fetchrow(*sql.bind(values)))
@@ -214,11 +237,12 @@ class RatingStore:
         return [rows.rating(r) for r in got]
 
     async def copy_ratings(self, owner: str, source: str, target: str, through: int,
-                           target_replies: dict[int, str]) -> int:
-        """Copy; MESSAGE ratings only onto `target_replies` turns (turn index → assistant message name)."""
+                           target_replies: dict[int, str], request_id: uuid.UUID | None = None) -> int:
+        """Copy; MESSAGE ratings only onto `target_replies` turns (turn index → assistant message name).
+        A `request_id` already claimed copies nothing (0)."""
         turns = list(target_replies)
         values = {**_NAMED, "owner": owner, "target": target, "source": source, "through": through, "turns": turns,
-                  "messages": [target_replies[t] for t in turns]}
+                  "messages": [target_replies[t] for t in turns], "request_id": request_id}
         return int((await self.pool.execute(*COPY_RATINGS.bind(values))).rsplit(" ", 1)[-1])
 
     async def stats(self, since: dt.datetime) -> tuple[list[AspectCount], list[tuple[Category, int]], list[DailyCount]]:
@@ -241,7 +265,8 @@ class RatingStore:
     async def recent(self, f: RecentFilter, after: tuple[dt.datetime, str] | None, limit: int, ratings: bool,
                      reports: bool) -> tuple[list[Rating], list[Report]]:
         values = {**_NAMED, "scope": f.scope, "aspect": f.aspect, "sentiment": f.sentiment, "category": f.category,
-                  "text": like_pattern(f.text), "negative_only": f.negative_only,
+                  "text": like_pattern(f.text), "negative_only": f.negative_only, "reason": f.reason,
+                  "choice": f.choice,
                   "after_time": after[0] if after else None, "after_id": after[1] if after else "", "limit": limit}
         r = [rows.rating(x) for x in await self.pool.fetch(*RECENT_RATINGS.bind(values))] \
             if ratings else []

@@ -131,5 +131,5 @@ def rating(r: Mapping[str, Any]) -> Rating:
         key=RatingKey(r["conversation"], r["turn_index"], RatingScope(r["scope"]), r["aspect"], r["artifact_id"]),
         owner=r["owner"], sentiment=RatingSentiment(r["sentiment"]), category=Category(r["category"]), note=r["note"],
         origin=RatingOrigin(r["origin"]), message=r["message"], version=r["version"], create_time=r["create_time"],
-        update_time=r["update_time"],
+        update_time=r["update_time"], reasons=tuple(r["reasons"]), choice=r["choice"],
     )
