@@ -18,6 +18,7 @@ from agentfeedback.chat.v1 import chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from agentfeedback.traces.v1 import traces_pb2_grpc
 from services.common.auth import DEV_SCOPES, dev_secret, mint_token
+from services.common.retry_policy import service_config
 from services.common.settings import CommonSettings
 
 
@@ -65,7 +66,7 @@ class Clients:
         return (("authorization", f"Bearer {self.token}"),)
 
     def _channel(self, target: str) -> grpc.aio.Channel:
-        ch = grpc.aio.insecure_channel(target)
+        ch = grpc.aio.insecure_channel(target, options=[("grpc.service_config", service_config(round_robin=False))])
         self.channels.append(ch)
         return ch
 

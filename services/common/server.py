@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.common.auth import Authenticator, set_current_principal, _current
 from services.common.errors import DomainError, InvalidArgument, Unimplemented, internal_status, to_status
+from services.common.retry_policy import service_config
 from services.common.telemetry import record_exception
 
 log = logging.getLogger(__name__)
@@ -33,11 +34,11 @@ ALWAYS_PUBLIC_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
 # 4 MiB, gRPC's default, stated explicitly (design.md: "4 MiB gRPC" limit).
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
-# Service config of every channel one service opens to another: `round_robin` over every address the
-# target resolves to (a headless Kubernetes Service resolves to every ready pod), so the calls spread
-# over the replicas instead of gRPC's default `pick_first` sending all of them to the first address.
-# Format: gRPC service config (https://github.com/grpc/grpc/blob/master/doc/service_config.md).
-ROUND_ROBIN_SERVICE_CONFIG = '{"loadBalancingConfig": [{"round_robin": {}}]}'
+# Every channel one service opens to another balances `round_robin` over every address the target
+# resolves to (a headless Kubernetes Service resolves to every ready pod), so the calls spread over the
+# replicas instead of gRPC's default `pick_first` sending all of them to the first address; and retries
+# the calls safe to repeat (services/common/retry_policy.py). Format: gRPC service config
+# (https://github.com/grpc/grpc/blob/master/doc/service_config.md).
 
 # Servers close a connection after this long (GOAWAY; RPCs in flight finish, `grace` below), so clients
 # reconnect and re-resolve DNS: replicas added by an autoscaler start getting calls within this time.
@@ -48,8 +49,9 @@ MAX_CONNECTION_AGE_GRACE_MS = 60 * 1000
 
 def client_channel(target: str) -> grpc.aio.Channel:
     """The channel a service opens to another service (`host:port`, `dns:///host:port`, or any gRPC
-    target; plaintext: in-cluster traffic), balancing calls round-robin over the target's addresses."""
-    return grpc.aio.insecure_channel(target, options=[("grpc.service_config", ROUND_ROBIN_SERVICE_CONFIG)])
+    target; plaintext: in-cluster traffic), balancing calls round-robin over the target's addresses and
+    retrying the calls safe to repeat on UNAVAILABLE (`services.common.retry_policy`)."""
+    return grpc.aio.insecure_channel(target, options=[("grpc.service_config", service_config(round_robin=True))])
 
 
 class _MetadataGetter:

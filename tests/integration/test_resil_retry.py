@@ -8,7 +8,7 @@ import uuid
 import grpc
 import pytest
 
-from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from services.common.errors import error_info
 
 
@@ -70,3 +70,57 @@ async def test_a_turn_that_failed_unavailable_completes_on_retry_with_the_same_r
     (turn,) = [s for s in t.spans if s.name == "chat.turn"]
     # Each attempt has its own trace; the completed one names the attempt it retried.
     assert turn.attributes["chat.retry_of_trace"] in failed_traces and len(failed_traces) >= 2
+
+
+class _FlakyChat(chat_pb2_grpc.ChatServiceServicer):
+    """Stand-in ChatService (a real grpc.aio server on loopback) whose first calls answer UNAVAILABLE:
+    the only way to make a live server fail exactly once on demand."""
+
+    def __init__(self, failures: int):
+        self.failures = failures
+        self.calls: dict[str, int] = {}
+
+    async def _maybe_fail(self, name: str, context) -> None:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        if self.calls[name] <= self.failures:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "restarting")
+
+    async def GetMessage(self, request, context):  # noqa: N802
+        await self._maybe_fail("GetMessage", context)
+        return chat_pb2.Message(name=request.name, content="here")
+
+    async def SendMessage(self, request, context):  # noqa: N802
+        await self._maybe_fail("SendMessage", context)
+        return chat_pb2.SendMessageResponse()
+
+
+@pytest.mark.parametrize("make_channel", ["service", "cli"])
+async def test_channels_retry_safe_calls_on_unavailable_with_grpcs_policy_and_never_send_message(make_channel):
+    from services.cli.client import Clients, ClientSettings  # noqa: PLC0415
+    from services.common.server import client_channel  # noqa: PLC0415
+
+    flaky = _FlakyChat(failures=2)
+    server = grpc.aio.server()
+    chat_pb2_grpc.add_ChatServiceServicer_to_server(flaky, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    clients = None
+    try:
+        target = f"127.0.0.1:{port}"
+        if make_channel == "service":
+            ch = client_channel(target)
+            stub = chat_pb2_grpc.ChatServiceStub(ch)
+        else:
+            clients = Clients(settings=ClientSettings(chat_target=target), token="t")
+            stub = clients.chat()
+        got = await stub.GetMessage(chat_pb2.GetMessageRequest(name="instances/a/messages/b"), timeout=10)
+        assert got.content == "here" and flaky.calls["GetMessage"] == 3
+        with pytest.raises(grpc.aio.AioRpcError) as ei:
+            await stub.SendMessage(chat_pb2.SendMessageRequest(instance="instances/a", content="hi"), timeout=10)
+        assert ei.value.code() == grpc.StatusCode.UNAVAILABLE and flaky.calls["SendMessage"] == 1
+        if make_channel == "service":
+            await ch.close()
+    finally:
+        if clients is not None:
+            await clients.close()
+        await server.stop(0)
