@@ -1,0 +1,102 @@
+"""Print deploy/README.md's "Measured single-machine limits" table from `.bench/results.json` (what the
+last `make bench` wrote), each figure next to its floor or baseline from the same run.
+
+Usage: python scripts/limits_table.py [--write] [results.json]   (--write replaces the table in
+deploy/README.md: the lines from its `| figure |` header to the first line that is not a table row).
+A figure missing from the results shows as "not measured".
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "deploy" / "README.md"
+SECTION = "## Measured single-machine limits"
+
+# (figures shown as value, unit, floor/baseline template, meaning). Templates use {key} of the results
+# (formatted with _fmt); a row whose value keys are all missing says "not measured".
+ROWS: list[tuple[list[str], str, str, str]] = [
+    (["collector_ingest_spans_per_s"], "spans/s",
+     "COPY ceiling {copy_ceiling_rows_per_s} rows/s ({ingest_vs_copy_ceiling}×); Phoenix committed "
+     "{phoenix_committed_spans_per_s} spans/s ({ingest_vs_phoenix_committed}×)",
+     "OTLP/gRPC Exports of 1000 realistic spans, 4 clients, acknowledged after commit; the ceiling is COPY into "
+     "the same schema with the same indexes (attribute GIN included)"),
+    (["get_trace_p50_ms", "get_trace_p99_ms"], "ms", "",
+     "GetTrace p50 / p99 with {get_trace_spans_stored} spans over 15 daily partitions"),
+    (["search_1h_turns_p50_ms", "search_1d_attr_p50_ms", "search_14d_rare_attr_p50_ms"], "ms",
+     "one-statement scan (before the attribute index): {search_1d_attr_full_scan_ms} / "
+     "{search_14d_rare_attr_full_scan_ms} ms",
+     "SearchTraces first page on the same spans: the last hour of one service's `chat.turn`; a day of a "
+     "common attribute value; all 14 days for one rare value (targets ≤ 50 / ≤ 100 ms p50)"),
+    (["retention_drop_day_ms", "retention_drop_big_day_ms"], "ms",
+     "detach alone {retention_detach_day_ms} / {retention_detach_big_day_ms} ms; big ÷ small "
+     "{retention_drop_big_vs_small}× (detach {retention_detach_big_vs_small}×)",
+     "dropping one day of {retention_drop_day_spans} / {retention_drop_big_day_spans} spans while Exports run"),
+    (["export_p99_ms", "export_p99_during_retention_ms"], "ms", "{export_p99_retention_vs_baseline}× the p99 without a pass",
+     "Export (1000 spans) p99 without / during retention passes"),
+    (["turn_overhead_p50_ms", "turn_overhead_p99_ms"], "ms", "floor {turn_floor_p50_ms} ms ({turn_overhead_vs_floor}×)",
+     "chat gateway time per turn minus the agent's own time"),
+    (["feedback_create_p50_ms", "feedback_create_p99_ms"], "ms", "chat GetMessage {feedback_chat_getmessage_p50_ms} ms",
+     "CreateFeedback including the snapshot fetch from the chat service, 1 client"),
+    (["rating_put_per_s"], "puts/s", "floor {rating_put_floor_per_s} puts/s ({rating_put_vs_floor}×)",
+     "PutRating with request ids, 4 clients on their own connections"),
+    (["fbread_list_1000000_p50_ms", "fbread_list_text_1000000_p50_ms", "fbread_list_status_instance_1000000_p50_ms"],
+     "ms", "at 10k: {fbread_list_10000_p50_ms} / {fbread_list_text_10000_p50_ms} / "
+     "{fbread_list_status_instance_10000_p50_ms} ms",
+     "a heavy owner's ListFeedback at 1M reports: no filter / text search / status + instance (p50)"),
+    (["fbread_recent_text_1000000_p50_ms", "fbread_ratings_1000000_p50_ms"], "ms",
+     "at 10k: {fbread_recent_text_10000_p50_ms} / {fbread_ratings_10000_p50_ms} ms",
+     "admin ListRecentFeedback text search, ListRatings of a conversation, at 1M reports / 10M ratings (p50)"),
+    (["fbread_stats_1000000_p50_ms"], "ms", "at 10k: {fbread_stats_10000_p50_ms} ms",
+     "GetFeedbackStats over 30 days at 1M reports / 10M ratings (p50)"),
+    (["grpcweb_overhead_p50_ms"], "ms", "", "gRPC-web through Envoy vs native gRPC to the service"),
+]
+
+
+def _fmt(v: object) -> str:
+    if not isinstance(v, (int, float)):
+        return str(v)
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+class _Results(dict):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def table(results: dict[str, float]) -> list[str]:
+    r = _Results({k: _fmt(v) for k, v in results.items()})
+    out = ["| figure | value | floor / baseline (same run) | meaning |", "|---|---|---|---|"]
+    for keys, unit, floor, meaning in ROWS:
+        vals = [r[k] for k in keys]
+        value = "not measured" if all(v == "?" for v in vals) else " / ".join(vals) + f" {unit}"
+        out.append(f"| {' / '.join(f'`{k}`' for k in keys)} | {value} | {floor.format_map(r)} | {meaning.format_map(r)} |")
+    return out
+
+
+def write(lines: list[str]) -> None:
+    text = README.read_text().splitlines()
+    start = text.index(SECTION)
+    head = next(i for i in range(start, len(text)) if text[i].startswith("| figure |"))
+    end = head
+    while end < len(text) and text[end].startswith("|"):
+        end += 1
+    README.write_text("\n".join(text[:head] + lines + text[end:]) + "\n")
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if a != "--write"]
+    results = json.loads(Path(args[0] if args else ROOT / ".bench" / "results.json").read_text())
+    lines = table(results)
+    if "--write" in sys.argv:
+        write(lines)
+    else:
+        print("\n".join(lines))
