@@ -5,7 +5,7 @@ Rules that a client can notice live here, each with its source:
 - text policy (case F12): the user's words with a NUL are rejected (`services.common.ids.check_text`);
   an agent reply with a NUL is stored with each NUL replaced by U+FFFD (the reply is not the owner's
   words; the turn must survive: both messages are kept) — see `sanitize_reply`;
-- the agent's deadline (design.md, "The turn", step 3) — see `agent_timeout`;
+- the agent's deadline (docs/architecture.md "The turn", step 3) — see `agent_timeout`;
 - keyset paging on (create_time, id) (AIP-158) — see `MessagePage`.
 """
 
@@ -235,7 +235,7 @@ def agent_timeout(caller_remaining_s: float | None, cap_s: float) -> float:
     """Seconds the agent call may take: the caller's remaining time less the gateway's reserve
     (10 % of it, between 20 ms and 250 ms), at most `cap_s`.
 
-    No caller deadline (None) → `cap_s` (design.md, "The turn" step 3: none forwarded from the
+    No caller deadline (None) → `cap_s` (docs/architecture.md "The turn" step 3: none forwarded from the
     caller, a configured cap applies). Never below 1 ms (an expired caller still gets a real
     DEADLINE_EXCEEDED from the agent call rather than a special case).
     """

@@ -11,7 +11,7 @@ from services.common.settings import LISTEN_PATTERN, CommonSettings
 class ChatSettings(CommonSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_CHAT_", extra="ignore")
 
-    # Listen address of ChatService (design.md: 50051).
+    # Listen address of ChatService (docs/architecture.md "Processes": 50051).
     listen: str = Field(default="127.0.0.1:50051", pattern=LISTEN_PATTERN)
     # Address of the agent's AgentService.
     agent_target: str = Field(default="127.0.0.1:50054", pattern=LISTEN_PATTERN)
@@ -30,7 +30,7 @@ class AgentSettings(CommonSettings):
 
     model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_AGENT_", extra="ignore")
 
-    # Listen address of AgentService (design.md: 50054).
+    # Listen address of AgentService (docs/architecture.md "Processes": 50054).
     listen: str = Field(default="127.0.0.1:50054", pattern=LISTEN_PATTERN)
     # FeedbackService address, used by the `record_feedback` tool.
     feedback_target: str = Field(default="127.0.0.1:50052", pattern=LISTEN_PATTERN)

@@ -1,4 +1,4 @@
-"""The turn (design.md, "The turn"): one new trace per turn, the user message stored before the agent
+"""The turn (docs/architecture.md "The turn"): one new trace per turn, the user message stored before the agent
 is called, the agent called with the turn's context, the reply stored with the same trace id.
 
 No grpc and no SQL here: the agent is reached through `AgentPort` (`services.chat.agent_client`

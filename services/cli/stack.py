@@ -39,7 +39,7 @@ class Child:
 
 @dataclass
 class LocalStack:
-    """Processes of the local stack. Ports are the design.md defaults unless the environment says otherwise."""
+    """Processes of the local stack. Ports are the docs/architecture.md "Processes" defaults unless the environment says otherwise."""
 
     settings: CommonSettings
     children: list[Child] = field(default_factory=list)

@@ -20,7 +20,7 @@ import jwt
 from services.common.errors import PermissionDenied, Unauthenticated
 from services.common.settings import CommonSettings
 
-# Scopes (design.md, "Identity and access").
+# Scopes (docs/architecture.md "Contracts that matter").
 SCOPE_CHAT = "chat"
 SCOPE_FEEDBACK_WRITE = "feedback:write"
 SCOPE_FEEDBACK_READ = "feedback:read"

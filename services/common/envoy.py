@@ -14,7 +14,7 @@ console origins through `envoy.filters.http.cors`, a gateway-wide token bucket t
 `envoy.filters.http.local_ratelimit` (RESOURCE_EXHAUSTED when exceeded), HTTP/2 to the services, route timeout 0 so the
 caller's `grpc-timeout` is forwarded as the only deadline, 403 for any other Origin.
 
-Settings (`GatewaySettings`, environment `AGENTFEEDBACK_GATEWAY_*`): port (default 8080, design.md),
+Settings (`GatewaySettings`, environment `AGENTFEEDBACK_GATEWAY_*`): port (default 8080, docs/architecture.md "Processes"),
 allowed origins (default the local console, http://127.0.0.1:8081 and http://localhost:8081),
 admin port (default: admin interface disabled).
 """
@@ -64,7 +64,7 @@ class GatewaySettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_GATEWAY_", extra="ignore")
 
-    # Port of the gRPC-web (and native gRPC) listener (design.md: 8080).
+    # Port of the gRPC-web (and native gRPC) listener (docs/architecture.md "Processes": 8080).
     port: int = Field(default=8080, ge=0, le=65535)
     listen_address: str = "127.0.0.1"
     # Comma-separated console origins allowed by CORS, e.g. `https://console.example.com`.

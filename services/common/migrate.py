@@ -8,7 +8,7 @@ changed → `MigrationError` (never edit an applied migration, add a new one); t
 number → `MigrationError`.
 
 Why not a migration library: the ones that exist (yoyo, alembic) are synchronous or ORM-bound;
-this is the ~80 lines the design asks for (asyncpg, advisory lock, checksums, schema per service).
+this is the ~80 lines docs/architecture.md "Storage and retention" describes (asyncpg, advisory lock, checksums, schema per service).
 """
 from __future__ import annotations
 

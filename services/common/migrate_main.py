@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 _SERVICES_DIR = Path(__file__).resolve().parents[1]
 
-# Schema (design.md "Storage": one schema per service) → that service's migrations folder.
+# Schema (docs/architecture.md "Storage and retention": one schema per service) → that service's migrations folder.
 MIGRATIONS: dict[str, Path] = {
     "chat": _SERVICES_DIR / "chat" / "migrations",
     "feedback": _SERVICES_DIR / "feedback" / "migrations",

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 # Methods that need no token: health, reflection, and whatever a service adds (e.g. OTLP Export).
 ALWAYS_PUBLIC_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
 
-# 4 MiB, gRPC's default, stated explicitly (design.md: "4 MiB gRPC" limit).
+# 4 MiB, gRPC's default, stated explicitly (docs/architecture.md "Spans": the 4 MiB gRPC limit).
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
 # Every channel one service opens to another balances `round_robin` over every address the target

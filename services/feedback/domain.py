@@ -223,7 +223,7 @@ def spans_expired(turn_time: dt.datetime | None, now: dt.datetime, retention_day
 
 # ---------------------------------------------------------------- ratings
 def check_rating(key: RatingKey, note: str, note_max_bytes: int) -> None:
-    """Shape checks of a rating (design.md "Ratings"); InvalidArgument naming the field.
+    """Shape checks of a rating (docs/architecture.md "The life of a rating"); InvalidArgument naming the field.
 
     aspect: slug `[a-z][a-z0-9_]{0,63}`; scope set; turn_index ≥ 0; artifact_id only (and required)
     for ARTIFACT scope; note: no NUL, ≤ `note_max_bytes` UTF-8 bytes.

@@ -10,7 +10,7 @@ from services.common.settings import LISTEN_PATTERN, CommonSettings
 class FeedbackSettings(CommonSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_FEEDBACK_", extra="ignore")
 
-    # Listen address of FeedbackService (design.md: 50052).
+    # Listen address of FeedbackService (docs/architecture.md "Processes": 50052).
     listen: str = Field(default="127.0.0.1:50052", pattern=LISTEN_PATTERN)
     # ChatService address (snapshots are resolved there with the caller's token).
     chat_target: str = Field(default="127.0.0.1:50051", pattern=LISTEN_PATTERN)
@@ -21,7 +21,7 @@ class FeedbackSettings(CommonSettings):
     # Reports one owner may have stored (services/common/quota.py); a CreateFeedback beyond it is
     # RESOURCE_EXHAUSTED (QuotaFailure, no RetryInfo: delete reports first). 0: no cap.
     max_reports_per_owner: int = Field(default=10_000, ge=0)
-    # Rating note limit in UTF-8 bytes (design.md: default 8192).
+    # Rating note limit in UTF-8 bytes (proto `Rating.note`: default 8192).
     rating_note_max_bytes: int = Field(default=8192, ge=1)
     # Seconds a positive ownership check of a rated conversation/turn at the chat service is reused for
     # the same caller (0 = ask the chat service on every PutRating).

@@ -3,7 +3,7 @@
 No gRPC, HTTP or asyncpg here: the OTLP handlers (otlp_grpc.py, otlp_http.py) call `Ingestor.export`,
 and the writer is handed the repository's COPY function.
 
-Rules (OTLP specification, opentelemetry-proto `docs/specification.md`; design.md "Trace collector"):
+Rules (OTLP specification, opentelemetry-proto `docs/specification.md`; docs/architecture.md "Spans"):
 - Per span: trace_id 16 non-zero bytes, span_id 8 non-zero bytes, parent_span_id empty or 8 bytes,
   start_time_unix_nano non-zero, end ≥ start, start inside the retention window
   [`Window.oldest_ns`, `Window.newest_ns`). A bad span is rejected through

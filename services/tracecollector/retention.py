@@ -1,6 +1,6 @@
 """Partition management: daily partitions made ahead, whole days dropped past the retention window.
 
-Rule (design.md "Trace collector", issue 4, case F18): with `retention_days` = N, the collector
+Rule (docs/architecture.md "Storage and retention", issue 4, case F18): with `retention_days` = N, the collector
 keeps the partitions of the UTC days that start at or after now − N × 24 h (N days: the N − 1
 previous days and today), and partitions for `partitions_ahead_days` days after today; see
 `ingest.first_retained_day_ns`. Older days are dropped whole (DETACH ... CONCURRENTLY + DROP TABLE, repository.py),

@@ -16,7 +16,7 @@ class CollectorSettings(CommonSettings):
     otlp_http_host: str = "127.0.0.1"
     # OTLP/HTTP listen port (OTLP default 4318; 0 = any free port).
     otlp_http_port: int = Field(default=4318, ge=0, le=65535)
-    # TraceQueryService (design.md: 50053).
+    # TraceQueryService (docs/architecture.md "Processes": 50053).
     query_listen: str = Field(default="127.0.0.1:50053", pattern=LISTEN_PATTERN)
     # Days of spans kept; whole UTC-day partitions older than this are dropped.
     retention_days: int = Field(default=14, ge=1)
@@ -34,7 +34,7 @@ class CollectorSettings(CommonSettings):
     partitions_ahead_days: int = Field(default=3, ge=1)
     # Retry delay suggested to exporters when over capacity, seconds.
     retry_after_s: float = Field(default=1.0, gt=0)
-    # OTLP/HTTP body limit in bytes after decompression (design.md: 20 MiB); beyond it 413.
+    # OTLP/HTTP body limit in bytes after decompression (docs/architecture.md "Spans": 20 MiB); beyond it 413.
     http_max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
     # OTLP/gRPC message limit in bytes after decompression (4 MiB); beyond it RESOURCE_EXHAUSTED.
     grpc_max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1)

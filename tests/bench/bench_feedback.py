@@ -2,7 +2,7 @@
 real chat service (loopback, 1 client, 1000 sequential calls) and PutRating throughput (4 concurrent
 clients, each on its own connection, MESSAGE scope), each next to its floor.
 
-Deployment shape as in design.md: the feedback service, the chat gateway, the agent and the
+Deployment shape as in docs/architecture.md "Processes": the feedback service, the chat gateway, the agent and the
 collector each run as their own OS process (their real `main()`, as bench_chat starts them); this
 process is only the client. (Until 2026-11-30 chat, agent and collector ran in-process here, next to
 the client: the collector's ingest of each 512-span export batch and the bench process's full GC of

@@ -1,5 +1,5 @@
 """Turns that fail or misbehave: every one leaves an addressable user message and an ERROR trace
-(design.md, "The turn" step 6), and never an INTERNAL for bad text (case F12)."""
+(docs/architecture.md "The turn" step 6), and never an INTERNAL for bad text (case F12)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Each service runs as a real subprocess through its entry point (what the image r
 PostgreSQL: the trace collector (eight OTLP exporters sending large Export requests) and the feedback
 service (eight clients creating feedback; the chat service is down, so the client snapshot is kept).
 Writes are stalled on a table lock while SIGTERM arrives, so every client's call is provably in flight.
-A health Watch stream is open; then the process gets SIGTERM. What must hold (design.md: the collector
+A health Watch stream is open; then the process gets SIGTERM. What must hold (docs/architecture.md "Spans": the collector
 acknowledges only after commit; style.md server wiring: NOT_SERVING → stop(grace) → pool close):
 - health goes NOT_SERVING (the Watch stream sees it) before the listener goes away;
 - every call in flight at SIGTERM finishes with OK: the server drains it instead of cutting it;

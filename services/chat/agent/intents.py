@@ -5,7 +5,7 @@ in this order (first match wins):
 1. COMPLAINT — the owner says the agent itself was wrong ("that's wrong, write that down",
    "remember that you got that wrong", "you made a mistake"). → `record_feedback`, never
    `write_memory`: a complaint is a report for the people who improve the agent, not a fact to
-   remember or a manner to adopt (design.md, "Feedback": never in an agent's prompt).
+   remember or a manner to adopt (docs/architecture.md "The life of a report": never in a prompt).
 2. MEMORY — "remember that …", "note that …", "keep in mind …" about anything else → `write_memory`.
 3. SUBORDINATES — questions about the owner's agents/subordinates → `list_subordinates`.
 4. SEND_REPORT — "send/email the report …": the scripted reply claims a `send_report` result that
@@ -60,7 +60,7 @@ def route(content: str) -> Intent:
     return Intent.REPLAY
 
 
-# The feedback body limit of the feedback service (design.md: ≤ 4000 chars); the quote is kept shorter.
+# The feedback body limit of the feedback service (proto `Feedback.body`: ≤ 4000 chars); the quote is kept shorter.
 MAX_QUOTE_CHARS = 3000
 
 

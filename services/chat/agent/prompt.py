@@ -2,7 +2,7 @@
 
 Its inputs are the agent's slug, the tool descriptions and the owner's remembered facts
 (`write_memory`). Feedback is deliberately not an input: nothing about complaints or ratings can
-reach a prompt from here (design.md, "Feedback": never in an agent's prompt, never readable by the
+reach a prompt from here (docs/architecture.md "The life of a report": never in an agent's prompt, never readable by the
 agent it is about). A unit test pins this signature.
 """
 
