@@ -15,7 +15,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
 from services.chat.settings import AgentSettings, ChatSettings
 from services.cli.client import ClientSettings
-from services.common.envoy import GatewaySettings
+from services.cli.envoy import GatewaySettings
 from services.common.settings import PROJECT_ROOT, CommonSettings
 from services.feedback.settings import FeedbackSettings
 from services.tracecollector.settings import CollectorSettings

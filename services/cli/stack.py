@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.db import embedded_postgres_server
-from services.common.proc import die_with_parent
+from services.cli.proc import die_with_parent
 from services.cli.client import loopback as _loopback
 from services.common.server import wait_serving
 from services.common.settings import PROJECT_ROOT, CommonSettings, load_settings
@@ -112,7 +112,7 @@ class LocalStack:
 
     def _start_gateway_and_console(self) -> None:
         """Envoy (gRPC-web gateway) in front of the services, and the built console on its own origin."""
-        from services.common.envoy import GatewayPorts, GatewaySettings, start_envoy  # noqa: PLC0415
+        from services.cli.envoy import GatewayPorts, GatewaySettings, start_envoy  # noqa: PLC0415
 
         gs = load_settings(GatewaySettings)
         self.envoy = start_envoy(
@@ -191,7 +191,7 @@ def _check_ports_free(children: list[Child]) -> None:
     otherwise talk to the other process)."""
     import socket  # noqa: PLC0415
 
-    from services.common.envoy import GatewaySettings  # noqa: PLC0415
+    from services.cli.envoy import GatewaySettings  # noqa: PLC0415
 
     gs = load_settings(GatewaySettings)
     wanted = [(c.health_target, _PORT_VARIABLES.get(c.name, "")) for c in children if c.health_target]

@@ -25,7 +25,7 @@ import httpx
 from google.protobuf.message import Message
 from google.rpc import status_pb2
 
-from services.common.envoy import EnvoyProcess, GatewayPorts, start_envoy
+from services.cli.envoy import EnvoyProcess, GatewayPorts, start_envoy
 from services.common.settings import PROJECT_ROOT
 from tests.stack import Stack, free_ports
 

@@ -13,7 +13,7 @@ from google.rpc import error_details_pb2
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
-from services.common.envoy import (
+from services.cli.envoy import (
     DEFAULT_TEMPLATE,
     EnvoyConfigError,
     GatewayPorts,

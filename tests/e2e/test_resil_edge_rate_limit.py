@@ -7,7 +7,7 @@ import asyncio
 import grpc
 
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
-from services.common.envoy import GatewayPorts, start_envoy
+from services.cli.envoy import GatewayPorts, start_envoy
 from tests.stack import free_ports
 
 

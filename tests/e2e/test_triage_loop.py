@@ -33,7 +33,7 @@ def _mcp_params(stack, token: str) -> StdioServerParameters:
         "AGENTFEEDBACK_CLIENT_TOKEN": token,
         "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT / "gen"), str(PROJECT_ROOT)]),
     }
-    return StdioServerParameters(command=sys.executable, args=["-m", "services.feedback.mcp_server"], env=env,
+    return StdioServerParameters(command=sys.executable, args=["-m", "services.cli.mcp_server"], env=env,
                                  cwd=str(PROJECT_ROOT))
 
 
@@ -119,7 +119,7 @@ async def test_mcp_over_streamable_http_is_owner_scoped(stack):
     async def rows_seen_by(sub: str) -> list[str]:
         (port,) = free_ports(1)
         params = _mcp_params(stack, stack.token(sub))
-        proc = subprocess.Popen([sys.executable, "-m", "services.feedback.mcp_server", "--transport", "streamable-http",
+        proc = subprocess.Popen([sys.executable, "-m", "services.cli.mcp_server", "--transport", "streamable-http",
                                  "--port", str(port)], env=params.env, cwd=params.cwd,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:

@@ -863,7 +863,7 @@ async def test_mcp_instance_messages_rejects_a_malformed_trace_id_and_a_negative
     from mcp.server.mcpserver.exceptions import ToolError  # noqa: PLC0415
 
     from services.cli.client import Clients, ClientSettings  # noqa: PLC0415
-    from services.feedback.mcp_server import build_server  # noqa: PLC0415
+    from services.cli.mcp_server import build_server  # noqa: PLC0415
 
     inst = await new_instance(stack)
     turn = await send(stack, inst, "hi")

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from services.common.envoy import EnvoyConfigError, validate
+from services.cli.envoy import EnvoyConfigError, validate
 from tests.unit.deploy_support import DEPLOY, compose_config, kustomize
 
 _spec = importlib.util.spec_from_file_location("deploy_render", DEPLOY / "render.py")

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from services.chat.agent.result import AgentResult
+
 if TYPE_CHECKING:
-    from services.chat.agent.reference import AgentResult
     from services.chat.agent.tools import ToolContext, ToolRegistry
 
 # Model calls per turn (tool rounds + the final answer).
@@ -48,7 +49,6 @@ class OpenAIBackend:
         deadline_s: float | None,
     ) -> AgentResult:
         """Run the chat-completions loop for one turn; returns the final reply and the tool calls made."""
-        from services.chat.agent.reference import AgentResult  # noqa: PLC0415 - avoid an import cycle
 
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},

@@ -14,7 +14,7 @@ import asyncio
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -24,6 +24,7 @@ from services.chat.agent.intents import Intent, memory_fact, paraphrase_complain
 from services.chat.agent.openai_backend import OpenAIBackend
 from services.chat.agent.prompt import build_system_prompt
 from services.chat.agent.replay import ReplayMatch
+from services.chat.agent.result import AgentResult
 from services.chat.agent.tools import MemoryStore, ToolContext, ToolOutcome, ToolRegistry
 from services.common.telemetry import record_exception
 
@@ -49,15 +50,6 @@ class Claim:
 
     tool: str
     result: str
-
-
-@dataclass
-class AgentResult:
-    content: str
-    model: str
-    tool_calls: list[ToolOutcome] = field(default_factory=list)
-    # Span events of note recorded during the turn (ThinkResponse.events), each name once.
-    events: list[str] = field(default_factory=list)
 
 
 def invented_claims(claims: Sequence[Claim], calls: Sequence[ToolOutcome]) -> list[Claim]:

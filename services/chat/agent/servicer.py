@@ -10,7 +10,8 @@ from __future__ import annotations
 from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
 
 from services.chat.agent.openai_backend import BackendError
-from services.chat.agent.reference import AgentResult, AgentTurn, ReferenceAgent
+from services.chat.agent.reference import AgentTurn, ReferenceAgent
+from services.chat.agent.result import AgentResult
 from services.common.auth import SCOPE_CHAT, current_principal
 from services.common.errors import InvalidArgument, Unavailable
 from services.common.server import extract_context

@@ -35,7 +35,7 @@ from string import Template
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.common.proc import die_with_parent
+from services.cli.proc import die_with_parent
 from services.common.settings import PROJECT_ROOT
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,18 @@
+"""What one agent turn produced, shared by the agent's backends (`reference.py`, `openai_backend.py`)
+and its servicer, so the backends never import each other."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.chat.agent.tools import ToolOutcome
+
+
+@dataclass
+class AgentResult:
+    """The reply's text, the model that wrote it, the tool calls made, and the span events of note
+    recorded during the turn (ThinkResponse.events), each name once."""
+
+    content: str
+    model: str
+    tool_calls: list[ToolOutcome] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
