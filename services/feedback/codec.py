@@ -28,6 +28,7 @@ from services.common.ids import (
 )
 from services.feedback import domain
 from services.feedback.judgements import check_slug
+from services.feedback.statistics import WindowStats
 from services.feedback.model import (
     Anchor,
     Author,
@@ -46,7 +47,6 @@ from services.feedback.model import (
     Sentiment,
     Snapshot,
     SnapshotSource,
-    Statistics,
     Status,
     Surface,
     ToolCall,
@@ -156,8 +156,9 @@ def rating_pb(r: Rating) -> pb.Rating:
     return out
 
 
-def stats_pb(st: Statistics) -> pb.FeedbackStats:
+def stats_pb(ws: WindowStats) -> pb.FeedbackStats:
     """Totals count every rating of the window, including ratings without a sentiment (a note only)."""
+    st = ws.base
     out = pb.FeedbackStats(total_ratings=st.total_ratings, negative_ratings=st.negative_ratings,
                            total_reports=st.total_reports)
     for a in st.aspects:
@@ -167,6 +168,21 @@ def stats_pb(st: Statistics) -> pb.FeedbackStats:
     for d in st.trend:
         out.trend.add(day=d.day.isoformat(), positive=d.positive, neutral=d.neutral, negative=d.negative,
                       reports=d.reports)
+    f = ws.funnel
+    out.headline.likes, out.headline.dislikes = ws.likes, ws.dislikes
+    out.headline.reports, out.headline.tasks_completed = st.total_reports, f.complete
+    for dim in ws.dimensions:
+        a = dim.count
+        d_pb = out.dimensions.add(scope=a.scope, aspect=a.aspect, positive=a.positive, neutral=a.neutral,
+                                  negative=a.negative)
+        for d in dim.daily:
+            d_pb.daily.add(day=d.day.isoformat(), positive=d.positive, neutral=d.neutral, negative=d.negative)
+    out.funnel.engaged, out.funnel.with_completion_answer, out.funnel.marked_complete = (
+        f.engaged, f.answered, f.complete)
+    for choice, n in f.latest_state:
+        out.funnel.latest_state.add(choice=choice, count=n)
+    out.window_days = ws.window_days
+    _ts(ws.end_time, out.end_time)
     return out
 
 

@@ -51,7 +51,7 @@ from services.feedback.model import (
 )
 from services.feedback.ratings import Ratings
 from services.feedback.reports import Change, ReportDraft, Reports
-from services.feedback.statistics import Stats
+from services.feedback.statistics import Stats, Vocabulary
 
 SERVICE = "agentfeedback.feedback.v1.FeedbackService"
 # Method → scope (docs/architecture.md "Contracts"; the proto's service comment).
@@ -220,7 +220,9 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     # ------------------------------------------------------------ statistics
     async def GetFeedbackStats(self, request: pb.GetFeedbackStatsRequest, context) -> pb.FeedbackStats:
         """Counts over the window (UTC days ending today), every owner, USER-origin ratings only."""
-        return codec.stats_pb(await self._stats.window(request.window_days))
+        words = Vocabulary(*(check_slug(getattr(request, k), k) or getattr(Vocabulary, k)
+                             for k in ("reaction_aspect", "completion_aspect", "complete_choice")))
+        return codec.stats_pb(await self._stats.window(request.window_days, words))
 
     async def ListRecentFeedback(self, request: pb.ListRecentFeedbackRequest, context) -> pb.ListRecentFeedbackResponse:
         """Operator feed: USER ratings and reports of every owner, newest first, filtered, paged (Stats.recent);

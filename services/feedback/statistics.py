@@ -1,6 +1,7 @@
 """Statistics and the operator feed, the use case (operator scope `feedback:admin`; every owner).
 
-Both read USER-origin ratings only (a BRANCH_COPY rating is the same judgement again, not a new one).
+Both read USER-origin ratings only (a BRANCH_COPY rating is the same judgement again, not a new one;
+editing a copy makes it the owner's own, USER, and it counts from then on).
 """
 from __future__ import annotations
 
@@ -9,8 +10,58 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.feedback import domain
-from services.feedback.model import Rating, RecentFilter, Report, Statistics
+from services.feedback.model import AspectCount, DailyCount, Rating, RecentFilter, Report, Statistics
 from services.feedback.repository import Repository
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One dimension (scope + aspect): its sentiment split and one DailyCount per day of the window."""
+
+    count: AspectCount
+    daily: tuple[DailyCount, ...]
+
+
+@dataclass(frozen=True)
+class Funnel:
+    """Conversations (conversation, user) engaged → with a completion answer → marked complete, and
+    the distribution of each answered conversation's latest choice (most frequent first)."""
+
+    engaged: int = 0
+    latest_state: tuple[tuple[str, int], ...] = ()
+    complete_choice: str = ""
+
+    @property
+    def answered(self) -> int:
+        return sum(n for _, n in self.latest_state)
+
+    @property
+    def complete(self) -> int:
+        return next((n for c, n in self.latest_state if c == self.complete_choice), 0)
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """GetFeedbackStats of issue 13: the per-aspect totals (`base`), each dimension's series, the
+    completion funnel, the headline's likes / dislikes, the window used and its end."""
+
+    base: Statistics
+    dimensions: tuple[Dimension, ...]
+    funnel: Funnel
+    likes: int
+    dislikes: int
+    window_days: int
+    end_time: dt.datetime
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The words of the headline and the funnel: from the request, defaulting to the taxonomy's
+    `stats` block (console/src/taxonomy.json). The server knows shapes, not words."""
+
+    reaction_aspect: str = "reaction"
+    completion_aspect: str = "task_completion"
+    complete_choice: str = "complete"
 
 
 @dataclass(frozen=True)
@@ -29,14 +80,29 @@ class Stats:
         self._repo = repo
         self._clock = clock
 
-    async def window(self, window_days: int) -> Statistics:
+    async def window(self, window_days: int, vocabulary: Vocabulary = Vocabulary()) -> WindowStats:
         """Counts over the window of `window_days` UTC days ending today (0 → 30; 1..365, else
-        INVALID_ARGUMENT `window_days`); the trend has one entry per day, zeros included."""
+        INVALID_ARGUMENT `window_days`); the trend and each dimension's series have one entry per
+        day, zeros included. The headline's likes / dislikes are `vocabulary.reaction_aspect`'s
+        POSITIVE / NEGATIVE ratings; the funnel reads `completion_aspect`'s choices (issue 13)."""
         days = domain.check_window_days(window_days)
-        today = self._clock().date()
+        now = self._clock()
+        today = now.date()
         since = dt.datetime.combine(today - dt.timedelta(days=days - 1), dt.time(), dt.UTC)
         aspects, categories, daily = await self._repo.stats(since)
-        return Statistics(tuple(aspects), tuple(categories), tuple(domain.fill_trend(daily, today, days)))
+        per_day = await self._repo.dimension_days(since)
+        engaged, states = await self._repo.funnel(since, vocabulary.completion_aspect)
+        dims = []
+        for a in aspects:
+            rows = [d for c, d in per_day if (c.scope, c.aspect) == (a.scope, a.aspect)]
+            dims.append(Dimension(a, tuple(domain.fill_trend(rows, today, days))))
+        reaction = [a for a in aspects if a.aspect == vocabulary.reaction_aspect]
+        return WindowStats(
+            Statistics(tuple(aspects), tuple(categories), tuple(domain.fill_trend(daily, today, days))),
+            tuple(dims), Funnel(engaged, tuple(states), vocabulary.complete_choice),
+            likes=sum(a.positive for a in reaction), dislikes=sum(a.negative for a in reaction), window_days=days,
+            end_time=now,
+        )
 
     async def recent(self, f: RecentFilter, after: tuple[dt.datetime, str] | None, size: int) -> list[RecentItem]:
         """USER ratings and reports of every owner, newest first (time, id), at most `size` + 1 (one more

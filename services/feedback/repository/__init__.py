@@ -2,7 +2,8 @@
 asyncpg pool, returning the model's dataclasses (`services/feedback/model.py`), never records.
 
 One package, one module per table family: `reports` (reports and their request ledgers), `capture`
-(the capture worker's queues), `ratings` (ratings, statistics, the operator feed); `rows` maps rows
+(the capture worker's queues), `ratings` (ratings, statistics, the operator feed), `statistics` (the
+funnel and per-dimension series); `rows` maps rows
 and `jsonb` columns to the model. No rule is decided here: the use cases decide, this stores.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from services.feedback.repository.ratings import *  # noqa: F403
 from services.feedback.repository.ratings import RatingStore
 from services.feedback.repository.reports import *  # noqa: F403
 from services.feedback.repository.reports import ReportStore, like_pattern
+from services.feedback.repository.statistics import StatisticsStore
 
 __all__ = ["Repository", "create_pool", "like_pattern"]
 
@@ -35,7 +37,7 @@ async def create_pool(url: str, min_size: int, max_size: int) -> asyncpg.Pool:
                                     reset=skip_reset)
 
 
-class Repository(ReportStore, CaptureStore, RatingStore):
+class Repository(ReportStore, CaptureStore, RatingStore, StatisticsStore):
     """The feedback schema's reads and writes over one pool."""
 
     def __init__(self, pool: asyncpg.Pool):
