@@ -64,10 +64,12 @@ function copyBadge(r: Rating | undefined): HTMLElement | null {
  *  choice (checkboxes, owning `reasons`) and, when `withNote`, a note (owning `note`). */
 export function choiceQuestion(q: Question, ctx: ControlContext, opts: { withReasons?: boolean; withNote?: boolean } = {}): HTMLElement {
   const box = h("fieldset", { class: "question", dataset: { aspect: q.aspect } });
+  // Status lines outlive re-renders (a save re-renders the question to show what is stored).
+  const status = (field: string) => h("p", { class: "ctl-status", role: "status", dataset: { field } });
+  const choiceStatus = status("choice"), reasonStatus = status("reasons"), noteStatus = status("note");
   const render = () => {
     const r = ctx.store.get(keyFor(q, ctx));
     const group = `q${++seq}`;
-    const choiceStatus = h("p", { class: "ctl-status", role: "status" });
     const choices = h("div", { class: "choices" }, q.choices.map((c) => {
       const input = h("input", { type: "radio", name: group, value: c.slug, checked: r?.choice === c.slug });
       input.addEventListener("change", () =>
@@ -77,7 +79,6 @@ export function choiceQuestion(q: Question, ctx: ControlContext, opts: { withRea
     const parts: (HTMLElement | null)[] = [h("legend", {}, q.label, " ", copyBadge(r)), choices, choiceStatus];
     const picked = q.choices.find((c) => c.slug === r?.choice);
     if (opts.withReasons && picked?.reasons.length) {
-      const reasonStatus = h("p", { class: "ctl-status", role: "status" });
       const have = new Set(r?.reasons ?? []);
       const inputs = picked.reasons.map((rs) => {
         const cb = h("input", { type: "checkbox", value: rs.slug, checked: have.has(rs.slug) });
@@ -92,7 +93,7 @@ export function choiceQuestion(q: Question, ctx: ControlContext, opts: { withRea
         h("span", { class: "muted reasons-title" }, "Why? (any that apply)"),
         inputs.map(({ rs, cb }) => h("label", { class: "reason", dataset: { reason: rs.slug } }, cb, h("span", {}, rs.label)))), reasonStatus);
     }
-    if (opts.withNote && r) parts.push(noteControl(q, ctx, r, renderLater));
+    if (opts.withNote && r) parts.push(noteControl(q, ctx, r, noteStatus, renderLater));
     mount(box, parts);
   };
   // Re-render after the current event (a radio's change handler must finish before its DOM goes).
@@ -101,8 +102,7 @@ export function choiceQuestion(q: Question, ctx: ControlContext, opts: { withRea
   return box;
 }
 
-function noteControl(q: Question, ctx: ControlContext, r: Rating, refresh: () => void): HTMLElement {
-  const status = h("p", { class: "ctl-status", role: "status" });
+function noteControl(q: Question, ctx: ControlContext, r: Rating, status: HTMLElement, refresh: () => void): HTMLElement {
   const note = h("textarea", { rows: 2, class: "note", "aria-label": `A note (${q.label})`, placeholder: "Anything to add? (optional)" }, r.note);
   const saveBtn = h("button", { type: "button", class: "save-note" }, "Save note");
   saveBtn.addEventListener("click", () => void save(ctx, q, { note: note.value }, ["note"], status, refresh));
