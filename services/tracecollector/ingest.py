@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import logging
 import math
 import re
@@ -36,6 +35,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import orjson
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,14 @@ _MAX_EXACT = 2**53
 _REPLACEMENT = "\ufffd"
 # A JSON-escaped U+0000 (`\u0000`) not itself preceded by an escaping backslash.
 _JSON_NUL = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
-_json_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+
+def _json_encode(value: object) -> str:
+    """Compact UTF-8 JSON. orjson: 2.5x less CPU per span than the standard library's encoder (JSON
+    encoding was most of `flatten`, which bounds ingest; issue 17). Values come from `any_value`, so no
+    NaN/Infinity and no integer beyond ±2^53 reaches it."""
+    return orjson.dumps(value).decode()
 
 # Column order of a storage row (repository.SPAN_COLUMNS mirrors it).
 ROW_FIELDS = (
