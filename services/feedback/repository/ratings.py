@@ -148,24 +148,38 @@ WHERE r.owner = :owner AND r.conversation = :source AND r.turn_index <= :through
 ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO NOTHING""")
 
 # ---- statistics (operator scope; USER-origin ratings only)
-_SENTIMENT_COUNTS = """count(*) FILTER (WHERE sentiment = :positive) AS positive,
-    count(*) FILTER (WHERE sentiment = :neutral) AS neutral,
-    count(*) FILTER (WHERE sentiment = :negative) AS negative"""
-STATS_ASPECTS = NamedSQL(f"""
-SELECT scope, aspect, count(*) AS total, {_SENTIMENT_COUNTS}
-FROM ratings WHERE origin = :user_origin AND update_time >= :since
-GROUP BY scope, aspect ORDER BY scope, aspect""")
+# From the hourly rollups (migration 0010, kept by triggers): every whole hour after :since from
+# `*_hour_counts`, the partial hour holding :since from the rows themselves; the same numbers as
+# counting the rows, without reading a row per rating.
+_RATING_COUNTS = """WITH c AS (
+    SELECT hour AS t, scope, aspect, sentiment, n FROM rating_hour_counts
+    WHERE hour >= date_trunc('hour', :since::timestamptz, 'UTC') + interval '1 hour'
+    UNION ALL
+    SELECT update_time, scope, aspect, sentiment, 1 FROM ratings
+    WHERE origin = :user_origin AND update_time >= :since
+      AND update_time < date_trunc('hour', :since::timestamptz, 'UTC') + interval '1 hour')"""
+_SENTIMENT_COUNTS = """coalesce(sum(n) FILTER (WHERE sentiment = :positive), 0)::bigint AS positive,
+    coalesce(sum(n) FILTER (WHERE sentiment = :neutral), 0)::bigint AS neutral,
+    coalesce(sum(n) FILTER (WHERE sentiment = :negative), 0)::bigint AS negative"""
+STATS_ASPECTS = NamedSQL(f"""{_RATING_COUNTS}
+SELECT scope, aspect, sum(n)::bigint AS total, {_SENTIMENT_COUNTS}
+FROM c GROUP BY scope, aspect HAVING sum(n) > 0 ORDER BY scope, aspect""")
 
-STATS_CATEGORIES = """
-SELECT category, count(*) AS count FROM feedback WHERE create_time >= $1 GROUP BY category ORDER BY category"""
+_REPORT_COUNTS = """WITH c AS (
+    SELECT hour AS t, category, n FROM report_hour_counts
+    WHERE hour >= date_trunc('hour', $1::timestamptz, 'UTC') + interval '1 hour'
+    UNION ALL
+    SELECT create_time, category, 1 FROM feedback
+    WHERE create_time >= $1 AND create_time < date_trunc('hour', $1::timestamptz, 'UTC') + interval '1 hour')"""
+STATS_CATEGORIES = f"""{_REPORT_COUNTS}
+SELECT category, sum(n)::bigint AS count FROM c GROUP BY category HAVING sum(n) > 0 ORDER BY category"""
 
-STATS_RATING_TREND = NamedSQL(f"""
-SELECT (update_time AT TIME ZONE 'UTC')::date AS day, {_SENTIMENT_COUNTS}
-FROM ratings WHERE origin = :user_origin AND update_time >= :since GROUP BY 1""")
+STATS_RATING_TREND = NamedSQL(f"""{_RATING_COUNTS}
+SELECT (t AT TIME ZONE 'UTC')::date AS day, {_SENTIMENT_COUNTS}
+FROM c GROUP BY 1 HAVING sum(n) > 0""")
 
-STATS_REPORT_TREND = """
-SELECT (create_time AT TIME ZONE 'UTC')::date AS day, count(*) AS reports
-FROM feedback WHERE create_time >= $1 GROUP BY 1"""
+STATS_REPORT_TREND = f"""{_REPORT_COUNTS}
+SELECT (t AT TIME ZONE 'UTC')::date AS day, sum(n)::bigint AS reports FROM c GROUP BY 1 HAVING sum(n) > 0"""
 
 RECENT_RATINGS = NamedSQL(f"""
 SELECT {RATING_COLUMNS} FROM ratings
