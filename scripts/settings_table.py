@@ -13,7 +13,8 @@ from pydantic_settings import BaseSettings
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
-from services.chat.settings import AgentSettings, ChatSettings
+from services.chat.agent.settings import AgentSettings
+from services.chat.settings import ChatSettings
 from services.cli.client import ClientSettings
 from services.cli.envoy import GatewaySettings
 from services.common.settings import PROJECT_ROOT, CommonSettings

@@ -116,7 +116,8 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
     """Start collector, agent, chat gateway and feedback on free ports against `database_url`."""
     from services.chat.agent.server import create_server as create_agent
     from services.chat.server import create_server as create_chat
-    from services.chat.settings import AgentSettings, ChatSettings
+    from services.chat.agent.settings import AgentSettings
+    from services.chat.settings import ChatSettings
     from services.feedback.server import create_server as create_feedback
     from services.feedback.settings import FeedbackSettings
     from services.tracecollector.server import create_server as create_collector

@@ -16,11 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum
 
-from services.common.errors import InvalidArgument
+from services.common import pages
 from services.common.ids import (
     clip,
-    decode_page_token,
-    encode_page_token,
     page_token_text,
     page_token_us,
     parse_name,
@@ -117,16 +115,14 @@ def parse_defect_name(name: str, field_path: str = "name") -> tuple[str, str]:
 def page_token(d: SuspectedDefect, filters: str) -> str:
     from services.chat.domain import to_us  # noqa: PLC0415 - one clock helper for the package
 
-    return encode_page_token({"t": to_us(d.time), "id": d.trace_id, "f": filters})
+    return pages.issue({"t": to_us(d.time), "id": d.trace_id}, filters)
 
 
 def parse_page(token: str, filters: str) -> tuple[datetime, str] | None:
     """Keyset position (turn start, trace id) after the last defect returned; bound to `filters`."""
     from services.chat.domain import from_us  # noqa: PLC0415
 
-    pos = decode_page_token(token)
+    pos = pages.read(token, filters)
     if pos is None:
         return None
-    if pos.get("f") != filters:
-        raise InvalidArgument("page_token", "does not belong to this parent")
     return from_us(page_token_us(pos.get("t"))), page_token_text(pos.get("id"))

@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 
+from services.common import pages
 from services.common.errors import InvalidArgument
 from services.common.ids import (
     check_text,
-    decode_page_token,
-    encode_page_token,
     page_token_text,
     page_token_us,
     parse_name,
@@ -274,15 +273,13 @@ class MessagePage:
 
     @staticmethod
     def token(m: Message, filters: str) -> str:
-        return encode_page_token({"t": to_us(m.create_time), "id": m.id, "f": filters})
+        return pages.issue({"t": to_us(m.create_time), "id": m.id}, filters)
 
     @staticmethod
     def parse(token: str, filters: str) -> MessagePage | None:
-        pos = decode_page_token(token)
+        pos = pages.read(token, filters)
         if pos is None:
             return None
-        if pos.get("f") != filters:
-            raise InvalidArgument("page_token", "does not belong to this parent and these filters")
         return MessagePage(page_token_us(pos.get("t")), page_token_text(pos.get("id")))
 
     @property
@@ -303,13 +300,17 @@ def from_us(us: int) -> datetime:
     return EPOCH + us * _US
 
 
+# ListInstances has no filters: its tokens are bound to this constant (a token of another list is refused).
+INSTANCE_FILTERS = "instances"
+
+
 def instance_page_token(i: Instance) -> str:
     """ListInstances keyset token: (create_time, id) of the last instance returned."""
-    return encode_page_token({"t": to_us(i.create_time), "id": i.id})
+    return pages.issue({"t": to_us(i.create_time), "id": i.id}, INSTANCE_FILTERS)
 
 
 def parse_instance_page(token: str) -> tuple[datetime, str] | None:
-    pos = decode_page_token(token)
+    pos = pages.read(token, INSTANCE_FILTERS)
     if pos is None:
         return None
     return from_us(page_token_us(pos.get("t"))), page_token_text(pos.get("id"))

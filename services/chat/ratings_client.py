@@ -10,6 +10,8 @@ from __future__ import annotations
 import grpc
 from agentfeedback.feedback.v1 import feedback_pb2, feedback_pb2_grpc
 
+from services.common import deadlines
+
 TIMEOUT_S = 5.0
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
@@ -31,7 +33,7 @@ class RatingsClient:
             source_conversation=source, target_conversation=target, through_turn_index=through_turn_index,
             request_id=request_id,
         )
-        timeout = TIMEOUT_S if timeout_s is None else max(0.001, min(TIMEOUT_S, timeout_s))
+        timeout = deadlines.timeout(TIMEOUT_S, timeout_s)
         try:
             md = (("authorization", f"Bearer {token}"),)
             resp = await self._stub.CopyRatings(req, timeout=timeout, metadata=md)

@@ -43,7 +43,8 @@ async def create_server(
     provider = tracer_provider or setup_tracing("chat")
     tracer = provider.get_tracer("services.chat")
     # The chat service never changes session state, so connections skip asyncpg's reset round trip.
-    pool = await create_pool(url, SCHEMA, settings.db_pool_min, settings.db_pool_max, reset=skip_reset)
+    pool = await create_pool(url, SCHEMA, settings.db_pool_min, settings.db_pool_max, reset=skip_reset,
+                             command_timeout_s=settings.db_command_timeout_s)
     channel = client_channel(settings.agent_target)
     feedback_channel = client_channel(settings.feedback_target)
     repo = Repository(pool)

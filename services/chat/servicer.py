@@ -22,6 +22,7 @@ from services.chat.domain import Instance, Message, MessagePage
 from services.chat.repository import InstanceExists, Repository
 from services.chat.turn import StreamStart, TurnCall, TurnRunner
 from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_ADMIN, current_principal
+from services.common.deadlines import caller_remaining
 from services.common.errors import AlreadyExists, InvalidArgument, NotFound
 from services.common.ids import new_id, page_size, request_fingerprint
 from services.common.server import extract_context
@@ -45,8 +46,6 @@ METHOD_SCOPES: dict[str, str | None] = {
 # Authenticated, scope checked by the handler: `chat` for the owner's own, `feedback:admin` across owners.
 METHOD_SCOPES |= {f"/{SERVICE}/{m}": None for m in ("ListSuspectedDefects", "GetSuspectedDefect")}
 UNTRACED_METHODS = (f"/{SERVICE}/SendMessage", f"/{SERVICE}/StreamMessage")
-# grpc-python reports "no deadline" as a remaining time this large (or None).
-_NO_DEADLINE_S = 10**7
 
 
 def _ts(dt: datetime):
@@ -90,12 +89,6 @@ def message_pb(m: Message) -> chat_pb2.Message:
         source_message=m.source_message,
         source_trace_id=m.source_trace_id,
     )
-
-
-def caller_remaining(context: grpc.aio.ServicerContext) -> float | None:
-    """Seconds left of the caller's deadline, None when the caller set none."""
-    r = context.time_remaining()
-    return None if r is None or r > _NO_DEADLINE_S else max(0.0, r)
 
 
 class ChatServicer(chat_pb2_grpc.ChatServiceServicer):

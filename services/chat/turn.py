@@ -42,6 +42,7 @@ from services.chat.domain import (
     time_from_ns,
 )
 from services.chat.repository import Repository, RequestRace
+from services.common import deadlines
 from services.common.clip import clip
 from services.common.errors import Cancelled, DeadlineExceeded, DomainError, Internal, NotFound, Unavailable
 from services.common.ids import check_same_request, new_id
@@ -116,13 +117,13 @@ class TurnRunner:
         """
         t0_ns = time.time_ns()
         owner, token, turn, caller_remaining_s = call.owner, call.token, call.turn, call.caller_remaining_s
-        deadline = _deadline(caller_remaining_s)
+        deadline = deadlines.at(caller_remaining_s)
         started = await self._start(owner, turn, call.caller, t0_ns, caller_remaining_s)
         if isinstance(started, TurnResult):
             return started
         span, user, history, agent_slug = started
         try:
-            timeout = agent_timeout(_left(deadline), self._cap_s)  # measured now, after the DB write
+            timeout = agent_timeout(deadlines.left(deadline), self._cap_s)  # measured now, after the DB write
             reply = await self._agent.think(
                 self._think_input(turn, user, history, agent_slug),
                 timeout_s=timeout,
@@ -141,7 +142,7 @@ class TurnRunner:
         """
         t0_ns = time.time_ns()
         owner, token, turn, caller_remaining_s = call.owner, call.token, call.turn, call.caller_remaining_s
-        deadline = _deadline(caller_remaining_s)
+        deadline = deadlines.at(caller_remaining_s)
         started = await self._start(owner, turn, call.caller, t0_ns, caller_remaining_s)
         if isinstance(started, TurnResult):  # a retry: replay the stored turn
             yield StreamStart(started.user_message, started.trace_id)
@@ -151,7 +152,7 @@ class TurnRunner:
         span, user, history, agent_slug = started
         try:
             yield StreamStart(user, user.trace_id)
-            timeout = agent_timeout(_left(deadline), self._cap_s)  # measured now, after the DB write
+            timeout = agent_timeout(deadlines.left(deadline), self._cap_s)  # measured now, after the DB write
             final: AgentReply | None = None
             async for item in self._agent.stream(
                 self._think_input(turn, user, history, agent_slug),
@@ -353,15 +354,6 @@ class TurnRunner:
         if not isinstance(err, Exception):  # CancelledError, GeneratorExit, KeyboardInterrupt
             raise err
         raise _turn_error(code, detail, user.trace_id, user.name) from err
-
-
-def _deadline(remaining_s: float | None) -> float | None:
-    """The caller's deadline on the monotonic clock (None: the caller set none)."""
-    return None if remaining_s is None else time.monotonic() + remaining_s
-
-
-def _left(deadline: float | None) -> float | None:
-    return None if deadline is None else deadline - time.monotonic()
 
 
 def _turn_error(code: str, detail: str, trace_id: str, user_message: str) -> BaseException:

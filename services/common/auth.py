@@ -80,8 +80,8 @@ def set_current_principal(p: Principal | None) -> contextvars.Token:
 
 def dev_secret(settings: CommonSettings) -> str:
     """The HS256 secret: the configured one, else `<data_dir>/jwt-secret` (created 0600 on first use)."""
-    if settings.jwt_secret:
-        return settings.jwt_secret
+    if settings.jwt_secret.get_secret_value():
+        return settings.jwt_secret.get_secret_value()
     path = Path(settings.data_dir) / "jwt-secret"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -52,11 +52,17 @@ def resolve_database_url(settings: CommonSettings) -> str:
     return url
 
 
+# Seconds one statement may run before asyncpg cancels it (CommonSettings.db_command_timeout_s).
+COMMAND_TIMEOUT_S = 30.0
+
+
 async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 10, init=None,
-                      reset=None) -> asyncpg.Pool:
+                      reset=None, command_timeout_s: float = COMMAND_TIMEOUT_S) -> asyncpg.Pool:
     """A pool bound to `schema` (search_path), UTC session time zone, statement cache on.
 
     min_size/max_size: connections kept open / at most (asyncpg defaults 10/10).
+    command_timeout_s: asyncpg's `command_timeout`, the longest one statement may run (then it is
+    cancelled and the call fails: a stuck query never holds an RPC or a connection forever).
     init: optional `async (conn) -> None` run on every new connection (e.g. type codecs).
     reset: optional `async (conn) -> None` run when a connection goes back to the pool, instead of
     asyncpg's default reset query (`pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`, one
@@ -74,6 +80,7 @@ async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 
                 max_size=max_size,
                 init=init,
                 reset=reset,
+                command_timeout=command_timeout_s,
                 server_settings={"search_path": f"{schema},public", "TimeZone": "UTC",
                                  "application_name": f"agentfeedback-{schema}"},
             )

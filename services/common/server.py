@@ -21,6 +21,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from services.common import deadlines
 from services.common.auth import Authenticator, set_current_principal, _current
 from services.common.errors import DomainError, InvalidArgument, Unimplemented, internal_status, to_status
 from services.common.retry_policy import service_config
@@ -205,6 +206,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
 
         async def wrapped(request, context):
             token = _current.set(None)
+            deadline = deadlines.enter(context)
             span = None
             try:
                 try:
@@ -222,6 +224,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             finally:
                 if span is not None:
                     span.end()
+                deadlines.leave(deadline)
                 _current.reset(token)
 
         return wrapped
@@ -231,6 +234,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
 
         async def wrapped(request, context):
             token = _current.set(None)
+            deadline = deadlines.enter(context)
             span = None
             try:
                 try:
@@ -251,6 +255,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             finally:
                 if span is not None:
                     span.end()
+                deadlines.leave(deadline)
                 _current.reset(token)
 
         return wrapped

@@ -7,8 +7,9 @@ Every variable is listed in the README's configuration table.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Self
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ class CommonSettings(BaseSettings):
     # Where the embedded PostgreSQL cluster and the generated dev JWT secret live.
     data_dir: Path = Field(default=PROJECT_ROOT / ".data", validation_alias=AliasChoices("AGENTFEEDBACK_DATA_DIR"))
     # HS256 secret for dev tokens; empty: generated once into `<data_dir>/jwt-secret`.
-    jwt_secret: str = Field(default="", validation_alias=AliasChoices("AGENTFEEDBACK_JWT_SECRET"))
+    jwt_secret: SecretStr = Field(default=SecretStr(""), validation_alias=AliasChoices("AGENTFEEDBACK_JWT_SECRET"))
     # RS256: a PEM public key file, or a JWKS URL (production). When set, HS256 is not accepted.
     jwt_public_key_file: str = Field(default="", validation_alias=AliasChoices("AGENTFEEDBACK_JWT_PUBLIC_KEY_FILE"))
     jwt_jwks_url: str = Field(default="", validation_alias=AliasChoices("AGENTFEEDBACK_JWT_JWKS_URL"))
@@ -45,11 +46,28 @@ class CommonSettings(BaseSettings):
     # asyncpg pool size per service process.
     db_pool_min: int = Field(default=2, ge=1, validation_alias=AliasChoices("AGENTFEEDBACK_DB_POOL_MIN"))
     db_pool_max: int = Field(default=10, ge=1, validation_alias=AliasChoices("AGENTFEEDBACK_DB_POOL_MAX"))
+    # Seconds one SQL statement may run before asyncpg cancels it (the RPC then fails instead of hanging).
+    db_command_timeout_s: float = Field(default=30.0, gt=0,
+                                        validation_alias=AliasChoices("AGENTFEEDBACK_DB_COMMAND_TIMEOUT_S"))
     # Writes per owner per minute, all replicas of a service together (services/common/quota.py);
     # over it RESOURCE_EXHAUSTED with RetryInfo. 0: no limit.
     write_quota_per_minute: int = Field(default=240, ge=0,
                                         validation_alias=AliasChoices("AGENTFEEDBACK_WRITE_QUOTA_PER_MINUTE"))
 
+
+    @model_validator(mode="after")
+    def _cross_field_checks(self) -> Self:
+        """Start-up checks across fields; each message says how to fix the configuration."""
+        if self.db_pool_min > self.db_pool_max:
+            raise ValueError(f"AGENTFEEDBACK_DB_POOL_MIN ({self.db_pool_min}) exceeds AGENTFEEDBACK_DB_POOL_MAX "
+                             f"({self.db_pool_max}): raise the max or lower the min")
+        sources = [name for name, set_ in (("AGENTFEEDBACK_JWT_SECRET", bool(self.jwt_secret.get_secret_value())),
+                                           ("AGENTFEEDBACK_JWT_PUBLIC_KEY_FILE", bool(self.jwt_public_key_file)),
+                                           ("AGENTFEEDBACK_JWT_JWKS_URL", bool(self.jwt_jwks_url))) if set_]
+        if len(sources) > 1:
+            raise ValueError(f"{' and '.join(sources)} are both set: configure one JWT key source (HS256 secret, "
+                             "RS256 public key file, or JWKS URL) and unset the others")
+        return self
 
 # `host:port` or `[ipv6]:port` (gRPC listen addresses and targets); port 0 = any free port.
 LISTEN_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$"
@@ -78,7 +96,11 @@ def load_settings(cls: type[BaseSettings], **overrides):
     except ValidationError as e:
         lines = []
         for err in e.errors():
-            field = str(err["loc"][0]) if err.get("loc") else "?"
+            if not err.get("loc"):  # a cross-field check: its message names the variables and the fix
+                lines.append(f"  {err['msg'].removeprefix('Value error, ')}")
+                continue
+            field = str(err["loc"][0])
             var = env_variable(cls, field) if field in cls.model_fields else field
-            lines.append(f"  {var}={err.get('input')!r}: {err['msg']}")
+            secret = field in cls.model_fields and cls.model_fields[field].annotation in (SecretStr, "SecretStr")
+            lines.append(f"  {var}={'(secret)' if secret else repr(err.get('input'))}: {err['msg']}")
         raise SettingsError("invalid configuration:\n" + "\n".join(lines)) from None

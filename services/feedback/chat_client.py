@@ -12,6 +12,7 @@ import datetime as dt
 import grpc
 
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
+from services.common import deadlines
 from services.common.errors import InvalidArgument, NotFound, PermissionDenied
 from services.feedback.domain import MessageView
 
@@ -40,7 +41,8 @@ def to_view(m: chat_pb2.Message) -> MessageView:
 
 
 class ChatClient:
-    """One per process; `channel` is created once at start-up. `timeout_s` bounds every call."""
+    """One per process; `channel` is created once at start-up. Every call takes at most `timeout_s`,
+    less when the caller's remaining deadline is shorter (`services.common.deadlines`)."""
 
     def __init__(self, channel: grpc.aio.Channel, timeout_s: float):
         self._stub = chat_pb2_grpc.ChatServiceStub(channel)
@@ -61,7 +63,7 @@ class ChatClient:
     async def get_message(self, name: str, md: Metadata, field_path: str = "feedback.message") -> MessageView:
         """GetMessage(name) → MessageView. NotFound when unknown or not the caller's."""
         try:
-            m = await self._stub.GetMessage(chat_pb2.GetMessageRequest(name=name), metadata=md, timeout=self._timeout_s)
+            m = await self._stub.GetMessage(chat_pb2.GetMessageRequest(name=name), metadata=md, timeout=deadlines.timeout(self._timeout_s))
         except grpc.aio.AioRpcError as e:
             raise self._map(e, name, field_path) from None
         return to_view(m)
@@ -73,7 +75,7 @@ class ChatClient:
         if turn_index is not None:
             req.turn_index = turn_index
         try:
-            resp = await self._stub.ListMessages(req, metadata=md, timeout=self._timeout_s)
+            resp = await self._stub.ListMessages(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
         except grpc.aio.AioRpcError as e:
             raise self._map(e, parent, field_path) from None
         return [to_view(m) for m in resp.messages]
@@ -87,7 +89,7 @@ class ChatClient:
         req = chat_pb2.ListMessagesRequest(parent=parent, page_size=1000)
         while True:
             try:
-                resp = await self._stub.ListMessages(req, metadata=md, timeout=self._timeout_s)
+                resp = await self._stub.ListMessages(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
             except grpc.aio.AioRpcError as e:
                 raise self._map(e, parent, field_path) from None
             for m in resp.messages:
@@ -102,6 +104,6 @@ class ChatClient:
     async def check_instance(self, name: str, md: Metadata, field_path: str) -> None:
         """GetInstance(name): NotFound when unknown or not the caller's."""
         try:
-            await self._stub.GetInstance(chat_pb2.GetInstanceRequest(name=name), metadata=md, timeout=self._timeout_s)
+            await self._stub.GetInstance(chat_pb2.GetInstanceRequest(name=name), metadata=md, timeout=deadlines.timeout(self._timeout_s))
         except grpc.aio.AioRpcError as e:
             raise self._map(e, name, field_path) from None

@@ -53,7 +53,7 @@ class _ServiceToken(ServiceToken):
     before it expires)."""
 
     def __init__(self, settings: FeedbackSettings):
-        super().__init__(settings, settings.service_token, SERVICE_SUB, (SCOPE_TRACES_READ,))
+        super().__init__(settings, settings.service_token.get_secret_value(), SERVICE_SUB, (SCOPE_TRACES_READ,))
 
     def owner_token(self, owner: str) -> str | None:
         """A 5-minute on-behalf-of token (scope `chat` only) to refresh a client snapshot; None without
@@ -71,7 +71,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     """
     url = database_url or resolve_database_url(settings)
     await migrate(url, "feedback", MIGRATIONS)
-    pool = await repository.create_pool(url, settings.db_pool_min, settings.db_pool_max)
+    pool = await repository.create_pool(url, settings.db_pool_min, settings.db_pool_max, settings.db_command_timeout_s)
     own_provider = tracer_provider is None
     tp = tracer_provider or setup_tracing("feedback")
     tracer = tp.get_tracer("agentfeedback.feedback")

@@ -1,7 +1,9 @@
 """Feedback service settings (prefix `AGENTFEEDBACK_FEEDBACK_`), validated once at start-up."""
 from __future__ import annotations
 
-from pydantic import Field
+import re
+
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.common.settings import LISTEN_PATTERN, CommonSettings
@@ -34,7 +36,7 @@ class FeedbackSettings(CommonSettings):
     capture_backoff_s: float = Field(default=1.0, gt=0)
     # Bearer token (scope `traces:read`) the capture worker presents to the collector. Empty: minted
     # from the HS256 secret as `svc:feedback` (embedded / dev deployments).
-    service_token: str = ""
+    service_token: SecretStr = SecretStr("")
     # Span retention of the collector in days (a turn older than this is EXPIRED, not UNAVAILABLE).
     trace_retention_days: int = Field(default=14, ge=1)
     # Ticket sink for FileFeedback: `markdown` (a local directory) or `github`.
@@ -50,7 +52,14 @@ class FeedbackSettings(CommonSettings):
     # GitHub sink: `owner/name` of the repository the issues are opened in.
     tracker_github_repo: str = ""
     # GitHub sink: token allowed to create issues there (fine-grained: Issues read and write).
-    tracker_github_token: str = ""
+    tracker_github_token: SecretStr = SecretStr("")
     # Fields sent to an external tracker beyond category, ids and the tool-call summary.
     tracker_include_body: bool = False
     tracker_include_message_text: bool = False
+
+    @model_validator(mode="after")
+    def _github_needs_its_repository(self) -> FeedbackSettings:
+        if self.tracker == "github" and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", self.tracker_github_repo):
+            raise ValueError("AGENTFEEDBACK_FEEDBACK_TRACKER=github needs AGENTFEEDBACK_FEEDBACK_TRACKER_GITHUB_REPO "
+                             f"as owner/name (got {self.tracker_github_repo!r}); set it, or use the markdown tracker")
+        return self

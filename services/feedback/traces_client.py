@@ -10,6 +10,7 @@ import grpc
 from google.protobuf import json_format
 
 from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
+from services.common import deadlines
 from services.feedback.evidence import SpanEventView, SpanView
 
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
@@ -47,7 +48,7 @@ class TracesClient:
         md = (("authorization", f"Bearer {self._token()}"),)
         try:
             t = await self._stub.GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=md,
-                                          timeout=self._timeout_s)
+                                          timeout=deadlines.timeout(self._timeout_s))
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 return None

@@ -82,5 +82,6 @@ class GitHubIssuesSink:
 def make_sink(settings: FeedbackSettings) -> TrackerSink:
     """The sink `settings.tracker` names; the Markdown directory defaults to `<data_dir>/tickets`."""
     if settings.tracker == "github":
-        return GitHubIssuesSink(settings.tracker_github_api, settings.tracker_github_repo, settings.tracker_github_token)
+        return GitHubIssuesSink(settings.tracker_github_api, settings.tracker_github_repo,
+                               settings.tracker_github_token.get_secret_value())
     return MarkdownDirSink(Path(settings.tracker_markdown_dir or Path(settings.data_dir) / "tickets"))

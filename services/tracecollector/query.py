@@ -12,7 +12,6 @@ retention dropped (table `dropped_days`), the reason is TRACE_EXPIRED.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,11 +21,10 @@ from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 from google.protobuf import struct_pb2
 
 from services.common.auth import SCOPE_TRACES_READ
+from services.common import pages
 from services.common.errors import InvalidArgument, NotFound
 from services.common.ids import (
     check_text,
-    decode_page_token,
-    encode_page_token,
     page_size,
     parse_timestamp,
     parse_trace_id,
@@ -105,13 +103,12 @@ class SearchParams:
     after: tuple[int, bytes] | None
 
     @staticmethod
-    def fingerprint(req: traces_pb2.SearchTracesRequest) -> str:
-        """Identifies the filters a page token belongs to (a token is only valid for the same query).
-        Call on a request `parse` accepted."""
-        f = [timestamp_ns(req.start_time, "start_time"), timestamp_ns(req.end_time, "end_time"),
-             req.service_name, req.span_name,
-             sorted(req.attributes.items()), req.status_code, req.min_duration_ms]
-        return hashlib.sha256(json.dumps(f).encode()).hexdigest()[:16]
+    def filters(req: traces_pb2.SearchTracesRequest) -> list:
+        """The filters a page token is bound to (`services.common.pages`: a token is only valid for
+        the same query). Call on a request `parse` accepted."""
+        return [timestamp_ns(req.start_time, "start_time"), timestamp_ns(req.end_time, "end_time"),
+                req.service_name, req.span_name, sorted(req.attributes.items()), req.status_code,
+                req.min_duration_ms]
 
     @classmethod
     def parse(cls, req: traces_pb2.SearchTracesRequest, max_days: int) -> SearchParams:
@@ -148,13 +145,10 @@ class SearchParams:
             raise InvalidArgument("status_code",
                                   f"unknown StatusCode {req.status_code} (0 UNSET, 1 OK, 2 ERROR)")
         size = page_size(req.page_size, default=50, maximum=1000)
-        fp = cls.fingerprint(req)
         after = None
-        tok = decode_page_token(req.page_token)
+        tok = pages.read(req.page_token, cls.filters(req))
         if tok is not None:
             try:
-                if tok["q"] != fp:
-                    raise InvalidArgument("page_token", "belongs to a search with other filters")
                 after = (int(tok["s"]), bytes.fromhex(tok["t"]))
                 if not (0 <= after[0] <= _MAX_BIGINT and len(after[1]) == 16):
                     raise ValueError
@@ -218,9 +212,7 @@ class TraceReader:
             )
         if more:
             last_tid, last_start = page[-1]
-            out.next_page_token = encode_page_token(
-                {"s": last_start, "t": last_tid.hex(), "q": SearchParams.fingerprint(req)}
-            )
+            out.next_page_token = pages.issue({"s": last_start, "t": last_tid.hex()}, SearchParams.filters(req))
         return out
 
 

@@ -107,7 +107,8 @@ async def create_server(
     try:
         await migrate(url, SCHEMA, MIGRATIONS)
         srv._pool = await create_pool(url, SCHEMA, settings.db_pool_min,
-                                      max(settings.db_pool_max, settings.writer_workers + 2))
+                                      max(settings.db_pool_max, settings.writer_workers + 2),
+                                      command_timeout_s=settings.db_command_timeout_s)
         repo = srv.repo = Repository(srv._pool)
         srv.retention = Retention(repo, retention_days=settings.retention_days,
                                   ahead_days=settings.partitions_ahead_days,

@@ -14,7 +14,7 @@ from services.common.errors import error_info
 
 async def _restart_agent(stack) -> None:
     from services.chat.agent.server import create_server as create_agent  # noqa: PLC0415
-    from services.chat.settings import AgentSettings  # noqa: PLC0415
+    from services.chat.agent.settings import AgentSettings  # noqa: PLC0415
     from tests.stack import TEST_JWT_SECRET  # noqa: PLC0415
 
     settings = AgentSettings(listen=f"127.0.0.1:{stack.ports['agent']}",

@@ -36,7 +36,7 @@ COMPOSE_ENV = {"AGENTFEEDBACK_JWT_SECRET": "compose-config-check-only"}
 # Entry point (pyproject [project.scripts]) → the settings class its process reads.
 ENTRYPOINT_SETTINGS = {
     "agentfeedback-chat": "services.chat.settings:ChatSettings",
-    "agentfeedback-agent": "services.chat.settings:AgentSettings",
+    "agentfeedback-agent": "services.chat.agent.settings:AgentSettings",
     "agentfeedback-feedback": "services.feedback.settings:FeedbackSettings",
     "agentfeedback-tracecollector": "services.tracecollector.settings:CollectorSettings",
     "agentfeedback-migrate": "services.common.settings:CommonSettings",

@@ -17,6 +17,7 @@ from agentfeedback.feedback.v1 import feedback_pb2, feedback_pb2_grpc
 from opentelemetry import context as otel_context
 from opentelemetry import propagate
 
+from services.common import deadlines
 from services.common.auth import ACTOR_METADATA
 
 # Seconds CreateFeedback may take (it resolves a snapshot from the chat service itself).
@@ -49,7 +50,7 @@ class FeedbackClient:
         )
         resp = await self._stub.CreateFeedback(
             req,
-            timeout=self._timeout,
+            timeout=deadlines.timeout(self._timeout),
             metadata=(
                 ("authorization", f"Bearer {token}"),
                 (ACTOR_METADATA, f"Bearer {self._actor_token()}"),

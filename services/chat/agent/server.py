@@ -18,7 +18,7 @@ from services.chat.agent.reference import ReferenceAgent
 from services.chat.agent.replay import LazyReplay
 from services.chat.agent.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, AgentServicer
 from services.chat.agent.tools import MemoryStore, build_registry
-from services.chat.settings import AgentSettings
+from services.chat.agent.settings import AgentSettings
 from services.common.auth import SCOPE_FEEDBACK_AGENT, Authenticator, ServiceToken
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
@@ -43,14 +43,14 @@ async def create_server(
         replay,
         FeedbackClient(
             feedback_channel,
-            ServiceToken(settings, settings.service_token, AGENT_SERVICE_SUB, (SCOPE_FEEDBACK_AGENT,)),
+            ServiceToken(settings, settings.service_token.get_secret_value(), AGENT_SERVICE_SUB, (SCOPE_FEEDBACK_AGENT,)),
         ),
         memory,
         asyncio.to_thread,
     )
     backend = None
     if settings.openai_base_url and settings.openai_model:
-        backend = OpenAIBackend(settings.openai_base_url, settings.openai_model, settings.openai_api_key)
+        backend = OpenAIBackend(settings.openai_base_url, settings.openai_model, settings.openai_api_key.get_secret_value())
     agent = ReferenceAgent(tracer, registry, memory, settings.think_ms, backend)
     interceptor = ServiceInterceptor(
         Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS

@@ -13,7 +13,7 @@ import json
 import asyncpg
 
 from services.common.db import create_pool as common_create_pool
-from services.common.db import skip_reset
+from services.common.db import COMMAND_TIMEOUT_S, skip_reset
 from services.feedback.repository.capture import *  # noqa: F403 - the SQL constants, one namespace
 from services.feedback.repository.capture import CaptureStore
 from services.feedback.repository.ratings import *  # noqa: F403
@@ -29,12 +29,13 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
-async def create_pool(url: str, min_size: int, max_size: int) -> asyncpg.Pool:
+async def create_pool(url: str, min_size: int, max_size: int,
+                      command_timeout_s: float = COMMAND_TIMEOUT_S) -> asyncpg.Pool:
     """The service's pool (schema `feedback`, UTC) with jsonb ↔ Python codecs on every connection.
     This service keeps no session state (no SET, LISTEN, session advisory lock or cursor outside a
     transaction), so connections go back to the pool without asyncpg's RESET round trip."""
     return await common_create_pool(url, "feedback", min_size=min_size, max_size=max_size, init=_init_connection,
-                                    reset=skip_reset)
+                                    reset=skip_reset, command_timeout_s=command_timeout_s)
 
 
 class Repository(ReportStore, CaptureStore, RatingStore, StatisticsStore):

@@ -1,0 +1,57 @@
+"""The caller's deadline, carried into every call a service makes on the caller's behalf.
+
+`ServiceInterceptor` records each RPC's deadline (monotonic clock) in a context variable when the
+call starts; a client of another service asks `timeout(cap_s)` for the seconds its own call may take:
+the caller's remaining time when that is shorter than the cap, the cap when the caller set none. So a
+caller that gives up after 1 s never leaves a 5 s call to the chat service running behind it.
+"""
+from __future__ import annotations
+
+import time
+from contextvars import ContextVar, Token
+
+import grpc
+
+# grpc-python reports "no deadline" as a remaining time this large (or None).
+NO_DEADLINE_S = 10**7
+# The smallest timeout handed to a call: an expired caller still gets a real DEADLINE_EXCEEDED.
+MIN_TIMEOUT_S = 0.001
+
+_deadline: ContextVar[float | None] = ContextVar("agentfeedback_caller_deadline", default=None)
+
+
+def caller_remaining(context: grpc.aio.ServicerContext) -> float | None:
+    """Seconds left of the caller's deadline, None when the caller set none."""
+    r = context.time_remaining()
+    return None if r is None or r > NO_DEADLINE_S else max(0.0, r)
+
+
+def at(remaining_s: float | None) -> float | None:
+    """The deadline `remaining_s` seconds from now on the monotonic clock (None stays None)."""
+    return None if remaining_s is None else time.monotonic() + remaining_s
+
+
+def left(deadline: float | None) -> float | None:
+    """Seconds until `deadline` (monotonic; negative once passed), None for no deadline."""
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def enter(context: grpc.aio.ServicerContext) -> Token:
+    """Record the current RPC's deadline for the calls made while handling it (ServiceInterceptor)."""
+    return _deadline.set(at(caller_remaining(context)))
+
+
+def leave(token: Token) -> None:
+    _deadline.reset(token)
+
+
+def remaining() -> float | None:
+    """Seconds left of the deadline of the RPC being handled, None when it has none (or outside one)."""
+    return left(_deadline.get())
+
+
+def timeout(cap_s: float, remaining_s: float | None = None) -> float:
+    """Seconds a call on the caller's behalf may take: `cap_s`, or less when the caller's remaining
+    time (`remaining_s`, else that of the RPC being handled) is shorter; never below 1 ms."""
+    r = remaining() if remaining_s is None else remaining_s
+    return cap_s if r is None else max(MIN_TIMEOUT_S, min(cap_s, r))

@@ -1,0 +1,130 @@
+"""The shared helpers of services/common: page tokens bound to their filters, the one etag parser,
+the caller's remaining deadline, and the settings' cross-field checks at start-up."""
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import json
+
+import pytest
+
+from services.common import deadlines, pages
+from services.common.errors import InvalidArgument
+from services.common.etags import etag, etag_matches, parse_etag
+from services.common.settings import CommonSettings, SettingsError, load_settings
+from services.feedback.settings import FeedbackSettings
+
+
+def _edit(token: str, **changes) -> str:
+    d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    return base64.urlsafe_b64encode(json.dumps({**d, **changes}).encode()).decode().rstrip("=")
+
+
+def test_a_page_token_reads_back_only_with_the_filters_it_was_issued_for():
+    filters = {"instance": "instances/a", "status": 1, "since": dt.datetime(2026, 1, 1, tzinfo=dt.UTC)}
+    token = pages.issue({"t": "2026-01-02T00:00:00+00:00", "i": "abc"}, filters)
+    assert pages.read(token, dict(filters))["i"] == "abc"
+    assert pages.read("", filters) is None
+    for other in ({**filters, "status": 2}, {"instance": "instances/a"}, "instances"):
+        with pytest.raises(InvalidArgument) as e:
+            pages.read(token, other)
+        assert e.value.field_path == "page_token"
+    with pytest.raises(InvalidArgument):  # a client re-binding a token to other filters by hand
+        pages.read(_edit(token, f="0" * 16), filters)
+    for garbage in ("!!!", base64.urlsafe_b64encode(b"[1,2]").decode()):
+        with pytest.raises(InvalidArgument):
+            pages.read(garbage, filters)
+
+
+@pytest.mark.parametrize("value", ["2026-01-01T00:00:00", "0001-01-01T00:00:00+01:00", "yesterday", 17, None])
+def test_a_page_tokens_time_must_be_an_aware_time_postgresql_can_hold(value):
+    with pytest.raises(InvalidArgument) as e:
+        pages.page_token_time(value)
+    assert e.value.field_path == "page_token"
+
+
+def test_page_token_time_reads_aware_times_as_utc():
+    assert pages.page_token_time("2026-01-01T01:00:00+01:00") == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def test_one_etag_format_and_parser():
+    assert etag(7) == '"7"' and parse_etag('"7"', "x") == 7 and parse_etag('W/"7"', "x") == 7
+    assert parse_etag(" 7 ", "x") == 7
+    for bad in ("", '"7', "seven", "²", "1" * 19, '"-1"'):
+        with pytest.raises(InvalidArgument) as e:
+            parse_etag(bad, "rating.etag")
+        assert e.value.field_path == "rating.etag"
+    assert etag_matches("", 3) and etag_matches('"3"', 3) and etag_matches("3", 3)
+    assert not etag_matches('"2"', 3) and not etag_matches("garbage", 3)
+
+
+class _Ctx:
+    def __init__(self, remaining):
+        self._r = remaining
+
+    def time_remaining(self):
+        return self._r
+
+
+def test_the_callers_remaining_deadline_bounds_calls_made_on_its_behalf():
+    assert deadlines.caller_remaining(_Ctx(None)) is None
+    assert deadlines.caller_remaining(_Ctx(10**8)) is None  # grpc's "no deadline"
+    assert deadlines.caller_remaining(_Ctx(-1.0)) == 0.0
+    assert deadlines.timeout(5.0) == 5.0  # outside an RPC: the cap
+    token = deadlines.enter(_Ctx(1.0))
+    try:
+        assert 0.9 < deadlines.timeout(5.0) <= 1.0
+        assert deadlines.timeout(0.5) == 0.5
+    finally:
+        deadlines.leave(token)
+    assert deadlines.remaining() is None
+    token = deadlines.enter(_Ctx(0.0))
+    try:
+        assert deadlines.timeout(5.0) == deadlines.MIN_TIMEOUT_S  # expired: a real DEADLINE_EXCEEDED follows
+    finally:
+        deadlines.leave(token)
+    assert deadlines.timeout(5.0, remaining_s=2.0) == 2.0
+
+
+async def test_each_rpc_task_sees_its_own_deadline():
+    async def handler(remaining):
+        token = deadlines.enter(_Ctx(remaining))
+        try:
+            await asyncio.sleep(0.01)
+            return deadlines.timeout(100.0)
+        finally:
+            deadlines.leave(token)
+
+    short, none = await asyncio.gather(handler(1.0), handler(None))
+    assert short <= 1.0 and none == 100.0
+
+
+def test_pool_min_above_max_stops_start_up_saying_how_to_fix_it(tmp_path):
+    with pytest.raises(SettingsError) as e:
+        load_settings(CommonSettings, data_dir=tmp_path, db_pool_min=5, db_pool_max=2)
+    assert "AGENTFEEDBACK_DB_POOL_MIN (5) exceeds AGENTFEEDBACK_DB_POOL_MAX (2)" in str(e.value)
+    assert "raise the max or lower the min" in str(e.value)
+
+
+def test_two_jwt_key_sources_stop_start_up(tmp_path):
+    with pytest.raises(SettingsError) as e:
+        load_settings(CommonSettings, data_dir=tmp_path, jwt_secret="s" * 40, jwt_jwks_url="https://idp/jwks")
+    msg = str(e.value)
+    assert "AGENTFEEDBACK_JWT_SECRET and AGENTFEEDBACK_JWT_JWKS_URL" in msg and "configure one" in msg
+    assert "s" * 40 not in msg  # a secret is never echoed
+
+
+def test_a_github_tracker_needs_its_repository(tmp_path):
+    with pytest.raises(SettingsError) as e:
+        load_settings(FeedbackSettings, data_dir=tmp_path, tracker="github", tracker_github_token="ghp_secret")
+    assert "AGENTFEEDBACK_FEEDBACK_TRACKER_GITHUB_REPO" in str(e.value) and "ghp_secret" not in str(e.value)
+    ok = load_settings(FeedbackSettings, data_dir=tmp_path, tracker="github", tracker_github_repo="acme/agent",
+                       tracker_github_token="ghp_secret")
+    assert ok.tracker_github_token.get_secret_value() == "ghp_secret" and "ghp_secret" not in repr(ok)
+
+
+def test_a_bad_secret_value_is_named_but_not_echoed(tmp_path):
+    with pytest.raises(SettingsError) as e:
+        load_settings(CommonSettings, data_dir=tmp_path, jwt_secret=["not", "a", "string"])
+    assert "AGENTFEEDBACK_JWT_SECRET=(secret)" in str(e.value) and "'not'" not in str(e.value)
