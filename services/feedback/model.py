@@ -11,115 +11,23 @@ import datetime as dt
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Any
 
 
-class Surface(IntEnum):
-    UNSPECIFIED = 0
-    CHAT = 1
-    CODING = 2
-    BOARD = 3
-    APPLY = 4
-    OTHER = 5
-
-
-class Author(IntEnum):
-    UNSPECIFIED = 0
-    USER = 1
-    AGENT = 2
-    PLATFORM = 3
-
-
-class Sentiment(IntEnum):
-    UNSPECIFIED = 0
-    GOOD = 1
-    BAD = 2
-
-
-class Category(IntEnum):
-    """An unknown number 7..32767 (a newer client's) is a pseudo-member `UNKNOWN_<n>`: stored (issue 13)."""
-
-    UNSPECIFIED = 0
-    BROKEN_RESPONSE = 1
-    NETWORK = 2
-    TOOL_FAILURE = 3
-    RENDERING = 4
-    UNSAFE_CONTENT = 5
-    OTHER = 6
-
-    @classmethod
-    def _missing_(cls, value: object) -> Category | None:
-        if isinstance(value, int) and 0 <= value <= 32767:  # the column is a smallint
-            member = int.__new__(cls, value)
-            member._name_, member._value_ = f"UNKNOWN_{value}", value
-            return member
-        return None
-
-
-class Status(IntEnum):
-    UNSPECIFIED = 0
-    OPEN = 1
-    TRIAGED = 2
-    FILED = 3
-    DISMISSED = 4
-
-
-class SnapshotSource(IntEnum):
-    UNSPECIFIED = 0
-    CHAT_SERVICE = 1
-    CLIENT = 2
-    NONE = 3
-
-
-class TraceState(IntEnum):
-    """proto `TraceSnapshotState`; UNSPECIFIED also means "no trace to capture" (no trace id)."""
-
-    UNSPECIFIED = 0
-    PENDING = 1
-    CAPTURED = 2
-    UNAVAILABLE = 3
-    EXPIRED = 4
-
-
-class RatingScope(IntEnum):
-    UNSPECIFIED = 0
-    MESSAGE = 1
-    OBJECTIVE = 2
-    PLAN = 3
-    ARTIFACT = 4
-    PREFERENCES = 5
-    CONVERSATION = 6
-
-
-class RatingSentiment(IntEnum):
-    UNSPECIFIED = 0
-    POSITIVE = 1
-    NEUTRAL = 2
-    NEGATIVE = 3
-
-
-class RatingOrigin(IntEnum):
-    UNSPECIFIED = 0
-    USER = 1
-    BRANCH_COPY = 2
-
-
-class AuditAction(IntEnum):
-    UNSPECIFIED = 0
-    UPDATE_FEEDBACK = 1
-    FILE_FEEDBACK = 2
-    DELETE_FEEDBACK = 3
-    RESOLVE_FEEDBACK = 4
-    READ_BODY = 5
-
-
-# model enum → proto enum name (agentfeedback.feedback.v1); the proto's values are `<UPPER_SNAKE>_<member>`.
-PROTO_ENUMS: dict[type[IntEnum], str] = {
-    Surface: "Surface", Author: "Author", Sentiment: "Sentiment", Category: "Category", Status: "Status",
-    SnapshotSource: "SnapshotSource", TraceState: "TraceSnapshotState", RatingScope: "RatingScope",
-    RatingSentiment: "RatingSentiment", RatingOrigin: "RatingOrigin", AuditAction: "AuditAction",
-}
+from services.feedback.enums import (  # noqa: F401 - the model's enums, one import for every layer
+    PROTO_ENUMS,
+    AuditAction,
+    Author,
+    Category,
+    RatingOrigin,
+    RatingScope,
+    RatingSentiment,
+    Sentiment,
+    SnapshotSource,
+    Status,
+    Surface,
+    TraceState,
+)
 
 
 # ---------------------------------------------------------------- reports
@@ -348,10 +256,9 @@ class VerifyJob:
     anchor: Anchor
 
 
-# The ratings and statistics part of the model lives next door (one file would pass the 450-line bound);
-# it uses the enums above, so it is imported last and re-exported: `from services.feedback.model import
-# Rating` keeps working.
-from services.feedback.model_ratings import (  # noqa: E402
+# The ratings and statistics part of the model lives next door (one file would pass the 450-line bound),
+# re-exported: `from services.feedback.model import Rating` keeps working.
+from services.feedback.model_ratings import (  # noqa: E402, F401
     AspectCount,
     DailyCount,
     PutOutcome,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from services.feedback.model import Category, RatingOrigin, RatingScope, RatingSentiment
+from services.feedback.enums import Category, RatingOrigin, RatingScope, RatingSentiment
 
 
 @dataclass(frozen=True, slots=True)
