@@ -263,6 +263,9 @@ async def test_feedback_sigterm_under_load_drains_and_loses_no_acknowledged_row(
         "AGENTFEEDBACK_FEEDBACK_CHAT_TARGET": f"127.0.0.1:{chat_down}",
         "AGENTFEEDBACK_FEEDBACK_TRACES_TARGET": f"127.0.0.1:{traces_down}",
         "AGENTFEEDBACK_FEEDBACK_TRACKER_MARKDOWN_DIR": str(tmp_path / "tickets"),
+        # One owner writing at machine speed is exactly what the per-owner quota refuses; this test is
+        # about draining on SIGTERM, so the quota is off here (quotas have their own tests).
+        "AGENTFEEDBACK_WRITE_QUOTA_PER_MINUTE": "0",
     }
     md = (("authorization", f"Bearer {mint_token(JWT_SECRET, 'owner-shutdown')}"),)
 
