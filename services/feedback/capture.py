@@ -152,8 +152,11 @@ class CaptureWorker:
         for job in jobs:
             if job.owner in settled:
                 continue
+            recheck = job.state == TraceState.CAPTURED  # a copy frozen incomplete, looked at again
             if failure is not None:
-                if job.attempts >= self._s.capture_max_attempts:
+                if recheck:
+                    await self._repo.capture_recheck(job.id, self._s.capture_settle_s)
+                elif job.attempts >= self._s.capture_max_attempts:
                     await self._repo.capture_done(job.id, TraceState.UNAVAILABLE, None, -1)
                 else:
                     log.warning("collector unreachable for feedback %s (attempt %d): %s", job.id, job.attempts,
@@ -161,17 +164,26 @@ class CaptureWorker:
                     await self._repo.capture_pending(
                         job.id, evidence.backoff_s(job.attempts, self._s.capture_backoff_s), job.span_count)
                 continue
+            age_s = (now - job.turn_time).total_seconds() if job.turn_time else None
             d = evidence.decide_capture(
                 spans, previous_count=job.span_count, attempts=job.attempts,
                 max_attempts=self._s.capture_max_attempts, base_backoff_s=self._s.capture_backoff_s,
                 expired=domain.spans_expired(job.turn_time, now, self._s.trace_retention_days),
+                settle_in_s=None if age_s is None else self._s.capture_settle_s - age_s, recheck=recheck,
+                recheck_window_over=age_s is None or age_s > self._s.capture_complete_window_s,
+                recheck_every_s=self._s.capture_settle_s,
             )
             if d.state == TraceState.PENDING:
                 await self._repo.capture_pending(job.id, d.retry_in_s, d.span_count)
+            elif recheck and d.frozen is None:
+                await self._repo.capture_recheck(job.id, d.recheck_in_s)
             elif d.state in (TraceState.CAPTURED, TraceState.EXPIRED):
-                n = await self._repo.capture_done_trace(job.owner, trace_id, d.state, d.frozen, d.span_count)
+                n = await self._repo.capture_done_trace(job.owner, trace_id, d.state, d.frozen, d.span_count,
+                                                        d.recheck_in_s)
                 settled.add(job.owner)
-                log.info("trace %s: %s for %d report(s) after %d attempts", trace_id, d.state.name, n, job.attempts)
+                missing = f", incomplete (missing {', '.join(d.frozen.missing)})" if d.frozen and d.frozen.missing else ""
+                log.info("trace %s: %s for %d report(s) after %d attempts%s", trace_id, d.state.name, n, job.attempts,
+                         missing)
             else:
                 await self._repo.capture_done(job.id, d.state, d.frozen, d.span_count)
                 log.info("feedback %s trace %s: %s after %d attempts", job.id, trace_id, d.state.name, job.attempts)

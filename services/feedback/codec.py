@@ -105,6 +105,7 @@ def trace_into(t: TraceSnapshot, out: pb.TraceSnapshot) -> None:
     out.spans_expired = t.spans_expired
     out.root_status = f.root_status
     out.duration_ms = f.duration_ms
+    out.missing.extend(f.missing)
     for c in f.tool_calls:
         out.tool_calls.add(name=c.name, call_id=c.call_id, status=c.status, duration_ms=c.duration_ms,
                            arguments=c.arguments, result=c.result, result_size_bytes=c.result_size_bytes,
@@ -216,7 +217,7 @@ def trace_from_pb(t: pb.TraceSnapshot) -> TraceSnapshot:
         spans=tuple(FrozenSpan(span_id=s.span_id, parent_span_id=s.parent_span_id, name=s.name,
                                service_name=s.service_name, status=s.status, duration_ms=s.duration_ms,
                                start_offset_ms=s.start_offset_ms) for s in t.spans),
-        root_status=t.root_status, duration_ms=t.duration_ms,
+        root_status=t.root_status, duration_ms=t.duration_ms, missing=tuple(t.missing),
     )
     return TraceSnapshot(state=TraceState(t.state), frozen=frozen, attempts=t.attempts,
                          capture_time=_dt(t.capture_time, t.HasField("capture_time")),

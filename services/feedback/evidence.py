@@ -116,6 +116,7 @@ def freeze_trace(spans: Sequence[SpanView]) -> FrozenTrace:
         ),
         root_status=root.status if root else "",
         duration_ms=_ms(root.end_unix_nano - root.start_unix_nano) if root else 0.0,
+        missing=missing_parts(spans),
     )
 
 
@@ -142,20 +143,38 @@ def _ns_to_datetime(ns: int) -> dt.datetime:
 
 @dataclass(frozen=True)
 class CaptureDecision:
-    """What the worker does with one PENDING row after one look at the collector.
+    """What the worker does with one row after one look at the collector.
 
-    state: the new state (PENDING = look again in `retry_in_s` seconds).
+    state: the new state (PENDING = look again in `retry_in_s` seconds). frozen None with state
+    CAPTURED: nothing new to write. recheck_in_s (CAPTURED incomplete): look again then, None: never.
     """
 
     state: TraceState
     retry_in_s: float = 0.0
     frozen: FrozenTrace | None = None
     span_count: int = -1
+    recheck_in_s: float | None = None
 
 
 def backoff_s(attempts: int, base_s: float) -> float:
     """Exponential backoff: base · 2^(attempts-1), at most 60 s (spans arrive seconds late)."""
     return min(MAX_BACKOFF_S, base_s * (2 ** max(0, attempts - 1)))
+
+
+# A chat turn's parts: the gateway's root span with its two events, and the agent's span.
+_TURN_PARTS = ("chat.turn", "chat.in", "chat.out")
+
+
+def missing_parts(spans: Sequence[SpanView]) -> tuple[str, ...]:
+    """What a frozen copy of a turn lacks: the root span (for a chat turn `chat.turn` with its events
+    `chat.in` / `chat.out`, whose gateway exports them last) and, under a `chat.turn`, `agent.think`."""
+    names = {s.name for s in spans}
+    out: list[str] = []
+    if not has_root(spans):
+        out += _TURN_PARTS if ("agent.think" in names or not names) else ("root span",)
+    elif "chat.turn" in names and "agent.think" not in names:
+        out.append("agent.think")
+    return tuple(out)
 
 
 def decide_capture(
@@ -166,24 +185,48 @@ def decide_capture(
     max_attempts: int,
     base_backoff_s: float,
     expired: bool,
+    settle_in_s: float | None = None,
+    recheck: bool = False,
+    recheck_window_over: bool = False,
+    recheck_every_s: float = MAX_BACKOFF_S,
 ) -> CaptureDecision:
     """One step of the capture state machine.
 
     spans None = the collector has no span of the trace (NOT_FOUND). A trace is frozen once its root
     span is there and the span count did not change since the previous look (the agent's and the
-    gateway's exporters flush independently), or when attempts ran out with a root present.
+    gateway's exporters flush independently), or when attempts ran out with a root present, or when
+    the settle wait is over (`settle_in_s` ≤ 0: the turn is `capture_settle_s` old; spans that have
+    not arrived by then died with their process) — then with `missing` naming what never came, and
+    looked at again (`recheck_in_s`, at most every `recheck_every_s`) until `recheck_window_over`.
     No spans and the turn older than the retention window → EXPIRED; attempts exhausted → UNAVAILABLE.
+    `recheck`: the row is such an incomplete copy; more spans than `previous_count` → frozen again.
     """
     ev = evidence_spans(spans or [])
+    again = None if expired or recheck_window_over else min(recheck_every_s, backoff_s(attempts, base_backoff_s))
+    if recheck:
+        if len(ev) <= previous_count:
+            return CaptureDecision(TraceState.CAPTURED, span_count=previous_count, recheck_in_s=again)
+        frozen = freeze_trace(ev)
+        return CaptureDecision(TraceState.CAPTURED, frozen=frozen, span_count=len(ev),
+                               recheck_in_s=again if frozen.missing else None)
     out_of_tries = attempts >= max_attempts
+    settled = settle_in_s is not None and settle_in_s <= 0
     if not ev:
         if expired:
             return CaptureDecision(TraceState.EXPIRED)
         if out_of_tries:
             return CaptureDecision(TraceState.UNAVAILABLE)
-        return CaptureDecision(TraceState.PENDING, backoff_s(attempts, base_backoff_s), span_count=0)
-    if (has_root(ev) and len(ev) == previous_count) or out_of_tries or expired:
-        return CaptureDecision(TraceState.CAPTURED, frozen=freeze_trace(ev), span_count=len(ev))
+        return CaptureDecision(TraceState.PENDING, _until_settled(backoff_s(attempts, base_backoff_s), settle_in_s),
+                               span_count=0)
+    if (has_root(ev) and len(ev) == previous_count) or out_of_tries or expired or settled:
+        frozen = freeze_trace(ev)
+        return CaptureDecision(TraceState.CAPTURED, frozen=frozen, span_count=len(ev),
+                               recheck_in_s=again if frozen.missing else None)
     # Root there but maybe not every exporter flushed: look again soon (not a failure).
     wait = base_backoff_s if has_root(ev) else backoff_s(attempts, base_backoff_s)
-    return CaptureDecision(TraceState.PENDING, wait, span_count=len(ev))
+    return CaptureDecision(TraceState.PENDING, _until_settled(wait, settle_in_s), span_count=len(ev))
+
+
+def _until_settled(wait_s: float, settle_in_s: float | None) -> float:
+    """Never wait past the settle deadline (so the copy is frozen close to it)."""
+    return wait_s if settle_in_s is None or settle_in_s <= 0 else min(wait_s, max(0.05, settle_in_s))

@@ -103,6 +103,8 @@ class FrozenTrace:
     spans: tuple[FrozenSpan, ...] = ()
     root_status: str = ""
     duration_ms: float = 0.0
+    # Non-empty: frozen incomplete after the settle wait; the parts that never arrived (`evidence.missing_parts`).
+    missing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +247,8 @@ class CaptureJob:
     turn_time: dt.datetime | None
     attempts: int
     span_count: int
+    # CAPTURED: a copy frozen incomplete, looked at again in case its missing spans arrive.
+    state: TraceState = TraceState.PENDING
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,12 @@ class FeedbackSettings(CommonSettings):
     capture_poll_s: float = Field(default=1.0, gt=0)
     # Looks at the collector before a turn whose spans never arrived is marked UNAVAILABLE.
     capture_max_attempts: int = Field(default=20, ge=1)
+    # Seconds after the turn after which a trace whose spans stopped arriving (its process died) is
+    # frozen with what is there, marked incomplete with what is missing (issue 16).
+    capture_settle_s: float = Field(default=60.0, gt=0)
+    # Seconds after the turn during which an incomplete copy is looked at again (completed if its
+    # missing spans arrive).
+    capture_complete_window_s: float = Field(default=3600.0, ge=0)
     # First retry delay in seconds; doubles per attempt, at most 60 s.
     capture_backoff_s: float = Field(default=1.0, gt=0)
     # Bearer token (scope `traces:read`) the capture worker presents to the collector. Empty: minted

@@ -100,6 +100,7 @@ def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[st
         if ctx.dictation:
             lines += ["", "Dictation as heard:", "", _quote(ctx.dictation)]
     frozen = ts.frozen
+    lines += _evidence_note(fb)
     lines += ["", f"### Tool calls (trace snapshot {_STATE_NAMES.get(ts.state, 'none')}, root status "
               f"{frozen.root_status or '-'}, {frozen.duration_ms:.1f} ms)", ""]
     if frozen.tool_calls:
@@ -113,3 +114,17 @@ def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[st
         lines += ["", "### Events", ""]
         lines += [f"- `{e.name}` at {_rfc3339(e.time)} (span {e.span_id})" for e in events]
     return title, "\n".join(lines) + "\n"
+
+
+def _evidence_note(fb: Report) -> list[str]:
+    """A ticket filed before the evidence settled says so, and where the final evidence will be: the
+    report itself (GetFeedback / `agentfeedback feedback show`), whose frozen copy the worker completes."""
+    ts = fb.trace
+    if ts.state == TraceState.PENDING:
+        what = "> **Evidence pending:** the turn's spans were still arriving when this was filed."
+    elif ts.state == TraceState.CAPTURED and ts.frozen.missing:
+        what = (f"> **Evidence incomplete:** frozen without {', '.join(ts.frozen.missing)} (the process that held "
+                "them stopped); completed in place if they arrive.")
+    else:
+        return []
+    return ["", what, f"> Final evidence: report `{fb.name}` (GetFeedback, or `agentfeedback feedback show {fb.id}`)."]

@@ -27,11 +27,12 @@ from services.feedback.model import (
 )
 from services.feedback.repository import rows
 
-# Claim due PENDING rows whose anchor the chat service gave: lease them by pushing next_capture_at forward.
+# Claim due PENDING rows (and CAPTURED copies frozen incomplete, looked at again: next_capture_at set) whose anchor the chat service gave: lease them by pushing next_capture_at forward.
 CLAIM_CAPTURE = NamedSQL("""
 WITH due AS (
     SELECT id FROM feedback
-    WHERE trace_state = :pending AND next_capture_at <= now() AND snapshot_source <> :client
+    WHERE (trace_state = :pending OR trace_state = :captured) AND next_capture_at <= now()
+      AND snapshot_source <> :client
     ORDER BY next_capture_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -39,7 +40,7 @@ WITH due AS (
 UPDATE feedback f SET next_capture_at = now() + make_interval(secs => :lease_s),
     capture_attempts = capture_attempts + 1
 FROM due WHERE f.id = due.id
-RETURNING f.id, f.owner, f.trace_id, f.turn_time, f.capture_attempts, f.capture_span_count""")
+RETURNING f.id, f.owner, f.trace_id, f.turn_time, f.capture_attempts, f.capture_span_count, f.trace_state""")
 
 CAPTURE_PENDING = """
 UPDATE feedback SET next_capture_at = now() + make_interval(secs => $2), capture_span_count = $3
@@ -48,16 +49,25 @@ WHERE id = $1 AND trace_state = $4"""
 # Settle one row. Guard: a CLIENT row never receives spans (CAPTURED), whoever wrote last.
 CAPTURE_DONE = NamedSQL("""
 UPDATE feedback SET trace_state = :state::smallint, trace_snapshot = :frozen, capture_span_count = :span_count,
-    capture_time = now(), next_capture_at = NULL, version = version + 1, update_time = GREATEST(now(), update_time)
-WHERE id = :id AND trace_state = :pending AND (snapshot_source <> :client OR :state <> :captured)""")
+    capture_time = now(), next_capture_at = now() + make_interval(secs => :recheck_s),
+    version = version + 1, update_time = GREATEST(now(), update_time)
+WHERE id = :id AND (trace_state = :pending OR (trace_state = :captured AND next_capture_at IS NOT NULL))
+  AND (snapshot_source <> :client OR :state <> :captured)""")
 
 # Once a turn is frozen (or known expired) for one report, every other PENDING report of the same
 # owner on that turn gets the same copy (one look at the collector serves them all) — except rows whose
 # CLIENT snapshot the chat service has not verified yet (they never receive spans).
 CAPTURE_DONE_TRACE = NamedSQL("""
 UPDATE feedback SET trace_state = :state::smallint, trace_snapshot = :frozen, capture_span_count = :span_count,
-    capture_time = now(), next_capture_at = NULL, version = version + 1, update_time = GREATEST(now(), update_time)
-WHERE owner = :owner AND trace_id = :trace_id AND trace_state = :pending AND snapshot_source <> :client""")
+    capture_time = now(), next_capture_at = now() + make_interval(secs => :recheck_s),
+    version = version + 1, update_time = GREATEST(now(), update_time)
+WHERE owner = :owner AND trace_id = :trace_id AND snapshot_source <> :client
+  AND (trace_state = :pending OR (trace_state = :captured AND next_capture_at IS NOT NULL))""")
+
+# An incomplete copy with nothing new: look again at `$2` seconds from now (NULL: stop looking).
+CAPTURE_RECHECK = """
+UPDATE feedback SET next_capture_at = now() + make_interval(secs => $2)
+WHERE id = $1 AND trace_state = $3 AND next_capture_at IS NOT NULL"""
 
 # Client snapshots waiting for the authoritative one (chat service was down at create time).
 CLAIM_REFRESH = """
@@ -118,21 +128,28 @@ class CaptureStore:
     async def claim_capture(self, limit: int, lease_s: float) -> list[CaptureJob]:
         got = await self.pool.fetch(*CLAIM_CAPTURE.bind({**_GUARDS, "limit": limit, "lease_s": lease_s}))
         return [CaptureJob(r["id"], r["owner"], r["trace_id"], r["turn_time"], r["capture_attempts"],
-                           r["capture_span_count"]) for r in got]
+                           r["capture_span_count"], TraceState(r["trace_state"])) for r in got]
+
+    async def capture_recheck(self, fid: str, recheck_in_s: float | None) -> None:
+        """An incomplete copy without new spans: look again in `recheck_in_s` (None: never again)."""
+        await self.pool.execute(CAPTURE_RECHECK, fid, recheck_in_s, TraceState.CAPTURED)
 
     async def capture_pending(self, fid: str, retry_in_s: float, span_count: int) -> None:
         await self.pool.execute(CAPTURE_PENDING, fid, retry_in_s, span_count, TraceState.PENDING)
 
-    async def capture_done(self, fid: str, state: TraceState, frozen: FrozenTrace | None, span_count: int) -> None:
+    async def capture_done(self, fid: str, state: TraceState, frozen: FrozenTrace | None, span_count: int,
+                           recheck_in_s: float | None = None) -> None:
+        """Settle one row; `recheck_in_s` (an incomplete copy): look again then (None: done)."""
         values = {**_GUARDS, "id": fid, "state": state, "frozen": rows.frozen_json(frozen) if frozen else {},
-                  "span_count": span_count}
+                  "span_count": span_count, "recheck_s": recheck_in_s}
         await self.pool.execute(*CAPTURE_DONE.bind(values))
 
     async def capture_done_trace(self, owner: str, trace_id: str, state: TraceState, frozen: FrozenTrace | None,
-                                 span_count: int) -> int:
-        """Settle every PENDING verified row of `owner` on `trace_id`; returns how many."""
+                                 span_count: int, recheck_in_s: float | None = None) -> int:
+        """Settle every PENDING (or incomplete) verified row of `owner` on `trace_id`; returns how many."""
         values = {**_GUARDS, "owner": owner, "trace_id": trace_id, "state": state,
-                  "frozen": rows.frozen_json(frozen) if frozen else {}, "span_count": span_count}
+                  "frozen": rows.frozen_json(frozen) if frozen else {}, "span_count": span_count,
+                  "recheck_s": recheck_in_s}
         return _count(await self.pool.execute(*CAPTURE_DONE_TRACE.bind(values)))
 
     async def claim_refresh(self, limit: int, lease_s: float) -> list[VerifyJob]:

@@ -85,6 +85,7 @@ def frozen_json(f: FrozenTrace) -> dict[str, Any]:
         "spans": [{k: getattr(s, k) for k in _SPAN_KEYS} for s in f.spans],
         "root_status": f.root_status,
         "duration_ms": f.duration_ms,
+        **({"missing": list(f.missing)} if f.missing else {}),
     }
 
 
@@ -98,6 +99,7 @@ def frozen_from_json(d: Mapping[str, Any]) -> FrozenTrace:
         spans=tuple(FrozenSpan(**{k: s[k] for k in _SPAN_KEYS if k in s}) for s in d.get("spans") or ()),
         root_status=d.get("root_status", ""),
         duration_ms=float(d.get("duration_ms") or 0.0),
+        missing=tuple(str(m) for m in d.get("missing") or ()),
     )
 
 

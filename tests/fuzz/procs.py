@@ -1,0 +1,91 @@
+"""The stack as real OS processes for fault tests (each service's own `main()`), on one database."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from services.common.auth import ALL_SCOPES, mint_token
+from services.common.server import wait_serving
+from tests.stack import TEST_JWT_SECRET, free_ports
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = {
+    "collector": ("services.tracecollector.main", "query"),
+    "agent": ("services.chat.agent.main", "agent"),
+    "chat": ("services.chat.main", "chat"),
+    "feedback": ("services.feedback.main", "feedback"),
+}
+
+
+@dataclass
+class Procs:
+    env: dict[str, str]
+    ports: dict[str, int]
+    running: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def md(self, sub: str = "alice"):
+        return (("authorization", f"Bearer {mint_token(TEST_JWT_SECRET, sub, ALL_SCOPES)}"),)
+
+    def target(self, name: str) -> str:
+        return f"127.0.0.1:{self.ports[MODULES[name][1]]}"
+
+    async def start(self, name: str, **env: str) -> subprocess.Popen:
+        module, _ = MODULES[name]
+        proc = subprocess.Popen([sys.executable, "-m", module], env={**self.env, **env}, cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.running[name] = proc
+        await wait_serving(self.target(name), 60, proc)
+        return proc
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no drain, no flush — whatever the process held in memory is gone."""
+        proc = self.running.pop(name)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def stop_all(self) -> None:
+        for proc in self.running.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.running.values():
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.running.clear()
+
+
+def make_procs(database_url: str, data_dir: Path, **extra: str) -> Procs:
+    otlp, otlp_http, query, chat, agent, feedback = free_ports(6)
+    ports = {"otlp": otlp, "otlp_http": otlp_http, "query": query, "chat": chat, "agent": agent,
+             "feedback": feedback}
+    env = {
+        **os.environ,
+        "AGENTFEEDBACK_DATABASE_URL": database_url,
+        "AGENTFEEDBACK_DATA_DIR": str(data_dir),
+        "AGENTFEEDBACK_JWT_SECRET": TEST_JWT_SECRET,
+        "AGENTFEEDBACK_LOG_LEVEL": "WARNING",
+        "AGENTFEEDBACK_SHUTDOWN_DRAIN_S": "0",
+        "AGENTFEEDBACK_SHUTDOWN_GRACE_S": "1",
+        "AGENTFEEDBACK_AGENT_LISTEN": f"127.0.0.1:{agent}",
+        "AGENTFEEDBACK_AGENT_THINK_MS": "0",
+        "AGENTFEEDBACK_CHAT_LISTEN": f"127.0.0.1:{chat}",
+        "AGENTFEEDBACK_CHAT_AGENT_TARGET": f"127.0.0.1:{agent}",
+        "AGENTFEEDBACK_AGENT_FEEDBACK_TARGET": f"127.0.0.1:{feedback}",
+        "AGENTFEEDBACK_FEEDBACK_LISTEN": f"127.0.0.1:{feedback}",
+        "AGENTFEEDBACK_FEEDBACK_CHAT_TARGET": f"127.0.0.1:{chat}",
+        "AGENTFEEDBACK_FEEDBACK_TRACES_TARGET": f"127.0.0.1:{query}",
+        "AGENTFEEDBACK_FEEDBACK_TRACKER_MARKDOWN_DIR": str(data_dir / "tickets"),
+        "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": f"127.0.0.1:{otlp}",
+        "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(otlp_http),
+        "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": f"127.0.0.1:{query}",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp}",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "gen")]),
+        **extra,
+    }
+    return Procs(env=env, ports=ports)
