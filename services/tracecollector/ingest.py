@@ -1,4 +1,5 @@
-"""Ingest domain: OTLP span validation, flattening into storage rows, and the bounded group-commit writer.
+"""Ingest domain: OTLP span validation and flattening into storage rows (the bounded group-commit
+writer they go to is `writer.py`).
 
 No gRPC, HTTP or asyncpg here: the OTLP handlers (otlp_grpc.py, otlp_http.py) call `Ingestor.export`,
 and the writer is handed the repository's COPY function.
@@ -9,7 +10,7 @@ Rules (OTLP specification, opentelemetry-proto `docs/specification.md`; docs/arc
   [`Window.oldest_ns`, `Window.newest_ns`). A bad span is rejected through
   `partial_success.rejected_spans` + `error_message`; the others are stored.
 - An empty request (no spans) is a success (OTLP "Full Success").
-- The response is sent only after the COPY holding the spans committed (`BatchWriter.write`).
+- The response is sent only after the COPY holding the spans committed (`writer.BatchWriter.write`).
 - Over capacity (write queue full, counted in spans): `Overloaded` → gRPC UNAVAILABLE + RetryInfo,
   HTTP 503 + Retry-After (OTLP "Throttling").
 
@@ -25,18 +26,18 @@ bytes → base64 string (RFC 4648 §4), empty → null.
 """
 from __future__ import annotations
 
-import asyncio
 import base64
 import logging
 import math
 import re
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import orjson
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from services.tracecollector.writer import BatchWriter, Row
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +64,6 @@ ROW_FIELDS = (
     "status_message", "service_name", "scope_name", "trace_state", "attributes", "resource_attributes",
     "events", "links",
 )
-
-Row = tuple
-
-
-class Overloaded(Exception):
-    """The write queue is full: retry after `retry_after_s` seconds (nothing of the request was stored)."""
-
-    def __init__(self, retry_after_s: float, queued_spans: int):
-        super().__init__(f"span write queue full ({queued_spans} spans waiting); retry in {retry_after_s:g} s")
-        self.retry_after_s = retry_after_s
-        self.queued_spans = queued_spans
-
 
 # --- time window -------------------------------------------------------------------------------
 
@@ -249,21 +238,8 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                 pid = sp.parent_span_id
                 start = sp.start_time_unix_nano
                 end = sp.end_time_unix_nano
-                if len(tid) != 16 or tid == _ZERO_TRACE:
-                    bad = "trace_id"
-                elif len(sid) != 8 or sid == _ZERO_SPAN:
-                    bad = "span_id"
-                elif pid and len(pid) != 8:
-                    bad = "parent_span_id"
-                elif start == 0:
-                    bad = "start"
-                elif end < start:
-                    bad = "end"
-                elif start < oldest:
-                    bad = "too_old"
-                elif start >= newest:
-                    bad = "future"
-                else:
+                bad = rejection(tid, sid, pid, start, end, oldest, newest)
+                if bad is None:
                     status = sp.status
                     name = sp.name
                     if "\x00" in name:
@@ -290,146 +266,32 @@ def without_rejected(
     out.CopyFrom(request)
     for rs in out.resource_spans:
         for ss in rs.scope_spans:
-            keep = [sp for sp in ss.spans if _valid(sp, window)]
+            keep = [sp for sp in ss.spans if rejection(sp.trace_id, sp.span_id, sp.parent_span_id,
+                                                       sp.start_time_unix_nano, sp.end_time_unix_nano,
+                                                       window.oldest_ns, window.newest_ns) is None]
             del ss.spans[:]
             ss.spans.extend(keep)
     return out
 
 
-def _valid(sp, window: Window) -> bool:
-    tid, sid, pid = sp.trace_id, sp.span_id, sp.parent_span_id
-    return (
-        len(tid) == 16 and tid != _ZERO_TRACE and len(sid) == 8 and sid != _ZERO_SPAN
-        and (not pid or len(pid) == 8) and sp.start_time_unix_nano != 0
-        and sp.end_time_unix_nano >= sp.start_time_unix_nano
-        and window.oldest_ns <= sp.start_time_unix_nano < window.newest_ns
-    )
-
-
-# --- the bounded group-commit writer -----------------------------------------------------------
-
-
-@dataclass
-class _Pending:
-    rows: list[Row]
-    reserved: int
-    done: asyncio.Future
-
-
-class BatchWriter:
-    """Bounded write queue with group commit.
-
-    `write(rows)` resolves once `rows` are committed. Concurrent callers' rows are concatenated into
-    one COPY (up to `batch_max_spans` rows) by one of `workers` worker tasks, so many small Exports
-    cost one round trip. Memory is bounded: `reserve(n)` admits a request only while the spans
-    reserved and not yet committed stay ≤ `max_spans` (a request larger than the bound alone is
-    admitted when nothing is queued), else raises `Overloaded`. Rows of a batch whose COPY fails are
-    retried request by request, so one bad request never fails the others.
-
-    `copy(rows)` is the repository's COPY (committed when it returns).
-    """
-
-    def __init__(
-        self,
-        copy: Callable[[Sequence[Row]], Awaitable[None]],
-        *,
-        max_spans: int,
-        batch_max_spans: int,
-        workers: int,
-        retry_after_s: float,
-    ):
-        self._copy = copy
-        self._max = max_spans
-        self._batch_max = batch_max_spans
-        self._retry_after_s = retry_after_s
-        self._pending: deque[_Pending] = deque()
-        self._reserved = 0
-        self._wake = asyncio.Event()
-        self._closing = False
-        self._tasks = [asyncio.create_task(self._worker(), name=f"span-writer-{i}") for i in range(workers)]
-
-    @property
-    def queued_spans(self) -> int:
-        """Spans admitted and not yet committed (the bounded quantity)."""
-        return self._reserved
-
-    def reserve(self, n: int) -> None:
-        """Admit `n` spans or raise `Overloaded` (call before decoding the request further)."""
-        if self._closing:
-            raise Overloaded(self._retry_after_s, self._reserved)
-        if self._reserved and self._reserved + n > self._max:
-            raise Overloaded(self._retry_after_s, self._reserved)
-        self._reserved += n
-
-    def release(self, n: int) -> None:
-        """Give back a reservation that will not be written (e.g. every span was rejected)."""
-        self._reserved -= n
-
-    async def write(self, rows: list[Row], reserved: int) -> None:
-        """Queue `rows` (under a `reserve(reserved)` made earlier); returns once they are committed.
-
-        Raises the COPY's exception when the rows could not be stored. A cancelled caller does not
-        cancel the write (its rows are committed anyway; a retry is deduplicated at read time).
-        """
-        fut = asyncio.get_running_loop().create_future()
-        # A caller cancelled meanwhile never reads the outcome: mark it retrieved (no loop warning).
-        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._pending.append(_Pending(rows, reserved, fut))
-        self._wake.set()
-        await asyncio.shield(fut)
-
-    async def _worker(self) -> None:
-        while True:
-            while not self._pending:
-                if self._closing:
-                    return
-                self._wake.clear()
-                await self._wake.wait()
-            batch: list[_Pending] = []
-            n = 0
-            while self._pending and (not batch or n + len(self._pending[0].rows) <= self._batch_max):
-                p = self._pending.popleft()
-                batch.append(p)
-                n += len(p.rows)
-            if self._pending:
-                self._wake.set()  # another worker may take the rest meanwhile
-            try:
-                await self._store(batch)
-            finally:
-                for p in batch:
-                    self._reserved -= p.reserved
-
-    async def _store(self, batch: list[_Pending]) -> None:
-        try:
-            if len(batch) == 1:
-                await self._copy(batch[0].rows)
-            else:
-                await self._copy([r for p in batch for r in p.rows])
-        except asyncio.CancelledError:
-            for p in batch:
-                if not p.done.done():
-                    p.done.set_exception(Overloaded(self._retry_after_s, self._reserved))
-            raise
-        except Exception:
-            if len(batch) == 1:
-                log.exception("storing %d spans failed", len(batch[0].rows))
-                batch[0].done.set_exception(RuntimeError("storing spans failed"))
-                return
-            for p in batch:
-                await self._store([p])
-            return
-        for p in batch:
-            if not p.done.done():
-                p.done.set_result(None)
-
-    async def close(self, timeout_s: float = 10.0) -> None:
-        """Stop admitting, write what is queued (up to `timeout_s`), then stop the workers."""
-        self._closing = True
-        self._wake.set()
-        _, pending = await asyncio.wait(self._tasks, timeout=timeout_s)
-        for t in pending:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+def rejection(tid: bytes, sid: bytes, pid: bytes, start: int, end: int, oldest: int, newest: int) -> str | None:
+    """Why a span is refused (the module docstring's rules), as the counter it goes to; None: valid.
+    The one place those rules live (flatten and without_rejected both ask it)."""
+    if len(tid) != 16 or tid == _ZERO_TRACE:
+        return "trace_id"
+    if len(sid) != 8 or sid == _ZERO_SPAN:
+        return "span_id"
+    if pid and len(pid) != 8:
+        return "parent_span_id"
+    if start == 0:
+        return "start"
+    if end < start:
+        return "end"
+    if start < oldest:
+        return "too_old"
+    if start >= newest:
+        return "future"
+    return None
 
 
 # --- the ingest use case -----------------------------------------------------------------------

@@ -20,7 +20,8 @@ from grpc_status import rpc_status
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from services.common.errors import Unavailable, to_status
-from services.tracecollector.ingest import ExportResult, Ingestor, Overloaded
+from services.tracecollector.ingest import ExportResult, Ingestor
+from services.tracecollector.writer import Overloaded
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,8 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from services.common.clip import clip
 from services.common.errors import to_status
-from services.tracecollector.ingest import Ingestor, Overloaded
+from services.tracecollector.ingest import Ingestor
+from services.tracecollector.writer import Overloaded
 from services.tracecollector.otlp_grpc import export_response, failure
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,8 @@ from datetime import date, datetime
 
 import asyncpg
 
-from services.tracecollector.ingest import NS_PER_DAY, ROW_FIELDS, Row, day_start_ns
+from services.tracecollector.ingest import NS_PER_DAY, ROW_FIELDS, day_start_ns
+from services.tracecollector.writer import Row
 
 SCHEMA = "traces"
 SPAN_COLUMNS = ROW_FIELDS

@@ -29,7 +29,8 @@ from services.common.db import create_pool, migrate
 from services.common.server import GrpcServer, ServiceInterceptor
 from services.tracecollector import otlp_grpc, otlp_http
 from services.tracecollector.forwarder import Forwarder
-from services.tracecollector.ingest import BatchWriter, Ingestor, Window
+from services.tracecollector.ingest import Ingestor, Window
+from services.tracecollector.writer import BatchWriter
 from services.tracecollector.query import METHOD_SCOPES, TraceQueryServicer, TraceReader
 from services.tracecollector.repository import Repository
 from services.tracecollector.retention import Retention

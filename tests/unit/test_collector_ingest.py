@@ -13,8 +13,6 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from services.tracecollector.ingest import (
     NS_PER_DAY,
     ROW_FIELDS,
-    BatchWriter,
-    Overloaded,
     Window,
     any_value,
     first_retained_day_ns,
@@ -23,6 +21,7 @@ from services.tracecollector.ingest import (
     without_rejected,
 )
 from services.tracecollector.otlp_http import parse_json_request
+from services.tracecollector.writer import BatchWriter, Overloaded
 from services.tracecollector.repository import Partition, partition_day, partition_name
 from services.tracecollector.retention import kept_days, plan
 
