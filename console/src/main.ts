@@ -58,7 +58,7 @@ async function render(): Promise<void> {
     case "feedback":
       return feedbackPage(main, route.query);
     case "stats":
-      return statsPage(main);
+      return statsPage(main, route.query);
     default:
       location.hash = "#/agents";
   }

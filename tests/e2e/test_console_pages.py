@@ -130,8 +130,10 @@ async def test_console_reaction_and_statistics(stack, tmp_path):
                 await expect(page.locator("[data-stat=negative] .stat-value")).to_have_text("1")
                 aspect = page.locator("table.aspects tbody tr", has_text="reaction")
                 await expect(aspect.locator("td").nth(4)).to_have_text("1")  # negative column
-                points = await page.locator("svg.trend polyline[data-series=negative]").get_attribute("points")
-                assert len(points.split()) == 30  # one point per day of the 30-day window
+                days = page.locator("table.chart-data[data-chart=trend] tbody tr")
+                await expect(days).to_have_count(30)  # one row per day of the default 30-day window
+                assert (await days.last.locator("td").all_text_contents())[1] == "1"  # today's negative
+                await expect(page.locator("figure[data-chart=trend] .chart-plot")).to_have_attribute("data-points", "30")
                 await shot(page, "console-statistics")
 
                 owner_only = stack.token("alice", (SCOPE_CHAT, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE, SCOPE_TRACES_READ))

@@ -1,76 +1,108 @@
-// Statistics (scope feedback:admin; FeedbackService.GetFeedbackStats, USER-origin ratings only):
-// headline counts, sentiment split per aspect, a 30-day trend chart (inline SVG), report categories.
+// The operator dashboard (scope feedback:admin; FeedbackService.GetFeedbackStats counts USER-origin
+// ratings only, so branch copies never move a figure): window picker; headline likes / dislikes /
+// reports / tasks marked complete; the sentiment split per dimension (scope + aspect); the trend over
+// the window; per-dimension small multiples; the completion funnel and the latest-state distribution;
+// then the feeds (dashboardFeed.ts): negative signals, the filtered recent feed, the reports table with
+// File issue, and the read-only per-turn viewer. Charts: charts.ts (uPlot).
 import { api, errorText } from "../api";
+import { barChart, COLORS, dailyChart } from "../charts";
 import { h, mount } from "../dom";
-import { Category, RatingScope, type DailyCount } from "../gen/agentfeedback/feedback/v1/feedback_pb";
+import { RatingScope, type FeedbackStats } from "../gen/agentfeedback/feedback/v1/feedback_pb";
+import { go } from "../router";
+import { labelOf, TAXONOMY } from "../taxonomy";
+import { negativeSignals, recentFeed, reportsTable, turnViewer } from "./dashboardFeed";
 
-const WINDOW_DAYS = 30;
-const SVG = "http://www.w3.org/2000/svg";
+const WINDOWS = [1, 7, 30, 90, 365];
+export const DEFAULT_WINDOW = 30;
 
-function enumLabel(e: Record<number, string>, v: number): string {
+export function enumLabel(e: Record<number, string>, v: number): string {
   return (e[v] ?? String(v)).toLowerCase().replace(/_/g, " ");
 }
 
-export async function statsPage(main: HTMLElement): Promise<void> {
-  mount(main, h("h1", {}, "Statistics"), h("p", { class: "muted", "aria-busy": "true" }, "Loading…"));
-  try {
-    const s = await api().feedback.getFeedbackStats({ windowDays: WINDOW_DAYS });
-    const headline = (label: string, v: bigint, key: string) => h("div", { class: "stat", dataset: { stat: key } }, h("span", { class: "stat-value" }, v.toString()), h("span", { class: "muted" }, label));
-    mount(main,
-      h("h1", {}, "Statistics"),
-      h("p", { class: "muted" }, `Last ${WINDOW_DAYS} days (UTC), ratings given by owners (branch copies not counted).`),
-      h("div", { class: "stats-head" },
-        headline("reports", s.totalReports, "reports"), headline("ratings", s.totalRatings, "ratings"), headline("negative ratings", s.negativeRatings, "negative")),
-      h("h2", {}, "Sentiment per aspect"),
-      s.aspects.length
-        ? h("table", { class: "aspects" },
-            h("thead", {}, h("tr", {}, h("th", {}, "scope"), h("th", {}, "aspect"), h("th", {}, "positive"), h("th", {}, "neutral"), h("th", {}, "negative"), h("th", {}, "split"))),
-            h("tbody", {}, s.aspects.map((a) => {
-              const tot = Number(a.positive + a.neutral + a.negative) || 1;
-              const pct = (n: bigint) => `${(Number(n) / tot) * 100}%`;
-              return h("tr", {}, h("td", {}, enumLabel(RatingScope, a.scope)), h("td", {}, a.aspect), h("td", {}, a.positive.toString()), h("td", {}, a.neutral.toString()), h("td", {}, a.negative.toString()),
-                h("td", {}, h("div", { class: "split", "aria-hidden": "true" },
-                  h("span", { class: "pos", style: `width:${pct(a.positive)}` }), h("span", { class: "neu", style: `width:${pct(a.neutral)}` }), h("span", { class: "neg", style: `width:${pct(a.negative)}` }))));
-            })))
-        : h("p", { class: "muted" }, "No ratings in the window."),
-      h("h2", {}, `Trend, ${WINDOW_DAYS} days`),
-      trendChart(s.trend),
-      h("h2", {}, "Report categories"),
-      s.categories.length
-        ? h("ul", { class: "categories" }, s.categories.map((c) => h("li", {}, `${enumLabel(Category, c.category)}: ${c.count}`)))
-        : h("p", { class: "muted" }, "No categorised reports."));
-  } catch (e) {
-    mount(main, h("h1", {}, "Statistics"), h("p", { class: "error", role: "alert" }, errorText(e)));
-  }
+function windowPicker(days: number): HTMLElement {
+  const select = h("select", { id: "window-days", "aria-label": "Window" },
+    WINDOWS.map((d) => h("option", { value: String(d), selected: d === days }, d === 1 ? "last day" : `last ${d} days`)));
+  select.addEventListener("change", () => go(`#/stats?window=${select.value}`));
+  return h("label", { class: "window-picker" }, "Window ", select);
 }
 
-function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string | number>, ...kids: (SVGElement | string)[]): SVGElementTagNameMap[K] {
-  const el = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-  for (const k of kids) el.append(k);
-  return el;
+function headline(s: FeedbackStats): HTMLElement {
+  const hl = s.headline;
+  const stat = (label: string, v: bigint | undefined, key: string) =>
+    h("div", { class: "stat", dataset: { stat: key } }, h("span", { class: "stat-value" }, (v ?? 0n).toString()), h("span", { class: "muted" }, label));
+  return h("div", {},
+    h("div", { class: "stats-head" },
+      stat("likes", hl?.likes, "likes"), stat("dislikes", hl?.dislikes, "dislikes"),
+      stat("reports", hl?.reports, "reports"), stat("tasks marked complete", hl?.tasksCompleted, "tasks-completed")),
+    h("p", { class: "muted" },
+      h("span", { dataset: { stat: "ratings" } }, h("span", { class: "stat-value" }, s.totalRatings.toString())), " ratings in all, ",
+      h("span", { dataset: { stat: "negative" } }, h("span", { class: "stat-value" }, s.negativeRatings.toString())), " of them negative."));
 }
 
-/** Per day: reports, positive and negative ratings as three lines on one axis. */
-function trendChart(trend: DailyCount[]): Element {
-  if (!trend.length) return h("p", { class: "muted" }, "No data.");
-  const W = 600, H = 180, P = 24;
-  const series: [string, string, (d: DailyCount) => number][] = [
-    ["reports", "var(--accent)", (d) => Number(d.reports)],
-    ["positive", "var(--good)", (d) => Number(d.positive)],
-    ["negative", "var(--bad)", (d) => Number(d.negative)],
+function splitTable(s: FeedbackStats): HTMLElement {
+  if (!s.dimensions.length) return h("p", { class: "muted" }, "No ratings in the window.");
+  return h("table", { class: "aspects" },
+    h("thead", {}, h("tr", {}, ["scope", "aspect", "positive", "neutral", "negative", "split"].map((c) => h("th", {}, c)))),
+    h("tbody", {}, s.dimensions.map((a) => {
+      const tot = Number(a.positive + a.neutral + a.negative) || 1;
+      const pct = (n: bigint) => `${(Number(n) / tot) * 100}%`;
+      return h("tr", { dataset: { dimension: `${enumLabel(RatingScope, a.scope)}/${a.aspect}` } },
+        h("td", {}, enumLabel(RatingScope, a.scope)), h("td", {}, a.aspect),
+        h("td", {}, a.positive.toString()), h("td", {}, a.neutral.toString()), h("td", {}, a.negative.toString()),
+        h("td", {}, h("div", { class: "split", "aria-hidden": "true" },
+          h("span", { class: "pos", style: `width:${pct(a.positive)}` }), h("span", { class: "neu", style: `width:${pct(a.neutral)}` }),
+          h("span", { class: "neg", style: `width:${pct(a.negative)}` }))));
+    })));
+}
+
+function charts(s: FeedbackStats): HTMLElement[] {
+  const days = s.trend.map((d) => d.day);
+  const trend = dailyChart("trend", `Per day, last ${s.windowDays} days (UTC)`, days, [
+    { label: "positive", color: COLORS.good(), values: s.trend.map((d) => Number(d.positive)) },
+    { label: "negative", color: COLORS.bad(), values: s.trend.map((d) => Number(d.negative)) },
+    { label: "reports", color: COLORS.accent(), values: s.trend.map((d) => Number(d.reports)) },
+  ]);
+  const multiples = h("div", { class: "multiples" }, s.dimensions.map((d) =>
+    dailyChart(`dim-${enumLabel(RatingScope, d.scope)}-${d.aspect}`, `${enumLabel(RatingScope, d.scope)} · ${d.aspect}`, d.daily.map((x) => x.day), [
+      { label: "positive", color: COLORS.good(), values: d.daily.map((x) => Number(x.positive)) },
+      { label: "neutral", color: COLORS.neutral(), values: d.daily.map((x) => Number(x.neutral)) },
+      { label: "negative", color: COLORS.bad(), values: d.daily.map((x) => Number(x.negative)) },
+    ], { small: true })));
+  const f = s.funnel;
+  const funnel = barChart("funnel", "Completion funnel (conversations)", ["engaged", "answered", "complete"],
+    [Number(f?.engaged ?? 0n), Number(f?.withCompletionAnswer ?? 0n), Number(f?.markedComplete ?? 0n)], COLORS.accent());
+  const latest = f?.latestState.length
+    ? barChart("latest-state", "Latest completion answer", f.latestState.map((c) => labelOf(c.choice)), f.latestState.map((c) => Number(c.count)), COLORS.neutral())
+    : h("p", { class: "muted", dataset: { chart: "latest-state" } }, "No completion answers in the window.");
+  return [
+    h("h2", {}, "Trend"), trend,
+    h("h2", {}, "Per dimension"), s.dimensions.length ? multiples : h("p", { class: "muted" }, "No ratings in the window."),
+    h("h2", {}, "Task completion"), h("div", { class: "pair" }, funnel, latest),
   ];
-  const max = Math.max(1, ...trend.flatMap((d) => series.map(([, , f]) => f(d))));
-  const x = (i: number) => P + (i * (W - 2 * P)) / Math.max(1, trend.length - 1);
-  const y = (v: number) => H - P - (v * (H - 2 * P)) / max;
-  const chart = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "trend", role: "img", "aria-label": `Daily reports and ratings, ${trend[0].day} to ${trend[trend.length - 1].day}` },
-    svg("line", { x1: P, y1: H - P, x2: W - P, y2: H - P, class: "axis" }),
-    svg("text", { x: P, y: H - 6, class: "tick" }, trend[0].day),
-    svg("text", { x: W - P, y: H - 6, class: "tick", "text-anchor": "end" }, trend[trend.length - 1].day),
-    svg("text", { x: 2, y: P, class: "tick" }, String(max)),
-    ...series.map(([name, color, f]) =>
-      svg("polyline", { points: trend.map((d, i) => `${x(i)},${y(f(d))}`).join(" "), fill: "none", stroke: color, "stroke-width": 2, "data-series": name },
-        svg("title", {}, name))));
-  const legend = h("p", { class: "legend" }, series.map(([name, color]) => h("span", {}, h("span", { class: "swatch", style: `background:${color}` }), ` ${name} `)));
-  return h("figure", { class: "trend-figure" }, chart, legend);
+}
+
+export async function statsPage(main: HTMLElement, query: URLSearchParams = new URLSearchParams()): Promise<void> {
+  const days = Math.min(365, Math.max(1, Number(query.get("window")) || DEFAULT_WINDOW));
+  const head = h("div", { class: "page-head" }, h("h1", {}, "Statistics"), windowPicker(days));
+  mount(main, head, h("p", { class: "muted", "aria-busy": "true" }, "Loading…"));
+  let s: FeedbackStats;
+  try {
+    s = await api().feedback.getFeedbackStats({
+      windowDays: days, reactionAspect: TAXONOMY.stats.reaction_aspect,
+      completionAspect: TAXONOMY.stats.completion_aspect, completeChoice: TAXONOMY.stats.complete_choice,
+    });
+  } catch (e) {
+    mount(main, head, h("p", { class: "error", role: "alert" }, errorText(e)));
+    return;
+  }
+  const viewer = turnViewer();
+  mount(main, head,
+    h("p", { class: "muted" }, `Last ${s.windowDays} days (UTC), ratings given by owners (branch copies not counted).`),
+    headline(s),
+    h("h2", {}, "Sentiment per dimension"), splitTable(s),
+    charts(s),
+    h("h2", {}, "Negative signals"), negativeSignals(viewer.open),
+    h("h2", {}, "Recent feedback"), recentFeed(viewer.open),
+    h("h2", {}, "Reports"), reportsTable(viewer.open),
+    h("h2", { id: "turn-viewer" }, "One turn, one user"), viewer.el);
 }

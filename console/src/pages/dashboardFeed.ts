@@ -1,0 +1,179 @@
+// The dashboard's lists (feedback:admin): negative signals across every scope, the recent feed with
+// scope / aspect / sentiment / category / reason / choice / text filters and paging, the reports table
+// with File issue (FeedbackService.ListRecentFeedback), and a read-only viewer of everything one user said
+// about one turn (GetTurnFeedback; reading another owner's report bodies there is audited server-side).
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { api, errorText, lastSegment, principal } from "../api";
+import { h, mount, timeEl } from "../dom";
+import {
+  Category, RatingOrigin, RatingScope, RatingSentiment, Sentiment, type Feedback, type Rating, type RecentItem,
+} from "../gen/agentfeedback/feedback/v1/feedback_pb";
+
+/** The filter part of a ListRecentFeedbackRequest (paging is the list's). */
+interface FeedFilter { scope?: RatingScope; aspect?: string; sentiment?: RatingSentiment; category?: Category; reason?: string; choice?: string; text?: string; negativeOnly?: boolean }
+import { allChoices, allReasons, categoryOf, labelOf, TAXONOMY } from "../taxonomy";
+import { clamped } from "./evidence";
+import { statusName } from "./feedbackList";
+import { fileControl } from "./rowActions";
+import { enumLabel } from "./stats";
+
+type Open = (conversation: string, turnIndex: number, user: string) => void;
+
+const sentimentBadge = (s: RatingSentiment) =>
+  h("span", { class: `badge sent-${enumLabel(RatingSentiment, s).replace(/^rating sentiment /, "")}` }, enumLabel(RatingSentiment, s).replace(/^rating sentiment /, ""));
+const scopeName = (s: RatingScope) => enumLabel(RatingScope, s).replace(/^rating scope /, "");
+
+function viewButton(open: Open, conversation: string, turn: number, user: string): HTMLElement | null {
+  if (!conversation) return null;
+  const b = h("button", { type: "button", class: "view-turn" }, "View turn");
+  b.addEventListener("click", () => open(conversation, turn, user));
+  return b;
+}
+
+export function ratingRow(r: Rating, open?: Open): HTMLElement {
+  return h("li", { class: "feed-item rating", dataset: { aspect: r.aspect, scope: scopeName(r.scope) } },
+    h("div", { class: "fb-head" },
+      timeEl(r.updateTime ? timestampDate(r.updateTime) : undefined),
+      h("span", { class: "fb-agent" }, r.user),
+      h("span", { class: "feed-dim" }, `${scopeName(r.scope)} · ${r.aspect}${r.artifactId ? ` · artifact ${r.artifactId}` : ""}`),
+      sentimentBadge(r.sentiment),
+      r.choice ? h("span", { class: "badge feed-choice" }, labelOf(r.choice)) : null,
+      r.origin === RatingOrigin.BRANCH_COPY ? h("span", { class: "badge copy" }, "branch copy") : null),
+    r.reasons.length ? h("p", { class: "feed-reasons" }, r.reasons.map((x) => h("span", { class: "badge reason-badge" }, labelOf(x)))) : null,
+    r.note ? clamped("feed-note", 3, r.note) : null,
+    h("div", { class: "feed-foot muted" }, `${lastSegment(r.conversation)} · turn ${r.turnIndex + 1} `, open ? viewButton(open, r.conversation, r.turnIndex, r.user) : null));
+}
+
+export function reportItem(fb: Feedback, open?: Open): HTMLElement {
+  return h("li", { class: "feed-item report", dataset: { name: fb.name } },
+    h("div", { class: "fb-head" },
+      timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined),
+      h("span", { class: "fb-agent" }, fb.owner),
+      h("span", { class: "badge" }, "report"),
+      h("span", { class: "badge feed-category" }, enumLabel(Category, fb.category).replace(/^category /, "")),
+      fb.sentiment === Sentiment.BAD ? h("span", { class: "badge sent-negative" }, "bad") : null,
+      h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status))),
+    clamped("feed-body", 3, fb.body),
+    h("div", { class: "feed-foot muted" }, fb.instance ? `${lastSegment(fb.instance)} · turn ${(fb.snapshot?.turnIndex ?? 0) + 1} ` : "",
+      open ? viewButton(open, fb.instance, fb.snapshot?.turnIndex ?? 0, fb.owner) : null));
+}
+
+function itemEl(it: RecentItem, open: Open): HTMLElement | null {
+  if (it.item.case === "rating") return ratingRow(it.item.value, open);
+  if (it.item.case === "feedback") return reportItem(it.item.value, open);
+  return null;
+}
+
+/** A paged list over ListRecentFeedback with a fixed request part; `keep` filters items client-side. */
+function pagedList(cls: string, request: () => FeedFilter, render: (it: RecentItem) => HTMLElement | null,
+                   empty: string, pageSize = 20): { el: HTMLElement; reload: () => void } {
+  const list = h("ul", { class: `feed ${cls}` });
+  const error = h("p", { class: "error", role: "alert" });
+  const more = h("button", { type: "button", class: "load-more", hidden: true }, "Load more");
+  let token = "";
+  let generation = 0; // a reload started later wins: an earlier answer arriving after it is dropped
+  const load = async (fresh: boolean) => {
+    if (fresh) { token = ""; list.replaceChildren(); generation++; }
+    const mine = generation;
+    error.textContent = "";
+    try {
+      const r = await api().feedback.listRecentFeedback({ ...request(), pageSize, pageToken: token });
+      if (mine !== generation) return;
+      const rows = r.items.map(render).filter((x): x is HTMLElement => !!x);
+      list.append(...rows);
+      if (fresh && !list.children.length) list.append(h("li", { class: "muted empty" }, empty));
+      token = r.nextPageToken;
+      more.hidden = !token;
+    } catch (e) {
+      error.textContent = errorText(e);
+    }
+  };
+  more.addEventListener("click", () => void load(false));
+  void load(true);
+  return { el: h("div", { class: `feed-box ${cls}-box` }, list, error, more), reload: () => void load(true) };
+}
+
+export function negativeSignals(open: Open): HTMLElement {
+  return pagedList("negative-feed", () => ({ negativeOnly: true }), (it) => itemEl(it, open), "No negative signals.", 10).el;
+}
+
+export function recentFeed(open: Open): HTMLElement {
+  const sel = (id: string, label: string, options: [string, string][]) =>
+    h("label", {}, `${label} `, h("select", { id, "aria-label": label }, h("option", { value: "" }, "any"), options.map(([v, l]) => h("option", { value: v }, l))));
+  const scopes = Object.entries(RatingScope).filter(([, v]) => typeof v === "number" && v !== 0)
+    .map(([k, v]) => [String(v), k.toLowerCase()] as [string, string]);
+  const aspects = [...new Set(TAXONOMY.questions.map((q) => q.aspect))].map((a) => [a, a] as [string, string]);
+  const sentiments: [string, string][] = [[String(RatingSentiment.POSITIVE), "positive"], [String(RatingSentiment.NEUTRAL), "neutral"], [String(RatingSentiment.NEGATIVE), "negative"]];
+  const categories = TAXONOMY.report_categories.map((c) => [String(categoryOf(c.category)), c.label] as [string, string]);
+  const reasons = allReasons().map((r) => [r.slug, r.label] as [string, string]);
+  const choices = [...new Map(allChoices().map((c) => [c.slug, c.label])).entries()] as [string, string][];
+  const text = h("input", { type: "search", id: "feed-text", "aria-label": "Text", placeholder: "text in the note or report" });
+  const filters = h("form", { class: "feed-filters inline-form" },
+    sel("feed-scope", "Scope", scopes), sel("feed-aspect", "Aspect", aspects), sel("feed-sentiment", "Sentiment", sentiments),
+    sel("feed-category", "Category", categories), sel("feed-reason", "Reason", reasons), sel("feed-choice", "Choice", choices),
+    h("label", {}, "Text ", text), h("button", { type: "submit" }, "Filter"));
+  const val = (id: string) => (filters.querySelector<HTMLSelectElement>(`#${id}`)?.value ?? "");
+  const list = pagedList("recent-feed", () => ({
+    scope: Number(val("feed-scope")) as RatingScope, aspect: val("feed-aspect"), sentiment: Number(val("feed-sentiment")) as RatingSentiment,
+    category: Number(val("feed-category")) as Category, reason: val("feed-reason"), choice: val("feed-choice"), text: text.value.trim(),
+  }), (it) => itemEl(it, open), "Nothing matches.");
+  filters.addEventListener("submit", (ev) => { ev.preventDefault(); list.reload(); });
+  filters.querySelectorAll("select").forEach((s) => s.addEventListener("change", () => list.reload()));
+  return h("div", {}, filters, list.el);
+}
+
+/** The reports of the feed (newest first) as a table, with File issue on those without a link. */
+export function reportsTable(open: Open): HTMLElement {
+  const row = (fb: Feedback): HTMLElement => {
+    const tr = h("tr", { class: "report-row-item", dataset: { name: fb.name } },
+      h("td", {}, timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined)),
+      h("td", {}, fb.owner),
+      h("td", {}, enumLabel(Category, fb.category).replace(/^category /, "")),
+      h("td", {}, h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status))),
+      h("td", { class: "report-body" }, clamped("table-body", 2, fb.body)),
+      h("td", {}, fb.issueUrl ? h("a", { href: fb.issueUrl, class: "issue-link", rel: "noopener noreferrer", target: "_blank" }, "issue")
+        // FileFeedback is owner-scoped (another owner's report is NOT_FOUND), so only the owner's rows offer it.
+        : fb.owner === principal()?.sub ? fileControl(fb, (filed) => tr.replaceWith(row(filed)))
+        : h("span", { class: "muted not-yours", title: "FileFeedback is owner-scoped: the owner files it (Feedback page)." }, "owner files"),
+        " ", viewButton(open, fb.instance, fb.snapshot?.turnIndex ?? 0, fb.owner)));
+    return tr;
+  };
+  const body = h("tbody", {});
+  const table = h("table", { class: "reports-table" },
+    h("thead", {}, h("tr", {}, ["time", "owner", "category", "status", "report", ""].map((c) => h("th", {}, c)))), body);
+  const list = pagedList("reports-feed", () => ({}), (it) => {
+    if (it.item.case === "feedback") body.append(row(it.item.value));
+    return null;
+  }, "", 100);
+  return h("div", { class: "table-wrap" }, table, list.el);
+}
+
+/** The per-turn viewer: conversation + turn + user → every rating (origin marked) and report. */
+export function turnViewer(): { el: HTMLElement; open: Open } {
+  const conv = h("input", { id: "tv-conversation", "aria-label": "Conversation", placeholder: "instances/…" });
+  const turn = h("input", { id: "tv-turn", type: "number", min: "1", "aria-label": "Turn (1-based)", placeholder: "turn" });
+  const user = h("input", { id: "tv-user", "aria-label": "User", placeholder: "user (sub)" });
+  const out = h("div", { class: "turn-view", "aria-live": "polite" });
+  const show = async () => {
+    mount(out, h("p", { class: "muted" }, "Loading…"));
+    try {
+      const t = await api().feedback.getTurnFeedback({ conversation: conv.value.trim(), turnIndex: Math.max(0, Number(turn.value) - 1), user: user.value.trim() });
+      mount(out,
+        h("p", { class: "muted" }, `${t.user} on ${lastSegment(t.conversation)}, turn ${t.turnIndex + 1}: ${t.ratings.length} rating(s), ${t.feedback.length} report(s). Read-only.`),
+        h("ul", { class: "feed tv-ratings" }, t.ratings.map((r) => ratingRow(r))),
+        h("ul", { class: "feed tv-reports" }, t.feedback.map((f) => reportItem(f))));
+    } catch (e) {
+      mount(out, h("p", { class: "error", role: "alert" }, errorText(e)));
+    }
+  };
+  const form = h("form", { class: "inline-form turn-form" }, conv, turn, user, h("button", { type: "submit" }, "Show"));
+  form.addEventListener("submit", (ev) => { ev.preventDefault(); void show(); });
+  const open: Open = (c, i, u) => {
+    conv.value = c;
+    turn.value = String(i + 1);
+    user.value = u;
+    void show();
+    document.getElementById("turn-viewer")?.scrollIntoView({ block: "start" });
+  };
+  return { el: h("div", {}, form, out), open };
+}

@@ -1,0 +1,160 @@
+"""The operator dashboard (feedback:admin) in a real browser against data this test made over gRPC as
+two owners: every panel shows exactly that data — headline, sentiment split per dimension, the trend,
+the small multiples, the completion funnel and latest states (charts drawn by uPlot, their numbers in the
+table under each), negative signals across scopes with paging, the recent feed's filters, the reports
+table with File issue, and the per-turn viewer. A fork's branch copies move no figure.
+"""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from playwright.async_api import Page, expect
+
+from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from services.common.auth import ALL_SCOPES
+from tests.e2e.grpcweb_support import CONSOLE_DIST, gateway, static_site
+from tests.e2e.test_console_browser import browser_page, shot
+from tests.e2e.test_console_pages import sign_in
+
+pytestmark = pytest.mark.browser
+MSG, CONV, ART = pb.RATING_SCOPE_MESSAGE, pb.RATING_SCOPE_CONVERSATION, pb.RATING_SCOPE_ARTIFACT
+POS, NEU, NEG = pb.RATING_SENTIMENT_POSITIVE, pb.RATING_SENTIMENT_NEUTRAL, pb.RATING_SENTIMENT_NEGATIVE
+ARTIFACTS = 9  # alice rates nine artifacts of one turn "unusable": negative signals need a second page
+
+
+async def put(stack, sub, inst, turn, scope, aspect, sentiment, *, choice="", reasons=(), artifact="", paths=None):
+    await stack.feedback().PutRating(pb.PutRatingRequest(
+        rating=pb.Rating(conversation=inst, turn_index=turn, scope=scope, aspect=aspect, sentiment=sentiment,
+                         choice=choice, reasons=list(reasons), artifact_id=artifact),
+        update_mask={"paths": paths or ["sentiment"] + (["choice"] if choice else []) + (["reasons"] if reasons else [])},
+        request_id=str(uuid.uuid4())), metadata=stack.md(sub))
+
+
+async def seed(stack) -> dict[str, str]:
+    chat = stack.chat()
+
+    async def instance(sub: str, turns: list[str]) -> str:
+        inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
+            instance=chat_pb2.Instance(display_name=f"{sub}'s desk", agent="reference"), request_id=str(uuid.uuid4())),
+            metadata=stack.md(sub))
+        for t in turns:
+            await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content=t, request_id=str(uuid.uuid4())),
+                                   metadata=stack.md(sub))
+        return inst.name
+
+    a = await instance("alice", ["How many agents do you have in total?", "List my subordinates please"])
+    b = await instance("bob", ["what is the weather?"])
+    await put(stack, "alice", a, 0, MSG, "reaction", POS)
+    await put(stack, "alice", a, 1, MSG, "reaction", NEG)
+    await put(stack, "alice", a, 1, MSG, "reply_judgement", NEG, choice="did_not_work", reasons=["ignored_constraints"])
+    await put(stack, "alice", a, 1, CONV, "task_completion", POS, choice="complete")
+    for i in range(1, ARTIFACTS + 1):
+        await put(stack, "alice", a, 1, ART, "artifact_quality", NEG, choice="unusable", artifact=str(i))
+    await put(stack, "bob", b, 0, CONV, "task_completion", NEU, choice="partly")
+    msgs = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=b), metadata=stack.md("bob"))
+    reply = [m for m in msgs.messages if m.role == chat_pb2.ROLE_ASSISTANT][0]
+    await stack.feedback().CreateFeedback(pb.CreateFeedbackRequest(
+        feedback=pb.Feedback(message=reply.name, body="The weather tool failed in the pipeline.", surface=pb.SURFACE_CHAT,
+                             sentiment=pb.SENTIMENT_BAD, category=pb.CATEGORY_TOOL_FAILURE),
+        request_id=str(uuid.uuid4())), metadata=stack.md("bob"))
+    # A fork of alice's conversation: its copied ratings (origin BRANCH_COPY) must move no figure.
+    await chat.ForkConversation(chat_pb2.ForkConversationRequest(parent=a, turn_index=1, request_id=str(uuid.uuid4())),
+                                metadata=stack.md("alice"))
+    return {"alice": a, "bob": b}
+
+
+async def numbers(page: Page, chart: str) -> dict[str, list[str]]:
+    rows = page.locator(f"table.chart-data[data-chart='{chart}'] tbody tr")
+    out = {}
+    for r in await rows.all():
+        out[await r.get_attribute("data-row")] = [c.strip() for c in await r.locator("td").all_text_contents()]
+    return out
+
+
+async def test_dashboard_panels_show_the_data_the_test_made(stack, tmp_path):
+    convs = await seed(stack)
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(1280, 1000) as page:
+                await sign_in(page, site, envoy.url, stack.token("ops", ALL_SCOPES))
+                await page.goto(f"{site}/#/stats?window=7")
+                await expect(page.locator("#window-days")).to_have_value("7")
+                for key, want in (("likes", "1"), ("dislikes", "1"), ("reports", "1"), ("tasks-completed", "1")):
+                    await expect(page.locator(f".stats-head [data-stat={key}] .stat-value")).to_have_text(want)
+                trend = await numbers(page, "trend")
+                assert len(trend) == 7
+                today = list(trend.values())[-1]
+                # positive: like + "complete"; negative: dislike + did_not_work + 9 artifacts; reports: bob's.
+                assert today == ["2", str(2 + ARTIFACTS), "1"], today
+                await page.select_option("#window-days", "30")
+                await expect(page).to_have_url(f"{site}/#/stats?window=30")
+                await expect(page.locator(".stats-head [data-stat=likes] .stat-value")).to_have_text("1")
+                assert len(await numbers(page, "trend")) == 30
+                assert await page.locator("figure[data-chart=trend] canvas").count() >= 1  # drawn by uPlot
+
+                split = page.locator("table.aspects tbody tr")
+                await expect(split).to_have_count(4)
+                row = page.locator("table.aspects tr[data-dimension='message/reaction'] td")
+                assert [t.strip() for t in (await row.all_inner_texts())[2:5]] == ["1", "0", "1"]
+                row = page.locator("table.aspects tr[data-dimension='conversation/task_completion'] td")
+                assert [t.strip() for t in (await row.all_inner_texts())[2:5]] == ["1", "1", "0"]
+                await expect(page.locator(".multiples figure.chart")).to_have_count(4)
+                art = await numbers(page, "dim-artifact-artifact_quality")
+                assert list(art.values())[-1] == ["0", "0", str(ARTIFACTS)]
+                assert await page.locator("figure[data-chart='dim-message-reaction'] canvas").count() >= 1
+
+                assert await numbers(page, "funnel") == {"engaged": ["2"], "answered": ["2"], "complete": ["1"]}
+                assert await numbers(page, "latest-state") == {"Done": ["1"], "Partly done": ["1"]}
+
+                neg = page.locator(".negative-feed .feed-item")
+                await expect(neg).to_have_count(10)
+                await page.locator(".negative-feed-box .load-more").click()
+                await expect(neg).to_have_count(2 + ARTIFACTS + 1)  # dislike, did_not_work, 9 artifacts, the report
+                await expect(page.locator(".negative-feed .feed-item.report")).to_have_count(1)
+                await shot(page, "console-dashboard")
+
+                feed = page.locator(".recent-feed .feed-item")
+                await page.select_option("#feed-category", label="Tool failure")
+                await expect(feed).to_have_count(1)
+                await expect(feed.first).to_contain_text("The weather tool failed in the pipeline.")
+                await page.select_option("#feed-category", "")
+                await page.select_option("#feed-scope", label="conversation")
+                await expect(feed).to_have_count(2)
+                await page.select_option("#feed-scope", "")
+                await page.fill("#feed-text", "pipeline")
+                await page.locator(".feed-filters button[type=submit]").click()
+                await expect(feed).to_have_count(1)
+
+                # The reports table: FileFeedback is owner-scoped, so an operator's row for bob's report
+                # says the owner files it; bob (an owner with feedback:admin) files it from the table.
+                report = page.locator(".reports-table tr.report-row-item")
+                await expect(report).to_have_count(1)
+                await expect(report.locator(".not-yours")).to_have_text("owner files")
+                await sign_in(page, site, envoy.url, stack.token("bob", ALL_SCOPES))
+                await page.goto(f"{site}/#/stats")
+                await report.locator(".act-file").click()
+                await expect(page.locator(".reports-table tr.report-row-item a.issue-link")).to_be_visible()
+                await expect(page.locator(".reports-table tr.report-row-item .badge.status-filed")).to_be_visible()
+    listed = await stack.feedback().ListFeedback(pb.ListFeedbackRequest(), metadata=stack.md("bob"))
+    assert listed.feedback[0].status == pb.STATUS_FILED and listed.feedback[0].issue_url.startswith("file://")
+    assert convs["alice"] != convs["bob"]
+
+
+async def test_dashboard_reason_and_choice_filters(stack, tmp_path):
+    await seed(stack)
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(1280, 1000) as page:
+                await sign_in(page, site, envoy.url, stack.token("ops", ALL_SCOPES))
+                await page.goto(f"{site}/#/stats")
+                feed = page.locator(".recent-feed .feed-item")
+                await page.select_option("#feed-reason", "ignored_constraints")
+                await expect(feed).to_have_count(1)
+                await expect(feed.first.locator(".feed-choice")).to_have_text("Didn't work")
+                await expect(feed.first.locator(".reason-badge")).to_have_text("Ignored my constraints")
+                await page.select_option("#feed-reason", "")
+                await page.select_option("#feed-choice", "partly")
+                await expect(feed).to_have_count(1)
+                await expect(feed.first).to_contain_text("bob")
