@@ -3,12 +3,14 @@
 //   #/agents                      the owner's agents
 //   #/agents/<id>/chat|feedback|trace[?trace=<id>&feedback=<name>]
 //   #/feedback[?status=OPEN]      everything the owner flagged, across agents
-//   #/stats                       statistics (scope feedback:admin)
+//   #/defects[?all=1]             suspected defects the platform caught (all=1: every owner, feedback:admin)
+//   #/stats[?window=N]            the operator dashboard (scope feedback:admin)
 import "./style.css";
 import { principal, signOut } from "./api";
 import { h, mount } from "./dom";
 import { agentPage } from "./pages/agent";
 import { agentsPage } from "./pages/agents";
+import { defectsPage } from "./pages/defects";
 import { feedbackPage } from "./pages/feedback";
 import { signInPage } from "./pages/signin";
 import { statsPage } from "./pages/stats";
@@ -29,6 +31,7 @@ function nav(active: string) {
       {},
       link("#/agents", "Agents", "agents"),
       link("#/feedback", "Feedback", "feedback"),
+      link("#/defects", "Suspected defects", "defects"),
       p?.scopes.has("feedback:admin") ? link("#/stats", "Statistics", "stats") : null,
     ),
     h(
@@ -57,6 +60,8 @@ async function render(): Promise<void> {
       return route.path[1] ? agentPage(main, route.path[1], route.path[2] ?? "chat", route.query) : agentsPage(main);
     case "feedback":
       return feedbackPage(main, route.query);
+    case "defects":
+      return defectsPage(main, route.query);
     case "stats":
       return statsPage(main, route.query);
     default:
