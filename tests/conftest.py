@@ -19,6 +19,12 @@ from tests.stack import Stack, start_stack
 
 _counter = itertools.count()
 
+# Services this test session starts (in-process or as child processes) serve no Prometheus endpoint
+# unless a test gives them a port (tests.stack does, on free ports): several run at once on one machine,
+# and the defaults (946x) would collide.
+for _svc in ("CHAT", "AGENT", "FEEDBACK", "COLLECTOR"):
+    os.environ.setdefault(f"AGENTFEEDBACK_{_svc}_METRICS_LISTEN", "")
+
 
 @pytest.fixture(scope="session")
 def pg_url() -> str:

@@ -20,6 +20,7 @@ from agentfeedback.chat.v1 import chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from agentfeedback.traces.v1 import traces_pb2_grpc
 from services.common.auth import ALL_SCOPES, mint_token
+from services.common.server import RECONNECT_OPTIONS
 from services.common.telemetry import setup_tracing
 
 TEST_JWT_SECRET = "test-secret-not-for-production-0123456789abcdef"
@@ -69,6 +70,10 @@ class Stack:
 
     def traces(self) -> traces_pb2_grpc.TraceQueryServiceStub:
         return traces_pb2_grpc.TraceQueryServiceStub(self.channel("query"))
+
+    def metrics_port(self, name: str) -> int:
+        """The Prometheus endpoint port of service `name` (chat, agent, feedback, collector)."""
+        return self.servers[name].metrics.port
 
     def flush_spans(self) -> None:
         """Export every finished span of every service now (BatchSpanProcessor.force_flush)."""
@@ -123,33 +128,37 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
     from services.tracecollector.server import create_server as create_collector
     from services.tracecollector.settings import CollectorSettings
 
-    p = dict(zip(["otlp_grpc", "otlp_http", "query", "chat", "agent", "feedback"], free_ports(6), strict=True))
+    names = ["otlp_grpc", "otlp_http", "query", "chat", "agent", "feedback",
+             "metrics_collector", "metrics_agent", "metrics_chat", "metrics_feedback"]
+    p = dict(zip(names, free_ports(len(names)), strict=True))
     common = {"database_url": database_url, "data_dir": data_dir, "jwt_secret": TEST_JWT_SECRET, "shutdown_grace_s": 0.5,
               "shutdown_drain_s": 0.0}
     stack = Stack(ports=p, data_dir=data_dir, database_url=database_url)
 
     def provider(name: str) -> TracerProvider:
-        tp = setup_tracing(name, exporter=OTLPSpanExporter(endpoint=f"127.0.0.1:{p['otlp_grpc']}", insecure=True))
+        tp = setup_tracing(name, exporter=OTLPSpanExporter(endpoint=f"127.0.0.1:{p['otlp_grpc']}", insecure=True,
+                                                           channel_options=tuple(RECONNECT_OPTIONS)))
         stack.providers[name] = tp
         return tp
 
     collector_settings = CollectorSettings(
         otlp_grpc_listen=f"127.0.0.1:{p['otlp_grpc']}", otlp_http_host="127.0.0.1", otlp_http_port=p["otlp_http"],
-        query_listen=f"127.0.0.1:{p['query']}", **common, **overrides.get("collector", {}),
+        query_listen=f"127.0.0.1:{p['query']}", metrics_listen=f"127.0.0.1:{p['metrics_collector']}", **common, **overrides.get("collector", {}),
     )
     stack.servers["collector"] = await create_collector(collector_settings, database_url=database_url)
     agent_settings = AgentSettings(
-        listen=f"127.0.0.1:{p['agent']}", feedback_target=f"127.0.0.1:{p['feedback']}", think_ms=agent_think_ms,
+        listen=f"127.0.0.1:{p['agent']}", metrics_listen=f"127.0.0.1:{p['metrics_agent']}", feedback_target=f"127.0.0.1:{p['feedback']}", think_ms=agent_think_ms,
         **common, **overrides.get("agent", {}),
     )
     stack.servers["agent"] = await create_agent(agent_settings, tracer_provider=provider("agent"))
     chat_settings = ChatSettings(
-        listen=f"127.0.0.1:{p['chat']}", agent_target=f"127.0.0.1:{p['agent']}",
+        listen=f"127.0.0.1:{p['chat']}", metrics_listen=f"127.0.0.1:{p['metrics_chat']}",
+        agent_target=f"127.0.0.1:{p['agent']}",
         feedback_target=f"127.0.0.1:{p['feedback']}", **common, **overrides.get("chat", {}),
     )
     stack.servers["chat"] = await create_chat(chat_settings, database_url=database_url, tracer_provider=provider("chat"))
     feedback_settings = FeedbackSettings(**{
-        "listen": f"127.0.0.1:{p['feedback']}", "chat_target": f"127.0.0.1:{p['chat']}",
+        "listen": f"127.0.0.1:{p['feedback']}", "metrics_listen": f"127.0.0.1:{p['metrics_feedback']}", "chat_target": f"127.0.0.1:{p['chat']}",
         "traces_target": f"127.0.0.1:{p['query']}", "capture_poll_s": 0.2, "capture_backoff_s": 0.2,
         "tracker_markdown_dir": str(data_dir / "tickets"), **common, **overrides.get("feedback", {}),
     })

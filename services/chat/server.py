@@ -23,6 +23,7 @@ from services.chat.turn import TurnRunner
 from services.common.auth import Authenticator
 from services.common.db import create_pool, migrate, resolve_database_url, skip_reset
 from services.common.quota import write_quota_interceptor
+from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
 
@@ -47,15 +48,20 @@ async def create_server(
                              command_timeout_s=settings.db_command_timeout_s)
     channel = client_channel(settings.agent_target)
     feedback_channel = client_channel(settings.feedback_target)
+    metrics = await ServiceMetrics("chat", settings.metrics_listen).start()
+    pool_gauges(metrics.meter, pool, SCHEMA)
     repo = Repository(pool)
     turns = TurnRunner(
-        repo, AgentClient(channel), tracer, settings.agent_timeout_cap_s, settings.history_messages
+        repo, AgentClient(channel), tracer, settings.agent_timeout_cap_s, settings.history_messages,
+        meter=metrics.meter,
     )
     interceptor = ServiceInterceptor(
-        Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS
+        Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics.meter)
     )
     quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS)
     server = GrpcServer([interceptor, quota], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
+    server.metrics = metrics
+    server.watch_database(url)
     server.add(
         chat_pb2_grpc.add_ChatServiceServicer_to_server,
         ChatServicer(repo, turns, settings.max_content_chars, Forker(repo, RatingsClient(feedback_channel))),
@@ -72,6 +78,7 @@ async def create_server(
 
     server.on_stop(close_channel)
     server.on_stop(close_pool)
+    server.on_stop(metrics.close)
     if own_provider:
 
         async def flush() -> None:

@@ -13,6 +13,8 @@ class ChatSettings(CommonSettings):
 
     # Listen address of ChatService (docs/architecture.md "Processes": 50051).
     listen: str = Field(default="127.0.0.1:50051", pattern=LISTEN_PATTERN)
+    # Prometheus metrics endpoint (`host:port`, port 0 = any free port; empty = none): GET /metrics.
+    metrics_listen: str = Field(default="127.0.0.1:9461", pattern=r"^$|" + LISTEN_PATTERN)
     # Address of the agent's AgentService.
     agent_target: str = Field(default="127.0.0.1:50054", pattern=LISTEN_PATTERN)
     # Address of FeedbackService (ForkConversation copies the caller's ratings there: CopyRatings).

@@ -44,7 +44,9 @@ from services.chat.domain import (
 from services.chat.repository import Repository, RequestRace
 from services.common import deadlines
 from services.common.clip import clip
+from services.common.depfail import database_unavailable, dependency_error
 from services.common.errors import Cancelled, DeadlineExceeded, DomainError, Internal, NotFound, Unavailable
+from services.common.incidents import INCIDENTS
 from services.common.ids import check_same_request, new_id
 
 log = logging.getLogger(__name__)
@@ -101,8 +103,13 @@ class TurnRunner:
     """Runs turns. One per gateway process; `repo` and `agent` are created once at start-up."""
 
     def __init__(
-        self, repo: Repository, agent: AgentPort, tracer: trace.Tracer, cap_s: float, history_messages: int
+        self, repo: Repository, agent: AgentPort, tracer: trace.Tracer, cap_s: float, history_messages: int,
+        meter=None,
     ):
+        # `agentfeedback.chat.turns` by `outcome` (OK, or the error's ErrorInfo reason: low cardinality).
+        self._turns = meter.create_counter(
+            "agentfeedback.chat.turns", unit="{turn}", description="Turns run, by outcome (OK or the error reason)."
+        ) if meter is not None else None
         self._repo = repo
         self._agent = agent
         self._tracer = tracer
@@ -130,6 +137,7 @@ class TurnRunner:
                 metadata=self._metadata(span, token),
             )
             stored = await self._store_reply(owner, span, user, reply)
+            self._count("OK")
             return TurnResult(user, stored, user.trace_id)
         except BaseException as err:
             await self._fail(owner, span, user, err)
@@ -166,6 +174,7 @@ class TurnRunner:
             if final is None:
                 raise AgentCallError("FAILED", "the agent's stream ended without a final reply")
             yield await self._store_reply(owner, span, user, final)
+            self._count("OK")
         except BaseException as err:
             await self._fail(owner, span, user, err)
         finally:
@@ -239,6 +248,11 @@ class TurnRunner:
             if not isinstance(err, NotFound):
                 span.set_status(Status(StatusCode.ERROR, type(err).__name__))
             span.end()
+            dep = dependency_error(err, trace_id=trace_id) if isinstance(err, Exception) else None
+            if dep is not None and not isinstance(err, DomainError):  # the turn's trace id, in the error
+                self._count(dep.reason)
+                INCIDENTS.failure(dep.reason, f"turn {trace_id}: {type(err).__name__}", err)
+                raise dep from err
             raise
         user, history = began
         span.set_attribute("chat.turn_index", user.turn_index)
@@ -340,6 +354,9 @@ class TurnRunner:
             code, detail = "CANCELLED", "the caller cancelled the turn"
         elif isinstance(err, DomainError):
             code, detail = err.reason, err.message
+        elif (dep := dependency_error(err)) is not None:
+            code, detail = dep.reason, dep.message
+            INCIDENTS.failure(dep.reason, f"turn {user.trace_id}: {type(err).__name__}", err)
         else:
             code, detail = "INTERNAL", type(err).__name__
             log.error("turn %s failed", user.trace_id, exc_info=err)
@@ -349,11 +366,20 @@ class TurnRunner:
             await asyncio.shield(
                 self._repo.fail_turn(owner, user.instance_id, user.trace_id, code, detail[:1000])
             )
-        except Exception:  # noqa: BLE001 - the caller's error matters more than the bookkeeping
-            log.exception("could not mark turn %s failed", user.trace_id)
+        except Exception as e:  # noqa: BLE001 - the caller's error matters more than the bookkeeping
+            if dependency_error(e) is not None:  # the database is down: counted in its incident
+                INCIDENTS.failure("DATABASE_UNAVAILABLE", f"could not mark turn {user.trace_id} failed", e)
+            else:
+                log.exception("could not mark turn %s failed", user.trace_id)
+        self._count(code)
         if not isinstance(err, Exception):  # CancelledError, GeneratorExit, KeyboardInterrupt
             raise err
         raise _turn_error(code, detail, user.trace_id, user.name) from err
+
+
+    def _count(self, outcome: str) -> None:
+        if self._turns is not None:
+            self._turns.add(1, {"outcome": outcome})
 
 
 def _turn_error(code: str, detail: str, trace_id: str, user_message: str) -> BaseException:
@@ -366,6 +392,10 @@ def _turn_error(code: str, detail: str, trace_id: str, user_message: str) -> Bas
         return Unavailable(
             f"the agent is unreachable: {detail}", retry_after_s=1.0, reason="AGENT_UNAVAILABLE", **md
         )
+    if code == "DATABASE_UNAVAILABLE":
+        return database_unavailable(**md)
+    if code in ("UPSTREAM_UNAVAILABLE", "DEPENDENCY_UNAVAILABLE"):
+        return Unavailable(f"the turn failed: {detail}", retry_after_s=1.0, reason=code, **md)
     if code == "CANCELLED":
         return Cancelled("the turn was cancelled by its caller", reason="TURN_CANCELLED", **md)
     if code == "FAILED":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,11 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.common import deadlines
 from services.common.auth import Authenticator, set_current_principal, _current
+from services.common.depfail import dependency_error
 from services.common.errors import DomainError, InvalidArgument, Unimplemented, internal_status, to_status
+from services.common.health import DependencyWatch, postgres_probe, wait_serving  # noqa: F401 - re-exported
+from services.common.incidents import INCIDENTS
+from services.common.metrics import RpcMetrics, status_code_of
 from services.common.retry_policy import service_config
 from services.common.telemetry import record_exception
 
@@ -35,6 +40,15 @@ ALWAYS_PUBLIC_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
 # 4 MiB, gRPC's default, stated explicitly (docs/architecture.md "Spans": the 4 MiB gRPC limit).
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
+# Reconnect backoff of every channel one service opens to another (gRPC's defaults: 1 s first, up to
+# 120 s): after a dependency comes back the next attempt is at most 1 s away, so the first call after
+# its return succeeds within about 1 s (gRPC connection-backoff.md; channel args of grpc_types.h).
+RECONNECT_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
 # Every channel one service opens to another balances `round_robin` over every address the target
 # resolves to (a headless Kubernetes Service resolves to every ready pod), so the calls spread over the
 # replicas instead of gRPC's default `pick_first` sending all of them to the first address; and retries
@@ -45,14 +59,19 @@ DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 # reconnect and re-resolve DNS: replicas added by an autoscaler start getting calls within this time.
 # gRPC proposal A9 (server-side connection management) names this as the remedy for DNS-based balancing.
 MAX_CONNECTION_AGE_MS = 5 * 60 * 1000
+# The health service name Kubernetes liveness probes ask for: SERVING while the process serves, whatever
+# its dependencies (readiness asks for "", which follows the database): no restarts during a DB failover.
+LIVENESS_SERVICE = "agentfeedback.liveness"
 MAX_CONNECTION_AGE_GRACE_MS = 60 * 1000
 
 
 def client_channel(target: str) -> grpc.aio.Channel:
     """The channel a service opens to another service (`host:port`, `dns:///host:port`, or any gRPC
-    target; plaintext: in-cluster traffic), balancing calls round-robin over the target's addresses and
-    retrying the calls safe to repeat on UNAVAILABLE (`services.common.retry_policy`)."""
-    return grpc.aio.insecure_channel(target, options=[("grpc.service_config", service_config(round_robin=True))])
+    target; plaintext: in-cluster traffic), balancing calls round-robin over the target's addresses,
+    retrying the calls safe to repeat on UNAVAILABLE (`services.common.retry_policy`) and reconnecting
+    within 1 s of the target's return (`RECONNECT_OPTIONS`)."""
+    return grpc.aio.insecure_channel(target, options=[("grpc.service_config", service_config(round_robin=True)),
+                                                      *RECONNECT_OPTIONS])
 
 
 class _MetadataGetter:
@@ -114,7 +133,9 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     `method_scopes`: full method name (`/pkg.Service/Method`) → required scope, or None for
     "authenticated, any scope". Methods under `public_prefixes` need no token. Methods in
     `untraced` get no server span (the chat turn starts its own trace; the collector never traces
-    its own Export).
+    its own Export). `metrics` (optional) records every call's duration and status code.
+    A dependency failure (`services.common.depfail`) is UNAVAILABLE + RetryInfo + ErrorInfo naming
+    the dependency, logged once per incident; any other unexpected error is INTERNAL with the trace id.
     """
 
     def __init__(
@@ -124,7 +145,9 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         tracer: trace.Tracer,
         public_prefixes: Iterable[str] = (),
         untraced: Iterable[str] = (),
+        metrics: RpcMetrics | None = None,
     ):
+        self._metrics = metrics
         self._auth = authenticator
         self._scopes = method_scopes
         self._tracer = tracer
@@ -184,7 +207,14 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             return None
         return self._tracer.start_span(span_name, context=_extract(md), kind=SpanKind.SERVER, attributes=attributes)
 
-    async def _fail(self, err: BaseException, context: grpc.aio.ServicerContext, span) -> None:
+    def _status(self, err: BaseException, method: str, span):
+        """The google.rpc.Status an exception answers (see the class docstring), with its logging."""
+        trace_id = format(span.get_span_context().trace_id, "032x") if span is not None else "-"
+        if not isinstance(err, DomainError):
+            mapped = dependency_error(err, **({"trace_id": trace_id} if span is not None else {}))
+            if mapped is not None:
+                INCIDENTS.failure(mapped.reason, f"{method}: {type(err).__name__} (trace_id {trace_id})", err)
+                err = mapped
         if isinstance(err, DomainError):
             st = to_status(err)
             if span is not None:
@@ -193,13 +223,16 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                                     grpc.StatusCode.ABORTED, grpc.StatusCode.PERMISSION_DENIED,
                                     grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.FAILED_PRECONDITION):
                     span.set_status(Status(StatusCode.ERROR, err.reason))
-            await context.abort_with_status(rpc_status.to_status(st))
-        trace_id = format(span.get_span_context().trace_id, "032x") if span is not None else "-"
+            return st
         log.exception("unhandled error in RPC (trace_id %s)", trace_id, exc_info=err)
         if span is not None:
             record_exception(span, err)
             span.set_status(Status(StatusCode.ERROR, type(err).__name__))
-        await context.abort_with_status(rpc_status.to_status(internal_status(trace_id)))
+        return internal_status(trace_id)
+
+    def _record(self, method: str, code: int | None, t0: float, context) -> None:
+        if self._metrics is not None:
+            self._metrics.record(method, status_code_of(context) if code is None else code, time.perf_counter() - t0)
 
     def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]):
         span_name, attributes = _span_naming(method)
@@ -208,24 +241,34 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             token = _current.set(None)
             deadline = deadlines.enter(context)
             span = None
+            t0, code = time.perf_counter(), None
             try:
                 try:
                     md = metadata_dict(context)
                     self._authenticate(method, md, request)
                     span = self._start_span(method, md, span_name, attributes)
                     if span is None:
-                        return await behavior(request, context)
-                    with trace.use_span(span, end_on_exit=False):
-                        return await behavior(request, context)
-                except (asyncio.CancelledError, grpc.aio.AbortError):
+                        out = await behavior(request, context)
+                    else:
+                        with trace.use_span(span, end_on_exit=False):
+                            out = await behavior(request, context)
+                    code = 0
+                    return out
+                except asyncio.CancelledError:
+                    code = grpc.StatusCode.CANCELLED.value[0]
+                    raise
+                except grpc.aio.AbortError:
                     raise
                 except Exception as err:  # noqa: BLE001 - the one place unknown errors become INTERNAL
-                    await self._fail(err, context, span)
+                    st = self._status(err, method, span)
+                    code = st.code
+                    await context.abort_with_status(rpc_status.to_status(st))
             finally:
                 if span is not None:
                     span.end()
                 deadlines.leave(deadline)
                 _current.reset(token)
+                self._record(method, code, t0, context)
 
         return wrapped
 
@@ -236,6 +279,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             token = _current.set(None)
             deadline = deadlines.enter(context)
             span = None
+            t0, code = time.perf_counter(), None
             try:
                 try:
                     md = metadata_dict(context)
@@ -248,15 +292,22 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                     finally:
                         if ctx_token is not None:
                             otel_context.detach(ctx_token)
-                except (asyncio.CancelledError, grpc.aio.AbortError, GeneratorExit):
+                    code = 0
+                except (asyncio.CancelledError, GeneratorExit):
+                    code = grpc.StatusCode.CANCELLED.value[0]
+                    raise
+                except grpc.aio.AbortError:
                     raise
                 except Exception as err:  # noqa: BLE001
-                    await self._fail(err, context, span)
+                    st = self._status(err, method, span)
+                    code = st.code
+                    await context.abort_with_status(rpc_status.to_status(st))
             finally:
                 if span is not None:
                     span.end()
                 deadlines.leave(deadline)
                 _current.reset(token)
+                self._record(method, code, t0, context)
 
         return wrapped
 
@@ -298,8 +349,22 @@ class GrpcServer:
         self._grace_s = grace_s
         self._drain_delay_s = drain_delay_s
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
+        self._watch: DependencyWatch | None = None
+        # The service's `services.common.metrics.ServiceMetrics` (its Prometheus port: `.metrics.port`).
+        self.metrics: Any = None
         self.ports: dict[str, int] = {}
         self.port: int = 0
+
+    @property
+    def services(self) -> list[str]:
+        """Full names of the services served here (health is set for each, and for "")."""
+        return list(self._services)
+
+    def watch_database(self, url: str, also: Iterable[Any] = ()) -> DependencyWatch:
+        """Health follows PostgreSQL at `url` from `start()` on (`services.common.health`); `also`: other
+        servers of this process whose health follows it too. Stopped first by `stop()`."""
+        self._watch = DependencyWatch([self, *also], postgres_probe(url))
+        return self._watch
 
     def add(self, register: Callable[[Any, Any], None], servicer: Any, service_full_name: str) -> None:
         register(servicer, self.server)
@@ -324,11 +389,16 @@ class GrpcServer:
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         for s in self._services:
             await self.health.set(s, health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(LIVENESS_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        if self._watch is not None:
+            self._watch.start()
 
     async def stop(self, grace_s: float | None = None, drain_delay_s: float | None = None) -> None:
         """Health NOT_SERVING; keep serving for `drain_delay_s` (so load balancers and readiness
         probes see NOT_SERVING and stop sending); then refuse new RPCs and give in-flight ones
         `grace_s` seconds to finish; then the on_stop callbacks."""
+        if self._watch is not None:
+            await self._watch.stop()
         await self.health.enter_graceful_shutdown()
         delay = self._drain_delay_s if drain_delay_s is None else drain_delay_s
         if delay > 0:
@@ -379,27 +449,3 @@ async def serve_until_signal(stop: Callable[[], Awaitable[None]]) -> None:
     await ev.wait()
     log.info("signal received: draining")
     await stop()
-
-
-async def wait_serving(target: str, timeout_s: float = 60.0, proc: Any = None) -> None:
-    """Poll grpc.health.v1 `Check("")` on `target` every 0.2 s until SERVING.
-
-    `proc` (a subprocess.Popen, optional): fail fast with RuntimeError when it exits meanwhile.
-    Raises TimeoutError after `timeout_s` seconds.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    async with grpc.aio.insecure_channel(target) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while True:
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"process serving {target} exited with {proc.returncode}")
-            try:
-                r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-                if r.status == health_pb2.HealthCheckResponse.SERVING:
-                    return
-            except grpc.aio.AioRpcError:
-                pass
-            if loop.time() > deadline:
-                raise TimeoutError(f"{target} not SERVING after {timeout_s:.0f} s")
-            await asyncio.sleep(0.2)

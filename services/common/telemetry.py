@@ -125,7 +125,9 @@ def make_exporter() -> SpanExporter | None:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
 
-        return OTLPSpanExporter()
+        from services.common.server import RECONNECT_OPTIONS  # noqa: PLC0415 - fast reconnect to the collector
+
+        return OTLPSpanExporter(channel_options=tuple(RECONNECT_OPTIONS))
     if protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: PLC0415
 

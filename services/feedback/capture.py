@@ -27,8 +27,10 @@ import logging
 import time
 from collections.abc import Callable
 
+import grpc
 from opentelemetry import trace
 
+from services.common.incidents import log_failure
 from services.common.errors import DomainError, NotFound
 from services.feedback import domain, evidence
 from services.feedback.chat_client import ChatClient, ChatUnreachable
@@ -37,6 +39,9 @@ from services.feedback.model import Anchor, CaptureJob, TraceState, VerifyJob
 from services.feedback.repository import Repository
 from services.feedback.settings import FeedbackSettings
 from services.feedback.traces_client import TracesClient, TracesUnreachable
+
+# What the chat service answers when the anchor is not (or no longer) the owner's.
+_ANCHOR_GONE = frozenset({grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT})
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +109,8 @@ class CaptureWorker:
                 busy = await self.run_once()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - the worker survives a bad pass (database restart, …)
-                log.exception("capture pass failed")
+            except Exception as e:  # noqa: BLE001 - the worker survives a bad pass (database restart, …)
+                log_failure(log, "capture pass failed", e)
                 busy = 0
             if busy >= BATCH or self._stopping:
                 continue
@@ -218,7 +223,9 @@ class CaptureWorker:
                 target = picked
         except ChatUnreachable:
             return False
-        except DomainError:
+        except DomainError as e:
+            if e.code not in _ANCHOR_GONE:  # chat failed or refused for another reason: try again later
+                return False
             log.warning("feedback %s: anchor not found for its owner; client snapshot kept unverified", job.id)
             await self._repo.refresh_give_up(job.id, not_found=True)
             return True

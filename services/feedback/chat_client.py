@@ -3,7 +3,9 @@ so the chat service checks ownership where the data lives.
 
 Errors: the chat service's NOT_FOUND → `NotFound` (unknown or another owner's), PERMISSION_DENIED →
 `PermissionDenied('chat')`, INVALID_ARGUMENT → `InvalidArgument` on our request field; UNAVAILABLE /
-DEADLINE_EXCEEDED (after `timeout_s`) → `ChatUnreachable` (the caller decides on a fallback).
+DEADLINE_EXCEEDED (after `timeout_s`) → `ChatUnreachable` (the caller decides on a fallback); every
+other status by what it means (`services.common.upstream.from_upstream`): chat answering INTERNAL is
+INTERNAL `CHAT_FAILED`, not "chat unreachable".
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import grpc
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from services.common import deadlines
 from services.common.errors import InvalidArgument, NotFound, PermissionDenied
+from services.common.upstream import from_upstream
 from services.feedback.domain import MessageView
 
 Metadata = tuple[tuple[str, str], ...]
@@ -58,7 +61,7 @@ class ChatClient:
             return PermissionDenied("chat")
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             return InvalidArgument(field_path, e.details() or "rejected by the chat service")
-        return ChatUnreachable(f"chat service: {code.name}: {e.details()}")
+        return from_upstream(e, "chat")
 
     async def get_message(self, name: str, md: Metadata, field_path: str = "feedback.message") -> MessageView:
         """GetMessage(name) → MessageView. NotFound when unknown or not the caller's."""

@@ -16,6 +16,7 @@ from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.auth import SCOPE_CHAT, SCOPE_TRACES_READ, Authenticator, ServiceToken, mint_token
 from services.common.db import migrate, resolve_database_url
 from services.common.quota import over_quota, write_quota_interceptor
+from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
 from services.feedback import codec, repository
@@ -94,8 +95,13 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
 
     quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
                                           {"CreateFeedback": _report_cap(repo, settings.max_reports_per_owner)})
-    server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer), quota],
+    metrics = await ServiceMetrics("feedback", settings.metrics_listen).start()
+    pool_gauges(metrics.meter, pool, "feedback")
+    server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer, metrics=RpcMetrics(metrics.meter)),
+                         quota],
                         grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
+    server.metrics = metrics
+    server.watch_database(url)
     server.add(feedback_pb2_grpc.add_FeedbackServiceServicer_to_server, servicer, SERVICE)
     server.bind(settings.listen)
     await server.start()
@@ -110,6 +116,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
         await pool.close()
         if own_provider:
             tp.shutdown()
+        await metrics.close()
 
     server.on_stop(close)
     return server

@@ -14,6 +14,8 @@ class FeedbackSettings(CommonSettings):
 
     # Listen address of FeedbackService (docs/architecture.md "Processes": 50052).
     listen: str = Field(default="127.0.0.1:50052", pattern=LISTEN_PATTERN)
+    # Prometheus metrics endpoint (`host:port`, port 0 = any free port; empty = none): GET /metrics.
+    metrics_listen: str = Field(default="127.0.0.1:9462", pattern=r"^$|" + LISTEN_PATTERN)
     # ChatService address (snapshots are resolved there with the caller's token).
     chat_target: str = Field(default="127.0.0.1:50051", pattern=LISTEN_PATTERN)
     # TraceQueryService address (the capture worker freezes the turn's spans from there).

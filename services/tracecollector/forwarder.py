@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from services.common.server import RECONNECT_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -28,23 +31,27 @@ RETRYABLE = frozenset({
 class Forwarder:
     def __init__(self, endpoint: str, *, queue_max: int, timeout_s: float, max_attempts: int):
         if endpoint.startswith("https://"):
-            self._channel = grpc.aio.secure_channel(endpoint.removeprefix("https://"), grpc.ssl_channel_credentials())
+            self._channel = grpc.aio.secure_channel(endpoint.removeprefix("https://"), grpc.ssl_channel_credentials(),
+                                                    options=RECONNECT_OPTIONS)
         else:
-            self._channel = grpc.aio.insecure_channel(endpoint.removeprefix("http://"))
+            self._channel = grpc.aio.insecure_channel(endpoint.removeprefix("http://"), options=RECONNECT_OPTIONS)
         self._stub = trace_service_pb2_grpc.TraceServiceStub(self._channel)
         self._queue: asyncio.Queue[trace_service_pb2.ExportTraceServiceRequest] = asyncio.Queue(queue_max)
         self._timeout_s = timeout_s
         self._attempts = max_attempts
         self.sent = 0
         self.dropped = 0
+        # Optional `(outcome, spans)` hook, outcome `sent` | `dropped` (the collector's metrics).
+        self.on_spans: Callable[[str, int], None] | None = None
         self._task = asyncio.create_task(self._run(), name="otlp-forwarder")
 
     def submit(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
         """Queue `request` for the downstream; never blocks (drops the oldest when full)."""
         if self._queue.full():
-            self._queue.get_nowait()
+            oldest = self._queue.get_nowait()
             self._queue.task_done()
             self.dropped += 1
+            self._count("dropped", oldest)
             log.warning("forward queue full: dropped the oldest request (%d dropped so far)", self.dropped)
         self._queue.put_nowait(request)
 
@@ -54,14 +61,25 @@ class Forwarder:
             try:
                 await self._stub.Export(request, timeout=self._timeout_s, compression=grpc.Compression.Gzip)
                 self.sent += 1
+                self._count("sent", request)
                 return
             except grpc.aio.AioRpcError as e:
                 if e.code() not in RETRYABLE or attempt == self._attempts:
                     self.dropped += 1
+                    self._count("dropped", request)
                     log.warning("forwarding to downstream failed (%s): request dropped", e.code().name)
                     return
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 30.0)
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting to be sent."""
+        return self._queue.qsize()
+
+    def _count(self, outcome: str, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
+        if self.on_spans is not None:
+            self.on_spans(outcome, sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans))
 
     async def _run(self) -> None:
         while True:

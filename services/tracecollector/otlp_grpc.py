@@ -19,6 +19,7 @@ import grpc
 from grpc_status import rpc_status
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from services.common.depfail import database_unavailable, is_database_down
 from services.common.errors import Unavailable, to_status
 from services.tracecollector.ingest import ExportResult, Ingestor
 from services.tracecollector.writer import Overloaded
@@ -43,6 +44,8 @@ def failure(err: Exception, retry_after_s: float) -> Unavailable:
     """The retryable error an Export answers when its spans were not stored."""
     if isinstance(err, Overloaded):
         return Unavailable(str(err), retry_after_s=err.retry_after_s, reason="COLLECTOR_OVERLOADED")
+    if is_database_down(err) or (err.__cause__ is not None and is_database_down(err.__cause__)):
+        return database_unavailable()
     return Unavailable("spans could not be stored; retry later", retry_after_s=retry_after_s,
                        reason="STORAGE_UNAVAILABLE")
 
@@ -60,6 +63,7 @@ class TraceServiceServicer(trace_service_pb2_grpc.TraceServiceServicer):
         except Overloaded as e:
             await context.abort_with_status(rpc_status.to_status(to_status(failure(e, self._retry_after_s))))
         except Exception as e:
-            log.exception("Export failed")
+            if not (e.__cause__ is not None and is_database_down(e.__cause__)):  # else counted by the writer
+                log.exception("Export failed")
             await context.abort_with_status(rpc_status.to_status(to_status(failure(e, self._retry_after_s))))
         return export_response(result)

@@ -31,6 +31,7 @@ from services.common.clip import clip
 from services.common.errors import to_status
 from services.tracecollector.ingest import Ingestor
 from services.tracecollector.writer import Overloaded
+from services.common.depfail import is_database_down
 from services.tracecollector.otlp_grpc import export_response, failure
 
 log = logging.getLogger(__name__)
@@ -145,8 +146,8 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float)
         try:
             result = await ingestor.export(req)
         except Exception as e:
-            if not isinstance(e, Overloaded):
-                log.exception("OTLP/HTTP export not stored")
+            if not isinstance(e, Overloaded) and not (e.__cause__ is not None and is_database_down(e.__cause__)):
+                log.exception("OTLP/HTTP export not stored")  # (a database outage is counted by the writer)
             err = failure(e, retry_after_s)
             delay = str(max(1, math.ceil(err.retry_after_s or retry_after_s)))
             return _error(503, to_status(err), reply_type, headers={"Retry-After": delay})

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from services.common.incidents import log_failure
 from services.tracecollector.ingest import first_retained_day_ns, utc_day
 from services.tracecollector.repository import Partition, Repository
 
@@ -83,6 +85,8 @@ class Retention:
         self._interval_s = interval_s
         self._clock = clock
         self._lock = asyncio.Lock()
+        # Optional `(ok, dropped_days)` hook called after every pass (the collector's metrics).
+        self.on_pass: Callable[[bool, int], None] | None = None
 
     async def run_once(self, now_ns: int | None = None) -> PassResult:
         """One pass at `now_ns` (default: the clock): create missing partitions, drop expired days.
@@ -109,6 +113,8 @@ class Retention:
                     log.info("retention: %s is busy (autovacuum?); retiring it at the next pass", part.day)
             for part in p.settle:
                 await self._repo.settle_partition(part)
+            if self.on_pass is not None:
+                self.on_pass(True, len(p.drop))
         return PassResult(p.create, [x.day for x in p.drop], timings)
 
     async def run_forever(self) -> None:
@@ -120,4 +126,6 @@ class Retention:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("retention pass failed; retrying in %.0f s", self._interval_s)
+                if self.on_pass is not None:
+                    self.on_pass(False, 0)
+                log_failure(log, f"retention pass failed; retrying in {self._interval_s:.0f} s", sys.exc_info()[1])

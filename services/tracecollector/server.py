@@ -26,11 +26,13 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from services.common.auth import Authenticator
 from services.common.db import create_pool, migrate
+from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
 from services.common.server import GrpcServer, ServiceInterceptor
 from services.tracecollector import otlp_grpc, otlp_http
 from services.tracecollector.forwarder import Forwarder
 from services.tracecollector.ingest import Ingestor, Window
 from services.tracecollector.writer import BatchWriter
+from services.tracecollector.metrics import CollectorMetrics
 from services.tracecollector.query import METHOD_SCOPES, TraceQueryServicer, TraceReader
 from services.tracecollector.repository import Repository
 from services.tracecollector.retention import Retention
@@ -58,6 +60,7 @@ class CollectorServer:
         self.repo: Repository | None = None
         self._retention_task: asyncio.Task | None = None
         self._pool = None
+        self.metrics: ServiceMetrics | None = None
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Drain and stop everything (see module docstring for the order)."""
@@ -79,6 +82,8 @@ class CollectorServer:
             await asyncio.gather(self._retention_task, return_exceptions=True)
         if self._pool is not None:
             await self._pool.close()
+        if self.metrics is not None:
+            await self.metrics.close()
 
 
 def _http_port(runner: web.AppRunner) -> int:
@@ -111,9 +116,13 @@ async def create_server(
                                       max(settings.db_pool_max, settings.writer_workers + 2),
                                       command_timeout_s=settings.db_command_timeout_s)
         repo = srv.repo = Repository(srv._pool)
+        srv.metrics = await ServiceMetrics("tracecollector", settings.metrics_listen).start()
+        pool_gauges(srv.metrics.meter, srv._pool, SCHEMA)
+        cm = CollectorMetrics(srv.metrics.meter)
         srv.retention = Retention(repo, retention_days=settings.retention_days,
                                   ahead_days=settings.partitions_ahead_days,
                                   interval_s=settings.retention_interval_s, clock=clock)
+        srv.retention.on_pass = cm.retention_pass
         await srv.retention.run_once()
         srv._retention_task = asyncio.create_task(srv.retention.run_forever(), name="retention")
 
@@ -131,36 +140,43 @@ async def create_server(
                 await retention.run_once()
                 await repo.copy_spans(rows)
 
-        srv.writer = BatchWriter(copy, max_spans=settings.queue_max_spans,
+        srv.writer = BatchWriter(cm.timed_copy(copy), max_spans=settings.queue_max_spans,
                                  batch_max_spans=settings.batch_max_spans, workers=settings.writer_workers,
                                  retry_after_s=settings.retry_after_s)
         if settings.forward_endpoint:
             srv.forwarder = Forwarder(settings.forward_endpoint, queue_max=settings.forward_queue_max,
                                       timeout_s=settings.forward_timeout_s,
                                       max_attempts=settings.forward_max_attempts)
+        cm.queue("postgresql", lambda: srv.writer.queued_spans, settings.queue_max_spans)
+        if srv.forwarder is not None:
+            srv.forwarder.on_spans = cm.forwarded
+            cm.queue("otlp_forward", lambda: srv.forwarder.queued, settings.forward_queue_max)
         ingestor = Ingestor(srv.writer, window, srv.forwarder.submit if srv.forwarder else None)
+        rpc_metrics = RpcMetrics(srv.metrics.meter)
 
         provider = tracer_provider or trace.get_tracer_provider()
         tracer = provider.get_tracer("services.tracecollector")
         # OTLP/gRPC: public, untraced; grpc enforces the 4 MiB limit after decompression.
         srv.otlp = GrpcServer(
-            [ServiceInterceptor(None, {}, tracer, public_prefixes=(otlp_grpc.PUBLIC_PREFIX,))],
+            [ServiceInterceptor(None, {}, tracer, public_prefixes=(otlp_grpc.PUBLIC_PREFIX,), metrics=rpc_metrics)],
             grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s, max_message_bytes=settings.grpc_max_message_bytes,
         )
         srv.otlp.add(trace_service_pb2_grpc.add_TraceServiceServicer_to_server,
-                     otlp_grpc.TraceServiceServicer(ingestor, settings.retry_after_s), otlp_grpc.SERVICE_NAME)
+                     otlp_grpc.TraceServiceServicer(cm.receiver(ingestor, "grpc"), settings.retry_after_s),
+                     otlp_grpc.SERVICE_NAME)
         srv.ports["otlp_grpc"] = srv.otlp.bind(settings.otlp_grpc_listen)
         await srv.otlp.start()
 
         reader = TraceReader(repo, window, max_search_days=settings.retention_days)
-        srv.query = GrpcServer([ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer)],
+        srv.query = GrpcServer([ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer, metrics=rpc_metrics)],
                                grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
         srv.query.add(traces_pb2_grpc.add_TraceQueryServiceServicer_to_server, TraceQueryServicer(reader),
                       "agentfeedback.traces.v1.TraceQueryService")
         srv.ports["query"] = srv.port = srv.query.bind(settings.query_listen)
+        srv.query.watch_database(url, also=[srv.otlp])
         await srv.query.start()
 
-        app = otlp_http.create_app(ingestor, max_body_bytes=settings.http_max_body_bytes,
+        app = otlp_http.create_app(cm.receiver(ingestor, "http"), max_body_bytes=settings.http_max_body_bytes,
                                    retry_after_s=settings.retry_after_s)
         srv.http_runner = web.AppRunner(app, access_log=None)
         await srv.http_runner.setup()

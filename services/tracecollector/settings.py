@@ -18,6 +18,8 @@ class CollectorSettings(CommonSettings):
     otlp_http_port: int = Field(default=4318, ge=0, le=65535)
     # TraceQueryService (docs/architecture.md "Processes": 50053).
     query_listen: str = Field(default="127.0.0.1:50053", pattern=LISTEN_PATTERN)
+    # Prometheus metrics endpoint (`host:port`, port 0 = any free port; empty = none): GET /metrics.
+    metrics_listen: str = Field(default="127.0.0.1:9463", pattern=r"^$|" + LISTEN_PATTERN)
     # Days of spans kept; whole UTC-day partitions older than this are dropped.
     retention_days: int = Field(default=14, ge=1)
     # Spans starting more than this many seconds in the future are rejected.

@@ -11,6 +11,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from services.common.depfail import is_database_down
+from services.common.incidents import INCIDENTS
+
 log = logging.getLogger(__name__)
 
 # A storage row (column order: ingest.ROW_FIELDS).
@@ -127,10 +130,15 @@ class BatchWriter:
                 if not p.done.done():
                     p.done.set_exception(Overloaded(self._retry_after_s, self._reserved))
             raise
-        except Exception:
+        except Exception as e:
             if len(batch) == 1:
-                log.exception("storing %d spans failed", len(batch[0].rows))
-                batch[0].done.set_exception(RuntimeError("storing spans failed"))
+                if is_database_down(e):  # expected while PostgreSQL is down: one line per incident
+                    INCIDENTS.failure("DATABASE_UNAVAILABLE", f"storing {len(batch[0].rows)} spans failed", e)
+                else:
+                    log.exception("storing %d spans failed", len(batch[0].rows))
+                failed = RuntimeError("storing spans failed")
+                failed.__cause__ = e  # read by the Export answer (services.common.depfail)
+                batch[0].done.set_exception(failed)
                 return
             for p in batch:
                 await self._store([p])

@@ -20,6 +20,7 @@ from services.chat.agent.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHOD
 from services.chat.agent.tools import MemoryStore, build_registry
 from services.chat.agent.settings import AgentSettings
 from services.common.auth import SCOPE_FEEDBACK_AGENT, Authenticator, ServiceToken
+from services.common.metrics import RpcMetrics, ServiceMetrics
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
 
@@ -52,10 +53,12 @@ async def create_server(
     if settings.openai_base_url and settings.openai_model:
         backend = OpenAIBackend(settings.openai_base_url, settings.openai_model, settings.openai_api_key.get_secret_value())
     agent = ReferenceAgent(tracer, registry, memory, settings.think_ms, backend)
+    metrics = await ServiceMetrics("agent", settings.metrics_listen).start()
     interceptor = ServiceInterceptor(
-        Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS
+        Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics.meter)
     )
     server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
+    server.metrics = metrics
     server.add(agent_pb2_grpc.add_AgentServiceServicer_to_server, AgentServicer(agent), SERVICE)
     server.bind(settings.listen)
 
@@ -65,6 +68,7 @@ async def create_server(
             await backend.aclose()
         if own_provider:
             provider.shutdown()
+        await metrics.close()
 
     server.on_stop(close)
     await server.start()

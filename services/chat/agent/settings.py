@@ -14,6 +14,8 @@ class AgentSettings(CommonSettings):
 
     # Listen address of AgentService (docs/architecture.md "Processes": 50054).
     listen: str = Field(default="127.0.0.1:50054", pattern=LISTEN_PATTERN)
+    # Prometheus metrics endpoint (`host:port`, port 0 = any free port; empty = none): GET /metrics.
+    metrics_listen: str = Field(default="127.0.0.1:9464", pattern=r"^$|" + LISTEN_PATTERN)
     # FeedbackService address, used by the `record_feedback` tool.
     feedback_target: str = Field(default="127.0.0.1:50052", pattern=LISTEN_PATTERN)
     # The agent's own service credential (AGENTFEEDBACK_AGENT_SERVICE_TOKEN), sent as metadata

@@ -1,0 +1,80 @@
+"""Dependency failures → UNAVAILABLE + RetryInfo + ErrorInfo naming the dependency (the one mapping).
+
+`dependency_error(err)` classifies an exception **by type** (never by its message text):
+- asyncpg's connection classes (`PostgresConnectionError`: connection refused, lost mid-query,
+  rejected; `OperatorInterventionError`: admin shutdown, crash, "cannot connect now" while starting
+  or stopping; `TooManyConnectionsError`), and any `OSError` raised inside asyncpg (the socket is
+  missing: `FileNotFoundError`; `ConnectionRefusedError`; a connect `TimeoutError`)
+  → `Unavailable(reason="DATABASE_UNAVAILABLE", metadata dependency=postgresql)`;
+- a `grpc.aio.AioRpcError` UNAVAILABLE / DEADLINE_EXCEEDED from a call to another service that no
+  client mapped → `UPSTREAM_UNAVAILABLE`; any other `ConnectionError` → `DEPENDENCY_UNAVAILABLE`;
+- anything else → None (a bug: the caller answers INTERNAL with the trace id).
+`services.common.server.ServiceInterceptor` applies it to every RPC of every service; the chat turn
+applies it too, so a failed turn's UNAVAILABLE still names its trace id.
+"""
+from __future__ import annotations
+
+import asyncpg
+import grpc
+
+from services.common.errors import Unavailable
+
+# Seconds a client should wait before retrying (google.rpc.RetryInfo): the health probe notices a
+# returning database within 0.25 s and reconnecting takes milliseconds, so 1 s is never too short.
+RETRY_AFTER_S = 1.0
+
+DATABASE_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+
+_UPSTREAM_DOWN = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def _raised_in(err: BaseException, package: str) -> bool:
+    """True when a frame of `err`'s traceback runs code of `package` (by module name)."""
+    tb = err.__traceback__
+    prefix = package + "."
+    while tb is not None:
+        name = tb.tb_frame.f_globals.get("__name__", "")
+        if name == package or name.startswith(prefix):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def is_database_down(err: BaseException) -> bool:
+    """The error means PostgreSQL is down or unreachable (see the module docstring), by type."""
+    if isinstance(err, DATABASE_CONNECTION_ERRORS):
+        return True
+    return isinstance(err, OSError) and _raised_in(err, "asyncpg")
+
+
+def database_unavailable(**md: str) -> Unavailable:
+    """UNAVAILABLE DATABASE_UNAVAILABLE (RetryInfo 1 s); `md` adds ErrorInfo metadata (e.g. trace_id)."""
+    return Unavailable("the database (PostgreSQL) cannot be reached; retry later", retry_after_s=RETRY_AFTER_S,
+                       reason="DATABASE_UNAVAILABLE", dependency="postgresql", **md)
+
+
+def upstream_unavailable(dependency: str, code: grpc.StatusCode, **md: str) -> Unavailable:
+    """UNAVAILABLE `<DEPENDENCY>_UNAVAILABLE` for a service that did not answer (`code`: its status)."""
+    return Unavailable(f"the {dependency} service cannot be reached ({code.name}); retry later",
+                       retry_after_s=RETRY_AFTER_S, reason=f"{dependency.upper()}_UNAVAILABLE",
+                       dependency=dependency, **md)
+
+
+def dependency_error(err: BaseException, **md: str) -> Unavailable | None:
+    """The UNAVAILABLE a dependency failure answers, or None when `err` is not one (see module doc)."""
+    if is_database_down(err):
+        return database_unavailable(**md)
+    if isinstance(err, grpc.aio.AioRpcError) and err.code() in _UPSTREAM_DOWN:
+        return Unavailable(f"a service this one calls cannot be reached ({err.code().name}); retry later",
+                           retry_after_s=RETRY_AFTER_S, reason="UPSTREAM_UNAVAILABLE", **md)
+    if isinstance(err, ConnectionError):
+        return Unavailable("a dependency cannot be reached; retry later", retry_after_s=RETRY_AFTER_S,
+                           reason="DEPENDENCY_UNAVAILABLE", **md)
+    cause = err.__cause__ or err.__context__  # e.g. `raise StoreFailed(...) from asyncpg_error`
+    if cause is not None and is_database_down(cause):
+        return database_unavailable(**md)
+    return None

@@ -1,0 +1,153 @@
+"""OpenTelemetry metrics for every service: a MeterProvider per service process, read by the Prometheus
+exporter (`opentelemetry-exporter-prometheus`) on the service's `*_METRICS_LISTEN` address
+(`host:port`; port 0 = any free port; empty = no endpoint), and pushed over OTLP as well when
+`OTEL_METRICS_EXPORTER` names `otlp` (e.g. `prometheus,otlp`; the standard `OTEL_EXPORTER_OTLP_*`
+variables set the endpoint). A provider per service (not the global one) lets tests run several
+services in one process, each with its own endpoint and `service.name`.
+
+`RpcMetrics` records the OpenTelemetry RPC semantic conventions' `rpc.server.duration` histogram
+(milliseconds) with `rpc.system`, `rpc.service`, `rpc.method`, `rpc.grpc.status_code`: Prometheus
+shows it as `rpc_server_duration_milliseconds_{bucket,count,sum}`, the `_count` being the calls by
+method and status. Labels are low-cardinality only (never owner, trace or message ids).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import grpc
+from opentelemetry.metrics import Meter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+
+log = logging.getLogger(__name__)
+
+# Milliseconds: 1 ms … 60 s (RPCs of this system: sub-ms reads to agent turns of tens of seconds).
+RPC_BUCKETS_MS = (1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+# Seconds: 0.5 ms … 10 s (database commits, probes).
+DB_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+_STATUS_BY_VALUE = {c.value[0]: c for c in grpc.StatusCode}
+
+
+class ServiceMetrics:
+    """One service's metrics: `.meter` to create instruments; `.port` of its Prometheus endpoint (0 when
+    none; served by `await start()` on the service's own event loop with aiohttp, so observable
+    callbacks read asyncio state on its thread); `await close()` stops the endpoint and flushes OTLP."""
+
+    def __init__(self, service_name: str, listen: str = ""):
+        from prometheus_client import CollectorRegistry  # noqa: PLC0415
+
+        readers: list[Any] = []
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.port = 0
+        self._listen = listen
+        self._runner: Any = None
+        if listen:
+            from opentelemetry.exporter.prometheus import PrometheusMetricReader  # noqa: PLC0415
+
+            readers.append(PrometheusMetricReader(registry=self.registry))
+        if "otlp" in os.environ.get("OTEL_METRICS_EXPORTER", "").lower().split(","):
+            readers.append(_otlp_reader())
+        views = [
+            View(instrument_name="rpc.server.duration", aggregation=ExplicitBucketHistogramAggregation(RPC_BUCKETS_MS)),
+            View(instrument_name="*.duration", instrument_unit="s",
+                 aggregation=ExplicitBucketHistogramAggregation(DB_BUCKETS_S)),
+        ]
+        resource = Resource.create({"service.name": service_name, "service.namespace": "agentfeedback"})
+        self.provider = MeterProvider(resource=resource, metric_readers=readers, views=views)
+        self.meter: Meter = self.provider.get_meter(f"agentfeedback.{service_name}")
+
+    async def start(self) -> ServiceMetrics:
+        """Serve GET /metrics (Prometheus text format) on the listen address; OSError when it is taken."""
+        if not self._listen or self._runner is not None:
+            return self
+        from aiohttp import web  # noqa: PLC0415
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest  # noqa: PLC0415
+
+        async def scrape(_request: web.Request) -> web.Response:
+            return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        app = web.Application()
+        app.router.add_get("/metrics", scrape)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        host, _, port = self._listen.rpartition(":")
+        site = web.TCPSite(runner, host.strip("[]") or "127.0.0.1", int(port))
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def close(self) -> None:
+        """Stop the endpoint, then flush and stop the readers (OTLP exports what it holds)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self.provider.shutdown()
+
+
+def _otlp_reader():
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader  # noqa: PLC0415
+
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"))
+    if protocol == "http/protobuf":
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter  # noqa: PLC0415
+    else:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter  # type: ignore[assignment]  # noqa: PLC0415
+    return PeriodicExportingMetricReader(OTLPMetricExporter())
+
+
+def pool_gauges(meter: Meter, pool: Any, pool_name: str) -> None:
+    """`db.client.connections.usage` (state=idle|used) and `db.client.connections.max` of an asyncpg pool
+    (OpenTelemetry database semantic conventions, `pool.name` = the schema)."""
+    from opentelemetry.metrics import Observation  # noqa: PLC0415
+
+    def usage(_options):
+        size, idle = pool.get_size(), pool.get_idle_size()
+        return [Observation(idle, {"pool.name": pool_name, "state": "idle"}),
+                Observation(size - idle, {"pool.name": pool_name, "state": "used"})]
+
+    meter.create_observable_up_down_counter("db.client.connections.usage", [usage], unit="{connection}",
+                                            description="Connections of the pool, by state (idle | used).")
+    meter.create_observable_up_down_counter(
+        "db.client.connections.max", [lambda _o: [Observation(pool.get_max_size(), {"pool.name": pool_name})]],
+        unit="{connection}", description="Most connections the pool opens.")
+
+
+class RpcMetrics:
+    """`rpc.server.duration` by method and status code (see the module docstring)."""
+
+    def __init__(self, meter: Meter):
+        self._hist = meter.create_histogram(
+            "rpc.server.duration", unit="ms",
+            description="Duration of inbound RPCs, by rpc.service, rpc.method and rpc.grpc.status_code.")
+        self._attrs: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def record(self, method: str, code: int, duration_s: float) -> None:
+        key = (method, code)
+        attrs = self._attrs.get(key)
+        if attrs is None:
+            service, _, name = method.lstrip("/").rpartition("/")
+            attrs = self._attrs[key] = {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name,
+                                        "rpc.grpc.status_code": code}
+        self._hist.record(duration_s * 1000.0, attrs)
+
+
+def status_code_of(context: grpc.aio.ServicerContext) -> int:
+    """The status code an RPC ended with after the servicer aborted itself (2 = UNKNOWN when unset)."""
+    try:
+        code = context.code()
+    except Exception:  # noqa: BLE001 - older grpcio without ServicerContext.code()
+        return grpc.StatusCode.UNKNOWN.value[0]
+    if isinstance(code, grpc.StatusCode):
+        return code.value[0]
+    if isinstance(code, int):
+        return code
+    return grpc.StatusCode.UNKNOWN.value[0]
