@@ -20,7 +20,7 @@ from agentfeedback.chat.v1 import chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from agentfeedback.traces.v1 import traces_pb2_grpc
 from services.common.auth import ALL_SCOPES, mint_token
-from services.common.server import RECONNECT_OPTIONS
+from services.common.reconnect import RECONNECT_OPTIONS
 from services.common.telemetry import setup_tracing
 
 TEST_JWT_SECRET = "test-secret-not-for-production-0123456789abcdef"

@@ -29,6 +29,7 @@ from services.common.errors import DomainError, InvalidArgument, Unimplemented, 
 from services.common.health import DependencyWatch, postgres_probe, wait_serving  # noqa: F401 - re-exported
 from services.common.incidents import INCIDENTS
 from services.common.metrics import RpcMetrics, status_code_of
+from services.common.reconnect import RECONNECT_OPTIONS
 from services.common.retry_policy import service_config
 from services.common.telemetry import record_exception
 
@@ -39,15 +40,6 @@ ALWAYS_PUBLIC_PREFIXES = ("/grpc.health.", "/grpc.reflection.")
 
 # 4 MiB, gRPC's default, stated explicitly (docs/architecture.md "Spans": the 4 MiB gRPC limit).
 DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-
-# Reconnect backoff of every channel one service opens to another (gRPC's defaults: 1 s first, up to
-# 120 s): after a dependency comes back the next attempt is at most 1 s away, so the first call after
-# its return succeeds within about 1 s (gRPC connection-backoff.md; channel args of grpc_types.h).
-RECONNECT_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
 
 # Every channel one service opens to another balances `round_robin` over every address the target
 # resolves to (a headless Kubernetes Service resolves to every ready pod), so the calls spread over the

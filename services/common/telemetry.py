@@ -125,7 +125,7 @@ def make_exporter() -> SpanExporter | None:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
 
-        from services.common.server import RECONNECT_OPTIONS  # noqa: PLC0415 - fast reconnect to the collector
+        from services.common.reconnect import RECONNECT_OPTIONS  # noqa: PLC0415 - fast reconnect to the collector
 
         return OTLPSpanExporter(channel_options=tuple(RECONNECT_OPTIONS))
     if protocol == "http/protobuf":

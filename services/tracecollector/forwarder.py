@@ -17,7 +17,7 @@ from collections.abc import Callable
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from services.common.server import RECONNECT_OPTIONS
+from services.common.reconnect import RECONNECT_OPTIONS
 
 log = logging.getLogger(__name__)
 
