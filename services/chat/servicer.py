@@ -24,6 +24,7 @@ from services.chat.turn import StreamStart, TurnCall, TurnRunner
 from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_ADMIN, current_principal
 from services.common.deadlines import caller_remaining
 from services.common.errors import AlreadyExists, InvalidArgument, NotFound
+from services.common import pages
 from services.common.ids import new_id, page_size, request_fingerprint
 from services.common.server import extract_context
 
@@ -171,9 +172,11 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         rows = await self._repo.list_messages(owner, instance_id, after, size + 1, trace_id, turn_index)
         if rows is None:
             raise NotFound(request.parent)
-        resp = chat_pb2.ListMessagesResponse(messages=[message_pb(m) for m in rows[:size]])
-        if len(rows) > size:
-            resp.next_page_token = MessagePage.token(rows[size - 1], filters)
+        items = [message_pb(m) for m in rows[:size]]
+        n = pages.fit(items)  # a page ends early rather than pass the response size bound
+        resp = chat_pb2.ListMessagesResponse(messages=items[:n])
+        if len(rows) > n:
+            resp.next_page_token = MessagePage.token(rows[n - 1], filters)
         return resp
 
     async def ClearMessages(self, request, context):  # noqa: N802

@@ -86,8 +86,15 @@ async def list_cmd(c: Clients, instance: str, status: str | None, text: str, lim
     req = feedback_pb2.ListFeedbackRequest(page_size=limit, page_token=page_token, instance=instance, text=text)
     if status:
         req.status = feedback_pb2.Status.Value(f"STATUS_{status.upper()}")
-    resp = await c.feedback().ListFeedback(req, metadata=c.md, timeout=c.settings.timeout_s)
-    for fb in resp.feedback:
+    stub = c.feedback()
+    resp = await stub.ListFeedback(req, metadata=c.md, timeout=c.settings.timeout_s)
+    rows = list(resp.feedback)
+    # A page may end early (the server bounds a response's size): fetch on until `limit` rows.
+    while resp.next_page_token and len(rows) < limit:
+        req.page_token, req.page_size = resp.next_page_token, limit - len(rows)
+        resp = await stub.ListFeedback(req, metadata=c.md, timeout=c.settings.timeout_s)
+        rows += resp.feedback
+    for fb in rows:
         if as_json:
             click.echo(json.dumps(MessageToDict(fb)))
             continue
@@ -95,7 +102,7 @@ async def list_cmd(c: Clients, instance: str, status: str | None, text: str, lim
         words = fb.body.replace("\n", " ")
         click.echo(f"{fb.name.removeprefix('feedback/')}  {st:9s} {fb.snapshot.trace_id or '-':32s}  "
                    f"{fb.create_time.ToJsonString()[:19]}  {words[:60]}")
-    if not resp.feedback and not as_json:
+    if not rows and not as_json:
         click.echo("no feedback matches", err=True)
     if resp.next_page_token:
         click.echo(f"next page: --page-token {resp.next_page_token}", err=True)

@@ -12,14 +12,31 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from google.protobuf.message import Message
 
 from services.common.errors import InvalidArgument
 from services.common.ids import decode_page_token, encode_page_token
 
 FIELD = "page_token"
+# A page's items stop before their encoded size passes this (AIP-158 lets a page be shorter than
+# page_size): below gRPC's 4 MiB default receive limit of every client, with room for the token.
+RESPONSE_MAX_BYTES = 3 * 1024 * 1024
 NOT_OURS = "is not a token this service issued"
+
+
+def fit(items: Sequence[Message], max_bytes: int = RESPONSE_MAX_BYTES) -> int:
+    """How many of a page's `items` (protos, in page order) fit in one response of at most `max_bytes`
+    (at least one: a single item is bounded by the service's own field limits). The caller issues the
+    next page's token after the last item kept, so every advertised page size works."""
+    total = 0
+    for i, m in enumerate(items):
+        total += m.ByteSize() + 8  # the field's tag and length prefix
+        if total > max_bytes and i > 0:
+            return i
+    return len(items)
 
 
 def filters_digest(filters: Any) -> str:

@@ -137,9 +137,11 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         pos = pages.read(request.page_token, codec.filters(f))
         after = (pages.page_token_time(pos.get("t")), page_token_text(pos.get("i"))) if pos else None
         got = await self._reports.list(current_principal(), f, after, size)
-        out = pb.ListFeedbackResponse(feedback=[self._pb(r) for r in got[:size]])
-        if len(got) > size:
-            last = got[size - 1]
+        items = [self._pb(r) for r in got[:size]]
+        n = pages.fit(items)
+        out = pb.ListFeedbackResponse(feedback=items[:n])
+        if len(got) > n:
+            last = got[n - 1]
             out.next_page_token = pages.issue({"t": last.create_time.isoformat(), "i": last.id}, codec.filters(f))
         return out
 
@@ -199,9 +201,11 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         pos = pages.read(request.page_token, filters)
         after = codec.rating_position(pos) if pos is not None else None
         got = await self._ratings.list(current_principal(), request.conversation, turn, after, size)
-        out = pb.ListRatingsResponse(ratings=[codec.rating_pb(r) for r in got[:size]])
-        if len(got) > size:
-            k = got[size - 1].key
+        items = [codec.rating_pb(r) for r in got[:size]]
+        n = pages.fit(items)
+        out = pb.ListRatingsResponse(ratings=items[:n])
+        if len(got) > n:
+            k = got[n - 1].key
             out.next_page_token = pages.issue({"k": [k.turn_index, k.scope, k.aspect, k.artifact_id]}, filters)
         return out
 
@@ -234,13 +238,11 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         pos = pages.read(request.page_token, codec.filters(f))
         after = (pages.page_token_time(pos.get("t")), page_token_text(pos.get("i"))) if pos else None
         items = await self._stats.recent(f, after, size)
-        out = pb.ListRecentFeedbackResponse()
-        for it in items[:size]:
-            if it.rating is not None:
-                out.items.add(rating=codec.rating_pb(it.rating))
-            else:
-                out.items.add(feedback=self._pb(it.report))
-        if len(items) > size:
-            last = items[size - 1]
+        page = [pb.RecentItem(rating=codec.rating_pb(it.rating)) if it.rating is not None
+                else pb.RecentItem(feedback=self._pb(it.report)) for it in items[:size]]
+        n = pages.fit(page)
+        out = pb.ListRecentFeedbackResponse(items=page[:n])
+        if len(items) > n:
+            last = items[n - 1]
             out.next_page_token = pages.issue({"t": last.time.isoformat(), "i": last.id}, codec.filters(f))
         return out

@@ -21,6 +21,7 @@ import logging
 import math
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestPayloadError
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
@@ -45,6 +46,23 @@ _ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_
 _BAD_ID = base64.b64encode(b"\xff").decode()
 # Content-Encodings aiohttp decodes (br/zstd only with optional packages: aiohttp refuses those itself).
 _ENCODINGS = frozenset({"gzip", "x-gzip", "deflate", "identity"})
+
+
+class _ClientErrorsAsWarnings(logging.Filter):
+    """aiohttp answers a request its parser refuses (an encoding it cannot decode, e.g. `br` without the
+    optional package; a malformed request line or header) with 400 itself and logs an ERROR with a
+    traceback: the client's mistake, not ours. This makes each one WARNING line, its message clipped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg, record.args = "OTLP/HTTP request refused (400): %s", (clip(" ".join(str(exc).split())),)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+logging.getLogger("aiohttp.server").addFilter(_ClientErrorsAsWarnings())
 
 
 def _ids_to_base64(obj: dict) -> None:

@@ -1,0 +1,62 @@
+"""Raw bytes and bodies to the collector's OTLP/gRPC and OTLP/HTTP receivers (issue 16): never a 5xx,
+never INTERNAL/UNKNOWN, a refused body is one WARNING line (no ERROR traceback), health SERVING after."""
+from __future__ import annotations
+
+import logging
+import os
+
+import grpc
+import httpx
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+EXAMPLES = int(os.environ.get("AGENTFEEDBACK_FUZZ_EXAMPLES", "40"))
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+TYPES = ["application/x-protobuf", "application/json", "text/plain", "", "application/x-protobuf; charset=utf-8"]
+ENCODINGS = ["", "gzip", "deflate", "br", "zstd", "identity", "compress", "gzip, br", "x-gzip", "😀" * 50]
+EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
+async def test_a_refused_content_encoding_is_one_warning_line_not_an_error_traceback(stack, caplog):
+    caplog.set_level(logging.INFO)
+    async with httpx.AsyncClient() as c:
+        r = await c.post(f"http://127.0.0.1:{stack.ports['otlp_http']}/v1/traces", content=b"\x00garbage",
+                         headers={"content-type": "application/x-protobuf", "content-encoding": "br"})
+    assert 400 <= r.status_code < 500
+    mine = [rec for rec in caplog.records if rec.name.startswith("aiohttp")]
+    assert [rec.levelname for rec in mine] == ["WARNING"] and mine[0].exc_info is None
+    assert "\n" not in mine[0].getMessage()
+
+
+@FUZZ
+@given(body=st.binary(max_size=4096), ctype=st.sampled_from(TYPES), coding=st.sampled_from(ENCODINGS))
+async def test_otlp_http_never_answers_5xx(stack, body, ctype, coding):
+    headers = {"content-type": ctype} if ctype else {}
+    if coding:
+        headers["content-encoding"] = coding.encode()  # bytes: a non-ASCII value goes on the wire as is
+    async with httpx.AsyncClient() as c:
+        try:
+            r = await c.post(f"http://127.0.0.1:{stack.ports['otlp_http']}/v1/traces", content=body, headers=headers)
+        except httpx.RemoteProtocolError:
+            return  # the server closed a connection whose body it could not read (after answering 400)
+    assert r.status_code < 500, (r.status_code, r.text[:200])
+
+
+@FUZZ
+@given(body=st.binary(max_size=4096))
+async def test_otlp_grpc_never_answers_internal_or_unknown(stack, body):
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{stack.ports['otlp_grpc']}") as ch:
+        call = ch.unary_unary(EXPORT, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        try:
+            await call(body, timeout=10)
+        except grpc.aio.AioRpcError as e:
+            assert e.code() not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), e.details()
+
+
+async def test_the_collector_is_serving_after_the_fuzz(stack):
+    for port in ("otlp_grpc", "query"):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{stack.ports[port]}") as ch:
+            got = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert got.status == health_pb2.HealthCheckResponse.SERVING
