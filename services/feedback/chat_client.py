@@ -104,6 +104,14 @@ class ChatClient:
                 return out
             req.page_token = resp.next_page_token
 
+    async def get_defect(self, name: str, md: Metadata, field_path: str = "suspected_defect") -> chat_pb2.SuspectedDefect:
+        """GetSuspectedDefect(name): NotFound when unknown, clean, or not the caller's."""
+        try:
+            return await self._stub.GetSuspectedDefect(chat_pb2.GetSuspectedDefectRequest(name=name), metadata=md,
+                                                       timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as e:
+            raise self._map(e, name, field_path) from None
+
     async def check_instance(self, name: str, md: Metadata, field_path: str) -> None:
         """GetInstance(name): NotFound when unknown or not the caller's."""
         try:

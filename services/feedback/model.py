@@ -236,6 +236,26 @@ class ReportFilter:
     trace_id: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One audit record to write (issue 13): who did what to which report; `changes`: (field, old, new)
+    of status / issue_url only, never the body. `method`: the full gRPC method name."""
+
+    actor: str
+    action: AuditAction
+    feedback_id: str
+    owner: str
+    changes: tuple[tuple[str, str, str], ...] = ()
+    method: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    id: str
+    time: dt.datetime
+    entry: AuditEntry
+
+
 # ---------------------------------------------------------------- capture worker
 @dataclass(frozen=True, slots=True)
 class CaptureJob:

@@ -28,11 +28,12 @@ from services.common.errors import (
     Unavailable,
 )
 from services.common.ids import check_same_request, new_id, parse_trace_id
-from services.feedback import domain
+from services.feedback import audit, domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.events import emit_created
 from services.feedback.model import (
     Anchor,
+    AuditAction,
     Author,
     Category,
     CreatedEvent,
@@ -72,6 +73,7 @@ class ReportDraft:
     client_version: str = ""
     client_snapshot: Snapshot | None = None
     actor: str | None = None  # the `x-agentfeedback-actor` metadata value (AUTHOR_AGENT needs it)
+    context_trace_id: str = ""  # AUTHOR_AGENT: the turn in which the complaint was spoken
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ class Reports:
             surface=d.surface, author=d.author, body=d.body, sentiment=d.sentiment, category=d.category,
             snapshot=snapshot, turn_time=turn_time, trace_state=plan.trace_state, copy_sibling=plan.copy_sibling,
             capture_due=plan.capture_due, verify_due=plan.verify_due, authoritative=plan.authoritative,
+            context_trace_id=d.context_trace_id,
         )
         got = await self._repo.insert_report(new, REQUEST_RETENTION_S)
         if isinstance(got, DeletedCreate):
@@ -223,11 +226,13 @@ class Reports:
         `after`; at most `size` + 1 (one more tells the caller there is a next page)."""
         return await self._repo.list_reports(p.sub, f, after, size + 1)
 
-    async def update(self, p: Principal, fid: str, c: Change, current_pb: Callable[[Report], Message]) -> Report:
+    async def update(self, p: Principal, fid: str, c: Change, current_pb: Callable[[Report], Message],
+                     action: AuditAction = AuditAction.UPDATE_FEEDBACK) -> Report:
         """Status / issue_url change under an etag precondition (AIP-154). A retry with the same
         request id answers with the report as it is and writes nothing; the same request id on another
         report → INVALID_ARGUMENT (REQUEST_ID_REUSED). ABORTED (the current report in the details,
-        built by `current_pb`) on a stale etag; FAILED_PRECONDITION on a forbidden status move."""
+        built by `current_pb`) on a stale etag; FAILED_PRECONDITION on a forbidden status move. A change
+        is recorded in the audit trail as `action` (UPDATE, or RESOLVE from the MCP server)."""
 
         def decide(cur: Report, earlier) -> tuple[Status, str] | None:
             if earlier is not None:  # a retry: answer with the report as it is, write nothing
@@ -250,7 +255,8 @@ class Reports:
                 return None
             return status, url
 
-        r = await self._repo.update_report(fid, p.sub, decide, c.request_id, c.fingerprint, REQUEST_RETENTION_S)
+        r = await self._repo.update_report(fid, p.sub, decide, c.request_id, c.fingerprint, REQUEST_RETENTION_S,
+                                           lambda before, after: audit.entry(p, action, fid, p.sub, before, after))
         if r is None:
             raise NotFound(f"feedback/{fid}")
         return r
@@ -258,7 +264,8 @@ class Reports:
     async def delete(self, p: Principal, fid: str, request_id: uuid.UUID | None) -> None:
         """Hard delete; NOT_FOUND when absent. With a request id, a retry after the delete succeeded is
         OK (kept REQUEST_RETENTION_S); the same request id naming another report → INVALID_ARGUMENT."""
-        deleted, earlier = await self._repo.delete_report(fid, p.sub, request_id, REQUEST_RETENTION_S)
+        deleted, earlier = await self._repo.delete_report(
+            fid, p.sub, request_id, REQUEST_RETENTION_S, audit.entry(p, AuditAction.DELETE_FEEDBACK, fid, p.sub))
         if earlier is not None:  # a delete's content is the id it names
             check_same_request(earlier.encode(), fid.encode())
             return
@@ -305,7 +312,8 @@ class Reports:
         except BaseException:
             await self._repo.release_filing(fid, p.sub)
             raise
-        done = await self._repo.finish_filing(fid, p.sub, url)
+        done = await self._repo.finish_filing(
+            fid, p.sub, url, lambda filed: audit.entry(p, AuditAction.FILE_FEEDBACK, fid, p.sub, claimed, filed))
         if done is None:
             raise NotFound(f"feedback/{fid}")
         return done

@@ -30,6 +30,8 @@ from services.feedback.settings import FeedbackSettings
 from services.feedback.statistics import Stats
 from services.feedback.ticket import TicketFields
 from services.feedback.traces_client import TracesClient
+from services.feedback.audit import Audit
+from services.feedback.defect_reports import DefectReports
 from services.feedback.tracker import make_sink
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -91,7 +93,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
                       settings.filing_capture_wait_s, worker.wake if run_worker else None, authenticator)
     ratings = Ratings(repo, chat, settings.rating_check_cache_s, codec.rating_pb)
     servicer = FeedbackServicer(reports, ratings, Stats(repo, now), settings.trace_retention_days,
-                                settings.rating_note_max_bytes, now)
+                                settings.rating_note_max_bytes, now, Audit(repo), DefectReports(chat, reports))
 
     quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
                                           {"CreateFeedback": _report_cap(repo, settings.max_reports_per_owner)})

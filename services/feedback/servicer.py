@@ -35,7 +35,7 @@ from services.common.ids import (
     parse_trace_id,
     request_fingerprint,
 )
-from services.feedback import codec, domain
+from services.feedback import audit, codec, domain
 from services.feedback.codec import enum_value
 from services.feedback.judgements import check_reasons, check_slug
 from services.feedback.model import (
@@ -51,7 +51,10 @@ from services.feedback.model import (
 )
 from services.feedback.ratings import Ratings
 from services.feedback.reports import Change, ReportDraft, Reports
-from services.feedback.statistics import Stats, Vocabulary
+from services.feedback.servicer_operator import OperatorMethods
+from services.feedback.statistics import Stats
+from services.feedback.audit import METHOD_PREFIX, Audit
+from services.feedback.defect_reports import DefectReports
 
 SERVICE = "agentfeedback.feedback.v1.FeedbackService"
 # Method → scope (docs/architecture.md "Contracts"; the proto's service comment).
@@ -63,6 +66,8 @@ METHOD_SCOPES: dict[str, str | None] = {
         "FileFeedback": SCOPE_FEEDBACK_TRIAGE, "PutRating": SCOPE_FEEDBACK_WRITE, "DeleteRating": SCOPE_FEEDBACK_WRITE,
         "ListRatings": SCOPE_FEEDBACK_READ, "CopyRatings": SCOPE_FEEDBACK_WRITE,
         "GetFeedbackStats": SCOPE_FEEDBACK_ADMIN, "ListRecentFeedback": SCOPE_FEEDBACK_ADMIN,
+        "GetTurnFeedback": SCOPE_FEEDBACK_ADMIN, "ListAuditRecords": None,  # admin or read: Audit.list
+        "ReportSuspectedDefect": SCOPE_FEEDBACK_WRITE,
     }.items()
 }
 
@@ -71,9 +76,10 @@ def _feedback_id(name: str, field_path: str) -> str:
     return parse_name(name, "feedback/{}", field_path)[0]
 
 
-class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
+class FeedbackServicer(OperatorMethods, feedback_pb2_grpc.FeedbackServiceServicer):
     def __init__(self, reports: Reports, ratings: Ratings, stats: Stats, trace_retention_days: int,
-                 note_max_bytes: int, clock: Callable[[], dt.datetime]):
+                 note_max_bytes: int, clock: Callable[[], dt.datetime], audit_: Audit, defects: DefectReports):
+        self._audit, self._defects = audit_, defects
         self._reports = reports
         self._ratings = ratings
         self._stats = stats
@@ -95,6 +101,10 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         if kind is None:
             raise InvalidArgument("feedback.target", "one of message, trace_id or coding is required")
         author = enum_value(f.author, Author, "feedback.author") or Author.USER
+        if author == Author.PLATFORM:
+            raise InvalidArgument("feedback.author", "AUTHOR_PLATFORM is set only by ReportSuspectedDefect")
+        if f.context_trace_id and author != Author.AGENT:
+            raise InvalidArgument("feedback.context_trace_id", "is only for AUTHOR_AGENT reports")
         actor = next((v for k, v in (context.invocation_metadata() or ()) if k == ACTOR_METADATA), None)
         if author == Author.AGENT:
             self._reports.check_agent_actor(actor)
@@ -108,7 +118,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         client_version = check_text(request.client_snapshot.context.client_version if has_client else "",
                                     "client_snapshot.context.client_version", 200)
         draft = ReportDraft(rid, fingerprint, anchor, surface, author, body, sentiment, category, client_version,
-                            codec.client_snapshot_from_pb(request.client_snapshot) if has_client else None, actor)
+                            codec.client_snapshot_from_pb(request.client_snapshot) if has_client else None, actor,
+                            parse_trace_id(f.context_trace_id, "feedback.context_trace_id") if f.context_trace_id else "")
         return self._pb(await self._reports.create(current_principal(), draft))
 
     async def GetFeedback(self, request: pb.GetFeedbackRequest, context) -> pb.Feedback:
@@ -154,7 +165,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         rid = parse_request_id(request.request_id, "request_id")
         change = Change(new.etag, status, new.issue_url if "issue_url" in paths else None, rid,
                         codec.update_fingerprint(request) if rid is not None else None)
-        return self._pb(await self._reports.update(current_principal(), fid, change, self._pb))
+        action = audit.update_action(context.invocation_metadata())
+        return self._pb(await self._reports.update(current_principal(), fid, change, self._pb, action))
 
     async def DeleteFeedback(self, request: pb.DeleteFeedbackRequest, context) -> empty_pb2.Empty:
         """Hard delete of the caller's report; NOT_FOUND when absent; a `request_id` retry is OK."""
@@ -220,29 +232,3 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         n = await self._ratings.copy(current_principal(), request.source_conversation, request.target_conversation,
                                      request.through_turn_index, parse_request_id(request.request_id, "request_id"))
         return pb.CopyRatingsResponse(copied_count=n)
-
-    # ------------------------------------------------------------ statistics
-    async def GetFeedbackStats(self, request: pb.GetFeedbackStatsRequest, context) -> pb.FeedbackStats:
-        """Counts over the window (UTC days ending today), every owner, USER-origin ratings only."""
-        words = Vocabulary(*(check_slug(getattr(request, k), k) or getattr(Vocabulary, k)
-                             for k in ("reaction_aspect", "completion_aspect", "complete_choice")))
-        return codec.stats_pb(await self._stats.window(request.window_days, words))
-
-    async def ListRecentFeedback(self, request: pb.ListRecentFeedbackRequest, context) -> pb.ListRecentFeedbackResponse:
-        """Operator feed: USER ratings and reports of every owner, newest first, filtered, paged (Stats.recent);
-        a page token is bound to the filters it was issued for (other filters → INVALID_ARGUMENT)."""
-        size = page_size(request.page_size, 50, 500)
-        f = codec.recent_filter(request)
-        if f.aspect and not domain.ASPECT_SLUG.match(f.aspect):
-            raise InvalidArgument("aspect", "must be a slug [a-z][a-z0-9_]{0,63}")
-        pos = pages.read(request.page_token, codec.filters(f))
-        after = (pages.page_token_time(pos.get("t")), page_token_text(pos.get("i"))) if pos else None
-        items = await self._stats.recent(f, after, size)
-        page = [pb.RecentItem(rating=codec.rating_pb(it.rating)) if it.rating is not None
-                else pb.RecentItem(feedback=self._pb(it.report)) for it in items[:size]]
-        n = pages.fit(page)
-        out = pb.ListRecentFeedbackResponse(items=page[:n])
-        if len(items) > n:
-            last = items[n - 1]
-            out.next_page_token = pages.issue({"t": last.time.isoformat(), "i": last.id}, codec.filters(f))
-        return out

@@ -104,6 +104,10 @@ class Stats:
             end_time=now,
         )
 
+    async def turn(self, user: str, conversation: str, turn_index: int) -> tuple[list[Rating], list[Report]]:
+        """Everything `user` said about one turn: every rating (origin shown) and report (read-only)."""
+        return await self._repo.turn_feedback(user, conversation, turn_index)
+
     async def recent(self, f: RecentFilter, after: tuple[dt.datetime, str] | None, size: int) -> list[RecentItem]:
         """USER ratings and reports of every owner, newest first (time, id), at most `size` + 1 (one more
         tells the caller there is a next page). Rating-only filters (scope, aspect, rating sentiment,

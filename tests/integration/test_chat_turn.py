@@ -200,3 +200,30 @@ async def test_remember_a_fact_goes_to_write_memory(stack: Stack):
     t = await stack.wait_trace(r.trace_id, min_spans=3)
     assert [s.attributes["gen_ai.tool.name"] for s in by_name(t, "tool.call")] == ["write_memory"]
     assert r.reply.content == "Noted. I will remember: my sister is called Ana"
+
+
+async def test_an_agent_recorded_report_freezes_the_evidence_of_the_reply_complained_about(stack: Stack):
+    import asyncio  # noqa: PLC0415
+
+    from agentfeedback.feedback.v1 import feedback_pb2 as fpb  # noqa: PLC0415
+
+    parent = await new_instance(stack)
+    first = await stack.chat().SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="how many agents do you have in total?"),
+        metadata=stack.md(),
+    )
+    complaint = await stack.chat().SendMessage(
+        chat_pb2.SendMessageRequest(instance=parent, content="that's wrong, write that down"), metadata=stack.md()
+    )
+    await stack.wait_trace(first.trace_id, min_spans=3)
+    await stack.wait_trace(complaint.trace_id, min_spans=3)
+    (row,) = (await stack.feedback().ListFeedback(fpb.ListFeedbackRequest(author=fpb.AUTHOR_AGENT),
+                                                  metadata=stack.md())).feedback
+    assert row.message == first.reply.name and row.context_trace_id == complaint.trace_id
+    for _ in range(100):
+        row = await stack.feedback().GetFeedback(fpb.GetFeedbackRequest(name=row.name), metadata=stack.md())
+        if row.trace_snapshot.state == fpb.TRACE_SNAPSHOT_STATE_CAPTURED:
+            break
+        await asyncio.sleep(0.2)
+    # The frozen tool calls are the complained-about turn's (list_subordinates), not the record_feedback call.
+    assert [c.name for c in row.trace_snapshot.tool_calls] == ["list_subordinates"]

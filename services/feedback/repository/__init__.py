@@ -3,7 +3,7 @@ asyncpg pool, returning the model's dataclasses (`services/feedback/model.py`), 
 
 One package, one module per table family: `reports` (reports and their request ledgers), `capture`
 (the capture worker's queues), `ratings` (ratings, statistics, the operator feed), `statistics` (the
-funnel and per-dimension series); `rows` maps rows
+funnel and per-dimension series), `audit` (the audit trail, the per-turn view); `rows` maps rows
 and `jsonb` columns to the model. No rule is decided here: the use cases decide, this stores.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from services.feedback.repository.ratings import RatingStore
 from services.feedback.repository.reports import *  # noqa: F403
 from services.feedback.repository.reports import ReportStore, like_pattern
 from services.feedback.repository.statistics import StatisticsStore
+from services.feedback.repository.audit import AuditStore
 
 __all__ = ["Repository", "create_pool", "like_pattern"]
 
@@ -38,7 +39,7 @@ async def create_pool(url: str, min_size: int, max_size: int,
                                     reset=skip_reset, command_timeout_s=command_timeout_s)
 
 
-class Repository(ReportStore, CaptureStore, RatingStore, StatisticsStore):
+class Repository(ReportStore, CaptureStore, RatingStore, StatisticsStore, AuditStore):
     """The feedback schema's reads and writes over one pool."""
 
     def __init__(self, pool: asyncpg.Pool):

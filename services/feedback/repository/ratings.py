@@ -199,6 +199,16 @@ WHERE (:category::smallint = 0 OR category = :category) AND (:text = '' OR body 
   AND (:after_time::timestamptz IS NULL OR (create_time, id) < (:after_time, :after_id))
 ORDER BY create_time DESC, id DESC LIMIT :limit""")
 
+# The per-turn view (GetTurnFeedback): one owner's ratings (any origin) and reports of one turn.
+TURN_RATINGS = f"""
+SELECT {RATING_COLUMNS} FROM ratings WHERE owner = $1 AND conversation = $2 AND turn_index = $3
+ORDER BY scope, aspect, artifact_id"""
+TURN_REPORTS = f"""
+SELECT {FEEDBACK_COLUMNS} FROM feedback
+WHERE owner = $1 AND instance = $2 AND COALESCE((snapshot->>'turn_index')::int, 0) = $3
+  AND snapshot_source <> 3
+ORDER BY create_time, id"""
+
 _NAMED = {"user_origin": RatingOrigin.USER, "branch_copy": RatingOrigin.BRANCH_COPY,
           "message_scope": RatingScope.MESSAGE, "positive": RatingSentiment.POSITIVE,
           "neutral": RatingSentiment.NEUTRAL, "negative": RatingSentiment.NEGATIVE, "bad": Sentiment.BAD}
@@ -287,3 +297,10 @@ class RatingStore:
         fb = [rows.report(x) for x in await self.pool.fetch(*RECENT_FEEDBACK.bind(values))] \
             if reports else []
         return r, fb
+
+    async def turn_feedback(self, owner: str, conversation: str, turn_index: int) -> tuple[list[Rating], list[Report]]:
+        """Every rating (any origin) and report of `owner` about one turn."""
+        async with self.pool.acquire() as conn:
+            ratings = await conn.fetch(TURN_RATINGS, owner, conversation, turn_index)
+            reports = await conn.fetch(TURN_REPORTS, owner, conversation, turn_index)
+        return [rows.rating(r) for r in ratings], [rows.report(r) for r in reports]

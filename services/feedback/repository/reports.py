@@ -18,6 +18,7 @@ import asyncpg
 
 from services.common.db import NamedSQL
 from services.feedback.model import (
+    AuditEntry,
     DeletedCreate,
     NewReport,
     Report,
@@ -28,11 +29,12 @@ from services.feedback.model import (
     TraceState,
 )
 from services.feedback.repository import rows
+from services.feedback.repository.audit import insert_audit
 
 FEEDBACK_COLUMNS = """id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
     surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, trace_snapshot,
     capture_attempts, capture_span_count, next_capture_at, capture_time, status, issue_url, filing_until, version,
-    create_time, update_time"""
+    create_time, update_time, context_trace_id"""
 
 GET_BY_REQUEST_ID = f"""SELECT {FEEDBACK_COLUMNS}, request_fingerprint, created_event_time FROM feedback
 WHERE owner = $1 AND request_id = $2"""
@@ -58,14 +60,14 @@ WITH claim AS (
 INSERT INTO feedback (id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
     surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, next_capture_at,
     refresh_at, trace_snapshot, capture_span_count, capture_time, create_time, update_time, request_fingerprint,
-    created_event_time)
+    created_event_time, context_trace_id)
 SELECT :id, :owner, :request_id, :target_kind, :message, :coding_session, :coding_seq, :instance, :trace_id,
     :surface, :author, :body, :sentiment, :category, :snapshot, :snapshot_source, :turn_time,
     COALESCE(sib.trace_state, :trace_state::smallint),
     CASE WHEN :capture_due AND sib.id IS NULL THEN now() END,
     CASE WHEN :verify_due THEN now() END,
     COALESCE(sib.trace_snapshot, '{{}}'::jsonb), COALESCE(sib.capture_span_count, -1), sib.capture_time, now(), now(),
-    :fingerprint, CASE WHEN :authoritative THEN now() END
+    :fingerprint, CASE WHEN :authoritative THEN now() END, :context_trace_id
 FROM claim
 LEFT JOIN LATERAL (
     SELECT id, trace_state, trace_snapshot, capture_span_count, capture_time FROM feedback
@@ -202,6 +204,7 @@ class ReportStore:
             "turn_time": new.turn_time, "trace_state": new.trace_state, "capture_due": new.capture_due,
             "verify_due": new.verify_due, "authoritative": new.authoritative, "copy_sibling": new.copy_sibling,
             "captured": TraceState.CAPTURED, "client": SnapshotSource.CLIENT,
+            "context_trace_id": new.context_trace_id,
         }
         bound = INSERT_FEEDBACK.bind(values)
         for _ in range(2):  # a deletion record expiring between two statements: claim it again
@@ -220,7 +223,7 @@ class ReportStore:
         return _report(await self.pool.fetchrow(GET_FEEDBACK, fid, owner))
 
     async def delete_report(self, fid: str, owner: str, request_id: uuid.UUID | None,
-                            retention_s: float) -> tuple[bool, str | None]:
+                            retention_s: float, audit: AuditEntry | None = None) -> tuple[bool, str | None]:
         """Delete the owner's report. Returns (deleted, earlier): `earlier` is the id an earlier
         completed delete with this `request_id` removed (within `retention_s`), else None; the owner's
         records older than that are pruned. Every delete stamps the ledger row of the request id that created the report."""
@@ -231,6 +234,7 @@ class ReportStore:
                     return False, earlier
             deleted = await conn.fetchval(DELETE_FEEDBACK, fid, owner) is not None
             if deleted:
+                await insert_audit(conn, [audit] if audit else [])
                 await conn.execute(PRUNE_DELETE_RECORDS, owner, retention_s)
                 if request_id is not None:
                     await conn.execute(RECORD_DELETE, owner, request_id, fid)
@@ -252,7 +256,8 @@ class ReportStore:
 
     async def update_report(self, fid: str, owner: str, decide: Callable[[Report, Any], tuple[Status, str] | None],
                             request_id: uuid.UUID | None, fingerprint: bytes | None,
-                            retention_s: float) -> Report | None:
+                            retention_s: float, audit: Callable[[Report, Report], AuditEntry] | None = None,
+                            ) -> Report | None:
         """Row-locked read-modify-write: `decide(current, earlier)` returns (status, issue_url) to write,
         or None to keep the report as it is (it may raise a DomainError to abort). `earlier`: the record
         (feedback_id, request_fingerprint) of an update already made with `request_id`, else None. A new
@@ -269,6 +274,7 @@ class ReportStore:
                 out = current
             else:
                 out = rows.report(await conn.fetchrow(UPDATE_FEEDBACK, fid, owner, *change))
+                await insert_audit(conn, [audit(current, out)] if audit else [])
             if request_id is not None and earlier is None:
                 await conn.execute(RECORD_UPDATE_REQUEST, owner, request_id, fid, fingerprint, retention_s)
             return out
@@ -276,8 +282,14 @@ class ReportStore:
     async def claim_filing(self, fid: str, owner: str, lease_s: float) -> Report | None:
         return _report(await self.pool.fetchrow(CLAIM_FILING, fid, owner, lease_s))
 
-    async def finish_filing(self, fid: str, owner: str, url: str) -> Report | None:
-        return _report(await self.pool.fetchrow(FINISH_FILING, fid, owner, url, Status.FILED))
+    async def finish_filing(self, fid: str, owner: str, url: str,
+                            audit: Callable[[Report], AuditEntry] | None = None) -> Report | None:
+        """Store the ticket URL and FILED, with the audit record of `audit(filed)` in one transaction."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            done = _report(await conn.fetchrow(FINISH_FILING, fid, owner, url, Status.FILED))
+            if done is not None and audit is not None:
+                await insert_audit(conn, [audit(done)])
+            return done
 
     async def release_filing(self, fid: str, owner: str) -> None:
         await self.pool.execute(RELEASE_FILING, fid, owner)
