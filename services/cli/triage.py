@@ -51,7 +51,7 @@ def ticket_markdown(fb: feedback_pb2.Feedback) -> str:
     from services.feedback.codec import report_from_pb  # noqa: PLC0415 - the one renderer
     from services.feedback.ticket import TicketFields, render_ticket  # noqa: PLC0415
 
-    title, body = render_ticket(report_from_pb(fb), TicketFields(body=True, message_text=True))
+    title, body = render_ticket(report_from_pb(fb), TicketFields(body=True, message_text=True, client_values=True))
     trace_id = fb.snapshot.trace_id or fb.trace_id
     links = ["", "### Links", ""]
     if fb.instance:

@@ -47,7 +47,7 @@ from services.feedback.model import (
     Surface,
 )
 from services.feedback.repository import Repository
-from services.feedback.ticket import TicketFields, render_ticket
+from services.feedback.ticket import TicketFields, check_server_ids, render_ticket
 from services.feedback.tracker import TrackerSink
 
 # FileFeedback: how long one filer may hold the claim, and how long a concurrent call waits for it.
@@ -278,7 +278,8 @@ class Reports:
         Concurrent or repeated calls: one caller takes the filing claim (a leased column); the others
         wait for its result and return the same stored URL. While the trace snapshot is PENDING it first
         waits up to `filing_capture_wait_s` for the capture worker, so the ticket carries the turn's tool
-        calls. FAILED_PRECONDITION for a DISMISSED or unverified report; ABORTED when another filer
+        calls. FAILED_PRECONDITION for a DISMISSED or unverified report, or one naming a client-chosen
+        id (CLIENT_CHOSEN_ID: tickets carry server-generated ids only); ABORTED when another filer
         holds the claim longer than FILING_WAIT_S; UNAVAILABLE when the tracker cannot be reached
         (nothing stored; safe to retry)."""
         deadline = time.monotonic() + FILING_WAIT_S
@@ -292,6 +293,7 @@ class Reports:
                 raise FailedPrecondition("the chat service did not confirm this report's anchor for its owner; "
                                          "an unverified report is not filed", reason="ANCHOR_UNVERIFIED")
             domain.check_transition(r.status, Status.FILED)
+            check_server_ids(r)
             if r.trace.state == domain.TRACE_PENDING and time.monotonic() < capture_deadline:
                 # The turn's tool calls are not frozen yet (a report filed right after it was made): let
                 # the capture worker look now, and file once it did (or when the wait is over).

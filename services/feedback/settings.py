@@ -61,6 +61,9 @@ class FeedbackSettings(CommonSettings):
     tracker_github_repo: str = ""
     # GitHub sink: token allowed to create issues there (fine-grained: Issues read and write).
     tracker_github_token: SecretStr = SecretStr("")
+    # Labels every filed ticket carries, comma-separated (each `[A-Za-z0-9 _.:-]`, at most 50 characters;
+    # at most 10). They come from here only: no client-chosen value ever reaches a tracker (issue 13).
+    tracker_labels: str = Field(default="feedback", pattern=r"^[A-Za-z0-9 _.:-]{1,50}(,[A-Za-z0-9 _.:-]{1,50}){0,9}$")
     # Fields sent to an external tracker beyond category, ids and the tool-call summary.
     tracker_include_body: bool = False
     tracker_include_message_text: bool = False

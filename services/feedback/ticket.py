@@ -3,10 +3,12 @@ evidence bundle). Which fields reach an external tracker is `TicketFields` (issu
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from services.common.errors import FailedPrecondition
 from services.feedback.model import Author, Report, Sentiment, SnapshotSource, TraceState
 
 CATEGORY_NAMES = {
@@ -26,6 +28,9 @@ class TicketFields:
 
     body: bool = False
     message_text: bool = False
+    # Values a client chose (the agent slug, the audio key): never in a filed ticket (issue 13); the
+    # CLI's evidence bundle, read by the report's own people, shows them.
+    client_values: bool = False
 
 
 def _quote(text: str) -> str:
@@ -39,6 +44,27 @@ def _rfc3339(t: dt.datetime | None) -> str:
     ts = Timestamp()
     ts.FromDatetime(t)
     return ts.ToJsonString()
+
+
+_SERVER_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+def check_server_ids(fb: Report) -> None:
+    """A ticket carries ids, never a client's words (issue 13): the instance and message ids must be of
+    the server-generated form (32 lowercase hex; a client may choose an instance id at CreateInstance)
+    and a coding target's session is the client's own name. FAILED_PRECONDITION (reason
+    CLIENT_CHOSEN_ID, metadata `field`) otherwise, without echoing the value."""
+    a = fb.anchor
+    ids = [("feedback.coding.session", "")] if a.kind == "coding" else []
+    if a.instance:
+        ids.append(("feedback.instance", a.instance.removeprefix("instances/")))
+    if a.message:
+        ids.append(("feedback.message", a.message.rsplit("/", 1)[-1]))
+    for field_path, value in ids:
+        if not _SERVER_ID.match(value):
+            raise FailedPrecondition(f"{field_path} is a client-chosen id; a report naming one is not filed to a "
+                                     "tracker (tickets carry server-generated ids only)", reason="CLIENT_CHOSEN_ID",
+                                     field=field_path)
 
 
 def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[str, str]:
@@ -77,7 +103,7 @@ def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[st
     items = [
         ("category", category),
         ("sentiment", sentiment),
-        ("author", "agent" if fb.author == Author.AGENT else "user"),
+        ("author", {Author.AGENT: "agent", Author.PLATFORM: "platform"}.get(fb.author, "user")),
         ("coding session", f"`{coding}`" if coding else ""),
         ("timeline seq", str(a.coding_seq) if coding else ""),
         ("instance", f"`{instance}`" if instance else ""),
@@ -85,10 +111,11 @@ def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[st
         ("trace id", f"`{trace_id}`" if trace_id else ""),
         ("turn index", str(snap.turn_index) if anchor.startswith("turn ") else ""),
         ("created", _rfc3339(fb.create_time)),
-        ("agent / model", " / ".join(x for x in (ctx.agent, ctx.model) if x)),
+        # The model the agent reported; the agent slug and the audio key (a client's) only when asked.
+        ("agent / model", " / ".join(x for x in (ctx.agent if fields.client_values else "", ctx.model) if x)),
     ]
     lines += [f"- {k}: {v}" for k, v in items if v]
-    if ctx.audio_key:
+    if ctx.audio_key and fields.client_values:
         lines.append(f"- voice: audio key `{ctx.audio_key}`")
     if fields.body:
         heading = ("The owner's words, as the agent recorded them" if fb.author == Author.AGENT

@@ -26,15 +26,16 @@ class TrackerSink(Protocol):
 class MarkdownDirSink:
     """Writes `<directory>/<key>.md` (atomically: temp file + rename) and returns its `file://` URL."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, labels: tuple[str, ...] = ("feedback",)):
         self.directory = directory
+        self._labels = labels
 
     def _write(self, key: str, title: str, body: str) -> str:
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / f"{key}.md"
         if not path.exists():
             tmp = path.with_suffix(f".tmp{os.getpid()}")
-            tmp.write_text(f"# {title}\n\n{body}", encoding="utf-8")
+            tmp.write_text(f"# {title}\n\nlabels: {', '.join(self._labels)}\n\n{body}", encoding="utf-8")
             tmp.replace(path)
         return path.resolve().as_uri()
 
@@ -49,7 +50,9 @@ class GitHubIssuesSink:
     """`POST {api}/repos/{repo}/issues` with a bearer token (GitHub REST v3); returns the issue's
     `html_url`. One httpx client per process (connection reuse), 10 s timeout."""
 
-    def __init__(self, api: str, repo: str, token: str, timeout_s: float = 10.0):
+    def __init__(self, api: str, repo: str, token: str, timeout_s: float = 10.0,
+                 labels: tuple[str, ...] = ("feedback",)):
+        self._labels = labels
         if not repo or "/" not in repo:
             raise ValueError("AGENTFEEDBACK_FEEDBACK_TRACKER_GITHUB_REPO must be owner/name for the github tracker")
         self._repo = repo
@@ -63,7 +66,7 @@ class GitHubIssuesSink:
     async def file(self, key: str, title: str, body: str) -> str:
         try:
             r = await self._client.post(f"/repos/{self._repo}/issues",
-                                        json={"title": title, "body": body, "labels": ["feedback"]})
+                                        json={"title": title, "body": body, "labels": list(self._labels)})
         except httpx.HTTPError as e:
             raise Unavailable(f"issue tracker unreachable: {type(e).__name__}", reason="TRACKER_UNAVAILABLE") from None
         if r.status_code >= 500 or r.status_code == 429:
@@ -81,7 +84,8 @@ class GitHubIssuesSink:
 
 def make_sink(settings: FeedbackSettings) -> TrackerSink:
     """The sink `settings.tracker` names; the Markdown directory defaults to `<data_dir>/tickets`."""
+    labels = tuple(x.strip() for x in settings.tracker_labels.split(",") if x.strip())
     if settings.tracker == "github":
         return GitHubIssuesSink(settings.tracker_github_api, settings.tracker_github_repo,
-                               settings.tracker_github_token.get_secret_value())
-    return MarkdownDirSink(Path(settings.tracker_markdown_dir or Path(settings.data_dir) / "tickets"))
+                               settings.tracker_github_token.get_secret_value(), labels=labels)
+    return MarkdownDirSink(Path(settings.tracker_markdown_dir or Path(settings.data_dir) / "tickets"), labels)
