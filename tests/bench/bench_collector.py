@@ -68,6 +68,8 @@ EXPORTS = int(os.environ.get("BENCH_COLLECTOR_EXPORTS", "120"))
 CLIENTS = 4
 PHOENIX_EXPORTS = int(os.environ.get("BENCH_COLLECTOR_PHOENIX_EXPORTS", "12"))
 NS = 1_000_000_000
+# Loading a day of spans (and VACUUM of a 2M-span day) runs longer than the services' 30 s statement timeout.
+LOAD_TIMEOUT_S = 3600.0
 
 
 # --- payloads ----------------------------------------------------------------------------------
@@ -429,7 +431,7 @@ async def bench_get_trace(ctx, now_ns: int, payloads: list[bytes]) -> dict[str, 
     per_day = total // days // 5 * 5
     url = await ctx.new_database()
     await migrate(url, SCHEMA, MIGRATIONS)
-    pool = await create_pool(url, SCHEMA, 2, 4)
+    pool = await create_pool(url, SCHEMA, 2, 4, command_timeout_s=LOAD_TIMEOUT_S)
     try:
         repo = Repository(pool)
         retention = Retention(repo, retention_days=14, ahead_days=3, interval_s=3600)
