@@ -1,0 +1,130 @@
+"""Generated and malformed requests to every RPC of every service (issue 16), as one owner (alice), with
+no token and with a forged one: never INTERNAL or UNKNOWN, every service SERVING afterwards, and the
+other owner's (bob's) data exactly as before.
+
+Bounded by default (`AGENTFEEDBACK_FUZZ_EXAMPLES` per RPC, default 6: a few hundred calls); the slow
+test repeats it with `AGENTFEEDBACK_FUZZ_LONG_EXAMPLES` (default 40) per RPC.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentfeedback.agent.v1 import agent_pb2
+from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from agentfeedback.traces.v1 import traces_pb2
+from tests.fuzz.protogen import message
+from tests.stack import start_stack
+
+SERVICES = [(chat_pb2, "ChatService", "chat"), (pb, "FeedbackService", "feedback"),
+            (traces_pb2, "TraceQueryService", "query"), (agent_pb2, "AgentService", "agent")]
+METHODS = [(port, f"/{mod.DESCRIPTOR.package}.{svc}/{m.name}", m.input_type, m.server_streaming)
+           for mod, svc, port in SERVICES for m in mod.DESCRIPTOR.services_by_name[svc].methods]
+BAD_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+
+
+async def _seed(s, sub: str) -> dict[str, str]:
+    md = s.md(sub)
+    inst = await s.chat().CreateInstance(chat_pb2.CreateInstanceRequest(
+        instance=chat_pb2.Instance(display_name=f"{sub}'s", agent="reference")), metadata=md)
+    turn = await s.chat().SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content="hello",
+                                                                  request_id=str(uuid.uuid4())), metadata=md)
+    fb = await s.feedback().CreateFeedback(pb.CreateFeedbackRequest(
+        feedback=pb.Feedback(message=turn.reply.name, body="wrong"), request_id=str(uuid.uuid4())), metadata=md)
+    rating = await s.feedback().PutRating(pb.PutRatingRequest(rating=pb.Rating(
+        conversation=inst.name, turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE, aspect="reaction",
+        sentiment=pb.RATING_SENTIMENT_NEGATIVE), request_id=str(uuid.uuid4())), metadata=md)
+    return {"instance": inst.name, "message": turn.reply.name, "user_message": turn.user_message.name,
+            "trace_id": turn.trace_id, "feedback": fb.name, "rating": rating.name}
+
+
+async def _owned(s, sub: str, names: dict[str, str]) -> list[bytes]:
+    """Everything `sub` owns, serialized deterministically (after its report's capture settled)."""
+    md = s.md(sub)
+    fb = s.feedback()
+    for _ in range(200):
+        got = await fb.GetFeedback(pb.GetFeedbackRequest(name=names["feedback"]), metadata=md)
+        if got.trace_snapshot.state != pb.TRACE_SNAPSHOT_STATE_PENDING:
+            break
+        await s.aflush_spans()
+        await asyncio.sleep(0.1)
+    out = [(await s.chat().ListInstances(chat_pb2.ListInstancesRequest(page_size=1000), metadata=md)),
+           (await s.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=names["instance"], page_size=1000),
+                                        metadata=md)),
+           (await fb.ListFeedback(pb.ListFeedbackRequest(page_size=1000), metadata=md)),
+           (await fb.ListRatings(pb.ListRatingsRequest(conversation=names["instance"], page_size=1000), metadata=md))]
+    return [m.SerializeToString(deterministic=True) for m in out]
+
+
+async def _call(s, channels, port: str, path: str, streaming: bool, body: bytes, md) -> grpc.StatusCode:
+    ch = channels[port]
+    try:
+        if streaming:
+            call = ch.unary_stream(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            async for _ in call(body, metadata=md, timeout=20):
+                pass
+        else:
+            call = ch.unary_unary(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+            await call(body, metadata=md, timeout=20)
+        return grpc.StatusCode.OK
+    except grpc.aio.AioRpcError as e:
+        return e.code()
+
+
+async def _fuzz(database_url, tmp_path, examples_per_rpc: int) -> None:
+    s = await start_stack(database_url, tmp_path, feedback={"write_quota_per_minute": 0},
+                          chat={"write_quota_per_minute": 0})
+    try:
+        bob, alice = await _seed(s, "bob"), await _seed(s, "alice")
+        before = await _owned(s, "bob", bob)
+        pool = list(bob.values()) + list(alice.values())
+        channels = {p: s.channel(p) for p in ("chat", "feedback", "query", "agent")}
+        loop = asyncio.get_running_loop()
+        requests = {i: message(desc, pool) for i, (_, _, desc, _) in enumerate(METHODS)}
+        auth = st.sampled_from([s.md("alice")] * 6 + [(), (("authorization", "Bearer not.a.jwt"),),
+                                                      (("authorization", "Basic " + "x" * 300),)])
+        failures: list[str] = []
+        seen: dict[str, int] = {}
+
+        @settings(max_examples=examples_per_rpc * len(METHODS), deadline=None, derandomize=True, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(data=st.data())
+        def one(data) -> None:
+            i = data.draw(st.integers(0, len(METHODS) - 1), label="method")
+            port, path, _, streaming = METHODS[i]
+            raw = data.draw(st.integers(0, 4), label="raw bytes") == 0  # 1 in 5: bytes that may not parse
+            body = data.draw(st.binary(max_size=256)) if raw else data.draw(requests[i]).SerializeToString()
+            md = data.draw(auth, label="metadata")
+            code = asyncio.run_coroutine_threadsafe(_call(s, channels, port, path, streaming, body, md), loop).result()
+            seen[code.name] = seen.get(code.name, 0) + 1
+            if code in BAD_CODES:
+                failures.append(f"{path} -> {code.name}")
+            assert code not in BAD_CODES, f"{path} answered {code.name}"
+
+        await asyncio.to_thread(one)
+        print("fuzz status codes:", dict(sorted(seen.items())))
+        assert failures == []
+        for port, ch in channels.items():
+            got = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert got.status == health_pb2.HealthCheckResponse.SERVING, port
+        assert await _owned(s, "bob", bob) == before, "the fuzzing owner changed another owner's data"
+    finally:
+        await s.stop()
+
+
+async def test_every_rpc_of_every_service_survives_generated_and_malformed_requests(database_url, tmp_path):
+    await _fuzz(database_url, tmp_path, int(os.environ.get("AGENTFEEDBACK_FUZZ_EXAMPLES", "6")))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+async def test_every_rpc_long_run(database_url, tmp_path):
+    await _fuzz(database_url, tmp_path, int(os.environ.get("AGENTFEEDBACK_FUZZ_LONG_EXAMPLES", "40")))
