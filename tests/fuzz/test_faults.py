@@ -85,3 +85,96 @@ async def test_sigkill_of_chat_while_reports_arrive_settles_the_evidence_within_
             assert any(s.name == "chat.turn" for s in done.trace_snapshot.spans)
     finally:
         await asyncio.to_thread(procs.stop_all)
+
+
+async def test_sigkill_of_the_agent_mid_turn_then_the_retry_with_the_same_request_id_completes(database_url, tmp_path):
+    procs = make_procs(database_url, tmp_path)
+    try:
+        await procs.start("collector", OTEL_TRACES_EXPORTER="none")
+        await procs.start("agent", AGENTFEEDBACK_AGENT_THINK_MS="4000")
+        await procs.start("chat")
+        md = procs.md()
+        async with grpc.aio.insecure_channel(procs.target("chat")) as cch:
+            chat = chat_pb2_grpc.ChatServiceStub(cch)
+            inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
+                instance=chat_pb2.Instance(display_name="k", agent="reference")), metadata=md)
+            req = chat_pb2.SendMessageRequest(instance=inst.name, content="think hard", request_id=str(uuid.uuid4()))
+            first = asyncio.ensure_future(chat.SendMessage(req, metadata=md, timeout=30))
+            await asyncio.sleep(1.0)  # the agent is thinking
+            procs.kill("agent")
+            try:
+                await first
+                raise AssertionError("the turn succeeded although its agent was killed")
+            except grpc.aio.AioRpcError as e:
+                assert e.code() == grpc.StatusCode.UNAVAILABLE, (e.code(), e.details())
+            await procs.start("agent", AGENTFEEDBACK_AGENT_THINK_MS="0")
+
+            async def retry():
+                try:
+                    return await chat.SendMessage(req, metadata=md, timeout=30)
+                except grpc.aio.AioRpcError as e:
+                    assert e.code() == grpc.StatusCode.UNAVAILABLE, (e.code(), e.details())
+                    await asyncio.sleep(0.4)  # RetryInfo says 1 s; the channel reconnects within it
+                    return None
+
+            done = await _wait(retry, 30, "the retried turn")
+            assert done.reply.content
+            msgs = (await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=inst.name), metadata=md)).messages
+            assert [m.content for m in msgs if m.role == chat_pb2.ROLE_USER] == ["think hard"]  # stored once
+    finally:
+        await asyncio.to_thread(procs.stop_all)
+
+
+async def test_sigkill_of_the_collector_mid_ingest_loses_no_acknowledged_span(database_url, tmp_path):
+    """Exports run while the collector is killed: every span of every Export it acknowledged is
+    there after it restarts on the same database."""
+    from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc  # noqa: PLC0415
+
+    procs = make_procs(database_url, tmp_path)
+    acked: list[tuple[str, int]] = []  # (trace id, spans in that Export)
+    stop = asyncio.Event()
+    try:
+        await procs.start("collector", OTEL_TRACES_EXPORTER="none")
+        target = f"127.0.0.1:{procs.ports['otlp']}"
+
+        async def exporter(n: int) -> None:
+            async with grpc.aio.insecure_channel(target) as ch:
+                stub = trace_service_pb2_grpc.TraceServiceStub(ch)
+                i = 0
+                while not stop.is_set():
+                    tid = uuid.uuid4().bytes
+                    now = time.time_ns()
+                    spans = [trace_pb2.Span(trace_id=tid, span_id=uuid.uuid4().bytes[:8], name=f"load.{n}.{i}.{k}",
+                                            start_time_unix_nano=now, end_time_unix_nano=now + 1000) for k in range(50)]
+                    req = trace_service_pb2.ExportTraceServiceRequest(resource_spans=[trace_pb2.ResourceSpans(
+                        scope_spans=[trace_pb2.ScopeSpans(spans=spans)])])
+                    try:
+                        await stub.Export(req, timeout=2)
+                        acked.append((tid.hex(), len(spans)))
+                    except grpc.aio.AioRpcError:
+                        await asyncio.sleep(0.05)
+                    i += 1
+
+        tasks = [asyncio.ensure_future(exporter(n)) for n in range(4)]
+        await asyncio.sleep(1.5)
+        procs.kill("collector")
+        n_acked = len(acked)
+        await asyncio.sleep(0.5)
+        stop.set()
+        await asyncio.gather(*tasks)
+        assert n_acked > 10, "the load did not run"
+        await procs.start("collector", OTEL_TRACES_EXPORTER="none")
+        async with grpc.aio.insecure_channel(procs.target("collector")) as qch:
+            q = traces_pb2_grpc.TraceQueryServiceStub(qch)
+            missing = []
+            for tid, n in acked:
+                try:
+                    got = await q.GetTrace(traces_pb2.GetTraceRequest(trace_id=tid), metadata=procs.md(), timeout=10)
+                    if len(got.spans) < n:
+                        missing.append((tid, len(got.spans), n))
+                except grpc.aio.AioRpcError as e:
+                    missing.append((tid, e.code().name, n))
+            assert missing == [], f"{len(missing)} of {len(acked)} acknowledged exports lost: {missing[:3]}"
+    finally:
+        stop.set()
+        await asyncio.to_thread(procs.stop_all)
