@@ -2,9 +2,27 @@
 // Observable Plot for its size and speed on daily series; bars use its `paths.bars` builder). Every
 // chart is followed by its numbers in a table (<details> "Numbers"), which is what screen readers and
 // the browser tests read.
-import uPlot from "uplot";
+import type uPlotType from "uplot";
 import "uplot/dist/uPlot.min.css";
 import { h } from "./dom";
+
+type UPlot = typeof uPlotType;
+let loading: Promise<UPlot> | null = null;
+
+/** uPlot, loaded on first use (only the dashboard pays for it). uPlot builds an Intl.NumberFormat from
+ *  `navigator.language` when it loads; a browser whose language is not a BCP 47 tag (WebKitGTK under
+ *  LANG=C reports "C") would throw a RangeError there, so such a language is replaced by "en-US" first. */
+function uPlotLib(): Promise<UPlot> {
+  if (!loading) {
+    try {
+      Intl.NumberFormat.supportedLocalesOf([navigator.language]);
+    } catch {
+      Object.defineProperty(navigator, "language", { configurable: true, get: () => "en-US" });
+    }
+    loading = import("uplot").then((m) => m.default);
+  }
+  return loading;
+}
 
 export interface Series {
   label: string;
@@ -36,7 +54,7 @@ export function dailyChart(name: string, title: string, days: string[], series: 
   const fig = h("figure", { class: `chart${opts.small ? " small" : ""}`, dataset: { chart: name } },
     h("figcaption", {}, title), plot, numbers(name, days, series));
   const xs = days.map((d) => Date.parse(`${d}T00:00:00Z`) / 1000);
-  requestAnimationFrame(() => {
+  requestAnimationFrame(() => void uPlotLib().then((uPlot) => {
     const chart = new uPlot({
       width: widthOf(plot, opts.small ? 280 : 640),
       height: opts.height ?? (opts.small ? 110 : 200),
@@ -48,7 +66,7 @@ export function dailyChart(name: string, title: string, days: string[], series: 
     }, [xs, ...series.map((s) => s.values)], plot);
     plot.dataset.points = String(xs.length);
     new ResizeObserver(() => chart.setSize({ width: widthOf(plot, 640), height: chart.height })).observe(plot);
-  });
+  }));
   return fig;
 }
 
@@ -57,7 +75,7 @@ export function barChart(name: string, title: string, labels: string[], values: 
   const plot = h("div", { class: "chart-plot" });
   const fig = h("figure", { class: "chart", dataset: { chart: name } },
     h("figcaption", {}, title), plot, numbers(name, labels, [{ label: "count", color, values }]));
-  requestAnimationFrame(() => {
+  requestAnimationFrame(() => void uPlotLib().then((uPlot) => {
     const xs = labels.map((_, i) => i);
     const chart = new uPlot({
       width: widthOf(plot, 320),
@@ -73,6 +91,6 @@ export function barChart(name: string, title: string, labels: string[], values: 
     }, [xs, values], plot);
     plot.dataset.points = String(xs.length);
     new ResizeObserver(() => chart.setSize({ width: widthOf(plot, 320), height: chart.height })).observe(plot);
-  });
+  }));
   return fig;
 }

@@ -1,7 +1,7 @@
 """The console at 320 px in two real engines — Chromium (Debian's, through Playwright) and WebKit
 (Debian's WebKitGTK through WebKitWebDriver, our toolbar-less browser) — running the same steps and the
 same measurement (layout_checks.py): on the sign-in, agents, chat (menu closed and open, feedback modal
-closed and open on two sections) and feedback pages, each message's timestamp is on one line and nothing
+closed and open on three sections), feedback and dashboard pages, each message's timestamp is on one line and nothing
 covers it, every touch target is at least 44 x 44 px, nothing scrolls sideways. Screenshots of both
 engines go to test-artifacts/ (`<engine>-320-*.png`).
 
@@ -127,6 +127,10 @@ def narrow_flow(b, engine: str, site: str, gateway_url: str, token: str, agent_i
     b.wait(".feedback-row .act-delete-report")
     check("feedback")
     b.shot(f"{engine}-320-feedback")
+    b.goto(f"{site}/#/stats")
+    b.wait("figure[data-chart=trend] canvas")  # uPlot drew the trend (it needs a valid locale: see charts.ts)
+    check("dashboard")
+    b.shot(f"{engine}-320-dashboard")
     return seen
 
 
