@@ -9,6 +9,7 @@ import re
 import uuid
 from typing import Any
 
+from services.common.clip import clip as clip_echo
 from services.common.errors import InvalidArgument
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -32,7 +33,7 @@ def parse_request_id(value: str, field_path: str = "request_id", required: bool 
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise InvalidArgument(field_path, f"must be a UUID (got {value[:40]!r})") from None
+        raise InvalidArgument(field_path, f"must be a UUID (got {clip_echo(value, 40)!r})") from None
 
 
 def parse_trace_id(value: str, field_path: str = "trace_id") -> str:

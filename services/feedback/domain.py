@@ -13,6 +13,7 @@ import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from services.common.clip import clip as echo
 from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.etags import etag, etag_matches
 from services.common.ids import check_text, clip
@@ -188,7 +189,7 @@ def check_update_mask(paths: Iterable[str]) -> frozenset[str]:
             raise InvalidArgument("update_mask", "`body` is immutable: the owner's words are never changed",
                                   reason="IMMUTABLE_FIELD")
         if p not in UPDATABLE_PATHS:
-            raise InvalidArgument("update_mask", f"`{p}` cannot be updated (mutable: status, issue_url)")
+            raise InvalidArgument("update_mask", f"`{echo(p)}` cannot be updated (mutable: status, issue_url)")
     return ps
 
 
@@ -253,7 +254,7 @@ def rating_mask(paths: Iterable[str]) -> frozenset[str]:
         return RATING_MASK_PATHS
     bad = sorted(ps - RATING_OWNABLE_PATHS)
     if bad:
-        raise InvalidArgument("update_mask", f"`{bad[0]}` is not a rating field this call can own "
+        raise InvalidArgument("update_mask", f"`{echo(bad[0])}` is not a rating field this call can own "
                               "(sentiment, category, note, reasons, choice)")
     return ps
 

@@ -42,6 +42,7 @@ async def test_a_7000_char_update_mask_is_invalid_argument_clipped_and_a_good_re
         # Was RESOURCE_EXHAUSTED "received metadata size exceeds hard limit": the path echoed twice.
         assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, (e.code(), e.details()[:200])
         assert "…(+" in e.details() and len(e.details()) < 1100
+        assert "is not a rating field" in e.details()  # clipped where it is echoed: the sentence stays whole
         violations = [d for d in status_details(e) if d.Is(error_details_pb2.BadRequest.DESCRIPTOR)]
         br = error_details_pb2.BadRequest()
         violations[0].Unpack(br)

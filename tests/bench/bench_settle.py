@@ -1,0 +1,55 @@
+"""Evidence settles (issue 16): the chat process is SIGKILLed holding its buffered `chat.turn` span right
+after a report on the turn; how long until the report's evidence is frozen (incomplete, naming what is
+missing), with the default settle wait (`AGENTFEEDBACK_FEEDBACK_CAPTURE_SETTLE_S` = 60 s).
+Figures: `capture_settle_after_kill_s` (turn → frozen; target ≈ the settle wait plus one poll, was
+14.4 minutes before), `capture_settle_bound_s` (the configured wait, the floor of this figure).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import grpc
+
+from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from agentfeedback.feedback.v1 import feedback_pb2_grpc
+from services.feedback.settings import FeedbackSettings
+from tests.fuzz.procs import make_procs
+
+
+async def run(ctx) -> dict[str, float]:
+    procs = make_procs(await ctx.new_database(), ctx.tmp / "settle")
+    bound = FeedbackSettings.model_fields["capture_settle_s"].default
+    try:
+        await procs.start("collector", OTEL_TRACES_EXPORTER="none")
+        await procs.start("agent")
+        await procs.start("chat", OTEL_BSP_SCHEDULE_DELAY="600000")
+        await procs.start("feedback")
+        md = procs.md()
+        async with grpc.aio.insecure_channel(procs.target("chat")) as cch, \
+                grpc.aio.insecure_channel(procs.target("feedback")) as fch:
+            chat, fb = chat_pb2_grpc.ChatServiceStub(cch), feedback_pb2_grpc.FeedbackServiceStub(fch)
+            inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
+                instance=chat_pb2.Instance(display_name="s", agent="reference")), metadata=md)
+            turn = await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content="hello",
+                                                                      request_id=str(uuid.uuid4())), metadata=md)
+            t0 = time.monotonic()
+            report = await fb.CreateFeedback(pb.CreateFeedbackRequest(
+                feedback=pb.Feedback(message=turn.reply.name, body="wrong"), request_id=str(uuid.uuid4())), metadata=md)
+            procs.kill("chat")
+            while True:
+                got = await fb.GetFeedback(pb.GetFeedbackRequest(name=report.name), metadata=md)
+                if got.trace_snapshot.state != pb.TRACE_SNAPSHOT_STATE_PENDING:
+                    break
+                if time.monotonic() - t0 > bound + 120:
+                    raise RuntimeError("the evidence did not settle within the bound + 2 minutes")
+                await asyncio.sleep(0.2)
+            settle = time.monotonic() - t0
+            if list(got.trace_snapshot.missing) != ["chat.turn", "chat.in", "chat.out"]:
+                raise RuntimeError(f"unexpected copy: {pb.TraceSnapshotState.Name(got.trace_snapshot.state)} "
+                                   f"missing {list(got.trace_snapshot.missing)}")
+    finally:
+        await asyncio.to_thread(procs.stop_all)
+    return {"capture_settle_after_kill_s": round(settle, 1), "capture_settle_bound_s": bound}
