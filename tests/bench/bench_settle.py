@@ -8,37 +8,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import grpc
 
-from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
+from agentfeedback.chat.v1 import chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.feedback.settings import FeedbackSettings
-from tests.fuzz.procs import make_procs
+from tests.fuzz.procs import make_procs, report_then_kill_chat, start_with_buffered_chat
 
 
 async def run(ctx) -> dict[str, float]:
     procs = make_procs(await ctx.new_database(), ctx.tmp / "settle")
     bound = FeedbackSettings.model_fields["capture_settle_s"].default
     try:
-        await procs.start("collector", OTEL_TRACES_EXPORTER="none")
-        await procs.start("agent")
-        await procs.start("chat", OTEL_BSP_SCHEDULE_DELAY="600000")
-        await procs.start("feedback")
+        await start_with_buffered_chat(procs)
         md = procs.md()
         async with grpc.aio.insecure_channel(procs.target("chat")) as cch, \
                 grpc.aio.insecure_channel(procs.target("feedback")) as fch:
             chat, fb = chat_pb2_grpc.ChatServiceStub(cch), feedback_pb2_grpc.FeedbackServiceStub(fch)
-            inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
-                instance=chat_pb2.Instance(display_name="s", agent="reference")), metadata=md)
-            turn = await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content="hello",
-                                                                      request_id=str(uuid.uuid4())), metadata=md)
-            t0 = time.monotonic()
-            report = await fb.CreateFeedback(pb.CreateFeedbackRequest(
-                feedback=pb.Feedback(message=turn.reply.name, body="wrong"), request_id=str(uuid.uuid4())), metadata=md)
-            procs.kill("chat")
+            _, report, t0 = await report_then_kill_chat(procs, chat, fb)
             while True:
                 got = await fb.GetFeedback(pb.GetFeedbackRequest(name=report.name), metadata=md)
                 if got.trace_snapshot.state != pb.TRACE_SNAPSHOT_STATE_PENDING:

@@ -89,3 +89,33 @@ def make_procs(database_url: str, data_dir: Path, **extra: str) -> Procs:
         **extra,
     }
     return Procs(env=env, ports=ports)
+
+
+async def start_with_buffered_chat(procs: Procs) -> None:
+    """Collector, agent, a chat gateway whose spans stay in its exporter's buffer (10 min schedule
+    delay: a SIGKILL loses them, as when a process dies), and the feedback service."""
+    await procs.start("collector", OTEL_TRACES_EXPORTER="none")
+    await procs.start("agent")
+    await procs.start("chat", OTEL_BSP_SCHEDULE_DELAY="600000")
+    await procs.start("feedback")
+
+
+async def report_then_kill_chat(procs: Procs, chat, fb):
+    """A turn, a report on its reply, then SIGKILL of the chat process (its `chat.turn` span is lost).
+    Returns (turn, report, monotonic time of the turn's end)."""
+    import time  # noqa: PLC0415
+    import uuid  # noqa: PLC0415
+
+    from agentfeedback.chat.v1 import chat_pb2  # noqa: PLC0415
+    from agentfeedback.feedback.v1 import feedback_pb2 as pb  # noqa: PLC0415
+
+    md = procs.md()
+    inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
+        instance=chat_pb2.Instance(display_name="k", agent="reference")), metadata=md)
+    turn = await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content="hello",
+                                                              request_id=str(uuid.uuid4())), metadata=md)
+    t0 = time.monotonic()
+    report = await fb.CreateFeedback(pb.CreateFeedbackRequest(
+        feedback=pb.Feedback(message=turn.reply.name, body="wrong"), request_id=str(uuid.uuid4())), metadata=md)
+    procs.kill("chat")
+    return turn, report, t0

@@ -13,7 +13,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
-from tests.fuzz.procs import make_procs
+from tests.fuzz.procs import make_procs, report_then_kill_chat, start_with_buffered_chat
 
 SETTLE_S = 3.0
 
@@ -36,22 +36,12 @@ async def test_sigkill_of_chat_while_reports_arrive_settles_the_evidence_within_
     procs = make_procs(database_url, tmp_path, AGENTFEEDBACK_FEEDBACK_CAPTURE_SETTLE_S=str(SETTLE_S),
                        AGENTFEEDBACK_FEEDBACK_CAPTURE_BACKOFF_S="0.2", AGENTFEEDBACK_FEEDBACK_CAPTURE_POLL_S="0.2")
     try:
-        await procs.start("collector", OTEL_TRACES_EXPORTER="none")
-        await procs.start("agent")
-        await procs.start("chat", OTEL_BSP_SCHEDULE_DELAY="600000")  # chat.turn stays in its buffer
-        await procs.start("feedback")
+        await start_with_buffered_chat(procs)
         md = procs.md()
         async with grpc.aio.insecure_channel(procs.target("chat")) as cch, \
                 grpc.aio.insecure_channel(procs.target("feedback")) as fch:
             chat, fb = chat_pb2_grpc.ChatServiceStub(cch), feedback_pb2_grpc.FeedbackServiceStub(fch)
-            inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
-                instance=chat_pb2.Instance(display_name="k", agent="reference")), metadata=md)
-            turn = await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content="hello",
-                                                                      request_id=str(uuid.uuid4())), metadata=md)
-            t_turn = time.monotonic()
-            report = await fb.CreateFeedback(pb.CreateFeedbackRequest(
-                feedback=pb.Feedback(message=turn.reply.name, body="wrong"), request_id=str(uuid.uuid4())), metadata=md)
-            procs.kill("chat")
+            turn, report, t_turn = await report_then_kill_chat(procs, chat, fb)
             filed = await fb.FileFeedback(pb.FileFeedbackRequest(name=report.name, request_id=str(uuid.uuid4())),
                                           metadata=md)
 
