@@ -79,12 +79,13 @@ SEED_RATINGS = f"""
 WITH s AS (SELECT array_agg(s ORDER BY k) AS a FROM public.bench_sentences),
 g AS (SELECT j, j / 40 AS c, (hashint4(j / 40)::bigint & 2147483647) AS hc, (hashint4(j + 77)::bigint & 2147483647) AS h FROM generate_series($1::int, $2::int - 1) j)
 INSERT INTO ratings (id, conversation, turn_index, owner, scope, aspect, sentiment, note, origin, message,
-    version, create_time, update_time)
+    version, create_time, update_time, choice)
 SELECT 'br' || g.j, 'instances/' || o.owner || '-c' || g.c, (g.j % 40) / 4, o.owner, 1,
     (ARRAY['reaction', 'accuracy', 'tone', 'task_completion'])[1 + g.j % 4], 1 + g.h % 3,
     CASE WHEN g.h % 10 = 0 THEN s.a[1 + (g.h / 10) % 400]
         || CASE WHEN (g.h / 10) % 200 = 7 THEN ' Wrong {NEEDLE}.' ELSE '' END ELSE '' END,
-    1, 'instances/' || o.owner || '-c' || g.c || '/messages/m' || g.j, 1, t.t, t.t
+    1, 'instances/' || o.owner || '-c' || g.c || '/messages/m' || g.j, 1, t.t, t.t,
+    CASE WHEN g.j % 4 = 3 THEN (ARRAY['complete', 'partial', 'not_complete'])[1 + g.h % 3] ELSE '' END
 FROM g, s,
 LATERAL (SELECT CASE WHEN g.hc % 20 < 3 THEN 'user-' || (g.hc % 20) ELSE 'user-' || (3 + g.hc % 5000) END AS owner) o,
 LATERAL (SELECT now() - make_interval(secs => (g.h % (180 * 86400))::float8) AS t) t
@@ -105,6 +106,17 @@ SELECT date_trunc('hour', update_time, 'UTC'), scope, aspect, sentiment, 0, coun
 FROM feedback.ratings WHERE origin = 1 GROUP BY 1, 2, 3, 4;
 INSERT INTO feedback.report_hour_counts
 SELECT date_trunc('hour', create_time, 'UTC'), category, 0, count(*) FROM feedback.feedback GROUP BY 1, 2;
+TRUNCATE feedback.conversation_activity, feedback.latest_choices;
+INSERT INTO feedback.conversation_activity
+SELECT conversation, owner, date_trunc('hour', max(t), 'UTC') FROM (
+    SELECT conversation, owner, update_time AS t FROM feedback.ratings WHERE origin = 1
+    UNION ALL
+    SELECT instance, owner, create_time FROM feedback.feedback WHERE instance <> '') AS a
+GROUP BY conversation, owner;
+INSERT INTO feedback.latest_choices
+SELECT DISTINCT ON (conversation, owner, aspect) conversation, owner, aspect, choice, update_time, turn_index
+FROM feedback.ratings WHERE origin = 1 AND choice <> ''
+ORDER BY conversation, owner, aspect, update_time DESC, turn_index DESC;
 """
 GIN_INDEXES = """
 SELECT c.relname AS name, pg_get_indexdef(c.oid) AS def FROM pg_index i

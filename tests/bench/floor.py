@@ -97,7 +97,8 @@ class FloorGateway(chat_pb2_grpc.ChatServiceServicer):
             agent_pb2.ThinkRequest(
                 instance=request.instance, content=request.content, turn_index=user.turn_index,
                 user_message=user.name,
-                history=[agent_pb2.ConversationMessage(role=int(r), content=c) for r, c in history],
+                history=[agent_pb2.ConversationMessage(role=int(h.role), content=h.content, name=h.name,
+                                                       turn_index=h.turn_index) for h in history],
             ),
             metadata=[(k, v) for k, v in md if k in ("authorization", "traceparent")],
             timeout=30,

@@ -1,4 +1,4 @@
-"""GetFeedbackStats reads hourly rollups kept by triggers (migration 0010); whatever happens to the rows
+"""GetFeedbackStats reads hourly rollups kept by triggers (migrations 0010, 0012); whatever happens to the rows
 (puts, re-dated updates, origin changes, deletes, from several sessions), the statistics equal a count of
 the rows themselves, for windows that start mid-hour."""
 from __future__ import annotations
@@ -24,6 +24,19 @@ TREND_TRUTH = """
 SELECT (update_time AT TIME ZONE 'UTC')::date, count(*) FILTER (WHERE sentiment = 1),
        count(*) FILTER (WHERE sentiment = 2), count(*) FILTER (WHERE sentiment = 3)
 FROM feedback.ratings WHERE origin = 1 AND update_time >= $1 GROUP BY 1"""
+DIMENSION_TRUTH = """
+SELECT scope, aspect, (update_time AT TIME ZONE 'UTC')::date, count(*) FILTER (WHERE sentiment = 1),
+       count(*) FILTER (WHERE sentiment = 2), count(*) FILTER (WHERE sentiment = 3)
+FROM feedback.ratings WHERE origin = 1 AND update_time >= $1 GROUP BY 1, 2, 3"""
+ENGAGED_TRUTH = """
+SELECT count(*) FROM (SELECT conversation, owner FROM feedback.ratings WHERE origin = 1 AND update_time >= $1
+    UNION SELECT instance, owner FROM feedback.feedback WHERE create_time >= $1 AND instance <> '') AS e"""
+STATES_TRUTH = """
+SELECT choice, count(*) FROM (
+    SELECT DISTINCT ON (conversation, owner) choice FROM feedback.ratings
+    WHERE origin = 1 AND update_time >= $1 AND aspect = 'task_completion' AND choice <> ''
+    ORDER BY conversation, owner, update_time DESC, turn_index DESC) AS l
+GROUP BY choice ORDER BY count(*) DESC, choice"""
 REPORT_TREND_TRUTH = """
 SELECT (create_time AT TIME ZONE 'UTC')::date, count(*) FROM feedback.feedback WHERE create_time >= $1 GROUP BY 1"""
 
@@ -41,17 +54,19 @@ async def _write(url: str, seed: int) -> None:
             t = _t(rnd)
             await conn.execute(
                 """INSERT INTO feedback.ratings (id, conversation, turn_index, owner, scope, aspect, sentiment, origin,
-                       version, create_time, update_time) VALUES ($1, 'instances/c', $2, 'o', $3, $4, $5, $6, 1, $7, $7)""",
-                f"r{seed}-{i}", seed * 1000 + i, rnd.choice([1, 2]), rnd.choice(["reaction", "tone"]),
-                rnd.choice([0, 1, 2, 3]), rnd.choice([1, 1, 1, 2]), t)
+                       version, create_time, update_time, choice) VALUES ($1, $8, $2, $9, $3, $4, $5, $6, 1, $7, $7, $10)
+                   ON CONFLICT DO NOTHING""",
+                f"r{seed}-{i}", i % 25, rnd.choice([1, 2]), rnd.choice(["reaction", "tone", "task_completion"]),
+                rnd.choice([0, 1, 2, 3]), rnd.choice([1, 1, 1, 2]), t, f"instances/c{i % 9}", f"o{seed % 2}",
+                rnd.choice(["", "complete", "partial"]))
             await conn.execute(
                 """INSERT INTO feedback.feedback (id, owner, request_id, target_kind, author, body, category, snapshot,
-                       snapshot_source, create_time, update_time)
-                   VALUES ($1, 'o', gen_random_uuid(), 'message', 1, 'b', $2, '{}', 1, $3, $3)""",
-                f"f{seed}-{i}", rnd.choice([0, 1, 2]), t)
+                       snapshot_source, create_time, update_time, instance)
+                   VALUES ($1, $4, gen_random_uuid(), 'message', 1, 'b', $2, '{}', 1, $3, $3, $5)""",
+                f"f{seed}-{i}", rnd.choice([0, 1, 2]), t, f"o{seed % 2}", rnd.choice(["", f"instances/c{i % 11}"]))
         for i in range(0, 150, 3):
-            await conn.execute("UPDATE feedback.ratings SET sentiment = $2, update_time = $3 WHERE id = $1",
-                               f"r{seed}-{i}", rnd.choice([1, 3]), _t(rnd))
+            await conn.execute("UPDATE feedback.ratings SET sentiment = $2, update_time = $3, choice = $4 WHERE id = $1",
+                               f"r{seed}-{i}", rnd.choice([1, 3]), _t(rnd), rnd.choice(["", "complete"]))
         for i in range(1, 150, 7):
             await conn.execute("UPDATE feedback.ratings SET origin = 3 - origin WHERE id = $1", f"r{seed}-{i}")
             await conn.execute("UPDATE feedback.feedback SET category = 3 WHERE id = $1", f"f{seed}-{i}")
@@ -89,6 +104,12 @@ async def test_stats_from_rollups_equal_a_count_of_the_rows(database_url):
                     p, n, g, _ = want.get(r[0], (0, 0, 0, 0))
                     want[r[0]] = (p, n, g, r[1])
                 assert got_days == want, days
+                dims = sorted((int(a.scope), a.aspect, d.day, d.positive, d.neutral, d.negative)
+                              for a, d in await repo.dimension_days(since))
+                assert dims == sorted(tuple(r) for r in await conn.fetch(DIMENSION_TRUTH, since)), days
+                engaged, states = await repo.funnel(since, "task_completion")
+                assert engaged == await conn.fetchval(ENGAGED_TRUTH, since), days
+                assert states == [tuple(r) for r in await conn.fetch(STATES_TRUTH, since)], days
         finally:
             await conn.close()
     finally:

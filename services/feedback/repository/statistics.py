@@ -9,32 +9,33 @@ import datetime as dt
 import asyncpg
 
 from services.common.db import NamedSQL
+from services.feedback.repository.ratings import _RATING_COUNTS, _SENTIMENT_COUNTS
 from services.feedback.model import AspectCount, DailyCount, RatingOrigin, RatingScope, RatingSentiment
 
-# Per (scope, aspect, UTC day): the split of that day's ratings.
-DIMENSION_DAYS = NamedSQL("""
-SELECT scope, aspect, (update_time AT TIME ZONE 'UTC')::date AS day,
-    count(*) FILTER (WHERE sentiment = :positive) AS positive,
-    count(*) FILTER (WHERE sentiment = :neutral) AS neutral,
-    count(*) FILTER (WHERE sentiment = :negative) AS negative
-FROM ratings WHERE origin = :user_origin AND update_time >= :since
-GROUP BY 1, 2, 3""")
+# Per (scope, aspect, UTC day): the split of that day's ratings (hourly rollups, migration 0010).
+DIMENSION_DAYS = NamedSQL(f"""{_RATING_COUNTS}
+SELECT scope, aspect, (t AT TIME ZONE 'UTC')::date AS day, {_SENTIMENT_COUNTS}
+FROM c GROUP BY 1, 2, 3 HAVING sum(n) > 0""")
 
-# Conversations (conversation, user) with any USER rating or report in the window.
+# Conversations (conversation, user) with any USER rating or report in the window (migration 0012):
+# those active after the window's first hour from `conversation_activity`, plus those whose latest
+# activity is in that first, partial hour and falls after :since (read from the rows).
 ENGAGED = NamedSQL("""
-SELECT count(*) FROM (
-    SELECT conversation, owner FROM ratings WHERE origin = :user_origin AND update_time >= :since
-    UNION
-    SELECT instance, owner FROM feedback WHERE create_time >= :since AND instance <> ''
-) AS engaged""")
+WITH h AS (SELECT date_trunc('hour', :since::timestamptz, 'UTC') AS h)
+SELECT (SELECT count(*) FROM conversation_activity, h WHERE last_hour > h.h)
+     + (SELECT count(*) FROM h, (
+            SELECT conversation, owner FROM ratings, h
+            WHERE origin = :user_origin AND update_time >= :since AND update_time < h.h + interval '1 hour'
+            UNION
+            SELECT instance, owner FROM feedback, h
+            WHERE create_time >= :since AND create_time < h.h + interval '1 hour' AND instance <> ''
+        ) AS p JOIN conversation_activity a USING (conversation, owner) WHERE a.last_hour = h.h)""")
 
-# Each answered conversation's latest completion choice (by update_time, then turn index), counted.
+# Each answered conversation's latest completion choice (by update_time, then turn index), counted
+# (`latest_choices`, migration 0012: the latest is in the window exactly when some choice is).
 LATEST_STATES = NamedSQL("""
-SELECT choice, count(*) AS count FROM (
-    SELECT DISTINCT ON (conversation, owner) choice FROM ratings
-    WHERE origin = :user_origin AND update_time >= :since AND aspect = :aspect AND choice <> ''
-    ORDER BY conversation, owner, update_time DESC, turn_index DESC
-) AS latest
+SELECT choice, count(*) AS count FROM latest_choices
+WHERE aspect = :aspect AND update_time >= :since
 GROUP BY choice ORDER BY count DESC, choice""")
 
 _NAMED = {"user_origin": RatingOrigin.USER, "positive": RatingSentiment.POSITIVE,
