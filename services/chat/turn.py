@@ -196,7 +196,11 @@ class TurnRunner:
         stored user message (span attribute `chat.retry_of_trace` names the failed trace)."""
         failed: TurnRecord | None = None
         if turn.request_id is not None:
-            done = await self._replay(owner, turn, caller_remaining_s)
+            try:
+                done = await self._replay(owner, turn, caller_remaining_s)
+            except Exception as err:  # noqa: BLE001 - only a dependency failure is handled here
+                self._unreachable_before_turn(turn, t0_ns, err)
+                raise
             if isinstance(done, TurnResult):
                 return done
             failed = done
@@ -376,6 +380,23 @@ class TurnRunner:
             raise err
         raise _turn_error(code, detail, user.trace_id, user.name) from err
 
+
+    def _unreachable_before_turn(self, turn: TurnInput, t0_ns: int, err: Exception) -> None:
+        """The request_id look-up failed because a dependency is down: the attempt still gets a trace
+        (one ERROR `chat.turn` span) and the UNAVAILABLE it raises names that trace id."""
+        if isinstance(err, DomainError) or dependency_error(err) is None:
+            return
+        span = self._tracer.start_span(TURN_SPAN, context=otel_context.Context(), kind=SpanKind.SERVER,
+                                       start_time=t0_ns, attributes={"chat.instance": f"instances/{turn.instance_id}"})
+        trace_id = format(span.get_span_context().trace_id, "032x")
+        dep = dependency_error(err, trace_id=trace_id)
+        assert dep is not None
+        span.set_status(Status(StatusCode.ERROR, dep.reason))
+        span.set_attribute("error.type", dep.reason)
+        span.end()
+        self._count(dep.reason)
+        INCIDENTS.failure(dep.reason, f"turn {trace_id}: {type(err).__name__}", err)
+        raise dep from err
 
     def _count(self, outcome: str) -> None:
         if self._turns is not None:

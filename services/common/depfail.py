@@ -3,7 +3,8 @@
 `dependency_error(err)` classifies an exception **by type** (never by its message text):
 - asyncpg's connection classes (`PostgresConnectionError`: connection refused, lost mid-query,
   rejected; `OperatorInterventionError`: admin shutdown, crash, "cannot connect now" while starting
-  or stopping; `TooManyConnectionsError`), and any `OSError` raised inside asyncpg (the socket is
+  or stopping; `TooManyConnectionsError`; `InternalClientError`, what a connection closed by the
+  server mid-statement raises), and any `OSError` raised inside asyncpg (the socket is
   missing: `FileNotFoundError`; `ConnectionRefusedError`; a connect `TimeoutError`)
   → `Unavailable(reason="DATABASE_UNAVAILABLE", metadata dependency=postgresql)`;
 - a `grpc.aio.AioRpcError` UNAVAILABLE / DEADLINE_EXCEEDED from a call to another service that no
@@ -27,6 +28,9 @@ DATABASE_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.TooManyConnectionsError,
+    # Raised by a connection the server closed while a statement was being sent ("cannot switch to
+    # state …; another operation is in progress"): a fresh connection is the remedy, so a retry helps.
+    asyncpg.exceptions.InternalClientError,
 )
 
 _UPSTREAM_DOWN = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})

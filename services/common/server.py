@@ -28,6 +28,7 @@ from services.common.depfail import dependency_error
 from services.common.errors import DomainError, InvalidArgument, Unimplemented, internal_status, to_status
 from services.common.health import DependencyWatch, postgres_probe, wait_serving  # noqa: F401 - re-exported
 from services.common.incidents import INCIDENTS
+from services.common.lifecycle import freeze_startup_objects, run_service, serve_until_signal  # noqa: F401
 from services.common.metrics import RpcMetrics, status_code_of
 from services.common.reconnect import RECONNECT_OPTIONS
 from services.common.retry_policy import service_config
@@ -202,8 +203,17 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     def _status(self, err: BaseException, method: str, span):
         """The google.rpc.Status an exception answers (see the class docstring), with its logging."""
         trace_id = format(span.get_span_context().trace_id, "032x") if span is not None else "-"
-        if not isinstance(err, DomainError):
-            mapped = dependency_error(err, **({"trace_id": trace_id} if span is not None else {}))
+        if not isinstance(err, DomainError) and (mapped := dependency_error(err)) is not None:
+            own = span
+            if span is None and not method.startswith(self._public):
+                # An untraced method (the chat turn mints its own trace) failed before it made one:
+                # a SERVER span of its own, so the UNAVAILABLE still names a trace id.
+                own = self._tracer.start_span(method.lstrip("/"), kind=SpanKind.SERVER)
+                own.set_status(Status(StatusCode.ERROR, mapped.reason))
+                own.end()
+            if own is not None:
+                trace_id = format(own.get_span_context().trace_id, "032x")
+                mapped = dependency_error(err, trace_id=trace_id)
             if mapped is not None:
                 INCIDENTS.failure(mapped.reason, f"{method}: {type(err).__name__} (trace_id {trace_id})", err)
                 err = mapped
@@ -242,7 +252,9 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                     if span is None:
                         out = await behavior(request, context)
                     else:
-                        with trace.use_span(span, end_on_exit=False):
+                        # Errors are recorded once, clipped, by _status (not by the SDK, in full, per call).
+                        with trace.use_span(span, end_on_exit=False, record_exception=False,
+                                            set_status_on_exception=False):
                             out = await behavior(request, context)
                     code = 0
                     return out
@@ -404,40 +416,3 @@ class GrpcServer:
 
     async def wait(self) -> None:
         await self.server.wait_for_termination()
-
-
-def run_service(main: Callable[[], Awaitable[None]]) -> None:
-    """Run a service's `main()` coroutine to completion on uvloop's event loop when installed (it
-    schedules callbacks, sockets and asyncpg's protocol for less CPU than asyncio's default loop;
-    grpc.aio runs on any loop), else on asyncio's. Measured with `make bench`: about 10% less
-    CPU per RPC in the chat gateway and the feedback service."""
-    try:
-        import uvloop  # noqa: PLC0415 - optional at run time
-    except ImportError:  # pragma: no cover - uvloop is a declared dependency; keep working without it
-        asyncio.run(main())
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(main())
-
-
-def freeze_startup_objects() -> None:
-    """After start-up: move every object alive now (modules, protos, pools, servers: they never die)
-    out of the garbage collector's generations, so its full collections scan only request-time
-    objects and stay short (tail latency)."""
-    import gc  # noqa: PLC0415
-
-    gc.collect()
-    gc.freeze()
-
-
-async def serve_until_signal(stop: Callable[[], Awaitable[None]]) -> None:
-    """Block until SIGTERM/SIGINT, then run `stop()` (graceful: drain first)."""
-    import signal  # noqa: PLC0415
-
-    loop = asyncio.get_running_loop()
-    ev = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, ev.set)
-    await ev.wait()
-    log.info("signal received: draining")
-    await stop()
