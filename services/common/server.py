@@ -236,19 +236,21 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         if self._metrics is not None:
             self._metrics.record(method, status_code_of(context) if code is None else code, time.perf_counter() - t0)
 
+    def _open(self, method: str, request, context, span_name: str, attributes: dict[str, str]):
+        """Authenticate (and check the method's scope), then start the server span (None: untraced)."""
+        md = metadata_dict(context)
+        self._authenticate(method, md, request)
+        return self._start_span(method, md, span_name, attributes)
+
     def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]):
         span_name, attributes = _span_naming(method)
 
         async def wrapped(request, context):
-            token = _current.set(None)
-            deadline = deadlines.enter(context)
-            span = None
+            call = _CallScope(context)
             t0, code = time.perf_counter(), None
             try:
                 try:
-                    md = metadata_dict(context)
-                    self._authenticate(method, md, request)
-                    span = self._start_span(method, md, span_name, attributes)
+                    span = call.span = self._open(method, request, context, span_name, attributes)
                     if span is None:
                         out = await behavior(request, context)
                     else:
@@ -264,14 +266,11 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                 except grpc.aio.AbortError:
                     raise
                 except Exception as err:  # noqa: BLE001 - the one place unknown errors become INTERNAL
-                    st = self._status(err, method, span)
+                    st = self._status(err, method, call.span)
                     code = st.code
                     await context.abort_with_status(rpc_status.to_status(st))
             finally:
-                if span is not None:
-                    span.end()
-                deadlines.leave(deadline)
-                _current.reset(token)
+                call.close()
                 self._record(method, code, t0, context)
 
         return wrapped
@@ -280,15 +279,11 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         span_name, attributes = _span_naming(method)
 
         async def wrapped(request, context):
-            token = _current.set(None)
-            deadline = deadlines.enter(context)
-            span = None
+            call = _CallScope(context)
             t0, code = time.perf_counter(), None
             try:
                 try:
-                    md = metadata_dict(context)
-                    self._authenticate(method, md, request)
-                    span = self._start_span(method, md, span_name, attributes)
+                    span = call.span = self._open(method, request, context, span_name, attributes)
                     ctx_token = otel_context.attach(trace.set_span_in_context(span)) if span else None
                     try:
                         async for item in behavior(request, context):
@@ -303,17 +298,30 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                 except grpc.aio.AbortError:
                     raise
                 except Exception as err:  # noqa: BLE001
-                    st = self._status(err, method, span)
+                    st = self._status(err, method, call.span)
                     code = st.code
                     await context.abort_with_status(rpc_status.to_status(st))
             finally:
-                if span is not None:
-                    span.end()
-                deadlines.leave(deadline)
-                _current.reset(token)
+                call.close()
                 self._record(method, code, t0, context)
 
         return wrapped
+
+
+class _CallScope:
+    """What the interceptor sets up for one RPC and undoes when it ends: no caller yet (set by the
+    token check), the RPC's deadline (`services.common.deadlines`), the server span once started."""
+
+    def __init__(self, context: grpc.aio.ServicerContext):
+        self._principal = _current.set(None)
+        self._deadline = deadlines.enter(context)
+        self.span = None
+
+    def close(self) -> None:
+        if self.span is not None:
+            self.span.end()
+        deadlines.leave(self._deadline)
+        _current.reset(self._principal)
 
 
 def _span_naming(method: str) -> tuple[str, dict[str, str]]:
