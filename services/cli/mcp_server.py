@@ -31,6 +31,7 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
 from agentfeedback.traces.v1 import traces_pb2
 from services.cli.client import Clients, ClientSettings
+from services.common import toolcalls
 from services.common.errors import InvalidArgument
 from services.common.ids import parse_trace_id
 
@@ -64,15 +65,16 @@ def _row(fb: feedback_pb2.Feedback) -> dict[str, Any]:
 
 
 def tool_calls_of(trace: traces_pb2.Trace) -> list[dict[str, Any]]:
-    """The `tool.call` spans of a trace: name, call id, status, duration (ms), parent span."""
+    """The tool calls of a trace (`services.common.toolcalls`): name, call id, status, duration (ms),
+    parent span."""
     out = []
     for s in trace.spans:
         attrs = _d(s.attributes) if s.HasField("attributes") else {}
-        if "gen_ai.tool.name" not in attrs:
+        if not toolcalls.is_tool_call(s.name, attrs):
             continue
         out.append({
-            "name": attrs.get("gen_ai.tool.name"),
-            "call_id": attrs.get("gen_ai.tool.call.id", ""),
+            "name": toolcalls.tool_name(s.name, attrs),
+            "call_id": toolcalls.call_id(attrs),
             "span_id": s.span_id,
             "parent_span_id": s.parent_span_id,
             "status": traces_pb2.StatusCode.Name(s.status_code),

@@ -5,6 +5,7 @@ from google.protobuf.json_format import MessageToDict
 
 from agentfeedback.feedback.v1 import feedback_pb2
 from agentfeedback.traces.v1 import traces_pb2
+from services.common import toolcalls
 
 _WIDTH = 40
 
@@ -59,8 +60,8 @@ def render_waterfall(trace: traces_pb2.Trace) -> str:
                 bar = " " * a + "█" * (b - a) + " " * (_WIDTH - b)
             attrs = _attrs(s.attributes)
             label = s.name
-            if "gen_ai.tool.name" in attrs:
-                label += f" [{attrs['gen_ai.tool.name']}]"
+            if toolcalls.is_tool_call(s.name, attrs) and toolcalls.tool_name(s.name, attrs) != s.name:
+                label += f" [{toolcalls.tool_name(s.name, attrs)}]"
             status = traces_pb2.StatusCode.Name(s.status_code).removeprefix("STATUS_CODE_")
             dur = (s.end_time_unix_nano - s.start_time_unix_nano) / 1e6
             lines.append(f"{bar} {'  ' * depth}{label}  {dur:.1f} ms  {status}  ({s.service_name})")

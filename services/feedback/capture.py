@@ -30,6 +30,7 @@ from collections.abc import Callable
 import grpc
 from opentelemetry import trace
 
+from services.common import ledger
 from services.common.incidents import log_failure
 from services.common.errors import DomainError, NotFound
 from services.feedback import domain, evidence
@@ -46,9 +47,6 @@ _ANCHOR_GONE = frozenset({grpc.StatusCode.NOT_FOUND, grpc.StatusCode.PERMISSION_
 log = logging.getLogger(__name__)
 
 BATCH = 32
-# PutRating request ids are remembered this long (as DeleteFeedback's records: 24 h), pruned this often.
-RATING_REQUEST_RETENTION_S = 24 * 3600.0
-PRUNE_INTERVAL_S = 3600.0
 # A claimed row comes back to the queue after this many seconds if its worker died mid-way.
 LEASE_S = 30.0
 
@@ -103,9 +101,9 @@ class CaptureWorker:
         next_prune = 0.0
         while not self._stopping:
             try:
-                if time.monotonic() >= next_prune:  # hourly: PutRating request ids older than 24 h
-                    next_prune = time.monotonic() + PRUNE_INTERVAL_S
-                    await self._repo.prune_rating_requests(RATING_REQUEST_RETENTION_S)
+                if time.monotonic() >= next_prune:  # the request ledger's one prune policy (hourly, 24 h)
+                    next_prune = time.monotonic() + ledger.PRUNE_INTERVAL_S
+                    await self._repo.prune_requests(ledger.RETENTION_S)
                 busy = await self.run_once()
             except asyncio.CancelledError:
                 raise

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.common import toolcalls
 from services.common.ids import clip
 from services.feedback.model import FrozenEvent, FrozenSpan, FrozenTrace, ToolCall, TraceState
 
@@ -46,22 +47,10 @@ class SpanView:
 
 # Our own `feedback.create` span lands in the turn's trace too; it is not evidence of the turn.
 OWN_SPAN_NAMES = frozenset({"feedback.create"})
-# Attribute keys of a tool call (OTel GenAI semantic conventions first, then the agent's own).
-_ARGS_KEYS = ("gen_ai.tool.call.arguments", "tool.arguments", "tool.arguments.preview")
-_RESULT_KEYS = ("gen_ai.tool.call.result", "tool.result", "tool.result.preview")
-_RESULT_SIZE_KEYS = ("tool.result.size_bytes", "tool.result_size_bytes", "gen_ai.tool.call.result.size_bytes",
-                     "tool.result.size")
 
 
 def evidence_spans(spans: Iterable[SpanView]) -> list[SpanView]:
     return [s for s in spans if s.name not in OWN_SPAN_NAMES]
-
-
-def _first(attrs: Mapping[str, Any], keys: Sequence[str], default: Any = "") -> Any:
-    for k in keys:
-        if k in attrs and attrs[k] not in (None, ""):
-            return attrs[k]
-    return default
 
 
 def _ms(ns: int) -> float:
@@ -90,15 +79,15 @@ def freeze_trace(spans: Sequence[SpanView]) -> FrozenTrace:
     tools = []
     events: list[FrozenEvent] = []
     for s in spans:
-        if s.name == "tool.call" or "gen_ai.tool.name" in s.attributes:
+        if toolcalls.is_tool_call(s.name, s.attributes):
             tools.append(ToolCall(
-                name=str(s.attributes.get("gen_ai.tool.name", s.name)),
-                call_id=str(s.attributes.get("gen_ai.tool.call.id", "")),
+                name=toolcalls.tool_name(s.name, s.attributes),
+                call_id=toolcalls.call_id(s.attributes),
                 status=s.status,
                 duration_ms=_ms(s.end_unix_nano - s.start_unix_nano),
-                arguments=clip(str(_first(s.attributes, _ARGS_KEYS)), PREVIEW_MAX_CHARS)[0],
-                result=clip(str(_first(s.attributes, _RESULT_KEYS)), PREVIEW_MAX_CHARS)[0],
-                result_size_bytes=_int(_first(s.attributes, _RESULT_SIZE_KEYS, 0)),
+                arguments=clip(str(toolcalls.first(s.attributes, toolcalls.ARGUMENT_KEYS)), PREVIEW_MAX_CHARS)[0],
+                result=clip(str(toolcalls.first(s.attributes, toolcalls.RESULT_KEYS)), PREVIEW_MAX_CHARS)[0],
+                result_size_bytes=_int(toolcalls.first(s.attributes, toolcalls.RESULT_SIZE_KEYS, 0)),
                 span_id=s.span_id,
             ))
         for e in s.events:

@@ -17,6 +17,7 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2
 from opentelemetry import trace
 
+from services.common import ledger
 from services.common.auth import ACTOR_METADATA, SCOPE_FEEDBACK_AGENT, Authenticator, Principal
 from services.common.errors import (
     Aborted,
@@ -53,8 +54,9 @@ from services.feedback.tracker import TrackerSink
 # FileFeedback: how long one filer may hold the claim, and how long a concurrent call waits for it.
 FILING_LEASE_S = 60.0
 FILING_WAIT_S = 30.0
-# How long a request id of a completed delete / update / create-then-deleted is remembered (AIP-155).
-REQUEST_RETENTION_S = 24 * 3600.0
+# How long a request id of a completed delete / update / create-then-deleted is remembered (AIP-155):
+# the request ledger's one retention (services/common/ledger.py).
+REQUEST_RETENTION_S = ledger.RETENTION_S
 
 
 @dataclass(frozen=True)
@@ -236,10 +238,10 @@ class Reports:
 
         def decide(cur: Report, earlier) -> tuple[Status, str] | None:
             if earlier is not None:  # a retry: answer with the report as it is, write nothing
-                if earlier["feedback_id"] != fid:
+                if earlier.resource != fid:
                     raise InvalidArgument("request_id", "was already used to update another report",
                                           reason="REQUEST_ID_REUSED")
-                check_same_request(earlier["request_fingerprint"], c.fingerprint)
+                check_same_request(earlier.fingerprint, c.fingerprint)
                 return None
             if not domain.etag_matches(c.etag, cur.version):
                 raise Aborted(f"etag {c.etag} is stale; the current one is {domain.etag(cur.version)}",

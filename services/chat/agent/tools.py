@@ -30,11 +30,12 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.chat.agent.replay import LazyReplay
+from services.common import toolcalls
 from services.common.telemetry import record_exception
 
 log = logging.getLogger(__name__)
 
-TOOL_SPAN = "tool.call"
+TOOL_SPAN = toolcalls.TOOL_SPAN  # what counts as a tool call: services/common/toolcalls.py
 # Previews of arguments/results on the span (the full sizes are attributes too).
 PREVIEW_BYTES = 1024
 
@@ -125,8 +126,8 @@ class ToolRegistry:
             kind=SpanKind.INTERNAL,
             attributes={
                 "gen_ai.operation.name": "execute_tool",
-                "gen_ai.tool.name": name,
-                "gen_ai.tool.call.id": call_id,
+                toolcalls.NAME: name,
+                toolcalls.CALL_ID: call_id,
                 "gen_ai.tool.call.arguments": cut_utf8(args_text, PREVIEW_BYTES)[0],
                 "tool.arguments.size_bytes": len(args_text.encode()),
             },
@@ -148,8 +149,8 @@ class ToolRegistry:
             span.add_event(
                 "chat.truncated",
                 {
-                    "gen_ai.tool.name": name,
-                    "gen_ai.tool.call.id": call_id,
+                    toolcalls.NAME: name,
+                    toolcalls.CALL_ID: call_id,
                     "tool.result.original_bytes": size,
                     "tool.result.kept_bytes": len(kept.encode()),
                 },

@@ -2,7 +2,7 @@
 `feedback`), and the store that runs it.
 
 Rating compare-and-swap is a conditional `UPDATE … WHERE version = :version` (holds across processes);
-a PutRating request id is recorded in the same statement as the write (`rating_requests`). Enum
+a PutRating request id is recorded in the same statement as the write (the request ledger). Enum
 values are bound by name (`RatingOrigin.USER`, `RatingSentiment.NEGATIVE`), never written as numbers.
 """
 from __future__ import annotations
@@ -13,7 +13,9 @@ from typing import Any
 
 import asyncpg
 
+from services.common import ledger
 from services.common.db import NamedSQL
+from services.common.ledger import Ledger
 from services.feedback.model import (
     AspectCount,
     Category,
@@ -43,15 +45,9 @@ WHERE conversation = $1 AND turn_index = $2 AND owner = $3 AND scope = $4 AND as
 # caller answers it as a retry); `rec` records an applied put's request id in the same statement.
 # Always one row: seen / prior_fingerprint, then the written rating's columns (all NULL when nothing
 # was written). `:own_*`: whether this call owns sentiment / category / note / reasons / choice (AIP-134).
-_RATING_PRIOR = """prior AS (
-    SELECT request_fingerprint FROM rating_requests WHERE owner = :owner AND request_id = :request_id::uuid
-)"""
-_RATING_RECORD = """rec AS (
-    INSERT INTO rating_requests (owner, request_id, rating_id, request_fingerprint, create_time)
-    SELECT :owner, :request_id::uuid, up.id, :fingerprint::bytea, now() FROM up WHERE :request_id::uuid IS NOT NULL
-    ON CONFLICT (owner, request_id) DO NOTHING
-)
-SELECT EXISTS (SELECT 1 FROM prior) AS seen, (SELECT request_fingerprint FROM prior) AS prior_fingerprint, up.*
+_RATING_PRIOR = ledger.prior_cte("prior")
+_RATING_RECORD = ledger.record_cte("rec", "up.id", "up") + """
+SELECT EXISTS (SELECT 1 FROM prior) AS seen, (SELECT fingerprint FROM prior) AS prior_fingerprint, up.*
 FROM (VALUES (1)) AS one (x) LEFT JOIN up ON true"""
 
 # A new row gets the defaults for the fields this call does not own. A row whose owned fields already
@@ -111,10 +107,6 @@ WITH {_RATING_PRIOR}, up AS (
     RETURNING {RATING_COLUMNS}
 ), {_RATING_RECORD}""")
 
-PRUNE_RATING_REQUESTS = """
-WITH copies AS (DELETE FROM copy_requests WHERE create_time < now() - make_interval(secs => $1))
-DELETE FROM rating_requests WHERE create_time < now() - make_interval(secs => $1)"""
-
 DELETE_RATING = "DELETE FROM ratings WHERE id = $1 AND owner = $2"
 
 LIST_RATINGS = f"""
@@ -127,14 +119,10 @@ LIMIT $8"""
 # `:turns` / `:messages`: the fork's turns that have a stored non-empty assistant message, and those
 # messages' names: a MESSAGE rating is copied only onto such a turn (and names its message there);
 # other scopes are copied as they are. With `:request_id` (CopyRatings' own, ForkConversation's per
-# fork): it is claimed in `copy_requests` in the same statement, and a claimed id copies nothing.
-COPY_RATINGS = NamedSQL("""
-WITH claim AS (
-    INSERT INTO copy_requests (owner, request_id, create_time)
-    SELECT :owner, :request_id::uuid, now() WHERE :request_id::uuid IS NOT NULL
-    ON CONFLICT (owner, request_id) DO NOTHING
-    RETURNING 1
-)
+# fork): it is claimed in the request ledger (`CopyRatings`) in the same statement, and a claimed id
+# copies nothing.
+COPY_RATINGS = NamedSQL(f"""
+WITH {ledger.record_cte("claim", "''", "(SELECT 1) AS one")}
 INSERT INTO ratings (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
     message, version, create_time, update_time, reasons, choice)
 SELECT md5(random()::text || clock_timestamp()::text || r.id), :target, r.turn_index, r.owner, r.scope, r.aspect,
@@ -209,6 +197,9 @@ WHERE owner = $1 AND instance = $2 AND COALESCE((snapshot->>'turn_index')::int, 
   AND snapshot_source <> 3
 ORDER BY create_time, id"""
 
+# The request ledger's methods this module records (services/common/ledger.py).
+PUTS, COPIES = Ledger("PutRating"), Ledger("CopyRatings")
+
 _NAMED = {"user_origin": RatingOrigin.USER, "branch_copy": RatingOrigin.BRANCH_COPY,
           "message_scope": RatingScope.MESSAGE, "positive": RatingSentiment.POSITIVE,
           "neutral": RatingSentiment.NEUTRAL, "negative": RatingSentiment.NEGATIVE, "bad": Sentiment.BAD}
@@ -241,14 +232,10 @@ class RatingStore:
         values = {**_NAMED, **_key_values(key, owner), "sentiment": w.sentiment, "category": w.category,
                   "note": w.note, "own_sentiment": "sentiment" in w.owned, "own_category": "category" in w.owned,
                   "own_note": "note" in w.owned, "own_reasons": "reasons" in w.owned, "reasons": list(w.reasons),
-                  "own_choice": "choice" in w.owned, "choice": w.choice, "message": w.message, "request_id": request_id,
-                  "fingerprint": fingerprint, "id": new_id, "version": version}
+                  "own_choice": "choice" in w.owned, "choice": w.choice, "message": w.message, "id": new_id,
+                  "version": version, **PUTS.params(owner, request_id, fingerprint)}
         sql = UPSERT_RATING if version is None else CAS_RATING
         return _outcome(await self.pool.fetchrow(*sql.bind(values)))
-
-    async def prune_rating_requests(self, retention_s: float) -> int:
-        """Forget PutRating request ids older than `retention_s`; returns how many."""
-        return int((await self.pool.execute(PRUNE_RATING_REQUESTS, retention_s)).split()[-1])
 
     async def delete_rating(self, rid: str, owner: str) -> None:
         await self.pool.execute(DELETE_RATING, rid, owner)
@@ -266,7 +253,7 @@ class RatingStore:
         A `request_id` already claimed copies nothing (0)."""
         turns = list(target_replies)
         values = {**_NAMED, "owner": owner, "target": target, "source": source, "through": through, "turns": turns,
-                  "messages": [target_replies[t] for t in turns], "request_id": request_id}
+                  "messages": [target_replies[t] for t in turns], **COPIES.params(owner, request_id)}
         return int((await self.pool.execute(*COPY_RATINGS.bind(values))).rsplit(" ", 1)[-1])
 
     async def stats(self, since: dt.datetime) -> tuple[list[AspectCount], list[tuple[Category, int]], list[DailyCount]]:

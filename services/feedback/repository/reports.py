@@ -17,6 +17,8 @@ from typing import Any
 import asyncpg
 
 from services.common.db import NamedSQL
+from services.common import ledger
+from services.common.ledger import Ledger
 from services.feedback.model import (
     AuditEntry,
     DeletedCreate,
@@ -98,32 +100,10 @@ ON CONFLICT (owner, request_id) DO UPDATE SET feedback_id = EXCLUDED.feedback_id
     request_fingerprint = EXCLUDED.request_fingerprint, delete_time = EXCLUDED.delete_time
 RETURNING feedback_id"""
 
-# UpdateFeedback request ids (owner, request id → report, request fingerprint), kept `$3` seconds.
-GET_UPDATE_REQUEST = """
-SELECT feedback_id, request_fingerprint FROM feedback_update_requests
-WHERE owner = $1 AND request_id = $2 AND create_time > now() - make_interval(secs => $3)"""
-RECORD_UPDATE_REQUEST = """
-WITH pruned AS (
-    DELETE FROM feedback_update_requests WHERE owner = $1 AND create_time <= now() - make_interval(secs => $5)
-)
-INSERT INTO feedback_update_requests (owner, request_id, feedback_id, request_fingerprint, create_time)
-VALUES ($1, $2, $3, $4, now())
-ON CONFLICT (owner, request_id) DO UPDATE SET feedback_id = EXCLUDED.feedback_id,
-    request_fingerprint = EXCLUDED.request_fingerprint, create_time = EXCLUDED.create_time"""
-
-# Completed deletes by request id (no content), pruned per owner on delete together with the deleted
-# reports' create request ids (same retention).
-RECORD_DELETE = """
-INSERT INTO deleted_feedback (owner, request_id, feedback_id, delete_time) VALUES ($1, $2, $3, now())
-ON CONFLICT (owner, request_id) DO NOTHING"""
-GET_DELETE_RECORD = """
-SELECT feedback_id FROM deleted_feedback
-WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(secs => $3)"""
-PRUNE_DELETE_RECORDS = """
-WITH creates AS (
-    DELETE FROM feedback_create_requests WHERE owner = $1 AND delete_time <= now() - make_interval(secs => $2)
-)
-DELETE FROM deleted_feedback WHERE owner = $1 AND delete_time <= now() - make_interval(secs => $2)"""
+# The create ledger's deletion stamps expire with the request ledger's retention (one prune policy:
+# services/common/ledger.py; run by the capture worker's hourly pass).
+PRUNE_DELETED_CREATES = """
+DELETE FROM feedback_create_requests WHERE delete_time <= now() - make_interval(secs => $1)"""
 
 # Filters are optional (empty / 0 / NULL = not applied); keyset paging on (create_time, id), newest first.
 LIST_FEEDBACK = NamedSQL(f"""
@@ -225,23 +205,24 @@ class ReportStore:
     async def delete_report(self, fid: str, owner: str, request_id: uuid.UUID | None,
                             retention_s: float, audit: AuditEntry | None = None) -> tuple[bool, str | None]:
         """Delete the owner's report. Returns (deleted, earlier): `earlier` is the id an earlier
-        completed delete with this `request_id` removed (within `retention_s`), else None; the owner's
-        records older than that are pruned. Every delete stamps the ledger row of the request id that created the report."""
+        completed delete with this `request_id` removed (request ledger `DeleteFeedback`, kept
+        `retention_s`), else None. Every delete stamps the ledger row of the request id that created the report."""
         async with self.pool.acquire() as conn, conn.transaction():
+            ledger = Ledger("DeleteFeedback", retention_s)
             if request_id is not None:
-                earlier = await conn.fetchval(GET_DELETE_RECORD, owner, request_id, retention_s)
+                earlier = await ledger.get(conn, owner, request_id)
                 if earlier is not None:
-                    return False, earlier
+                    return False, earlier.resource
             deleted = await conn.fetchval(DELETE_FEEDBACK, fid, owner) is not None
             if deleted:
                 await insert_audit(conn, [audit] if audit else [])
-                await conn.execute(PRUNE_DELETE_RECORDS, owner, retention_s)
                 if request_id is not None:
-                    await conn.execute(RECORD_DELETE, owner, request_id, fid)
+                    await ledger.record(conn, owner, request_id, fid, None)
             elif request_id is not None:
                 # A concurrent retry with this request id may have deleted the row while this DELETE
                 # waited for its lock: its record is committed now (a new statement sees it).
-                return False, await conn.fetchval(GET_DELETE_RECORD, owner, request_id, retention_s)
+                earlier = await ledger.get(conn, owner, request_id)
+                return False, earlier.resource if earlier is not None else None
             return deleted, None
 
     async def list_reports(self, owner: str, f: ReportFilter, after: tuple[Any, str] | None,
@@ -259,15 +240,16 @@ class ReportStore:
                             retention_s: float, audit: Callable[[Report, Report], AuditEntry] | None = None,
                             ) -> Report | None:
         """Row-locked read-modify-write: `decide(current, earlier)` returns (status, issue_url) to write,
-        or None to keep the report as it is (it may raise a DomainError to abort). `earlier`: the record
-        (feedback_id, request_fingerprint) of an update already made with `request_id`, else None. A new
+        or None to keep the report as it is (it may raise a DomainError to abort). `earlier`: the ledger entry
+        (`UpdateFeedback`: resource = the report id, fingerprint) of an update already made with
+        `request_id`, else None. A new
         `request_id` is recorded (changed or not). None: no such report."""
         async with self.pool.acquire() as conn, conn.transaction():
             cur = await conn.fetchrow(LOCK_FEEDBACK, fid, owner)
             if cur is None:
                 return None
-            earlier = (await conn.fetchrow(GET_UPDATE_REQUEST, owner, request_id, retention_s)
-                       if request_id is not None else None)
+            ledger = Ledger("UpdateFeedback", retention_s)
+            earlier = await ledger.get(conn, owner, request_id) if request_id is not None else None
             current = rows.report(cur)
             change = decide(current, earlier)
             if change is None:
@@ -276,8 +258,15 @@ class ReportStore:
                 out = rows.report(await conn.fetchrow(UPDATE_FEEDBACK, fid, owner, *change))
                 await insert_audit(conn, [audit(current, out)] if audit else [])
             if request_id is not None and earlier is None:
-                await conn.execute(RECORD_UPDATE_REQUEST, owner, request_id, fid, fingerprint, retention_s)
+                await ledger.record(conn, owner, request_id, fid, fingerprint)
             return out
+
+    async def prune_requests(self, retention_s: float) -> int:
+        """The hourly pass of the one prune policy: request-ledger records and create-ledger deletion
+        stamps older than `retention_s`; returns how many records went."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(PRUNE_DELETED_CREATES, retention_s)
+            return await ledger.prune(conn, retention_s)
 
     async def claim_filing(self, fid: str, owner: str, lease_s: float) -> Report | None:
         return _report(await self.pool.fetchrow(CLAIM_FILING, fid, owner, lease_s))
