@@ -145,8 +145,15 @@ async def flag_a_reply_and_follow_it(stack: Stack, page: Page, site: str, gatewa
     await expect(tool).to_be_visible()
     # The axis is the turn's: the later feedback.create says "… after the turn" and does not squash it.
     await expect(page.locator(".wf-span[data-name='feedback.create'] .wf-after")).to_contain_text("after the turn")
+    # Not squashed: the axis is the turn's own duration (not stretched to the later feedback.create),
+    # and the tool call's bar is its share of that axis (at least the 0.5 % minimum a sliver gets).
+    axis_ms = float(re.search(r"0 – ([\d.]+) ms", await page.locator(".wf-head").inner_text()).group(1))
+    turn_ms = float(await page.locator(".wf-span[data-name='chat.turn'] .wf-ms").first.inner_text())
+    assert turn_ms <= axis_ms <= turn_ms * 1.05 + 1.0, (axis_ms, turn_ms)
+    tool_ms = float(await tool.locator(".wf-ms").inner_text())
     bar, track = await tool.locator(".wf-bar").bounding_box(), await tool.locator(".wf-track").bounding_box()
-    assert bar and track and bar["width"] / track["width"] > 0.01, (bar, track)  # squashed: the 0.5 % minimum
+    share = bar["width"] / track["width"]
+    assert abs(share - max(0.005, tool_ms / axis_ms)) < 0.01, (share, tool_ms, axis_ms)
     await expect(page.locator(".trace-id")).to_have_text(trace_id)
     await shot(page, f"{tag}-6-trace")
     if narrow:

@@ -122,6 +122,11 @@ async def test_modal_fields_masks_stale_write_checkin_and_fork(stack, tmp_path):
                 assert (await ratings(stack, inst))[(2, ART, "artifact_quality", "0")].choice == "needs_edits"
                 await dialog.locator(".modal-close").click()
                 await expect(replies.nth(2).locator(".glyph-pair")).to_have_attribute("data-lit", "like")
+                # The row with feedback stays at full strength; a row without it is subdued until hovered.
+                await page.mouse.move(0, 0)
+                opacity = "e => getComputedStyle(e).opacity"
+                assert await replies.nth(2).locator(".actions").evaluate(opacity) == "1"
+                assert float(await replies.nth(1).locator(".actions").evaluate(opacity)) < 1
 
                 # The check-in after the latest reply: records nothing, routes into the modal.
                 before = await ratings(stack, inst)
@@ -141,6 +146,8 @@ async def test_modal_fields_masks_stale_write_checkin_and_fork(stack, tmp_path):
                 await pick(page, "reply", "reply_judgement", "Worked well")
                 await expect(dialog.locator("fieldset[data-aspect=reply_judgement] .ctl-status[data-field=choice]")).to_have_text("Saved.")
                 await page.keyboard.press("Escape")
+                # Any feedback of the turn (here a judgement, no like or dislike) lights the glyph.
+                await expect(replies.nth(0).locator(".glyph-pair")).to_have_attribute("data-lit", "feedback")
                 await replies.nth(1).locator("button.more").click()
                 await replies.nth(1).locator(".act-branch").click()
                 await expect(page.locator(".fork-banner")).to_contain_text("Branched from")
