@@ -135,3 +135,18 @@ class NamedSQL(str):
 
     def bind(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
         return (self.text, *(values[n] for n in self.names))
+
+
+# A statement whose optional filters read `(:x = '' OR col = :x)` has a generic plan that can use no
+# index for them (no trigram index for a text search, no (owner, instance) index): PostgreSQL switches
+# a prepared statement to its generic plan after five runs when it guesses that plan is no dearer, and
+# then a search that took 3 ms takes 130 ms (issue 17, tests/bench/bench_feedback_reads.py).
+_CUSTOM_PLAN = "SET LOCAL plan_cache_mode = force_custom_plan"
+
+
+async def fetch_custom_plan(pool: asyncpg.Pool, sql: str, *args: Any) -> list[asyncpg.Record]:
+    """`pool.fetch(sql, *args)` planned for these very values (custom plan, the statement stays
+    prepared and cached), in its own read transaction: three more round trips on loopback (≈ 0.2 ms)."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(_CUSTOM_PLAN)
+        return await conn.fetch(sql, *args)

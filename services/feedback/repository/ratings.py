@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from services.common import ledger
-from services.common.db import NamedSQL
+from services.common.db import NamedSQL, fetch_custom_plan
 from services.common.ledger import Ledger
 from services.feedback.model import (
     AspectCount,
@@ -279,9 +279,9 @@ class RatingStore:
                   "text": like_pattern(f.text), "negative_only": f.negative_only, "reason": f.reason,
                   "choice": f.choice,
                   "after_time": after[0] if after else None, "after_id": after[1] if after else "", "limit": limit}
-        r = [rows.rating(x) for x in await self.pool.fetch(*RECENT_RATINGS.bind(values))] \
+        r = [rows.rating(x) for x in await fetch_custom_plan(self.pool, *RECENT_RATINGS.bind(values))] \
             if ratings else []
-        fb = [rows.report(x) for x in await self.pool.fetch(*RECENT_FEEDBACK.bind(values))] \
+        fb = [rows.report(x) for x in await fetch_custom_plan(self.pool, *RECENT_FEEDBACK.bind(values))] \
             if reports else []
         return r, fb
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from services.common.db import NamedSQL
+from services.common.db import NamedSQL, fetch_custom_plan
 from services.common import ledger
 from services.common.ledger import Ledger
 from services.feedback.model import (
@@ -233,7 +233,7 @@ class ReportStore:
             "text": like_pattern(f.text), "trace_id": f.trace_id, "after_time": after[0] if after else None,
             "after_id": after[1] if after else "", "limit": limit,
         }
-        return [rows.report(r) for r in await self.pool.fetch(*LIST_FEEDBACK.bind(values))]
+        return [rows.report(r) for r in await fetch_custom_plan(self.pool, *LIST_FEEDBACK.bind(values))]
 
     async def update_report(self, fid: str, owner: str, decide: Callable[[Report, Any], tuple[Status, str] | None],
                             request_id: uuid.UUID | None, fingerprint: bytes | None,
