@@ -54,6 +54,8 @@ class Ratings:
     def __init__(self, repo: Repository, chat: ChatClient, check_cache_s: float,
                  current_pb: Callable[[Rating], Message]):
         self._current_pb = current_pb
+        # Optional `(scope)` hook called once per rating written (the service's metrics).
+        self.on_written: Callable[[Any], None] | None = None
         self._repo = repo
         self._chat = chat
         # (sub, scopes, conversation, turn or None) → rated message name: positive chat checks, briefly kept.
@@ -103,6 +105,8 @@ class Ratings:
         got = await self._repo.put_rating(key, p.sub, w, new_id=new_id(), version=version, request_id=request_id,
                                           fingerprint=fingerprint)
         if got.written is not None:
+            if self.on_written is not None:
+                self.on_written(key.scope)
             return got.written
         cur = await self._repo.get_rating(key, p.sub)
         what = f"rating {key.conversation} turn {key.turn_index} {key.aspect}"

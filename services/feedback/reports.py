@@ -109,6 +109,8 @@ class Reports:
         self._repo = repo
         self._chat = chat
         self._sink = sink
+        # Optional `(author)` hook called once per report stored (the service's metrics).
+        self.on_created: Callable[[Author], None] | None = None
         self._tracer = tracer
         self._fields = ticket_fields
         self._capture_wait_s = filing_capture_wait_s
@@ -178,6 +180,8 @@ class Reports:
         if got.report.id != new.id:  # a concurrent call with the same request id stored first
             check_same_request(got.fingerprint, d.fingerprint)
             return got.report
+        if self.on_created is not None:
+            self.on_created(got.report.author)
         if got.event_due:
             r = got.report
             emit_created(self._tracer, CreatedEvent(r.id, r.anchor.trace_id, r.sentiment, r.category, r.author,

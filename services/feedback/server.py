@@ -26,6 +26,7 @@ from services.feedback.ratings import Ratings
 from services.feedback.reports import Reports
 from services.feedback.repository import Repository
 from services.feedback.servicer import METHOD_SCOPES, SERVICE, FeedbackServicer
+from services.feedback.metrics import FeedbackMetrics
 from services.feedback.settings import FeedbackSettings
 from services.feedback.statistics import Stats
 from services.feedback.ticket import TicketFields
@@ -99,16 +100,21 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
                                           {"CreateFeedback": _report_cap(repo, settings.max_reports_per_owner)})
     metrics = await ServiceMetrics("feedback", settings.metrics_listen).start()
     pool_gauges(metrics.meter, pool, "feedback")
+    fm = FeedbackMetrics(metrics.meter, repo)
+    reports.on_created, ratings.on_written = fm.report_created, fm.rating_written
+    server_refresh = fm.refresh
     server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer, metrics=RpcMetrics(metrics.meter)),
                          quota],
                         grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.metrics = metrics
+    server.metrics_refresh = server_refresh  # type: ignore[attr-defined] - tests read the backlog now
     server.watch_database(url)
     server.add(feedback_pb2_grpc.add_FeedbackServiceServicer_to_server, servicer, SERVICE)
     server.bind(settings.listen)
     await server.start()
     if run_worker:
         worker.start()
+    fm.start()
 
     async def close() -> None:
         await worker.stop()
@@ -118,6 +124,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
         await pool.close()
         if own_provider:
             tp.shutdown()
+        await fm.stop()
         await metrics.close()
 
     server.on_stop(close)

@@ -125,6 +125,12 @@ class CaptureStore:
 
     pool: asyncpg.Pool
 
+    async def capture_backlog(self) -> tuple[int, dt.datetime | None]:
+        """(reports whose trace snapshot is PENDING, the oldest one's create_time) — for the metrics."""
+        r = await self.pool.fetchrow("SELECT count(*) AS n, min(create_time) AS oldest FROM feedback "
+                                     "WHERE trace_state = $1", int(TraceState.PENDING))
+        return int(r["n"]), r["oldest"]
+
     async def claim_capture(self, limit: int, lease_s: float) -> list[CaptureJob]:
         got = await self.pool.fetch(*CLAIM_CAPTURE.bind({**_GUARDS, "limit": limit, "lease_s": lease_s}))
         return [CaptureJob(r["id"], r["owner"], r["trace_id"], r["turn_time"], r["capture_attempts"],
