@@ -158,3 +158,28 @@ async def test_dashboard_reason_and_choice_filters(stack, tmp_path):
                 await page.select_option("#feed-choice", "partly")
                 await expect(feed).to_have_count(1)
                 await expect(feed.first).to_contain_text("bob")
+async def test_dashboard_reason_and_choice_filters_and_the_turn_viewer(stack, tmp_path):
+    await seed(stack)
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
+            async with browser_page(1280, 1000) as page:
+                await sign_in(page, site, envoy.url, stack.token("ops", ALL_SCOPES))
+                await page.goto(f"{site}/#/stats")
+                feed = page.locator(".recent-feed .feed-item")
+                await page.select_option("#feed-reason", "ignored_constraints")
+                await expect(feed).to_have_count(1)
+                await expect(feed.first.locator(".feed-choice")).to_have_text("Didn't work")
+                await expect(feed.first.locator(".reason-badge")).to_have_text("Ignored my constraints")
+                # The per-turn viewer: everything alice said about that turn, read-only.
+                await feed.first.locator(".view-turn").click()
+                view = page.locator(".turn-view")
+                await expect(view.locator(".tv-ratings .feed-item")).to_have_count(3 + ARTIFACTS)
+                await expect(view.locator(".tv-reports .feed-item")).to_have_count(0)
+                await expect(view.locator(".tv-ratings button")).to_have_count(0)  # nothing to change there
+                await page.select_option("#feed-reason", "")
+                await page.select_option("#feed-choice", "partly")
+                await expect(feed).to_have_count(1)
+                await feed.first.locator(".view-turn").click()
+                await expect(view.locator(".tv-reports .feed-item")).to_have_count(1)
+                await expect(view.locator(".tv-reports")).to_contain_text("The weather tool failed in the pipeline.")
+                await shot(page, "console-dashboard-turn-viewer")

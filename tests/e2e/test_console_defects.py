@@ -49,6 +49,15 @@ async def test_suspected_defects_listed_apart_per_owner_and_for_an_operator(stac
                 await page.locator("header.top").get_by_role("link", name="Feedback").click()
                 await expect(page.locator(".feedback-list .empty")).to_have_text("Nothing flagged yet.")
                 await shot(page, "console-defects-owner")
+                # One action turns it into a report anchored to that turn (the server writes the words).
+                await page.locator("header.top").get_by_role("link", name="Suspected defects").click()
+                await rows.first.locator(".act-report-defect").click()
+                await expect(rows.first.locator(".defect-msg")).to_contain_text("Reported.")
+                await rows.first.locator(".defect-msg a").click()
+                reported = page.locator(".feedback-row.focused")
+                await expect(reported.locator(".badge", has_text="caught by the platform")).to_be_visible()
+                listed = await stack.feedback().ListFeedback(pb.ListFeedbackRequest(), metadata=stack.md("alice"))
+                assert [(f.author, f.snapshot.trace_id) for f in listed.feedback] == [(pb.AUTHOR_PLATFORM, mine.trace_id)]
 
                 await sign_in(page, site, envoy.url, stack.token("ops", ALL_SCOPES))
                 await page.goto(f"{site}/#/defects")
