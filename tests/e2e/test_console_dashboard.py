@@ -142,22 +142,6 @@ async def test_dashboard_panels_show_the_data_the_test_made(stack, tmp_path):
     assert convs["alice"] != convs["bob"]
 
 
-async def test_dashboard_reason_and_choice_filters(stack, tmp_path):
-    await seed(stack)
-    with static_site(CONSOLE_DIST) as site:
-        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
-            async with browser_page(1280, 1000) as page:
-                await sign_in(page, site, envoy.url, stack.token("ops", ALL_SCOPES))
-                await page.goto(f"{site}/#/stats")
-                feed = page.locator(".recent-feed .feed-item")
-                await page.select_option("#feed-reason", "ignored_constraints")
-                await expect(feed).to_have_count(1)
-                await expect(feed.first.locator(".feed-choice")).to_have_text("Didn't work")
-                await expect(feed.first.locator(".reason-badge")).to_have_text("Ignored my constraints")
-                await page.select_option("#feed-reason", "")
-                await page.select_option("#feed-choice", "partly")
-                await expect(feed).to_have_count(1)
-                await expect(feed.first).to_contain_text("bob")
 async def test_dashboard_reason_and_choice_filters_and_the_turn_viewer(stack, tmp_path):
     await seed(stack)
     with static_site(CONSOLE_DIST) as site:
