@@ -12,7 +12,7 @@ from services.chat.agent import prompt
 from services.chat.agent.intents import Intent, memory_fact, paraphrase_complaint, route
 from services.chat.agent.reference import Claim, invented_claims
 from services.chat.agent.replay import ReplayIndex, iter_records, load_sharegpt
-from services.chat.agent.tools import ToolOutcome, cut_utf8
+from services.chat.agent.tools import ToolContext, ToolOutcome, complained_about, cut_utf8
 
 REC = [
     {
@@ -107,3 +107,16 @@ def test_invented_claims_are_those_no_successful_call_backs():
     ]
     claims = [Claim("recall_transcript", "x"), Claim("send_report", "y"), Claim("write_memory", "z")]
     assert [c.tool for c in invented_claims(claims, calls)] == ["send_report", "write_memory"]
+
+
+def test_record_feedback_is_about_the_previous_reply_unless_the_call_names_another():
+    replies = (("instances/i/messages/a", 0), ("instances/i/messages/b", 1))
+    ctx = ToolContext("alice", "tok", "instances/i", 2, replies=replies)
+    assert complained_about({}, ctx) == "instances/i/messages/b"
+    assert complained_about({"turn_index": 0}, ctx) == "instances/i/messages/a"
+    assert complained_about({"message": "instances/i/messages/zz"}, ctx) == "instances/i/messages/zz"
+    assert complained_about({}, ToolContext("alice", "tok", "instances/i", 0)) == ""  # nothing said before
+    with pytest.raises(ValueError, match="of instances/i"):
+        complained_about({"message": "instances/other/messages/a"}, ctx)
+    with pytest.raises(ValueError, match="turn 7"):
+        complained_about({"turn_index": 7}, ctx)
