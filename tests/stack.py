@@ -166,3 +166,28 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
         feedback_settings, database_url=database_url, tracer_provider=provider("feedback")
     )
     return stack
+
+
+async def all_pages(rpc, request, items: str, metadata) -> list:
+    """Every item of a paged List RPC: `rpc(request)` again with each `next_page_token`."""
+    out: list = []
+    while True:
+        page = await rpc(request, metadata=metadata)
+        out += getattr(page, items)
+        if not page.next_page_token:
+            return out
+        request.page_token = page.next_page_token
+
+
+async def new_conversation(stack: Stack, turns: int = 1, sub: str = "alice") -> tuple[str, list]:
+    """A new instance of `sub` (reference agent) with `turns` turns: (its name, the SendMessage answers)."""
+    import uuid  # noqa: PLC0415
+
+    from agentfeedback.chat.v1 import chat_pb2  # noqa: PLC0415
+
+    inst = await stack.chat().CreateInstance(chat_pb2.CreateInstanceRequest(
+        instance=chat_pb2.Instance(display_name="Agent", agent="reference")), metadata=stack.md(sub))
+    sent = [await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
+        instance=inst.name, content=f"question {i}: what is {i} + {i}?", request_id=str(uuid.uuid4())),
+        metadata=stack.md(sub)) for i in range(turns)]
+    return inst.name, sent

@@ -11,21 +11,11 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as fpb
 
 from services.common.auth import SCOPE_CHAT
-from tests.stack import Stack
+from tests.stack import Stack, new_conversation
 
 
 def rid() -> str:
     return str(uuid.uuid4())
-
-
-async def conversation(stack: Stack, turns: int, sub: str = "alice") -> tuple[str, list[chat_pb2.SendMessageResponse]]:
-    inst = await stack.chat().CreateInstance(
-        chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="Research", agent="reference")),
-        metadata=stack.md(sub))
-    sent = [await stack.chat().SendMessage(
-        chat_pb2.SendMessageRequest(instance=inst.name, content=f"question {i}: what is {i} + {i}?", request_id=rid()),
-        metadata=stack.md(sub)) for i in range(turns)]
-    return inst.name, sent
 
 
 async def fork(stack: Stack, parent: str, turn: int, sub: str = "alice", **kw) -> chat_pb2.ForkConversationResponse:
@@ -52,7 +42,7 @@ async def ratings(stack: Stack, conversation: str) -> list[fpb.Rating]:
 
 
 async def test_fork_copies_the_prefix_with_new_ids_and_pointers_to_the_source(stack: Stack):
-    parent, sent = await conversation(stack, 3)
+    parent, sent = await new_conversation(stack, 3)
     res = await fork(stack, parent, 1, display_name="Try another way")
     f = res.instance
     assert f.name != parent and f.fork_source == parent and f.fork_turn_index == 1 and f.owner == "alice"
@@ -72,7 +62,7 @@ async def test_fork_copies_the_prefix_with_new_ids_and_pointers_to_the_source(st
 
 
 async def test_fork_of_a_fork_points_at_its_immediate_source_and_keeps_the_original_trace(stack: Stack):
-    parent, sent = await conversation(stack, 2)
+    parent, sent = await new_conversation(stack, 2)
     first = (await fork(stack, parent, 1)).instance
     second = (await fork(stack, first.name, 0)).instance
     assert second.fork_source == first.name
@@ -83,7 +73,7 @@ async def test_fork_of_a_fork_points_at_its_immediate_source_and_keeps_the_origi
 
 
 async def test_a_retried_fork_returns_the_same_fork_and_copies_nothing_twice(stack: Stack):
-    parent, sent = await conversation(stack, 2)
+    parent, sent = await new_conversation(stack, 2)
     await rate(stack, parent, 0, fpb.RATING_SENTIMENT_POSITIVE)
     await rate(stack, parent, 1, fpb.RATING_SENTIMENT_NEGATIVE, aspect="task_completion",
                scope=fpb.RATING_SCOPE_CONVERSATION)
@@ -109,7 +99,7 @@ async def test_a_retried_fork_returns_the_same_fork_and_copies_nothing_twice(sta
 
 
 async def test_deleting_or_clearing_the_parent_leaves_the_fork_intact(stack: Stack):
-    parent, sent = await conversation(stack, 2)
+    parent, sent = await new_conversation(stack, 2)
     await rate(stack, parent, 0, fpb.RATING_SENTIMENT_POSITIVE)
     f = (await fork(stack, parent, 1)).instance
     await stack.chat().DeleteTurn(chat_pb2.DeleteTurnRequest(parent=parent, trace_id=sent[0].trace_id),
@@ -122,7 +112,7 @@ async def test_deleting_or_clearing_the_parent_leaves_the_fork_intact(stack: Sta
 
 
 async def test_forking_is_owner_scoped_and_names_what_is_wrong(stack: Stack):
-    parent, _ = await conversation(stack, 1)
+    parent, _ = await new_conversation(stack, 1)
     for sub, turn, code in (("bob", 0, grpc.StatusCode.NOT_FOUND), ("alice", 5, grpc.StatusCode.NOT_FOUND),
                             ("alice", -1, grpc.StatusCode.INVALID_ARGUMENT)):
         with pytest.raises(grpc.aio.AioRpcError) as e:
@@ -143,7 +133,7 @@ async def test_forking_is_owner_scoped_and_names_what_is_wrong(stack: Stack):
 
 
 async def test_feedback_on_a_copied_reply_freezes_the_original_turns_tool_calls(stack: Stack):
-    parent, sent = await conversation(stack, 2)
+    parent, sent = await new_conversation(stack, 2)
     f = (await fork(stack, parent, 1)).instance
     copy = [m for m in await messages(stack, f.name) if m.role == chat_pb2.ROLE_ASSISTANT][0]
     fb = await stack.feedback().CreateFeedback(fpb.CreateFeedbackRequest(

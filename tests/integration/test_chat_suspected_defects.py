@@ -9,7 +9,7 @@ import pytest
 from agentfeedback.chat.v1 import chat_pb2
 
 from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_ADMIN
-from tests.stack import Stack
+from tests.stack import Stack, all_pages
 
 TRUNCATING = "how many agents do you have in total? Give me their names."  # list_subordinates > 4096 bytes
 INVENTING = "Please send the weekly report to my team."  # the scripted reply claims send_report's result
@@ -29,14 +29,8 @@ async def say(stack: Stack, instance: str, content: str, sub: str = "alice") -> 
 
 async def defects(stack: Stack, parent: str, sub: str = "alice", scopes=None, page_size: int = 0):
     md = stack.md(sub) if scopes is None else stack.md(sub, scopes)
-    out, token = [], ""
-    while True:
-        page = await stack.chat().ListSuspectedDefects(
-            chat_pb2.ListSuspectedDefectsRequest(parent=parent, page_size=page_size, page_token=token), metadata=md)
-        out += page.suspected_defects
-        token = page.next_page_token
-        if not token:
-            return out
+    return await all_pages(stack.chat().ListSuspectedDefects,
+                           chat_pb2.ListSuspectedDefectsRequest(parent=parent, page_size=page_size), "suspected_defects", md)
 
 
 async def test_truncated_and_invented_turns_are_listed_with_trace_time_event_and_user_message(stack: Stack):

@@ -12,7 +12,7 @@ from google.protobuf import field_mask_pb2
 
 from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_TRIAGE
 from services.common.errors import error_info
-from tests.stack import Stack
+from tests.stack import Stack, all_pages
 
 BODY = "the sum it gave me is wrong and I am annoyed"
 
@@ -40,14 +40,8 @@ async def update(stack: Stack, fb: pb.Feedback, sub: str = "alice", **fields) ->
 
 async def audit(stack: Stack, sub: str, scopes=None, **filters) -> list[pb.AuditRecord]:
     md = stack.md(sub) if scopes is None else stack.md(sub, scopes)
-    out, token = [], ""
-    while True:
-        page = await stack.feedback().ListAuditRecords(pb.ListAuditRecordsRequest(page_size=2, page_token=token,
-                                                                                  **filters), metadata=md)
-        out += page.audit_records
-        token = page.next_page_token
-        if not token:
-            return out
+    return await all_pages(stack.feedback().ListAuditRecords, pb.ListAuditRecordsRequest(page_size=2, **filters),
+                           "audit_records", md)
 
 
 async def test_every_triage_mutation_is_recorded_with_who_when_and_what_changed_never_the_body(stack: Stack):

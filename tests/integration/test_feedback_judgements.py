@@ -10,21 +10,13 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from google.protobuf import field_mask_pb2
 
-from tests.stack import Stack
+from tests.stack import Stack, new_conversation
 
 POS, NEU, NEG = pb.RATING_SENTIMENT_POSITIVE, pb.RATING_SENTIMENT_NEUTRAL, pb.RATING_SENTIMENT_NEGATIVE
 
 
 def rid() -> str:
     return str(uuid.uuid4())
-
-
-async def conversation(stack: Stack, turns: int = 1, sub: str = "alice") -> tuple[str, list]:
-    inst = await stack.chat().CreateInstance(chat_pb2.CreateInstanceRequest(
-        instance=chat_pb2.Instance(display_name="Agent", agent="reference")), metadata=stack.md(sub))
-    sent = [await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
-        instance=inst.name, content=f"question {i}", request_id=rid()), metadata=stack.md(sub)) for i in range(turns)]
-    return inst.name, sent
 
 
 async def put(stack: Stack, mask: list[str] | None = None, sub: str = "alice", **fields) -> pb.Rating:
@@ -35,7 +27,7 @@ async def put(stack: Stack, mask: list[str] | None = None, sub: str = "alice", *
 
 
 async def test_reasons_and_choice_are_stored_and_each_control_owns_only_its_field(stack: Stack):
-    inst, _ = await conversation(stack)
+    inst, _ = await new_conversation(stack)
     key = dict(conversation=inst, turn_index=0, scope=pb.RATING_SCOPE_MESSAGE, aspect="reply_judgement")
     first = await put(stack, ["sentiment"], sentiment=NEG, **key)
     # The reasons control sends other values for every field but owns only `reasons`.
@@ -67,7 +59,7 @@ async def test_reasons_and_choice_are_stored_and_each_control_owns_only_its_fiel
     ({"choice": "two words"}, "rating.choice"),
 ])
 async def test_reasons_and_choice_shapes_are_checked_naming_the_field(stack: Stack, fields, field_path):
-    inst, _ = await conversation(stack)
+    inst, _ = await new_conversation(stack)
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await put(stack, list(fields), conversation=inst, turn_index=0, scope=pb.RATING_SCOPE_CONVERSATION,
                   aspect="overall", **fields)
@@ -77,7 +69,7 @@ async def test_reasons_and_choice_shapes_are_checked_naming_the_field(stack: Sta
 async def test_a_four_state_completion_answer_aggregates_by_the_sentiment_it_maps_to(stack: Stack):
     states = [("complete", POS), ("partly", NEU), ("not_done", NEG), ("not_attempted", NEG)]
     for choice, sentiment in states:
-        inst, _ = await conversation(stack)
+        inst, _ = await new_conversation(stack)
         got = await put(stack, ["choice", "sentiment"], conversation=inst, turn_index=0,
                         scope=pb.RATING_SCOPE_CONVERSATION, aspect="task_completion", choice=choice,
                         sentiment=sentiment)
@@ -91,7 +83,7 @@ async def test_a_four_state_completion_answer_aggregates_by_the_sentiment_it_map
 
 
 async def test_the_live_document_and_each_artifact_of_a_turn_are_rated_independently(stack: Stack):
-    inst, _ = await conversation(stack)
+    inst, _ = await new_conversation(stack)
     key = dict(conversation=inst, turn_index=0, scope=pb.RATING_SCOPE_ARTIFACT, aspect="artifact_quality")
     live = await put(stack, artifact_id="0", sentiment=POS, **key)
     a1 = await put(stack, artifact_id="1", sentiment=NEG, **key)
@@ -105,7 +97,7 @@ async def test_the_live_document_and_each_artifact_of_a_turn_are_rated_independe
 
 
 async def test_a_report_category_from_a_newer_client_is_stored_and_filed_as_other(stack: Stack):
-    inst, sent = await conversation(stack)
+    inst, sent = await new_conversation(stack)
     fb = await stack.feedback().CreateFeedback(pb.CreateFeedbackRequest(feedback=pb.Feedback(
         message=sent[0].reply.name, body="the chart overlaps the text", category=42), request_id=rid()),
         metadata=stack.md())
@@ -118,7 +110,7 @@ async def test_a_report_category_from_a_newer_client_is_stored_and_filed_as_othe
 
 
 async def test_the_operator_feed_returns_reasons_and_choices_and_filters_by_them(stack: Stack):
-    inst, _ = await conversation(stack, 2)
+    inst, _ = await new_conversation(stack, 2)
     await put(stack, ["sentiment", "reasons", "choice"], conversation=inst, turn_index=0,
               scope=pb.RATING_SCOPE_MESSAGE, aspect="reply_judgement", sentiment=NEG, choice="did_not_work",
               reasons=["ignored_constraints"])
@@ -138,7 +130,7 @@ async def test_the_operator_feed_returns_reasons_and_choices_and_filters_by_them
 
 
 async def test_the_per_turn_view_shows_everything_one_user_said_about_one_turn(stack: Stack):
-    inst, sent = await conversation(stack, 2)
+    inst, sent = await new_conversation(stack, 2)
     await put(stack, conversation=inst, turn_index=1, scope=pb.RATING_SCOPE_MESSAGE, aspect="reaction",
               sentiment=NEG)
     await put(stack, ["choice", "sentiment"], conversation=inst, turn_index=1, scope=pb.RATING_SCOPE_CONVERSATION,

@@ -12,7 +12,7 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from google.protobuf import field_mask_pb2
 
-from tests.stack import Stack
+from tests.stack import Stack, new_conversation
 
 POS, NEU, NEG = pb.RATING_SENTIMENT_POSITIVE, pb.RATING_SENTIMENT_NEUTRAL, pb.RATING_SENTIMENT_NEGATIVE
 MSG, CONV = pb.RATING_SCOPE_MESSAGE, pb.RATING_SCOPE_CONVERSATION
@@ -20,14 +20,6 @@ MSG, CONV = pb.RATING_SCOPE_MESSAGE, pb.RATING_SCOPE_CONVERSATION
 
 def rid() -> str:
     return str(uuid.uuid4())
-
-
-async def conversation(stack: Stack, turns: int = 1, sub: str = "alice") -> tuple[str, list]:
-    inst = await stack.chat().CreateInstance(chat_pb2.CreateInstanceRequest(
-        instance=chat_pb2.Instance(display_name="Agent", agent="reference")), metadata=stack.md(sub))
-    sent = [await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
-        instance=inst.name, content=f"question {i}", request_id=rid()), metadata=stack.md(sub)) for i in range(turns)]
-    return inst.name, sent
 
 
 async def put(stack: Stack, inst: str, turn: int, scope: int, aspect: str, sentiment: int, choice: str = "",
@@ -59,9 +51,9 @@ def figures(s: pb.FeedbackStats) -> pb.FeedbackStats:
 
 
 async def test_headline_dimensions_daily_series_and_funnel_equal_what_was_said(stack: Stack):
-    a, a_sent = await conversation(stack, 2, "alice")
-    b, b_sent = await conversation(stack, 1, "bob")
-    c, _ = await conversation(stack, 1, "carol")
+    a, a_sent = await new_conversation(stack, 2, "alice")
+    b, b_sent = await new_conversation(stack, 1, "bob")
+    c, _ = await new_conversation(stack, 1, "carol")
     await put(stack, a, 0, MSG, "reaction", POS)
     await put(stack, a, 1, MSG, "reaction", NEG)
     await put(stack, b, 0, MSG, "reaction", POS, sub="bob")
@@ -71,7 +63,7 @@ async def test_headline_dimensions_daily_series_and_funnel_equal_what_was_said(s
     await put(stack, a, 1, CONV, "task_completion", POS, "complete")
     await put(stack, b, 0, CONV, "task_completion", NEG, "not_done", sub="bob")
     await report(stack, a_sent[1].reply.name)
-    await report(stack, (await conversation(stack, 1, "carol"))[1][0].reply.name, "carol")
+    await report(stack, (await new_conversation(stack, 1, "carol"))[1][0].reply.name, "carol")
     s = await stats(stack)
     assert s.window_days == 7
     h = s.headline
@@ -94,7 +86,7 @@ async def test_headline_dimensions_daily_series_and_funnel_equal_what_was_said(s
 
 
 async def test_the_stats_vocabulary_comes_from_the_request(stack: Stack):
-    inst, _ = await conversation(stack)
+    inst, _ = await new_conversation(stack)
     await put(stack, inst, 0, CONV, "goal_reached", POS, "yes")
     default = await stats(stack)
     assert default.funnel.with_completion_answer == 0
@@ -118,7 +110,7 @@ async def test_a_window_outside_1_to_365_days_is_refused_naming_it(stack: Stack,
 
 
 async def test_branch_copies_never_move_any_figure_and_editing_a_copy_does(stack: Stack):
-    parent, _ = await conversation(stack, 2)
+    parent, _ = await new_conversation(stack, 2)
     await put(stack, parent, 0, MSG, "reaction", POS)
     await put(stack, parent, 1, CONV, "task_completion", POS, "complete")
     before = figures(await stats(stack))
