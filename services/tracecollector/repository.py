@@ -105,7 +105,8 @@ SEARCH_WALK = "SELECT trace_id, start_ns FROM traces.spans s WHERE {filters} ORD
 SEARCH_FIRST_STARTS = """
 SELECT trace_id, min(start_ns) AS first_start FROM traces.spans s
 WHERE {filters} AND trace_id = ANY($8::bytea[]) GROUP BY trace_id"""
-# The walk's first window and growth: 1 min, 8 min, 64 min, 8.5 h, 68 h, 23 days (≤ 6 windows).
+# The walk's first window and growth: 1 min, 8 min, 64 min, 8.5 h, 68 h, 23 days (≤ 6 windows); ×64
+# after a window with no match at all (a rare value: 1 min, 64 min, 68 h, 23 days).
 SEARCH_FIRST_WINDOW_NS = 60 * 1_000_000_000
 SEARCH_WINDOW_GROWTH = 8
 # Summaries of the given traces: root span (no parent; else the earliest), distinct span count,
@@ -305,7 +306,8 @@ class Repository:
                         continue
                 else:
                     frontier = lo
-                    window *= SEARCH_WINDOW_GROWTH
+                    # Nothing at all in this window (a rare value): widen faster.
+                    window *= SEARCH_WINDOW_GROWTH if rows else SEARCH_WINDOW_GROWTH ** 2
                 new = {bytes(r["trace_id"]) for r in rows} - seen
                 if new:
                     seen |= new

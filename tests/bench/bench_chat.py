@@ -112,6 +112,10 @@ def service_env(ctx, db: str) -> tuple[dict[str, str], dict[str, int]]:
         "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": f"127.0.0.1:{otlp}",
         "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(otlp_http),
         "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": f"127.0.0.1:{query}",
+        # Metrics endpoints on free ports (the fixed defaults clash with any other stack on the machine).
+        "AGENTFEEDBACK_CHAT_METRICS_LISTEN": "127.0.0.1:0",
+        "AGENTFEEDBACK_FEEDBACK_METRICS_LISTEN": "127.0.0.1:0",
+        "AGENTFEEDBACK_COLLECTOR_METRICS_LISTEN": "127.0.0.1:0",
     }
     return env, ports
 

@@ -207,6 +207,7 @@ class CollectorProcess:
              "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": f"127.0.0.1:{self.grpc_port}",
              "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(self.http_port),
              "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": f"127.0.0.1:{self.query_port}",
+             "AGENTFEEDBACK_COLLECTOR_METRICS_LISTEN": "127.0.0.1:0",
              "AGENTFEEDBACK_COLLECTOR_LOG_LEVEL": "WARNING", **env}
         self.proc = subprocess.Popen([sys.executable, "-m", "services.tracecollector.main"], cwd=ROOT, env=e)
 

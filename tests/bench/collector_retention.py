@@ -8,7 +8,7 @@ loaded database while the collector process serves Exports.
   The days lie before the retention window (the collector's own pass ran at its start-up; the next
   is an hour away) and were retired as a pass retires the oldest kept day the day before its drop
   (autovacuum off: `Repository.retire_partition`), after a VACUUM ANALYZE that stands for the 13 days
-  of autovacuum such a day has seen.
+  of autovacuum such a day has seen, and a CHECKPOINT (a 13-day-old day's pages are on disk).
 - `export_p99_ms` / `export_p99_during_retention_ms`: per-Export latency (1000 spans, 4 clients, ack
   after commit) with no retention pass running, and while passes run back to back (the three loaded
   days, then empty days created and dropped; the same number of Exports each way, baseline and
@@ -81,6 +81,10 @@ async def retention_figures(pool, repo: Repository, load_day_sql: str, grpc_port
                                time.strftime("%Y%m%d", time.gmtime(start // NS)), start, n,
                                (NS_PER_DAY - 10 * NS) // (n // 5))
             await conn.execute(f"VACUUM ANALYZE traces.{partition_name(_day(start))}")
+    async with pool.acquire() as conn:
+        # A day is dropped 14 days after it was written: its pages are long on disk. Without this
+        # the drop would also wait for the kernel to finish writing back the load of a moment ago.
+        await conn.execute("CHECKPOINT")
     parts = {start: Partition(partition_name(_day(start)), _day(start), False) for start, _ in days}
     for p in parts.values():
         while not await repo.retire_partition(p):
