@@ -1,7 +1,7 @@
 """The console at 320 px in two real engines — Chromium (Debian's, through Playwright) and WebKit
 (Debian's WebKitGTK through WebKitWebDriver, our toolbar-less browser) — running the same steps and the
 same measurement (layout_checks.py): on the sign-in, agents, chat (menu closed and open, feedback modal
-closed and open on three sections), feedback and dashboard pages, each message's timestamp is on one line and nothing
+closed and open on three sections), trace, agent feedback, feedback and dashboard pages, each message's timestamp is on one line and nothing
 covers it, every touch target is at least 44 x 44 px, nothing scrolls sideways. Screenshots of both
 engines go to test-artifacts/ (`<engine>-320-*.png`).
 
@@ -84,9 +84,10 @@ class WebKit:
         self.wk.screenshot(self.d, name)
 
 
-def narrow_flow(b, engine: str, site: str, gateway_url: str, token: str, agent_id: str) -> dict[str, dict]:
+def narrow_flow(b, engine: str, site: str, gateway_url: str, token: str, turn: tuple[str, str]) -> dict[str, dict]:
     """The same steps and checks in either engine; returns every measurement by step."""
     seen: dict[str, dict] = {}
+    agent_id, trace_id = turn
 
     def check(step: str, min_timestamps: int = 0) -> None:
         seen[step] = report = b.measure()
@@ -123,6 +124,12 @@ def narrow_flow(b, engine: str, site: str, gateway_url: str, token: str, agent_i
     b.click("dialog.fb-modal .modal-close")
     b.gone("dialog.fb-modal")
     check("chat-after-modal", min_timestamps=2)
+    b.goto(f"{site}/#/agents/{agent_id}/trace?trace={trace_id}")
+    b.wait(".wf-span.tool-call")
+    check("trace")
+    b.goto(f"{site}/#/agents/{agent_id}/feedback")
+    b.wait(".feedback-row .act-delete-report")
+    check("agent-feedback")
     b.goto(f"{site}/#/feedback")
     b.wait(".feedback-row .act-delete-report")
     check("feedback")
@@ -136,12 +143,13 @@ def narrow_flow(b, engine: str, site: str, gateway_url: str, token: str, agent_i
 
 async def _prepare(stack):
     inst, turn = await make_turn(stack)
+    await stack.wait_trace(turn.trace_id, min_spans=3)
     await stack.feedback().CreateFeedback(create_feedback_request(turn.reply.name, "The count is off."),
                                           metadata=stack.md())
-    return inst.split("/")[-1]
+    return inst.split("/")[-1], turn.trace_id
 
 
-def _run_chromium(site, gateway_url, token, agent_id) -> dict:
+def _run_chromium(site, gateway_url, token, turn) -> dict:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -149,33 +157,33 @@ def _run_chromium(site, gateway_url, token, agent_id) -> dict:
             page.set_default_timeout(15_000)
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
-            seen = narrow_flow(Chromium(page), "chromium", site, gateway_url, token, agent_id)
+            seen = narrow_flow(Chromium(page), "chromium", site, gateway_url, token, turn)
             assert not errors, errors
             return seen
         finally:
             browser.close()
 
 
-def _run_webkit(site, gateway_url, token, agent_id) -> dict:
+def _run_webkit(site, gateway_url, token, turn) -> dict:
     from tests.e2e.webkit_support import webkit  # noqa: PLC0415
     with webkit(WIDTH, HEIGHT) as driver:
-        return narrow_flow(WebKit(driver), "webkit", site, gateway_url, token, agent_id)
+        return narrow_flow(WebKit(driver), "webkit", site, gateway_url, token, turn)
 
 
 async def test_narrow_layout_in_chromium_at_320px(stack, tmp_path):
-    agent_id = await _prepare(stack)
+    turn = await _prepare(stack)
     with static_site(CONSOLE_DIST) as site:
         async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
-            await asyncio.to_thread(_run_chromium, site, envoy.url, stack.token(), agent_id)
+            await asyncio.to_thread(_run_chromium, site, envoy.url, stack.token(), turn)
 
 
 async def test_narrow_layout_in_webkit_at_320px(stack, tmp_path):
     """The same steps in a real WebKit engine (the layout class the owner saw break only in WebKit)."""
-    agent_id = await _prepare(stack)
+    turn = await _prepare(stack)
     with static_site(CONSOLE_DIST) as site:
         async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
             t0 = time.monotonic()
-            seen = await asyncio.to_thread(_run_webkit, site, envoy.url, stack.token(), agent_id)
+            seen = await asyncio.to_thread(_run_webkit, site, envoy.url, stack.token(), turn)
             assert time.monotonic() - t0 < 60
     # Same answers as a person would read them in either engine: one line per timestamp, both messages.
     assert [t["lines"] for t in seen["chat"]["timestamps"]] == [1, 1]
