@@ -57,7 +57,7 @@ class DependencyWatch:
 
     def __init__(self, servers: list[Any], probe: Callable[[], Awaitable[None]], dependency: str = "postgresql",
                  interval_s: float = 0.5, retry_s: float = 0.2, timeout_s: float = 1.0,
-                 on_change: Callable[[bool], None] | None = None):
+                 on_change: Callable[[bool], None] | None = None, meter: Any = None):
         self._servers = servers
         self._probe = probe
         self.dependency = dependency
@@ -65,6 +65,12 @@ class DependencyWatch:
         self._on_change = on_change
         self.up = True
         self._task: asyncio.Task | None = None
+        if meter is not None:  # `agentfeedback_dependency_up{dependency}`: 1 reachable, 0 not (the alert's input)
+            from opentelemetry.metrics import Observation  # noqa: PLC0415
+
+            meter.create_observable_gauge(
+                "agentfeedback.dependency.up", [lambda _o: [Observation(int(self.up), {"dependency": dependency})]],
+                description="1 while the dependency answers this process's probe, else 0.")
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"health-watch-{self.dependency}")

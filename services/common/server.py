@@ -375,7 +375,8 @@ class GrpcServer:
     def watch_database(self, url: str, also: Iterable[Any] = ()) -> DependencyWatch:
         """Health follows PostgreSQL at `url` from `start()` on (`services.common.health`); `also`: other
         servers of this process whose health follows it too. Stopped first by `stop()`."""
-        self._watch = DependencyWatch([self, *also], postgres_probe(url))
+        self._watch = DependencyWatch([self, *also], postgres_probe(url),
+                                      meter=self.metrics.meter if self.metrics is not None else None)
         return self._watch
 
     def add(self, register: Callable[[Any, Any], None], servicer: Any, service_full_name: str) -> None:

@@ -173,6 +173,7 @@ async def create_server(
         srv.query.add(traces_pb2_grpc.add_TraceQueryServiceServicer_to_server, TraceQueryServicer(reader),
                       "agentfeedback.traces.v1.TraceQueryService")
         srv.ports["query"] = srv.port = srv.query.bind(settings.query_listen)
+        srv.query.metrics = srv.metrics
         srv.query.watch_database(url, also=[srv.otlp])
         await srv.query.start()
 
