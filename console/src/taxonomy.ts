@@ -64,3 +64,10 @@ export const TRAJECTORY_QUESTIONS = TAXONOMY.questions.filter((q) => q.scope ===
 export const ARTIFACT_QUESTIONS = TAXONOMY.questions.filter((q) => q.scope === "ARTIFACT");
 /** The live document's artifact id (proto: Rating.artifact_id `0`). */
 export const LIVE_DOCUMENT = "0";
+
+/** The taxonomy's label of a report category; a number this console does not know (a newer client's,
+ *  stored as sent) reads "other (N)", unspecified "—". */
+export function categoryLabel(c: Category): string {
+  if (c === Category.UNSPECIFIED) return "—";
+  return TAXONOMY.report_categories.find((x) => categoryOf(x.category) === c)?.label ?? `other (${c})`;
+}

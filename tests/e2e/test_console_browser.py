@@ -134,6 +134,7 @@ async def flag_a_reply_and_follow_it(stack: Stack, page: Page, site: str, gatewa
     await expect(row.locator(".fb-quote")).to_contain_text(reply_text[:80])
     await expect(row.locator(".fb-agent")).to_have_text("Ops desk (reference)")  # the display name, not the id
     await expect(row.locator(".badge.status-open")).to_be_visible()
+    await expect(row.locator(".fb-category")).to_have_text("Broken response")  # the category picked in the modal
     await expect(row.locator("a.open-conversation")).to_be_visible()
     await shot(page, f"{tag}-5-feedback-page")
 

@@ -11,7 +11,7 @@ import {
 
 /** The filter part of a ListRecentFeedbackRequest (paging is the list's). */
 interface FeedFilter { scope?: RatingScope; aspect?: string; sentiment?: RatingSentiment; category?: Category; reason?: string; choice?: string; text?: string; negativeOnly?: boolean }
-import { allChoices, allReasons, categoryOf, labelOf, TAXONOMY } from "../taxonomy";
+import { allChoices, allReasons, categoryLabel, categoryOf, labelOf, TAXONOMY } from "../taxonomy";
 import { clamped } from "./evidence";
 import { statusName } from "./feedbackList";
 import { fileControl } from "./rowActions";
@@ -50,7 +50,7 @@ export function reportItem(fb: Feedback, open?: Open): HTMLElement {
       timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined),
       h("span", { class: "fb-agent" }, fb.owner),
       h("span", { class: "badge" }, "report"),
-      h("span", { class: "badge feed-category" }, enumLabel(Category, fb.category).replace(/^category /, "")),
+      h("span", { class: "badge feed-category" }, categoryLabel(fb.category)),
       fb.sentiment === Sentiment.BAD ? h("span", { class: "badge sent-negative" }, "bad") : null,
       h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status))),
     clamped("feed-body", 3, fb.body),
@@ -128,7 +128,7 @@ export function reportsTable(open: Open): HTMLElement {
     const tr = h("tr", { class: "report-row-item", dataset: { name: fb.name } },
       h("td", {}, timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined)),
       h("td", {}, fb.owner),
-      h("td", {}, enumLabel(Category, fb.category).replace(/^category /, "")),
+      h("td", {}, categoryLabel(fb.category)),
       h("td", {}, h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status))),
       h("td", { class: "report-body" }, clamped("table-body", 2, fb.body)),
       h("td", {}, fb.issueUrl ? h("a", { href: fb.issueUrl, class: "issue-link", rel: "noopener noreferrer", target: "_blank" }, "issue")

@@ -7,6 +7,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, Code, errorCode, errorText, lastSegment, principal, uuid4 } from "../api";
 import { append, h, mount, timeEl } from "../dom";
 import { Author, SnapshotSource, Status, TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
+import { categoryLabel } from "../taxonomy";
 import { clamped, frozenToolCalls, voiceProvenance } from "./evidence";
 import { deleteControl, fileControl } from "./rowActions";
 
@@ -197,6 +198,7 @@ export function feedbackRow(fb: Feedback, focused = false): HTMLElement {
       timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined),
       agentLabel(fb),
       h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)),
+      fb.category ? h("span", { class: "badge fb-category" }, categoryLabel(fb.category)) : null,
       fb.author === Author.AGENT ? h("span", { class: "badge" }, "recorded by the agent") : null,
       fb.author === Author.PLATFORM ? h("span", { class: "badge" }, "caught by the platform") : null,
       quoteBadge(fb),
