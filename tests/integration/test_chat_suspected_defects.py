@@ -7,6 +7,7 @@ import uuid
 import grpc
 import pytest
 from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.feedback.v1 import feedback_pb2 as fpb
 
 from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_ADMIN
 from tests.stack import Stack, all_pages
@@ -66,6 +67,12 @@ async def test_a_failed_turn_is_a_suspected_defect(stack: Stack):
     (d,) = await defects(stack, inst)
     assert list(d.kinds) == [chat_pb2.DEFECT_KIND_TURN_ERROR] and d.event == "chat.turn ERROR"
     assert d.user_text == "are you there?"
+    # One call makes it a report on that turn: no reply was stored, so the report quotes the user message.
+    fb = await stack.feedback().ReportSuspectedDefect(
+        fpb.ReportSuspectedDefectRequest(suspected_defect=d.name, request_id=str(uuid.uuid4())), metadata=stack.md())
+    assert fb.category == fpb.CATEGORY_BROKEN_RESPONSE and fb.author == fpb.AUTHOR_PLATFORM
+    assert fb.snapshot.target_role == "ROLE_USER" and fb.snapshot.target_text == "are you there?"
+    assert fb.trace_id == d.trace_id and "chat.turn ERROR" in fb.body
 
 
 async def test_owners_see_their_own_and_an_operator_sees_every_owners_paged(stack: Stack):

@@ -120,3 +120,11 @@ def test_record_feedback_is_about_the_previous_reply_unless_the_call_names_anoth
         complained_about({"message": "instances/other/messages/a"}, ctx)
     with pytest.raises(ValueError, match="turn 7"):
         complained_about({"turn_index": 7}, ctx)
+
+
+def test_the_record_feedback_paragraph_ends_record_it_say_so_carry_on_never_promise():
+    p = prompt.RECORD_FEEDBACK_PARAGRAPH
+    assert "call the record_feedback tool" in p and "tell the owner" in p and "carry on with the task" in p
+    assert "Never promise to remember it" in p
+    # The order the owner asked for: record, say so, carry on — and the promise ban comes last.
+    assert p.index("record_feedback") < p.index("tell the owner") < p.index("carry on") < p.index("Never promise")
