@@ -158,6 +158,12 @@ async def _rows_flow(stack, tmp_path, tracker_calls) -> None:
                 await expect(filed_row.locator(".fb-issue a")).to_have_text("https://github.example/o/r/issues/2")
                 await expect(filed_row.locator(".badge.status-filed")).to_be_visible()
                 await expect(filed_row.locator(".act-file")).to_have_count(0)
+                # Its history (the audit trail, the owner's own records): who filed it and what changed.
+                await filed_row.locator(".fb-history summary").click()
+                record = filed_row.locator(".audit-record[data-action=FILE_FEEDBACK]")
+                await expect(record).to_contain_text("alice")
+                await expect(record).to_contain_text("filed")
+                await expect(record).to_contain_text("https://github.example/o/r/issues/2")
                 await shot(page, "console-feedback-filed")
     stored = await stack.feedback().GetFeedback(pb.GetFeedbackRequest(name=spoken.name), metadata=stack.md())
     assert (stored.status, stored.issue_url) == (pb.STATUS_FILED, "https://github.example/o/r/issues/2")

@@ -9,7 +9,7 @@ import { append, h, mount, timeEl } from "../dom";
 import { Author, SnapshotSource, Status, TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { categoryLabel } from "../taxonomy";
 import { clamped, frozenToolCalls, voiceProvenance } from "./evidence";
-import { deleteControl, fileControl } from "./rowActions";
+import { deleteControl, fileControl, historyControl } from "./rowActions";
 
 /** Lines of a quoted reply shown before "Show all" (a 2,000-character reply must not fill the screen). */
 const QUOTE_LINES = 4;
@@ -215,7 +215,8 @@ export function feedbackRow(fb: Feedback, focused = false): HTMLElement {
     h("p", { class: "fb-links" }, conversationLink(fb), " · ", traceLink(fb)),
     h("div", { class: "fb-actions" },
       fileControl(fb, (filed) => row.replaceWith(feedbackRow(filed, true))),
-      deleteControl(fb, row)),
+      deleteControl(fb, row),
+      historyControl(fb)),
   ]);
   const t = triage(fb, row);
   if (t) row.append(t);

@@ -1,9 +1,11 @@
 // The owner's actions on one feedback row: delete (confirm, then DeleteFeedback: a hard delete) and
 // "File issue" (FileFeedback, scope feedback:triage: the tracker's link is stored on the report; a
-// failure shows its status and reason and the button stays, so it can be retried).
+// failure shows its status and reason and the button stays, so it can be retried), and its history
+// (ListAuditRecords for this report: who changed, filed or read it, when; never the body).
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, errorReason, errorText, principal, uuid4 } from "../api";
-import { h, mount } from "../dom";
-import type { Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
+import { h, mount, timeEl } from "../dom";
+import { AuditAction, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 
 /** Delete control: the first press asks, the second deletes; the row is replaced by a line saying so. */
 export function deleteControl(fb: Feedback, row: HTMLElement): HTMLElement {
@@ -54,4 +56,33 @@ export function fileControl(fb: Feedback, onFiled: (fb: Feedback) => void): HTML
     }
   });
   return h("span", { class: "fb-file" }, button, msg);
+}
+
+const ACTION_TEXT: Record<number, string> = {
+  [AuditAction.UPDATE_FEEDBACK]: "changed", [AuditAction.FILE_FEEDBACK]: "filed", [AuditAction.DELETE_FEEDBACK]: "deleted",
+  [AuditAction.RESOLVE_FEEDBACK]: "resolved (MCP)", [AuditAction.READ_BODY]: "read the words (operator)",
+};
+
+/** "History": the report's audit records, loaded when first opened. */
+export function historyControl(fb: Feedback): HTMLElement {
+  const list = h("ul", { class: "audit" });
+  const box = h("details", { class: "fb-history" }, h("summary", {}, "History"), list);
+  let loaded = false;
+  box.addEventListener("toggle", async () => {
+    if (!box.open || loaded) return;
+    loaded = true;
+    mount(list, h("li", { class: "muted" }, "Loading…"));
+    try {
+      const r = await api().feedback.listAuditRecords({ feedback: fb.name, pageSize: 50 });
+      mount(list, r.auditRecords.length
+        ? r.auditRecords.map((a) => h("li", { class: "audit-record", dataset: { action: AuditAction[a.action] ?? String(a.action) } },
+            timeEl(a.time ? timestampDate(a.time) : undefined), " ", h("strong", {}, a.actor), " ", ACTION_TEXT[a.action] ?? "acted",
+            a.changes.map((c) => h("span", { class: "muted" }, ` · ${c.field}: ${c.oldValue || "—"} → ${c.newValue || "—"}`))))
+        : h("li", { class: "muted" }, "No changes since it was reported."));
+    } catch (e) {
+      loaded = false;
+      mount(list, h("li", { class: "error" }, errorText(e)));
+    }
+  });
+  return box;
 }
