@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import sys
 import traceback
 from collections.abc import Sequence
@@ -31,6 +32,7 @@ from collections.abc import Sequence
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from services.common.clip import MESSAGE_MAX_CHARS, clip, clip_message
@@ -43,6 +45,25 @@ SPAN_LIMITS = SpanLimits(max_attribute_length=2048, max_span_attributes=64, max_
 # for the request's resource and scope.
 EXPORT_REQUEST_MAX_BYTES = 3 * 1024 * 1024
 STACKTRACE_MAX_CHARS = 2000
+
+
+class SystemRandomIdGenerator(IdGenerator):
+    """Trace and span ids from the OS's random source (`secrets`), not the `random` module the SDK's
+    default uses: code that seeds `random` (a test framework, a library) would otherwise make ids
+    repeat — the chat gateway keys its turns by trace id (found by tests/fuzz: a repeated trace id made
+    a turn's insert conflict, INTERNAL)."""
+
+    def generate_span_id(self) -> int:
+        while True:
+            v = secrets.randbits(64)
+            if v:
+                return v
+
+    def generate_trace_id(self) -> int:
+        while True:
+            v = secrets.randbits(128)
+            if v:
+                return v
 
 
 def _value_bound(v: object) -> int:
@@ -139,7 +160,7 @@ def setup_tracing(service_name: str, exporter: SpanExporter | None = None) -> Tr
     """A TracerProvider for one service, with `SPAN_LIMITS` and a `SizeBoundedExporter` around the
     exporter. `exporter` overrides the environment (tests pass one)."""
     resource = Resource.create({"service.name": service_name, "service.namespace": "agentfeedback"})
-    provider = TracerProvider(resource=resource, span_limits=SPAN_LIMITS)
+    provider = TracerProvider(resource=resource, span_limits=SPAN_LIMITS, id_generator=SystemRandomIdGenerator())
     exp = exporter if exporter is not None else make_exporter()
     if exp is not None:
         provider.add_span_processor(BatchSpanProcessor(SizeBoundedExporter(exp)))

@@ -3,12 +3,13 @@ no token and with a forged one: never INTERNAL or UNKNOWN, every service SERVING
 other owner's (bob's) data exactly as before.
 
 Bounded by default (`AGENTFEEDBACK_FUZZ_EXAMPLES` per RPC, default 6: a few hundred calls); the slow
-test repeats it with `AGENTFEEDBACK_FUZZ_LONG_EXAMPLES` (default 40) per RPC.
+test repeats it for up to `AGENTFEEDBACK_FUZZ_LONG_BUDGET_S` seconds (default 30).
 """
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 
 import grpc
@@ -79,7 +80,9 @@ async def _call(s, channels, port: str, path: str, streaming: bool, body: bytes,
         return e.code()
 
 
-async def _fuzz(database_url, tmp_path, examples_per_rpc: int) -> None:
+async def _fuzz(database_url, tmp_path, examples_per_rpc: int, budget_s: float | None = None) -> None:
+    """`examples_per_rpc` × every RPC, stopping early (the remaining examples do nothing) once
+    `budget_s` seconds have passed."""
     s = await start_stack(database_url, tmp_path, feedback={"write_quota_per_minute": 0},
                           chat={"write_quota_per_minute": 0})
     try:
@@ -93,6 +96,7 @@ async def _fuzz(database_url, tmp_path, examples_per_rpc: int) -> None:
                                                       (("authorization", "Basic " + "x" * 300),)])
         failures: list[str] = []
         seen: dict[str, int] = {}
+        end = None if budget_s is None else time.monotonic() + budget_s
 
         @settings(max_examples=examples_per_rpc * len(METHODS), deadline=None, derandomize=True, database=None,
                   suppress_health_check=list(HealthCheck))
@@ -103,8 +107,11 @@ async def _fuzz(database_url, tmp_path, examples_per_rpc: int) -> None:
             raw = data.draw(st.integers(0, 4), label="raw bytes") == 0  # 1 in 5: bytes that may not parse
             body = data.draw(st.binary(max_size=256)) if raw else data.draw(requests[i]).SerializeToString()
             md = data.draw(auth, label="metadata")
+            if end is not None and time.monotonic() > end:
+                return  # over the time budget: the remaining examples are drawn, not sent
             code = asyncio.run_coroutine_threadsafe(_call(s, channels, port, path, streaming, body, md), loop).result()
-            seen[code.name] = seen.get(code.name, 0) + 1
+            key = f"{code.name} {path.rsplit('/', 1)[1]}" if code == grpc.StatusCode.UNIMPLEMENTED else code.name
+            seen[key] = seen.get(key, 0) + 1
             if code in BAD_CODES:
                 failures.append(f"{path} -> {code.name}")
             assert code not in BAD_CODES, f"{path} answered {code.name}"
@@ -127,4 +134,7 @@ async def test_every_rpc_of_every_service_survives_generated_and_malformed_reque
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 async def test_every_rpc_long_run(database_url, tmp_path):
-    await _fuzz(database_url, tmp_path, int(os.environ.get("AGENTFEEDBACK_FUZZ_LONG_EXAMPLES", "40")))
+    """The long run, bounded in time so `make test` stays short: `AGENTFEEDBACK_FUZZ_LONG_EXAMPLES` per
+    RPC (default 200) within `AGENTFEEDBACK_FUZZ_LONG_BUDGET_S` (default 30 s; raise both for a soak)."""
+    await _fuzz(database_url, tmp_path, int(os.environ.get("AGENTFEEDBACK_FUZZ_LONG_EXAMPLES", "200")),
+                float(os.environ.get("AGENTFEEDBACK_FUZZ_LONG_BUDGET_S", "30")))
