@@ -5,6 +5,7 @@ Nothing here skips: no PostgreSQL means the session fails.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import tempfile
@@ -41,6 +42,33 @@ def _with_db(url: str, db: str) -> str:
     head, sep, query = url.partition("?")
     base = head.rsplit("/", 1)[0]
     return f"{base}/{db}{sep}{query}"
+
+
+@pytest.fixture(autouse=True)
+async def fail_on_unhandled_loop_exceptions():
+    """Fails the test when its event loop reports an exception nobody handled — a callback that raised,
+    a task whose error was never retrieved (`loop.call_exception_handler`): otherwise such a failure is
+    only a log line and the test passes. Covers the test's fixtures' teardown too (this one is set up
+    first and torn down last). The loop's own handler still runs (the log line stays)."""
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    seen: list[dict] = []
+
+    def handler(lp: asyncio.AbstractEventLoop, context: dict) -> None:
+        seen.append(context)
+        if previous is not None:
+            previous(lp, context)
+        else:
+            lp.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    try:
+        yield
+    finally:
+        loop.set_exception_handler(previous)
+    if seen:
+        lines = [f"- {c.get('message', '')}: {c.get('exception')!r}" for c in seen]
+        pytest.fail("unhandled exception(s) in the event loop:\n" + "\n".join(lines), pytrace=False)
 
 
 @pytest.fixture

@@ -230,7 +230,7 @@ async def test_console_marks_a_quote_the_chat_service_did_not_confirm(stack, tmp
     service later has no such message for the owner (here: the turn was deleted meanwhile), the row
     keeps the owner's words and the account Feedback page says the quote was not confirmed."""
     from agentfeedback.feedback.v1 import feedback_pb2 as pb, feedback_pb2_grpc  # noqa: PLC0415
-    from tests.integration.test_feedback_reports import (  # noqa: PLC0415
+    from tests.helpers.feedback import (  # noqa: PLC0415
         channel_to, new_instance, rid, send, start_feedback, wait_until)
 
     inst = await new_instance(stack)

@@ -16,7 +16,7 @@ from services.chat.repository import Repository
 from services.common.auth import SCOPE_FEEDBACK_READ
 from services.common.db import create_pool
 from services.common.errors import error_info
-from tests.integration.test_chat_turn import new_instance
+from tests.helpers.chat import new_instance
 from tests.stack import Stack
 
 

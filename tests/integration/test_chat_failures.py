@@ -22,7 +22,7 @@ from services.chat.server import create_server as create_chat
 from services.chat.settings import ChatSettings
 from services.common.errors import error_info
 from services.common.server import GrpcServer
-from tests.integration.test_chat_turn import by_name, new_instance
+from tests.helpers.chat import by_name, new_instance
 from tests.stack import TEST_JWT_SECRET, Stack, start_stack
 
 

@@ -13,7 +13,7 @@ from agentfeedback.feedback.v1 import feedback_pb2 as fpb
 from aiohttp import web
 
 from services.chat.agent.prompt import RECORD_FEEDBACK_PARAGRAPH
-from tests.integration.test_chat_turn import by_name, new_instance
+from tests.helpers.chat import by_name, new_instance
 from tests.stack import start_stack
 
 SECRET_WORDS = "PURPLE-ZEBRA-42: the agent was rude about my cat"

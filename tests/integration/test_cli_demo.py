@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
-from tests.integration.test_cli_triage import _cli
+from tests.helpers.cli import _cli
 
 
 async def test_demo_twice_reuses_its_agents_and_flags_a_new_turn_each_time(stack):

@@ -7,24 +7,12 @@ import json
 import time
 import uuid
 
-from click.testing import CliRunner
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
-from services.cli.main import cli
+from tests.helpers.cli import _cli
 
 CAPTURED = feedback_pb2.TRACE_SNAPSHOT_STATE_CAPTURED
-
-
-async def _cli(stack, *args: str, sub: str = "alice"):
-    env = {
-        "AGENTFEEDBACK_CLIENT_CHAT_TARGET": f"127.0.0.1:{stack.ports['chat']}",
-        "AGENTFEEDBACK_CLIENT_FEEDBACK_TARGET": f"127.0.0.1:{stack.ports['feedback']}",
-        "AGENTFEEDBACK_CLIENT_TRACES_TARGET": f"127.0.0.1:{stack.ports['query']}",
-        "AGENTFEEDBACK_CLIENT_TOKEN": stack.token(sub),
-    }
-    # The CLI runs its own event loop: run it in a thread so the in-process stack keeps serving.
-    return await asyncio.to_thread(CliRunner().invoke, cli, list(args), env=env, catch_exceptions=False)
 
 
 async def _flagged_turn(stack):

@@ -11,20 +11,10 @@ from agentfeedback.traces.v1 import traces_pb2
 from google.protobuf import timestamp_pb2
 
 from services.common.errors import error_info
-from tests.integration import test_collector_otlp as otlp
-from tests.integration.test_collector_otlp import NS, kv, new_span_id, new_trace_id, one_trace, request, span
+from tests.helpers.otlp import NS, kv, new_span_id, new_trace_id, one_trace, request, span, ts
 
-# The collector fixtures, shared with test_collector_otlp.py.
-collector = otlp.collector
-start_collector = otlp.start_collector
 
 DAY = 86_400 * NS
-
-
-def ts(ns: int) -> timestamp_pb2.Timestamp:
-    t = timestamp_pb2.Timestamp()
-    t.FromNanoseconds(ns)
-    return t
 
 
 async def test_get_trace_returns_parents_events_links_typed_attributes_and_resource(collector):

@@ -7,12 +7,8 @@ import time
 
 from agentfeedback.traces.v1 import traces_pb2
 
-from tests.integration import test_collector_otlp as otlp
-from tests.integration.test_collector_otlp import NS, new_span_id, new_trace_id, request, span
-from tests.integration.test_collector_query import ts
+from tests.helpers.otlp import NS, new_span_id, new_trace_id, request, span, ts
 
-collector = otlp.collector
-start_collector = otlp.start_collector
 
 
 async def _all_pages(collector, **kw) -> list[str]:

@@ -20,7 +20,7 @@ from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.server import wait_serving as common_wait_serving
 from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info, status_details
-from tests.integration.test_feedback_reports import channel_to, expect_error, flag, new_instance, send
+from tests.helpers.feedback import channel_to, expect_error, flag, new_instance, send
 from tests.stack import TEST_JWT_SECRET, Stack, free_ports
 
 ROOT = Path(__file__).resolve().parents[2]

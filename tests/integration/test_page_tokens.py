@@ -12,7 +12,7 @@ import pytest
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.common.errors import error_info
-from tests.integration.test_feedback_reports import expect_error, flag, new_instance, send
+from tests.helpers.feedback import expect_error, flag, new_instance, send
 
 BIG = 10**30
 # What a forger may put into a token's keyset values (numbers, ids).

@@ -13,20 +13,9 @@ from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.feedback import codec, evidence, ticket
 from services.feedback import domain as d
 from services.feedback.model import Context, DailyCount, Snapshot, ToolCall
+from tests.helpers.domain import msg, span
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
-
-
-def msg(role: str, content: str, **kw) -> d.MessageView:
-    base = dict(name=f"instances/i/messages/{role}", role=role, content=content, trace_id="ab" * 16, turn_index=1,
-                create_time=T0)
-    return d.MessageView(**{**base, **kw})
-
-
-def span(span_id: str, parent: str = "", name: str = "x", start_ms: int = 0, dur_ms: int = 1, **kw) -> evidence.SpanView:
-    return evidence.SpanView(span_id=span_id, parent_span_id=parent, name=name, service_name=kw.pop("service", "chat"),
-                      status=kw.pop("status", "OK"), start_unix_nano=start_ms * 1_000_000,
-                      end_unix_nano=(start_ms + dur_ms) * 1_000_000, **kw)
 
 
 @pytest.mark.parametrize("n", [1, 3999, 4000])

@@ -16,7 +16,7 @@ from services.feedback import evidence
 from services.feedback.codec import snapshot_into, trace_into
 from services.feedback.model import TraceSnapshot
 from services.feedback.repository.rows import frozen_from_json, frozen_json, snapshot_from_json, snapshot_json
-from tests.unit.test_feedback_domain import msg, span
+from tests.helpers.domain import msg, span
 
 
 def test_snapshot_and_frozen_trace_convert_like_json_format():
