@@ -17,6 +17,9 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from services.common.clip import clip, clip_message
 
 ERROR_DOMAIN = "agentfeedback.dev"
+# A google.rpc.Status travels base64-encoded in the `grpc-status-details-bin` trailer; gRPC clients
+# refuse trailers over 16 KiB (8 KiB soft): extra details beyond this many bytes are left out.
+DETAILS_MAX_BYTES = 6 * 1024
 
 
 @dataclass
@@ -180,8 +183,14 @@ def to_status(err: DomainError) -> status_pb2.Status:
             error_details_pb2.QuotaFailure.Violation(subject=clip(s), description=clip_message(d))
             for s, d in err.quota])
         st.details.append(_pack(qf))
-    for d in err.details:
-        st.details.append(_pack(d))
+    extra = [_pack(d) for d in err.details]
+    if sum(a.ByteSize() for a in extra) + st.ByteSize() > DETAILS_MAX_BYTES:
+        # The item riding along (e.g. the current report on ABORTED) would not fit in the trailers:
+        # say so instead of letting the client see RESOURCE_EXHAUSTED for the metadata.
+        info.metadata["details_omitted"] = "too large for gRPC metadata; read the current item with its Get"
+        st.details[0].CopyFrom(_pack(info))
+        extra = []
+    st.details.extend(extra)
     return st
 
 

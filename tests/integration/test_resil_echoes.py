@@ -72,3 +72,21 @@ async def test_oversized_client_values_in_one_batch_do_not_cost_another_request_
                       metadata=stack.md() + (("traceparent", tp),))
     got = await stack.wait_trace(trace_id)
     assert any(s.name == "agent.think" for s in got.spans)
+
+
+async def test_a_stale_etag_on_a_large_report_is_aborted_not_a_metadata_overflow(stack):
+    """ABORTED carries the current report in its details; a 16 KB body made the trailers overflow and
+    the client saw RESOURCE_EXHAUSTED instead of ABORTED."""
+    turn = await _turn(stack)
+    fb = stack.feedback()
+    report = await fb.CreateFeedback(pb.CreateFeedbackRequest(
+        feedback=pb.Feedback(message=turn.reply.name, body="\U0001F600" * 4000), request_id=str(uuid.uuid4())),
+        metadata=stack.md())
+    stale = pb.UpdateFeedbackRequest(feedback=pb.Feedback(name=report.name, status=pb.STATUS_TRIAGED, etag='"999"'),
+                                     update_mask=field_mask_pb2.FieldMask(paths=["status"]),
+                                     request_id=str(uuid.uuid4()))
+    try:
+        await fb.UpdateFeedback(stale, metadata=stack.md())
+        raise AssertionError("a stale etag was accepted")
+    except grpc.aio.AioRpcError as e:
+        assert e.code() == grpc.StatusCode.ABORTED, (e.code(), e.details()[:200])

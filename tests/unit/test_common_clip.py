@@ -115,3 +115,19 @@ def test_log_lines_carrying_a_client_value_are_clipped(capsys):
         root.handlers[:], _ = saved[0], root.setLevel(saved[1])
     err = capsys.readouterr().err
     assert "…(+" in err and len(err) < MESSAGE_MAX_CHARS + 300
+
+
+def test_an_aborted_status_whose_current_item_is_too_big_for_trailers_keeps_its_code_and_says_so():
+    from google.protobuf import struct_pb2  # noqa: PLC0415
+
+    from services.common.errors import Aborted  # noqa: PLC0415
+
+    big = struct_pb2.Value(string_value="\U0001F600" * 4000)  # a 16 KB report body, say
+    st = to_status(Aborted("etag is stale", current=big))
+    assert st.code == grpc.StatusCode.ABORTED.value[0]
+    assert len(st.SerializeToString()) * 4 / 3 < 8 * 1024
+    info = error_details_pb2.ErrorInfo()
+    st.details[0].Unpack(info)
+    assert "details_omitted" in info.metadata
+    small = to_status(Aborted("etag is stale", current=struct_pb2.Value(string_value="ok")))
+    assert len(small.details) == 2  # a current item that fits still rides along
