@@ -202,6 +202,21 @@ def internal_status(trace_id: str) -> status_pb2.Status:
     return st
 
 
+# Client side: the codes of a failed call that another try may turn into a success (gRPC's status code
+# guide: UNAVAILABLE first; a deadline, a quota or a conflict may also pass later; INTERNAL/UNKNOWN are
+# a server's failure, not the request's). Every other code is permanent: the same call fails the same
+# way (a bad token, a missing scope, a bad argument), so retrying it only hides the problem.
+TRANSIENT_CODES = frozenset({
+    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.ABORTED, grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN,
+})
+
+
+def is_transient(code: grpc.StatusCode) -> bool:
+    """Client side: True when retrying a call that failed with `code` may succeed (TRANSIENT_CODES)."""
+    return code in TRANSIENT_CODES
+
+
 def error_info(rpc_error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
     """Client side: the ErrorInfo of a failed call, or None."""
     from grpc_status import rpc_status  # noqa: PLC0415

@@ -159,7 +159,10 @@ class CaptureWorker:
             if failure is not None:
                 if recheck:
                     await self._repo.capture_recheck(job.id, self._s.capture_settle_s)
-                elif job.attempts >= self._s.capture_max_attempts:
+                elif job.attempts >= self._s.capture_max_attempts or failure.permanent:
+                    if failure.permanent:  # retrying cannot help (a refused token): say so, once per row
+                        log.error("collector refused the look for feedback %s: %s; trace snapshot UNAVAILABLE",
+                                  job.id, failure)
                     await self._repo.capture_done(job.id, TraceState.UNAVAILABLE, None, -1)
                 else:
                     log.warning("collector unreachable for feedback %s (attempt %d): %s", job.id, job.attempts,

@@ -2,7 +2,7 @@
 
 `get_trace` returns the trace's spans as `evidence.SpanView`s, None when the collector holds no span
 of it (NOT_FOUND: not arrived yet, or removed by retention — the worker tells the two apart by the
-turn's age, `domain.spans_expired`), and raises `TracesUnreachable` on any other failure.
+turn's age, `domain.spans_expired`), and raises `TracesUnreachable` on any other failure (marked `permanent` when no retry can help).
 """
 from __future__ import annotations
 
@@ -11,13 +11,19 @@ from google.protobuf import json_format
 
 from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 from services.common import deadlines
+from services.common.errors import is_transient
 from services.feedback.evidence import SpanEventView, SpanView
 
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
 
 
 class TracesUnreachable(Exception):
-    pass
+    """The collector did not answer the look. `permanent`: it refused it in a way no retry changes
+    (e.g. UNAUTHENTICATED: the worker's token is not accepted), `services.common.errors.is_transient`."""
+
+    def __init__(self, message: str, permanent: bool = False):
+        super().__init__(message)
+        self.permanent = permanent
 
 
 def to_view(s: traces_pb2.Span) -> SpanView:
@@ -52,5 +58,5 @@ class TracesClient:
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 return None
-            raise TracesUnreachable(f"{e.code().name}: {e.details()}") from None
+            raise TracesUnreachable(f"{e.code().name}: {e.details()}", permanent=not is_transient(e.code())) from None
         return [to_view(s) for s in t.spans]

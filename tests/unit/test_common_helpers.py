@@ -128,3 +128,15 @@ def test_a_bad_secret_value_is_named_but_not_echoed(tmp_path):
     with pytest.raises(SettingsError) as e:
         load_settings(CommonSettings, data_dir=tmp_path, jwt_secret=["not", "a", "string"])
     assert "AGENTFEEDBACK_JWT_SECRET=(secret)" in str(e.value) and "'not'" not in str(e.value)
+
+
+def test_one_translator_tells_transient_failures_from_permanent_ones():
+    import grpc  # noqa: PLC0415
+
+    from services.common.errors import is_transient  # noqa: PLC0415
+
+    for code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED):
+        assert is_transient(code), code
+    for code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT,
+                 grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.FAILED_PRECONDITION):
+        assert not is_transient(code), code
