@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from services.common.db import resolve_database_url
-from services.common.process import freeze_startup_objects, run_service, serve_until_signal
+from services.common.lifecycle import freeze_startup_objects, run_service, serve_until_signal
 from services.common.telemetry import setup_logging
 from services.feedback.server import create_server
 from services.feedback.settings import FeedbackSettings

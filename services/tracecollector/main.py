@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from services.common.db import resolve_database_url
-from services.common.process import serve_until_signal
+from services.common.lifecycle import serve_until_signal
 from services.common.telemetry import setup_logging, setup_tracing
 from services.tracecollector.server import create_server
 from services.tracecollector.settings import CollectorSettings

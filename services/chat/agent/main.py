@@ -6,7 +6,7 @@ import logging
 
 from services.chat.agent.server import create_server
 from services.chat.agent.settings import AgentSettings
-from services.common.process import freeze_startup_objects, run_service, serve_until_signal
+from services.common.lifecycle import freeze_startup_objects, run_service, serve_until_signal
 from services.common.telemetry import setup_logging
 from services.common.settings import load_settings
 
