@@ -236,6 +236,12 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         if self._metrics is not None:
             self._metrics.record(method, status_code_of(context) if code is None else code, time.perf_counter() - t0)
 
+    async def _abort(self, err: Exception, call: _CallScope) -> None:
+        """End the call with the status `err` maps to (recorded for the metrics)."""
+        st = self._status(err, call.method, call.span)
+        call.code = st.code
+        await call.context.abort_with_status(rpc_status.to_status(st))
+
     def _open(self, method: str, request, context, span_name: str, attributes: dict[str, str]):
         """Authenticate (and check the method's scope), then start the server span (None: untraced)."""
         md = metadata_dict(context)
@@ -246,8 +252,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         span_name, attributes = _span_naming(method)
 
         async def wrapped(request, context):
-            call = _CallScope(context)
-            t0, code = time.perf_counter(), None
+            call = _CallScope(context, method, self._record)
             try:
                 try:
                     span = call.span = self._open(method, request, context, span_name, attributes)
@@ -258,20 +263,17 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                         with trace.use_span(span, end_on_exit=False, record_exception=False,
                                             set_status_on_exception=False):
                             out = await behavior(request, context)
-                    code = 0
+                    call.code = 0
                     return out
                 except asyncio.CancelledError:
-                    code = grpc.StatusCode.CANCELLED.value[0]
+                    call.code = grpc.StatusCode.CANCELLED.value[0]
                     raise
                 except grpc.aio.AbortError:
                     raise
                 except Exception as err:  # noqa: BLE001 - the one place unknown errors become INTERNAL
-                    st = self._status(err, method, call.span)
-                    code = st.code
-                    await context.abort_with_status(rpc_status.to_status(st))
+                    await self._abort(err, call)
             finally:
                 call.close()
-                self._record(method, code, t0, context)
 
         return wrapped
 
@@ -279,8 +281,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         span_name, attributes = _span_naming(method)
 
         async def wrapped(request, context):
-            call = _CallScope(context)
-            t0, code = time.perf_counter(), None
+            call = _CallScope(context, method, self._record)
             try:
                 try:
                     span = call.span = self._open(method, request, context, span_name, attributes)
@@ -291,28 +292,28 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                     finally:
                         if ctx_token is not None:
                             otel_context.detach(ctx_token)
-                    code = 0
+                    call.code = 0
                 except (asyncio.CancelledError, GeneratorExit):
-                    code = grpc.StatusCode.CANCELLED.value[0]
+                    call.code = grpc.StatusCode.CANCELLED.value[0]
                     raise
                 except grpc.aio.AbortError:
                     raise
                 except Exception as err:  # noqa: BLE001
-                    st = self._status(err, method, call.span)
-                    code = st.code
-                    await context.abort_with_status(rpc_status.to_status(st))
+                    await self._abort(err, call)
             finally:
                 call.close()
-                self._record(method, code, t0, context)
 
         return wrapped
 
 
 class _CallScope:
     """What the interceptor sets up for one RPC and undoes when it ends: no caller yet (set by the
-    token check), the RPC's deadline (`services.common.deadlines`), the server span once started."""
+    token check), the RPC's deadline (`services.common.deadlines`), the server span once started, and
+    the status code and duration reported to `record(method, code, t0, context)` at the end."""
 
-    def __init__(self, context: grpc.aio.ServicerContext):
+    def __init__(self, context: grpc.aio.ServicerContext, method: str, record: Callable[..., None]):
+        self.context, self.method, self._record = context, method, record
+        self.t0, self.code = time.perf_counter(), None
         self._principal = _current.set(None)
         self._deadline = deadlines.enter(context)
         self.span = None
@@ -322,6 +323,7 @@ class _CallScope:
             self.span.end()
         deadlines.leave(self._deadline)
         _current.reset(self._principal)
+        self._record(self.method, self.code, self.t0, self.context)
 
 
 def _span_naming(method: str) -> tuple[str, dict[str, str]]:
