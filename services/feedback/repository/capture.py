@@ -56,13 +56,20 @@ WHERE id = :id AND (trace_state = :pending OR (trace_state = :captured AND next_
 
 # Once a turn is frozen (or known expired) for one report, every other PENDING report of the same
 # owner on that turn gets the same copy (one look at the collector serves them all) — except rows whose
-# CLIENT snapshot the chat service has not verified yet (they never receive spans).
+# CLIENT snapshot the chat service has not verified yet (they never receive spans). Rows are locked in
+# id order, skipping rows another worker is writing right now (two replicas settling the same turn
+# deadlocked otherwise; a skipped row is settled on its own next look).
 CAPTURE_DONE_TRACE = NamedSQL("""
-UPDATE feedback SET trace_state = :state::smallint, trace_snapshot = :frozen, capture_span_count = :span_count,
+WITH mine AS (
+    SELECT id FROM feedback
+    WHERE owner = :owner AND trace_id = :trace_id AND snapshot_source <> :client
+      AND (trace_state = :pending OR (trace_state = :captured AND next_capture_at IS NOT NULL))
+    ORDER BY id FOR UPDATE SKIP LOCKED
+)
+UPDATE feedback f SET trace_state = :state::smallint, trace_snapshot = :frozen, capture_span_count = :span_count,
     capture_time = now(), next_capture_at = now() + make_interval(secs => :recheck_s),
-    version = version + 1, update_time = GREATEST(now(), update_time)
-WHERE owner = :owner AND trace_id = :trace_id AND snapshot_source <> :client
-  AND (trace_state = :pending OR (trace_state = :captured AND next_capture_at IS NOT NULL))""")
+    version = f.version + 1, update_time = GREATEST(now(), f.update_time)
+FROM mine WHERE f.id = mine.id""")
 
 # An incomplete copy with nothing new: look again at `$2` seconds from now (NULL: stop looking).
 CAPTURE_RECHECK = """
