@@ -43,7 +43,7 @@ def _reply(resp: agent_pb2.ThinkResponse) -> AgentReply:
     """The reply, with the suspected-defect signals the agent reported (events, tool statuses)."""
     kinds, tools = kinds_of(resp.events, (ToolSignal(t.name, t.status, t.truncated) for t in resp.tool_calls))
     return AgentReply(
-        content=resp.content, model=resp.model, tool_calls=[t.name for t in resp.tool_calls], defects=kinds,
+        content=resp.content, model=resp.model, defects=kinds,
         defect_tools=tools,
     )
 

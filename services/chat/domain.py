@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 
@@ -140,13 +140,11 @@ class TurnRecord:
     """A stored turn (for request_id retries): its state and messages."""
 
     trace_id: str
-    turn_index: int
     state: str  # RUNNING | DONE | FAILED
     user_message: Message
     reply: Message | None = None
     error_code: str | None = None
     error_message: str | None = None
-    create_time: datetime | None = None
     request_fingerprint: bytes | None = None  # None on turns stored before fingerprints existed
 
 
@@ -156,8 +154,6 @@ class AgentReply:
 
     content: str
     model: str
-    nul_replaced: int = 0
-    tool_calls: list[str] = field(default_factory=list)
     # Suspected-defect signals the agent reported (services.chat.defects.kinds_of builds them).
     defects: tuple[int, ...] = ()
     defect_tools: tuple[str, ...] = ()

@@ -291,13 +291,11 @@ class Repository:
             return None
         return TurnRecord(
             trace_id=t["trace_id"],
-            turn_index=t["turn_index"],
             state=t["state"],
             user_message=_message(user),
             reply=_message(reply) if reply is not None else None,
             error_code=t["error_code"],
             error_message=t["error_message"],
-            create_time=t["create_time"],
             request_fingerprint=t["request_fingerprint"],
         )
 
