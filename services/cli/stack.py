@@ -186,6 +186,17 @@ _PORT_VARIABLES = {
 }
 
 
+def _metrics_listens() -> list[tuple[str, str]]:
+    """(variable, default) of each service's metrics endpoint, from the services' own settings."""
+    from services.chat.agent.settings import AgentSettings  # noqa: PLC0415
+    from services.chat.settings import ChatSettings  # noqa: PLC0415
+    from services.feedback.settings import FeedbackSettings  # noqa: PLC0415
+    from services.tracecollector.settings import CollectorSettings  # noqa: PLC0415
+
+    return [(cls.model_config["env_prefix"] + "METRICS_LISTEN", cls.model_fields["metrics_listen"].default)
+            for cls in (ChatSettings, FeedbackSettings, CollectorSettings, AgentSettings)]
+
+
 def _check_ports_free(children: list[Child]) -> None:
     """RuntimeError when something already listens on a port the stack needs (health checks would
     otherwise talk to the other process)."""
@@ -200,9 +211,14 @@ def _check_ports_free(children: list[Child]) -> None:
         (f"127.0.0.1:{os.environ.get('AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT', '4318')}", "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT"),
         (f"127.0.0.1:{gs.port}", "AGENTFEEDBACK_GATEWAY_PORT"),
         (f"127.0.0.1:{gs.console_port}", "AGENTFEEDBACK_GATEWAY_CONSOLE_PORT"),
+        (f"127.0.0.1:{gs.admin_port}", "AGENTFEEDBACK_GATEWAY_ADMIN_PORT"),
     ]
+    # Each service's Prometheus endpoint (a taken one stopped `make run` half-started, with a traceback).
+    wanted += [(os.environ.get(var, default), var) for var, default in _metrics_listens()]
     for target, var in wanted:
         host, _, port = str(target).rpartition(":")
+        if not port or int(port) == 0:  # no endpoint, or any free port
+            continue
         with socket.socket() as s:
             s.settimeout(0.5)
             if s.connect_ex((host or "127.0.0.1", int(port))) == 0:

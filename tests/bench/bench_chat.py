@@ -116,6 +116,7 @@ def service_env(ctx, db: str) -> tuple[dict[str, str], dict[str, int]]:
         "AGENTFEEDBACK_CHAT_METRICS_LISTEN": "127.0.0.1:0",
         "AGENTFEEDBACK_FEEDBACK_METRICS_LISTEN": "127.0.0.1:0",
         "AGENTFEEDBACK_COLLECTOR_METRICS_LISTEN": "127.0.0.1:0",
+        "AGENTFEEDBACK_AGENT_METRICS_LISTEN": "127.0.0.1:0",  # was the default 9464: `make run` beside a bench failed
     }
     return env, ports
 

@@ -1,0 +1,55 @@
+"""`make run` refuses to start when a port it needs is taken, naming the variable that moves it
+(README "The two commands"), before it starts anything."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from services.cli.stack import LocalStack, _check_ports_free
+from services.common.settings import CommonSettings
+
+_FREE_PORT_VARIABLES = (
+    "AGENTFEEDBACK_CHAT_LISTEN", "AGENTFEEDBACK_FEEDBACK_LISTEN", "AGENTFEEDBACK_AGENT_LISTEN",
+    "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN", "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN",
+    "AGENTFEEDBACK_CHAT_METRICS_LISTEN", "AGENTFEEDBACK_FEEDBACK_METRICS_LISTEN",
+    "AGENTFEEDBACK_COLLECTOR_METRICS_LISTEN", "AGENTFEEDBACK_AGENT_METRICS_LISTEN",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def free_stack(monkeypatch: pytest.MonkeyPatch) -> LocalStack:
+    """A stack whose every port is a free one (other stacks may run on this machine)."""
+    for var in _FREE_PORT_VARIABLES:
+        monkeypatch.setenv(var, f"127.0.0.1:{_free_port()}")
+    for var in ("AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT", "AGENTFEEDBACK_GATEWAY_PORT", "AGENTFEEDBACK_GATEWAY_CONSOLE_PORT"):
+        monkeypatch.setenv(var, str(_free_port()))
+    return LocalStack(CommonSettings())
+
+
+@pytest.mark.parametrize("variable", [
+    "AGENTFEEDBACK_CHAT_LISTEN", "AGENTFEEDBACK_AGENT_METRICS_LISTEN", "AGENTFEEDBACK_CHAT_METRICS_LISTEN",
+    "AGENTFEEDBACK_FEEDBACK_METRICS_LISTEN", "AGENTFEEDBACK_COLLECTOR_METRICS_LISTEN", "AGENTFEEDBACK_GATEWAY_ADMIN_PORT",
+])
+def test_a_taken_port_is_refused_naming_its_variable(free_stack: LocalStack, monkeypatch: pytest.MonkeyPatch, variable: str):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv(variable, str(port) if variable.endswith("_PORT") else f"127.0.0.1:{port}")
+        with pytest.raises(RuntimeError) as e:
+            _check_ports_free(free_stack.plan())
+    assert variable in str(e.value) and str(port) in str(e.value)
+
+
+def test_free_ports_and_disabled_endpoints_pass(free_stack: LocalStack, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("AGENTFEEDBACK_AGENT_METRICS_LISTEN", "")  # no endpoint
+    monkeypatch.setenv("AGENTFEEDBACK_CHAT_METRICS_LISTEN", "127.0.0.1:0")  # any free port
+    monkeypatch.setenv("AGENTFEEDBACK_GATEWAY_ADMIN_PORT", "0")  # admin disabled
+    _check_ports_free(free_stack.plan())
