@@ -45,8 +45,7 @@ from services.common.ids import new_id
 from services.common.server import wait_serving
 from services.common.settings import PROJECT_ROOT
 from services.common.etags import etag
-from services.feedback.model import RatingOrigin
-from services.feedback.repository import UPSERT_RATING
+from services.feedback.repository.ratings import _NAMED, PUTS, UPSERT_RATING
 
 FLOOR_REPLY_CHARS = 1200
 OWNER = "bench"  # the `sub` of the bench's token: the floor gateway writes the real instance's rows
@@ -60,11 +59,12 @@ class FloorRatings(feedback_pb2_grpc.FeedbackServiceServicer):
     async def PutRating(self, request, context):  # noqa: N802
         r = request.rating
         row = await self._pool.fetchrow(*UPSERT_RATING.bind({
-            "conversation": r.conversation, "turn_index": r.turn_index, "owner": OWNER, "scope": r.scope,
+            **_NAMED, "conversation": r.conversation, "turn_index": r.turn_index, "scope": r.scope,
             "aspect": r.aspect, "artifact_id": r.artifact_id, "sentiment": r.sentiment, "category": r.category,
-            "own_sentiment": True, "own_category": True, "own_note": True, "id": new_id(), "note": r.note,
-            "message": "", "request_id": uuid.UUID(request.request_id), "user_origin": RatingOrigin.USER,
-            "fingerprint": hashlib.sha256(request.SerializeToString(deterministic=True)).digest(),
+            "own_sentiment": True, "own_category": True, "own_note": True, "own_reasons": False, "reasons": [],
+            "own_choice": False, "choice": "", "id": new_id(), "note": r.note, "message": "", "version": None,
+            **PUTS.params(OWNER, uuid.UUID(request.request_id),
+                          hashlib.sha256(request.SerializeToString(deterministic=True)).digest()),
         }))
         out = pb.Rating(
             name=f"ratings/{row['id']}", conversation=row["conversation"], turn_index=row["turn_index"],
