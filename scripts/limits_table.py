@@ -19,7 +19,8 @@ SECTION = "## Measured single-machine limits"
 # (formatted with _fmt); a row whose value keys are all missing says "not measured".
 ROWS: list[tuple[list[str], str, str, str]] = [
     (["collector_ingest_spans_per_s"], "spans/s",
-     "COPY ceiling {copy_ceiling_rows_per_s} rows/s ({ingest_vs_copy_ceiling}×); Phoenix committed "
+     "COPY ceiling {copy_ceiling_rows_per_s} rows/s ({ingest_vs_copy_ceiling}×, rounds "
+     "{ingest_vs_copy_ceiling_min}–{ingest_vs_copy_ceiling_max}); Phoenix committed "
      "{phoenix_committed_spans_per_s} spans/s ({ingest_vs_phoenix_committed}×)",
      "OTLP/gRPC Exports of 1000 realistic spans, 4 clients, acknowledged after commit; the ceiling is COPY into "
      "the same schema with the same indexes (attribute GIN included)"),
@@ -52,6 +53,8 @@ ROWS: list[tuple[list[str], str, str, str]] = [
     (["fbread_stats_1000000_p50_ms"], "ms", "at 10k: {fbread_stats_10000_p50_ms} ms",
      "GetFeedbackStats over 30 days at 1M reports / 10M ratings (p50)"),
     (["grpcweb_overhead_p50_ms"], "ms", "", "gRPC-web through Envoy vs native gRPC to the service"),
+    (["quota_quiet_p99_ms", "quota_flood_other_p99_ms"], "ms", "{quota_flood_p99_ratio}× quiet",
+     "another owner's write p99 without / during one owner's flood (per-owner write quota on)"),
 ]
 
 
