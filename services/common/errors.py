@@ -212,6 +212,22 @@ TRANSIENT_CODES = frozenset({
 })
 
 
+# gRPC status → HTTP status of an OTLP/HTTP answer, as the OpenTelemetry Collector's otlpreceiver maps
+# them (`GetHTTPStatusCodeFromStatus`; OTLP specification "Failures"): the retryable codes are 503 (429
+# for a quota), the others say what the client must fix; anything else is 500.
+_HTTP_STATUS = {
+    code_pb2.CANCELLED: 503, code_pb2.DEADLINE_EXCEEDED: 503, code_pb2.ABORTED: 503, code_pb2.OUT_OF_RANGE: 503,
+    code_pb2.UNAVAILABLE: 503, code_pb2.DATA_LOSS: 503, code_pb2.RESOURCE_EXHAUSTED: 429,
+    code_pb2.INVALID_ARGUMENT: 400, code_pb2.UNAUTHENTICATED: 401, code_pb2.PERMISSION_DENIED: 403,
+    code_pb2.UNIMPLEMENTED: 404,
+}
+
+
+def http_status(code: int) -> int:
+    """The HTTP status of a google.rpc.Status `code` (its number) on an OTLP/HTTP answer."""
+    return 200 if code == code_pb2.OK else _HTTP_STATUS.get(code, 500)
+
+
 def is_transient(code: grpc.StatusCode) -> bool:
     """Client side: True when retrying a call that failed with `code` may succeed (TRANSIENT_CODES)."""
     return code in TRANSIENT_CODES

@@ -16,11 +16,10 @@ from __future__ import annotations
 import logging
 
 import grpc
-from grpc_status import rpc_status
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from services.common.depfail import database_unavailable, is_database_down
-from services.common.errors import Unavailable, to_status
+from services.common.errors import Unavailable
 from services.tracecollector.ingest import ExportResult, Ingestor
 from services.tracecollector.writer import Overloaded
 
@@ -58,12 +57,14 @@ class TraceServiceServicer(trace_service_pb2_grpc.TraceServiceServicer):
         self._retry_after_s = retry_after_s
 
     async def Export(self, request, context: grpc.aio.ServicerContext):
+        """Store the request's valid spans; answer after commit. Raises Unavailable (with RetryInfo; the
+        ServiceInterceptor maps it) when they could not be stored."""
         try:
             result = await self._ingestor.export(request)
         except Overloaded as e:
-            await context.abort_with_status(rpc_status.to_status(to_status(failure(e, self._retry_after_s))))
+            raise failure(e, self._retry_after_s) from None
         except Exception as e:
             if not (e.__cause__ is not None and is_database_down(e.__cause__)):  # else counted by the writer
                 log.exception("Export failed")
-            await context.abort_with_status(rpc_status.to_status(to_status(failure(e, self._retry_after_s))))
+            raise failure(e, self._retry_after_s) from None
         return export_response(result)

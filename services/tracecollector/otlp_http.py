@@ -29,7 +29,7 @@ from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from services.common.clip import clip
-from services.common.errors import to_status
+from services.common.errors import http_status, to_status
 from services.tracecollector.ingest import Ingestor
 from services.tracecollector.writer import Overloaded
 from services.common.depfail import is_database_down
@@ -117,8 +117,10 @@ def _encode(msg: Message, content_type: str) -> bytes:
     return msg.SerializeToString()
 
 
-def _error(http_status: int, st: status_pb2.Status, content_type: str, headers: dict | None = None) -> web.Response:
-    return web.Response(status=http_status, body=_encode(st, content_type), content_type=content_type,
+def _error(http: int | None, st: status_pb2.Status, content_type: str, headers: dict | None = None) -> web.Response:
+    """The answer carrying `st`; its HTTP status from the one gRPC→HTTP table (`errors.http_status`)
+    unless `http` names an HTTP-only one (415 media type, 413 body too large)."""
+    return web.Response(status=http or http_status(st.code), body=_encode(st, content_type), content_type=content_type,
                         headers=headers)
 
 
@@ -151,7 +153,7 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float)
             # The rest of the body cannot be read either: mark it read (aiohttp would otherwise try
             # to drain it after the answer and log the same failure), answer, close the connection.
             request.content.feed_eof()
-            resp = _error(400, st, reply_type)
+            resp = _error(None, st, reply_type)
             resp.force_close()
             return resp
         try:
@@ -160,7 +162,7 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float)
             else:
                 req = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
         except (ValueError, DecodeError) as e:
-            return _error(400, status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(e)), reply_type)
+            return _error(None, status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(e)), reply_type)
         try:
             result = await ingestor.export(req)
         except Exception as e:
@@ -168,7 +170,7 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float)
                 log.exception("OTLP/HTTP export not stored")  # (a database outage is counted by the writer)
             err = failure(e, retry_after_s)
             delay = str(max(1, math.ceil(err.retry_after_s or retry_after_s)))
-            return _error(503, to_status(err), reply_type, headers={"Retry-After": delay})
+            return _error(None, to_status(err), reply_type, headers={"Retry-After": delay})
         return web.Response(status=200, body=_encode(export_response(result), reply_type), content_type=reply_type)
 
     app = web.Application(client_max_size=max_body_bytes)

@@ -140,3 +140,15 @@ def test_one_translator_tells_transient_failures_from_permanent_ones():
     for code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT,
                  grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.FAILED_PRECONDITION):
         assert not is_transient(code), code
+
+
+def test_otlp_http_statuses_come_from_one_table_like_the_collectors_otlpreceiver():
+    from google.rpc import code_pb2  # noqa: PLC0415
+
+    from services.common.errors import http_status  # noqa: PLC0415
+
+    assert http_status(code_pb2.OK) == 200
+    assert http_status(code_pb2.UNAVAILABLE) == 503 and http_status(code_pb2.DEADLINE_EXCEEDED) == 503
+    assert http_status(code_pb2.RESOURCE_EXHAUSTED) == 429 and http_status(code_pb2.INVALID_ARGUMENT) == 400
+    assert http_status(code_pb2.UNAUTHENTICATED) == 401 and http_status(code_pb2.PERMISSION_DENIED) == 403
+    assert http_status(code_pb2.INTERNAL) == 500 and http_status(code_pb2.NOT_FOUND) == 500
