@@ -53,7 +53,7 @@ from services.feedback.ratings import Ratings
 from services.feedback.reports import Change, ReportDraft, Reports
 from services.feedback.servicer_operator import OperatorMethods
 from services.feedback.statistics import Stats
-from services.feedback.audit import METHOD_PREFIX, Audit
+from services.feedback.audit import Audit
 from services.feedback.defect_reports import DefectReports
 
 SERVICE = "agentfeedback.feedback.v1.FeedbackService"

@@ -30,6 +30,7 @@ from services.feedback.model import (
     RecentFilter,
     Report,
     Sentiment,
+    SnapshotSource,
 )
 from services.feedback.repository import rows
 from services.feedback.repository.reports import FEEDBACK_COLUMNS, like_pattern
@@ -194,7 +195,7 @@ ORDER BY scope, aspect, artifact_id"""
 TURN_REPORTS = f"""
 SELECT {FEEDBACK_COLUMNS} FROM feedback
 WHERE owner = $1 AND instance = $2 AND COALESCE((snapshot->>'turn_index')::int, 0) = $3
-  AND snapshot_source <> 3
+  AND snapshot_source <> $4
 ORDER BY create_time, id"""
 
 # The request ledger's methods this module records (services/common/ledger.py).
@@ -289,5 +290,5 @@ class RatingStore:
         """Every rating (any origin) and report of `owner` about one turn."""
         async with self.pool.acquire() as conn:
             ratings = await conn.fetch(TURN_RATINGS, owner, conversation, turn_index)
-            reports = await conn.fetch(TURN_REPORTS, owner, conversation, turn_index)
+            reports = await conn.fetch(TURN_REPORTS, owner, conversation, turn_index, SnapshotSource.NONE)
         return [rows.rating(r) for r in ratings], [rows.report(r) for r in reports]
