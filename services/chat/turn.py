@@ -47,6 +47,7 @@ from services.common.clip import clip
 from services.common.depfail import database_unavailable, dependency_error
 from services.common.errors import Cancelled, DeadlineExceeded, DomainError, Internal, NotFound, Unavailable
 from services.common.incidents import INCIDENTS
+from services.common.telemetry import REQUEST_TRACE_ID
 from services.common.ids import check_same_request, new_id
 
 log = logging.getLogger(__name__)
@@ -216,6 +217,7 @@ class TurnRunner:
         if turn.request_id is not None:
             span.set_attribute("chat.request_id", str(turn.request_id))
         trace_id = format(span.get_span_context().trace_id, "032x")
+        REQUEST_TRACE_ID.set(trace_id)  # log lines of this turn name its trace (services.common.telemetry)
         t0 = time_from_ns(t0_ns)
         try:
             try:
@@ -389,6 +391,7 @@ class TurnRunner:
         span = self._tracer.start_span(TURN_SPAN, context=otel_context.Context(), kind=SpanKind.SERVER,
                                        start_time=t0_ns, attributes={"chat.instance": f"instances/{turn.instance_id}"})
         trace_id = format(span.get_span_context().trace_id, "032x")
+        REQUEST_TRACE_ID.set(trace_id)
         dep = dependency_error(err, trace_id=trace_id)
         assert dep is not None
         span.set_status(Status(StatusCode.ERROR, dep.reason))

@@ -32,7 +32,7 @@ from services.common.lifecycle import freeze_startup_objects, run_service, serve
 from services.common.metrics import RpcMetrics, status_code_of
 from services.common.reconnect import RECONNECT_OPTIONS
 from services.common.retry_policy import service_config
-from services.common.telemetry import record_exception
+from services.common.telemetry import REQUEST_TRACE_ID, record_exception
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +213,7 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                 own.end()
             if own is not None:
                 trace_id = format(own.get_span_context().trace_id, "032x")
+                REQUEST_TRACE_ID.set(trace_id)
                 mapped = dependency_error(err, trace_id=trace_id)
             if mapped is not None:
                 INCIDENTS.failure(mapped.reason, f"{method}: {type(err).__name__} (trace_id {trace_id})", err)
@@ -246,7 +247,10 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         """Authenticate (and check the method's scope), then start the server span (None: untraced)."""
         md = metadata_dict(context)
         self._authenticate(method, md, request)
-        return self._start_span(method, md, span_name, attributes)
+        span = self._start_span(method, md, span_name, attributes)
+        if span is not None:
+            REQUEST_TRACE_ID.set(format(span.get_span_context().trace_id, "032x"))
+        return span
 
     def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]):
         span_name, attributes = _span_naming(method)
@@ -316,12 +320,14 @@ class _CallScope:
         self.t0, self.code = time.perf_counter(), None
         self._principal = _current.set(None)
         self._deadline = deadlines.enter(context)
+        self._trace_id = REQUEST_TRACE_ID.set(None)  # log lines of this RPC name its trace
         self.span = None
 
     def close(self) -> None:
         if self.span is not None:
             self.span.end()
         deadlines.leave(self._deadline)
+        REQUEST_TRACE_ID.reset(self._trace_id)
         _current.reset(self._principal)
         self._record(self.method, self.code, self.t0, self.context)
 

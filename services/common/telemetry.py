@@ -21,11 +21,13 @@ Span hygiene (issue 16: one caller's oversized values must never cost another ca
 """
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
 import secrets
 import sys
+import time
 import traceback
 from collections.abc import Sequence
 
@@ -167,12 +169,18 @@ def setup_tracing(service_name: str, exporter: SpanExporter | None = None) -> Tr
     return provider
 
 
+# The trace id of the request being served, for log lines written where no span is current (the chat
+# turn's own trace, an error logged after its span ended). Set by the server interceptor and the turn.
+REQUEST_TRACE_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentfeedback_trace_id", default=None)
+
+
 class _TraceIdFilter(logging.Filter):
-    """Puts the current trace_id/span_id on every log record (`-` outside a span)."""
+    """Puts the current trace_id/span_id on every log record: the current span's, else the request's
+    (`REQUEST_TRACE_ID`), `-` outside any request."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         ctx = trace.get_current_span().get_span_context()
-        record.trace_id = format(ctx.trace_id, "032x") if ctx.is_valid else "-"
+        record.trace_id = format(ctx.trace_id, "032x") if ctx.is_valid else (REQUEST_TRACE_ID.get() or "-")
         record.span_id = format(ctx.span_id, "016x") if ctx.is_valid else "-"
         msg = record.getMessage()
         if len(msg) > MESSAGE_MAX_CHARS:  # a client value inside a log line: bounded (services.common.clip)
@@ -181,7 +189,11 @@ class _TraceIdFilter(logging.Filter):
 
 
 class _ClippingFormatter(logging.Formatter):
-    """Stack traces in log lines keep their last `STACKTRACE_MAX_CHARS` × 4 characters."""
+    """Stack traces in log lines keep their last `STACKTRACE_MAX_CHARS` × 4 characters. Times are UTC,
+    ISO 8601 with the offset: `2026-12-01T09:33:31.123+00:00`."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}+00:00"
 
     def formatException(self, ei) -> str:  # noqa: N802 - logging's name
         return clip_tail(super().formatException(ei), 4 * STACKTRACE_MAX_CHARS)
@@ -190,7 +202,7 @@ class _ClippingFormatter(logging.Formatter):
 class _JsonFormatter(_ClippingFormatter):
     def format(self, record: logging.LogRecord) -> str:
         out = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "time": self.formatTime(record),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -202,14 +214,21 @@ class _JsonFormatter(_ClippingFormatter):
         return json.dumps(out)
 
 
-def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
-    """Root logging: text locally, JSON lines on stdout when deployed; trace ids on every record."""
-    handler = logging.StreamHandler(sys.stdout if fmt == "json" else sys.stderr)
+def log_handler(stream, fmt: str = "text") -> logging.Handler:
+    """The handler every service logs through: trace ids filled, UTC times with offset, clipped
+    messages and stack traces; `fmt` `text` (`<time> <LEVEL> <logger> [<trace_id>] <message>`) or `json`."""
+    handler = logging.StreamHandler(stream)
     handler.addFilter(_TraceIdFilter())
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())
     else:
         handler.setFormatter(_ClippingFormatter("%(asctime)s %(levelname)s %(name)s [%(trace_id)s] %(message)s"))
+    return handler
+
+
+def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
+    """Root logging: text locally, JSON lines on stdout when deployed; trace ids on every record."""
+    handler = log_handler(sys.stdout if fmt == "json" else sys.stderr, fmt)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -149,6 +149,8 @@ class Reports:
         # The retry lookup and the chat fetch run together (a retry pays one wasted chat read; a first
         # call saves a round trip).
         lookup = asyncio.ensure_future(self._repo.get_by_request_id(p.sub, d.request_id))
+        # Read when the call ends early (cancelled, database gone): no "exception never retrieved" logged.
+        lookup.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
             anchor, snapshot, turn_time = await self._snapshot(d, p.metadata)
         except BaseException:
