@@ -33,20 +33,28 @@ CLASSES: list[tuple[str, type[BaseSettings]]] = [
 
 
 def _comments(cls: type) -> dict[str, str]:
-    """Field name → the comment lines right above its definition in the class body."""
+    """Field name → the comment lines right above its definition in the class body; a comment above a
+    group of fields (no blank line between them, none with a comment of its own) describes each."""
     src = inspect.getsource(cls).splitlines()
     out: dict[str, str] = {}
     pending: list[str] = []
+    group = ""
     for line in src:
         s = line.strip()
+        if not s:
+            pending, group = [], ""
+            continue
         if s.startswith("#"):
             pending.append(s.lstrip("# ").strip())
             continue
-        if ":" in s and not s.startswith(("class", "model_config", '"""', "def")):
+        if ":" in s and not s.startswith(("class", "model_config", '"""', "def", "@", "return")):
             name = s.split(":", 1)[0].strip()
-            if name.isidentifier() and pending:
-                out[name] = " ".join(pending)
-        pending = [] if not s.startswith("#") else pending
+            if name.isidentifier():
+                if pending:
+                    group = " ".join(pending)
+                if group:
+                    out[name] = group
+        pending = []
     return out
 
 
@@ -72,7 +80,7 @@ def rows() -> list[tuple[str, str, str, str]]:
             if var in seen:
                 continue
             seen.add(var)
-            default = f.default
+            default = f.get_default(call_default_factory=True)  # a default_factory's value, not PydanticUndefined
             if isinstance(default, Path):
                 default = str(default).replace(str(PROJECT_ROOT), ".")
             out.append((var, repr(default) if default not in ("", None) else "(empty)", component, docs.get(name, "")))

@@ -42,6 +42,7 @@ class ClientSettings(CommonSettings):
     traces_target: str = Field(default_factory=local_target("AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN", "127.0.0.1:50053"))
     # Bearer token; empty → a dev token for `sub` minted from the embedded secret.
     token: str = ""
+    # Subject (`sub`) of that dev token.
     sub: str = "owner"
     # Deadline of each call, seconds.
     timeout_s: float = Field(default=30.0, gt=0)

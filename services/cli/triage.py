@@ -82,7 +82,7 @@ def feedback() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @_run
 async def list_cmd(c: Clients, instance: str, status: str | None, text: str, limit: int, page_token: str, as_json: bool):
-    """Newest first: id, status, trace id, target, the first words."""
+    """Newest first: id, status, trace id, created (UTC), the first words of the report."""
     req = feedback_pb2.ListFeedbackRequest(page_size=limit, page_token=page_token, instance=instance, text=text)
     if status:
         req.status = feedback_pb2.Status.Value(f"STATUS_{status.upper()}")

@@ -42,6 +42,7 @@ class CommonSettings(BaseSettings):
     shutdown_drain_s: float = Field(default=1.0, ge=0, validation_alias=AliasChoices("AGENTFEEDBACK_SHUTDOWN_DRAIN_S"))
     # Log format: `text` (local) or `json` (deployed).
     log_format: str = Field(default="text", pattern="^(text|json)$", validation_alias=AliasChoices("AGENTFEEDBACK_LOG_FORMAT"))
+    # Log level (DEBUG, INFO, WARNING, ERROR).
     log_level: str = Field(default="INFO", validation_alias=AliasChoices("AGENTFEEDBACK_LOG_LEVEL"))
     # asyncpg pool size per service process.
     db_pool_min: int = Field(default=2, ge=1, validation_alias=AliasChoices("AGENTFEEDBACK_DB_POOL_MIN"))

@@ -31,6 +31,7 @@ class AgentSettings(CommonSettings):
     # Optional OpenAI-compatible backend: base URL (e.g. http://localhost:8000/v1) and model; off when empty.
     openai_base_url: str = ""
     openai_model: str = ""
+    # API key sent to that backend (empty: none).
     openai_api_key: SecretStr = SecretStr("")
 
     @model_validator(mode="after")

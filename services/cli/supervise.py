@@ -1,0 +1,105 @@
+"""`make run` keeps its children alive and its logs across runs.
+
+- `Supervisor.run()`: a child process that exits is restarted with backoff (1 s, doubling to 30 s;
+  back to 1 s once it has served for 60 s) while the others keep serving; each exit and restart is
+  one line (with the log's path). Only Ctrl-C (or SIGTERM) stops the stack.
+- `open_log(path)`: a child's log is appended to across runs; before a run, a log larger than
+  `LOG_ROTATE_BYTES` (10 MiB) is rotated to `<name>.log.1` (… `.3`, the oldest dropped), and every
+  run starts with one line naming its start time (UTC).
+- `stop_postgres(pgdata)`: PostgreSQL's fast shutdown by signal to the postmaster named in
+  `postmaster.pid` (whichever one runs there now, also one restarted by hand), waited for; no child
+  process is forked (a fork from a gRPC process prints grpc's `fork_posix.cc` warning).
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+LOG_ROTATE_BYTES = 10 * 1024 * 1024
+LOG_KEEP = 3
+BACKOFF_FIRST_S, BACKOFF_MAX_S, HEALTHY_AFTER_S = 1.0, 30.0, 60.0
+
+
+def open_log(path: Path) -> IO[bytes]:
+    """`path` opened for appending, rotated first when over LOG_ROTATE_BYTES (see module doc)."""
+    try:
+        big = path.stat().st_size > LOG_ROTATE_BYTES
+    except FileNotFoundError:
+        big = False
+    if big:
+        for i in range(LOG_KEEP - 1, 0, -1):
+            older = path.with_name(f"{path.name}.{i}")
+            if older.exists():
+                older.replace(path.with_name(f"{path.name}.{i + 1}"))
+        path.replace(path.with_name(f"{path.name}.1"))
+    out = open(path, "ab")  # noqa: SIM115 - handed to the child process
+    out.write(f"=== make run: started {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')} ===\n".encode())
+    out.flush()
+    return out
+
+
+def stop_postgres(pgdata: Path, timeout_s: float = 15.0) -> bool:
+    """Fast shutdown of the PostgreSQL running in `pgdata` (if any); True when one was stopped."""
+    pid_file = pgdata / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        os.kill(pid, signal.SIGINT)
+    except (OSError, ValueError, IndexError):
+        return False
+    deadline = time.monotonic() + timeout_s
+    while pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_file.exists():  # still up after the timeout: immediate shutdown
+        try:
+            os.kill(pid, signal.SIGQUIT)
+        except OSError:
+            pass
+    return True
+
+
+class Supervisor:
+    """Restarts the exited children of `stack` (a LocalStack: `.children`, `.spawn(child)`, `.log_path`)."""
+
+    def __init__(self, stack: Any, echo: Callable[[str], None], poll_s: float = 0.5):
+        self._stack = stack
+        self._echo = echo
+        self._poll_s = poll_s
+        self._state: dict[str, dict[str, float]] = {}
+        self.restarts: dict[str, int] = {}
+
+    def _st(self, name: str) -> dict[str, float]:
+        return self._state.setdefault(name, {"backoff": BACKOFF_FIRST_S, "due": 0.0, "started": time.monotonic()})
+
+    def check(self) -> None:
+        """One pass: note exits, restart the children whose backoff is over."""
+        now = time.monotonic()
+        for c in self._stack.children:
+            if c.proc is None:
+                continue
+            st = self._st(c.name)
+            if c.proc.poll() is None:
+                if now - st["started"] >= HEALTHY_AFTER_S:
+                    st["backoff"] = BACKOFF_FIRST_S
+                continue
+            if not st["due"]:
+                st["due"] = now + st["backoff"]
+                self._echo(f"{c.name} exited with status {c.proc.returncode}; restarting in {st['backoff']:.0f} s "
+                           f"(the rest keep serving; log: {self._stack.log_path(c.name)})")
+                continue
+            if now >= st["due"]:
+                self._stack.spawn(c)
+                self.restarts[c.name] = self.restarts.get(c.name, 0) + 1
+                st.update(due=0.0, started=now, backoff=min(st["backoff"] * 2, BACKOFF_MAX_S))
+                self._echo(f"{c.name} restarted (pid {c.proc.pid})")
+
+    async def run(self) -> None:
+        """`check()` every `poll_s` until cancelled."""
+        while True:
+            self.check()
+            await asyncio.sleep(self._poll_s)

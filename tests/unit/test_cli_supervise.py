@@ -1,0 +1,94 @@
+"""`make run` supervision (services/cli/supervise.py): logs appended across runs and rotated, a dead
+child restarted with backoff while the others keep serving, PostgreSQL stopped even when it was
+restarted by hand (real processes, a real embedded PostgreSQL)."""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.cli import supervise
+from services.cli.supervise import Supervisor, open_log, stop_postgres
+
+
+def test_logs_are_appended_across_runs_and_rotated_past_the_size(tmp_path: Path, monkeypatch):
+    log = tmp_path / "chat.log"
+    for run in range(2):
+        with open_log(log) as out:
+            out.write(f"line of run {run}\n".encode())
+    text = log.read_text()
+    assert "line of run 0" in text and "line of run 1" in text and text.count("=== make run: started") == 2
+    monkeypatch.setattr(supervise, "LOG_ROTATE_BYTES", 10)
+    for run in range(2, 6):
+        with open_log(log) as out:
+            out.write(f"line of run {run}\n".encode())
+    assert "line of run 5" in log.read_text() and "line of run 4" not in log.read_text()
+    assert "line of run 4" in (tmp_path / "chat.log.1").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chat.log", "chat.log.1", "chat.log.2", "chat.log.3"]
+
+
+@dataclass
+class _Child:
+    name: str
+    argv: list[str]
+    proc: subprocess.Popen | None = None
+
+
+class _Stack:
+    def __init__(self, children):
+        self.children = children
+        for c in children:
+            self.spawn(c)
+
+    def spawn(self, c: _Child) -> None:
+        c.proc = subprocess.Popen(c.argv)
+
+    def log_path(self, name: str) -> Path:
+        return Path(f"/logs/{name}.log")
+
+
+async def test_a_dead_child_is_restarted_with_backoff_while_the_others_keep_serving(monkeypatch):
+    monkeypatch.setattr(supervise, "BACKOFF_FIRST_S", 0.3)
+    dies = _Child("feedback", [sys.executable, "-c", "import sys; sys.exit(3)"])
+    lives = _Child("chat", [sys.executable, "-c", "import time; time.sleep(60)"])
+    stack = _Stack([dies, lives])
+    said: list[str] = []
+    sup = Supervisor(stack, said.append, poll_s=0.05)
+    steady = lives.proc.pid
+    task = asyncio.ensure_future(sup.run())
+    try:
+        t0 = time.monotonic()
+        while sup.restarts.get("feedback", 0) < 2 and time.monotonic() - t0 < 10:
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+        lives.proc.kill()
+    assert sup.restarts["feedback"] >= 2
+    assert lives.proc.pid == steady and "chat" not in sup.restarts
+    assert said[0] == "feedback exited with status 3; restarting in 0 s (the rest keep serving; log: /logs/feedback.log)"
+    assert "feedback restarted (pid" in said[1]
+    # Backoff doubles: the second restart comes ≥ 0.6 s after the second exit.
+    assert "restarting in 1 s" in said[2]
+
+
+def test_postgres_restarted_by_hand_is_still_stopped():
+    from services.common.db import embedded_postgres_server  # noqa: PLC0415
+
+    pgdata = Path(tempfile.mkdtemp(prefix="af-stop-pg-")) / "pg"
+    handle = embedded_postgres_server(pgdata, cleanup_mode="delete")
+    first = int((pgdata / "postmaster.pid").read_text().split()[0])
+    assert stop_postgres(pgdata)
+    assert not (pgdata / "postmaster.pid").exists()
+    code = ("from pathlib import Path; from services.common.db import embedded_postgres_server; "
+            f"embedded_postgres_server(Path({str(pgdata)!r}), cleanup_mode=None)")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])  # "by hand"
+    second = int((pgdata / "postmaster.pid").read_text().split()[0])
+    assert second != first
+    assert stop_postgres(pgdata)
+    assert not (pgdata / "postmaster.pid").exists()
+    assert not stop_postgres(pgdata)  # nothing left to stop
+    handle.cleanup()
