@@ -63,8 +63,10 @@ async def test_oversized_client_values_in_one_batch_do_not_cost_another_request_
     span limits, the batch (> 4 MiB) was refused by the collector and the normal span was lost."""
     agent = agent_pb2_grpc.AgentServiceStub(stack.channel("agent"))
     huge = "instances/" + "i" * 2_300_000
+    bad_traces = []
     for _ in range(2):
-        _, tp = _traceparent()
+        bad_trace, tp = _traceparent()
+        bad_traces.append(bad_trace)
         await agent.Think(agent_pb2.ThinkRequest(instance=huge, content="hello", turn_index=0),
                           metadata=stack.md() + (("traceparent", tp),))
     trace_id, tp = _traceparent()
@@ -72,6 +74,11 @@ async def test_oversized_client_values_in_one_batch_do_not_cost_another_request_
                       metadata=stack.md() + (("traceparent", tp),))
     got = await stack.wait_trace(trace_id)
     assert any(s.name == "agent.think" for s in got.spans)
+    # The oversized spans arrived too, their value clipped with a visible marker.
+    for bad_trace in bad_traces:
+        (think,) = [sp for sp in (await stack.wait_trace(bad_trace)).spans if sp.name == "agent.think"]
+        value = think.attributes["chat.instance"]
+        assert len(value) < 300 and value.endswith(f"…(+{len(huge) - 200} chars)")
 
 
 async def test_a_stale_etag_on_a_large_report_is_aborted_not_a_metadata_overflow(stack):

@@ -26,6 +26,7 @@ from services.chat.agent.prompt import build_system_prompt
 from services.chat.agent.replay import ReplayMatch
 from services.chat.agent.result import AgentResult
 from services.chat.agent.tools import MemoryStore, ToolContext, ToolOutcome, ToolRegistry
+from services.common.clip import clip
 from services.common.telemetry import record_exception
 
 THINK_SPAN = "agent.think"
@@ -93,10 +94,11 @@ class ReferenceAgent:
             kind=SpanKind.SERVER,
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": turn.agent or "reference",
-                "chat.instance": turn.instance,
+                # Caller-supplied (ThinkRequest): clipped with a visible marker (services/common/clip.py).
+                "gen_ai.agent.name": clip(turn.agent or "reference"),
+                "chat.instance": clip(turn.instance),
                 "chat.turn_index": turn.turn_index,
-                "chat.user_message": turn.user_message,
+                "chat.user_message": clip(turn.user_message),
             },
         )
         ctx = ToolContext(
