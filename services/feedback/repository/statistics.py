@@ -21,15 +21,18 @@ FROM c GROUP BY 1, 2, 3 HAVING sum(n) > 0""")
 # those active after the window's first hour from `conversation_activity`, plus those whose latest
 # activity is in that first, partial hour and falls after :since (read from the rows).
 ENGAGED = NamedSQL("""
-WITH h AS (SELECT date_trunc('hour', :since::timestamptz, 'UTC') AS h)
-SELECT (SELECT count(*) FROM conversation_activity, h WHERE last_hour > h.h)
-     + (SELECT count(*) FROM h, (
-            SELECT conversation, owner FROM ratings, h
-            WHERE origin = :user_origin AND update_time >= :since AND update_time < h.h + interval '1 hour'
+SELECT (SELECT count(*) FROM conversation_activity
+        WHERE last_hour > date_trunc('hour', :since::timestamptz, 'UTC'))
+     + (SELECT count(*) FROM (
+            SELECT conversation, owner FROM ratings
+            WHERE origin = :user_origin AND update_time >= :since
+              AND update_time < date_trunc('hour', :since::timestamptz, 'UTC') + interval '1 hour'
             UNION
-            SELECT instance, owner FROM feedback, h
-            WHERE create_time >= :since AND create_time < h.h + interval '1 hour' AND instance <> ''
-        ) AS p JOIN conversation_activity a USING (conversation, owner) WHERE a.last_hour = h.h)""")
+            SELECT instance, owner FROM feedback
+            WHERE create_time >= :since AND instance <> ''
+              AND create_time < date_trunc('hour', :since::timestamptz, 'UTC') + interval '1 hour'
+        ) AS p JOIN conversation_activity a USING (conversation, owner)
+        WHERE a.last_hour = date_trunc('hour', :since::timestamptz, 'UTC'))""")
 
 # Each answered conversation's latest completion choice (by update_time, then turn index), counted
 # (`latest_choices`, migration 0012: the latest is in the window exactly when some choice is).
