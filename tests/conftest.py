@@ -16,15 +16,12 @@ import asyncpg
 import pytest
 
 from services.common.db import start_embedded_postgres
-from tests.stack import Stack, start_stack
+from tests.stack import Stack, no_default_metrics_ports, start_stack
 
 _counter = itertools.count()
 
-# Services this test session starts (in-process or as child processes) serve no Prometheus endpoint
-# unless a test gives them a port (tests.stack does, on free ports): several run at once on one machine,
-# and the defaults (946x) would collide.
-for _svc in ("CHAT", "AGENT", "FEEDBACK", "COLLECTOR"):
-    os.environ.setdefault(f"AGENTFEEDBACK_{_svc}_METRICS_LISTEN", "")
+# No Prometheus endpoint unless a test gives one a port (tests.stack does, on free ports).
+no_default_metrics_ports()
 
 
 @pytest.fixture(scope="session")

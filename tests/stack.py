@@ -7,6 +7,7 @@ returning a started server object with `.port` (or `.ports`) and `async stop()`.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,15 @@ from services.common.reconnect import RECONNECT_OPTIONS
 from services.common.telemetry import setup_tracing
 
 TEST_JWT_SECRET = "test-secret-not-for-production-0123456789abcdef"
+
+
+def no_default_metrics_ports() -> None:
+    """Services this process starts (in-process or as children inheriting its environment) serve no
+    Prometheus endpoint unless given a port: tests and benchmarks run beside `make run` and each other
+    on one machine, and the defaults (946x) would collide (a bench's collector on 9463 stopped a
+    `make run` started next to it)."""
+    for svc in ("CHAT", "AGENT", "FEEDBACK", "COLLECTOR"):
+        os.environ.setdefault(f"AGENTFEEDBACK_{svc}_METRICS_LISTEN", "")
 
 
 def free_ports(n: int) -> list[int]:

@@ -19,6 +19,9 @@ from pathlib import Path
 import asyncpg
 
 from services.common.db import start_embedded_postgres
+from tests.stack import no_default_metrics_ports
+
+no_default_metrics_ports()  # the benches' services inherit this environment (bench_settle's did: 946x taken)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / ".bench" / "results.json"

@@ -53,3 +53,19 @@ def test_free_ports_and_disabled_endpoints_pass(free_stack: LocalStack, monkeypa
     monkeypatch.setenv("AGENTFEEDBACK_CHAT_METRICS_LISTEN", "127.0.0.1:0")  # any free port
     monkeypatch.setenv("AGENTFEEDBACK_GATEWAY_ADMIN_PORT", "0")  # admin disabled
     _check_ports_free(free_stack.plan())
+
+
+def test_benchmarks_leave_the_metrics_ports_free():
+    """`make bench`'s services inherit its environment: none may take a default metrics port that a
+    `make run` on the same machine needs."""
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from services.common.settings import PROJECT_ROOT  # noqa: PLC0415
+
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_METRICS_LISTEN")}
+    out = subprocess.run(
+        [sys.executable, "-c", "import os, tests.bench.run; print(sorted(v for k, v in os.environ.items() if k.endswith('_METRICS_LISTEN')))"],
+        env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['', '', '', '']"
