@@ -9,7 +9,7 @@ A record is (owner, method, request id) → the resource it acted on and the req
     CREATE INDEX request_ledger_time ON request_ledger (create_time);
 
 Prune policy (one, for every method): a record lives RETENTION_S (24 h). A lookup ignores an older
-record and a new record replaces it; `PRUNE` deletes them, run every PRUNE_INTERVAL_S by the service's
+record (and `Ledger.record` replaces it); `PRUNE` deletes them, run every PRUNE_INTERVAL_S by the service's
 background loop. Statements that must claim a request id atomically with their write use the
 `prior_cte` / `record_cte` fragments (NamedSQL parameters `:owner`, `:ledger_method`, `:request_id`,
 `:fingerprint`, `:retention_s`); the others use `Ledger.get` / `Ledger.record` inside their transaction.
@@ -56,14 +56,15 @@ def prior_cte(name: str = "prior") -> str:
 
 def record_cte(name: str, resource_sql: str, source: str) -> str:
     """`<name> AS (INSERT …)`: record the request id with `resource_sql` for each row of `source` (a
-    CTE or `(SELECT 1) AS one`), when there is a request id; RETURNING 1 when it was claimed now."""
+    CTE or `(SELECT 1) AS one`), when there is a request id; RETURNING 1 when it was claimed now.
+    `ON CONFLICT DO NOTHING`: it takes no lock on an existing record (a `DO UPDATE` would, and
+    concurrent puts then deadlock), so an expired record still in the table keeps its id claimed
+    until the hourly prune removes it."""
     return f"""{name} AS (
     INSERT INTO request_ledger AS l (owner, method, request_id, resource, fingerprint, create_time)
     SELECT :owner, :ledger_method, :request_id::uuid, {resource_sql}, :fingerprint::bytea, now() FROM {source}
     WHERE :request_id::uuid IS NOT NULL
-    ON CONFLICT (owner, method, request_id) DO UPDATE SET resource = EXCLUDED.resource,
-        fingerprint = EXCLUDED.fingerprint, create_time = EXCLUDED.create_time
-    WHERE l.create_time <= now() - make_interval(secs => :retention_s)
+    ON CONFLICT (owner, method, request_id) DO NOTHING
     RETURNING 1
 )"""
 
