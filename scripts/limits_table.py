@@ -87,7 +87,7 @@ def table(results: dict[str, float]) -> list[str]:
 
 def write(lines: list[str]) -> None:
     text = README.read_text().splitlines()
-    start = text.index(SECTION)
+    start = next(i for i, line in enumerate(text) if line.startswith(SECTION))
     head = next(i for i in range(start, len(text)) if text[i].startswith("| figure |"))
     end = head
     while end < len(text) and text[end].startswith("|"):
