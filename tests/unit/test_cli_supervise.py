@@ -92,3 +92,45 @@ def test_postgres_restarted_by_hand_is_still_stopped():
     assert not (pgdata / "postmaster.pid").exists()
     assert not stop_postgres(pgdata)  # nothing left to stop
     handle.cleanup()
+
+
+class _PgStack:
+    """A stack of no children whose embedded PostgreSQL is supervised (as LocalStack's)."""
+
+    def __init__(self, pgdata: Path):
+        from services.common.db import embedded_postgres_server  # noqa: PLC0415
+
+        self.children: list = []
+        self.pgdata = pgdata
+        self.handle = embedded_postgres_server(pgdata, cleanup_mode="delete")
+
+    def restart_postgres(self) -> int:
+        self.handle.ensure_postgres_running()
+        return self.handle.get_pid()
+
+
+async def test_a_killed_postgres_is_started_again_in_its_data_directory(monkeypatch):
+    import asyncpg  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    monkeypatch.setattr(supervise, "BACKOFF_FIRST_S", 0.2)
+    stack = _PgStack(Path(tempfile.mkdtemp(prefix="af-sup-pg-")) / "pg")
+    url = stack.handle.get_uri("postgres")
+    said: list[str] = []
+    task = asyncio.ensure_future(Supervisor(stack, said.append, poll_s=0.05).run())
+    try:
+        first = stack.handle.get_pid()
+        os.kill(first, signal.SIGKILL)  # as the OOM killer would
+        t0 = time.monotonic()
+        while not any("restarted" in line for line in said) and time.monotonic() - t0 < 30:
+            await asyncio.sleep(0.05)
+        conn = await asyncpg.connect(url)  # the same URL (socket in the data directory) works again
+        assert await conn.fetchval("SELECT 1") == 1
+        await conn.close()
+    finally:
+        task.cancel()
+        stop_postgres(stack.pgdata)
+        stack.handle.cleanup()
+    assert said[0].startswith("PostgreSQL (") and "exited; restarting in 0 s" in said[0]
+    assert said[1].startswith("PostgreSQL restarted (pid ") and str(first) not in said[1]
