@@ -1,0 +1,53 @@
+"""Statuses from another service mapped by what they mean: a chat service that answers INTERNAL makes
+the feedback service answer INTERNAL `CHAT_FAILED` (it was reachable: not `CHAT_UNAVAILABLE`, which
+clients would retry), and one that cannot be reached is UNAVAILABLE `CHAT_UNAVAILABLE` with RetryInfo."""
+from __future__ import annotations
+
+import grpc
+from google.rpc import error_details_pb2
+
+from agentfeedback.chat.v1 import chat_pb2_grpc
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from agentfeedback.feedback.v1 import feedback_pb2_grpc
+from services.common.errors import error_info, status_details
+from tests.helpers.feedback import channel_to, expect_error, new_instance, rid, send, start_feedback
+
+
+class _FailingChat(chat_pb2_grpc.ChatServiceServicer):
+    """A real gRPC ChatService whose every call fails INTERNAL (a bug on chat's side)."""
+
+    async def GetInstance(self, request, context):
+        await context.abort(grpc.StatusCode.INTERNAL, "boom")
+
+    async def GetMessage(self, request, context):
+        await context.abort(grpc.StatusCode.INTERNAL, "boom")
+
+    async def ListMessages(self, request, context):
+        await context.abort(grpc.StatusCode.INTERNAL, "boom")
+
+
+async def test_chat_internal_is_chat_failed_and_chat_unreachable_is_unavailable_with_retry_info(stack, tmp_path):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "rate me")
+    broken = grpc.aio.server()
+    chat_pb2_grpc.add_ChatServiceServicer_to_server(_FailingChat(), broken)
+    port = broken.add_insecure_port("127.0.0.1:0")
+    await broken.start()
+    failing = await start_feedback(stack, tmp_path / "a", chat_target=f"127.0.0.1:{port}", chat_timeout_s=2)
+    gone = await start_feedback(stack, tmp_path / "b", chat_target="127.0.0.1:1", chat_timeout_s=0.5)
+    try:
+        rating = pb.Rating(conversation=inst, turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE,
+                           aspect="reaction", sentiment=pb.RATING_SENTIMENT_NEGATIVE)
+        stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, failing.port))
+        e = await expect_error(stub.PutRating(pb.PutRatingRequest(rating=rating, request_id=rid()), metadata=stack.md()),
+                               grpc.StatusCode.INTERNAL)
+        assert error_info(e).reason == "CHAT_FAILED"
+        stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, gone.port))
+        e = await expect_error(stub.PutRating(pb.PutRatingRequest(rating=rating, request_id=rid()), metadata=stack.md()),
+                               grpc.StatusCode.UNAVAILABLE)
+        assert error_info(e).reason == "CHAT_UNAVAILABLE"
+        assert any(d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in status_details(e))
+    finally:
+        await gone.stop(0.5)
+        await failing.stop(0.5)
+        await broken.stop(0)
