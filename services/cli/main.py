@@ -10,6 +10,13 @@ Targets/token: `AGENTFEEDBACK_CLIENT_*` variables or the global flags (see `--he
 """
 from __future__ import annotations
 
+import os
+
+# No gRPC fork handlers in the CLI: it forks children (the services, Envoy) while its own gRPC clients
+# run, and with fork support on, grpc prints a `fork_posix.cc` warning at every such fork (Ctrl-C,
+# a restart). Read when grpc is first imported, so set before any import of it.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import asyncio
 import functools
 import logging
@@ -122,7 +129,12 @@ async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) ->
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         # A child that dies is restarted with backoff while the rest keep serving (services/cli/supervise.py).
-        supervisor = asyncio.ensure_future(Supervisor(stack, click.echo).run())
+        def say(line: str) -> None:  # flushed: the terminal (or a log file) sees each line as it happens
+            click.echo(line)
+            sys.stdout.flush()
+
+        sys.stdout.flush()
+        supervisor = asyncio.ensure_future(Supervisor(stack, say).run())
         await stop.wait()
         supervisor.cancel()
     finally:

@@ -63,6 +63,14 @@ def stop_postgres(pgdata: Path, timeout_s: float = 15.0) -> bool:
             os.kill(pid, signal.SIGQUIT)
         except OSError:
             pass
+    while time.monotonic() < deadline + 5:  # the pid file goes first; then the process exits
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        except PermissionError:
+            pass
+        time.sleep(0.05)
     return True
 
 

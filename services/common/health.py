@@ -76,14 +76,14 @@ class DependencyWatch:
         self._task = asyncio.create_task(self._run(), name=f"health-watch-{self.dependency}")
 
     async def stop(self) -> None:
-        if self._task is not None:
+        if self._task is not None:  # bounded: stopping a server never waits on the database
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await asyncio.wait([self._task], timeout=2.0)
             self._task = None
         close = getattr(self._probe, "close", None)
         if close is not None:
             try:
-                await close()
+                await asyncio.wait_for(close(), 2.0)
             except Exception:  # noqa: BLE001 - the database may be gone; nothing to release then
                 pass
 

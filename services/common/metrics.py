@@ -88,7 +88,12 @@ class ServiceMetrics:
     async def close(self) -> None:
         """Stop the endpoint, then flush and stop the readers (OTLP exports what it holds)."""
         if self._runner is not None:
-            await self._runner.cleanup()
+            import asyncio  # noqa: PLC0415
+
+            try:  # bounded: an open scrape connection never holds the stop up
+                await asyncio.wait_for(self._runner.cleanup(), 2.0)
+            except TimeoutError:
+                log.warning("metrics endpoint did not close within 2 s")
             self._runner = None
         self.provider.shutdown()
 

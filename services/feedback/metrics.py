@@ -56,9 +56,9 @@ class FeedbackMetrics:
         self._task = asyncio.create_task(self._loop(), name="feedback-metrics")
 
     async def stop(self) -> None:
-        if self._task is not None:
+        if self._task is not None:  # bounded: a stop never waits on the database
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await asyncio.wait([self._task], timeout=2.0)
 
     async def _loop(self) -> None:
         while True:

@@ -1,6 +1,7 @@
 """The README's first command's job (`agentfeedback run`, what `make run` calls) as a user runs it:
 the whole stack as real processes on an embedded PostgreSQL, the demo's evidence printed, then
-serving; a dead service is reported and stops the stack; a killed runner leaves nothing behind."""
+serving; a dead service is reported and restarted while the rest serve; Ctrl-C stops everything, PostgreSQL
+included; a killed runner leaves nothing behind."""
 from __future__ import annotations
 
 import os
@@ -64,7 +65,7 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen, timeout_s: float = 2
 
 
 @pytest.mark.slow
-def test_run_prints_evidence_reports_a_dead_service_and_leaves_nothing_when_killed(tmp_path):
+def test_run_prints_evidence_restarts_a_dead_service_and_leaves_nothing_when_stopped_or_killed(tmp_path):
     # Not pytest's tmp_path: PostgreSQL runs as its own user and needs to traverse the path.
     data_dir = Path(tempfile.mkdtemp(prefix="af-run-")) / "data"
     env, ports = _env(data_dir)
@@ -78,13 +79,23 @@ def test_run_prints_evidence_reports_a_dead_service_and_leaves_nothing_when_kill
         assert "tool.call [" in out and "frozen trace: CAPTURED" in out
         assert f"?gateway=http://127.0.0.1:{ports['gateway']}" in out
 
-        # A service dies: the runner says which, with its log, and stops the rest.
+        # A service dies: the runner says which (with its log's path) and restarts it with backoff, while
+        # the rest keep serving; then Ctrl-C stops everything, PostgreSQL included.
         chat_pid = int(subprocess.check_output(["pgrep", "-f", "-n", "services.chat.main"], text=True).split()[0])
         os.kill(chat_pid, signal.SIGKILL)
-        assert runner.wait(60) != 0
-        out = log.read_text()
-        assert "chat exited with status" in out and "stopping the rest of the stack" in out
-        assert not any(_listening(ports[n]) for n in ("feedback", "query", "agent", "gateway"))
+        out = _wait_for(log, "chat restarted (pid", runner, timeout_s=60)
+        assert f"chat exited with status -9; restarting in 1 s (the rest keep serving; log: {data_dir}/logs/chat.log)" in out
+        assert all(_listening(ports[n]) for n in ("feedback", "query", "agent", "gateway"))
+        deadline = time.monotonic() + 60
+        while not _listening(ports["chat"]):
+            assert time.monotonic() < deadline, "the restarted chat gateway never listened again"
+            time.sleep(0.2)
+        assert runner.poll() is None
+        os.killpg(runner.pid, signal.SIGINT)
+        assert runner.wait(60) == 0
+        assert "fork_posix" not in log.read_text()
+        assert not any(_listening(ports[n]) for n in ("chat", "feedback", "query", "agent", "gateway"))
+        assert not (data_dir / "pg" / "postmaster.pid").exists(), "Ctrl-C left PostgreSQL running"
 
         # Started again on the same data; then the runner is SIGKILLed: its children go with it.
         runner = _start(env, tmp_path / "run2.log")
