@@ -20,7 +20,7 @@ from pathlib import Path
 
 from services.common.db import embedded_postgres_server
 from services.cli.proc import die_with_parent
-from services.cli.supervise import open_log, stop_postgres
+from services.cli.supervise import _alive, open_log, stop_postgres
 from services.cli.client import loopback as _loopback
 from services.common.server import wait_serving
 from services.common.settings import PROJECT_ROOT, CommonSettings, load_settings
@@ -248,12 +248,3 @@ def _forget_dead_handles(pgdata: Path) -> None:
     if alive != pids:
         path.write_text(json.dumps(alive))
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

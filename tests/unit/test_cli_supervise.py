@@ -94,6 +94,16 @@ def test_postgres_restarted_by_hand_is_still_stopped():
     handle.cleanup()
 
 
+def _gone(pid: int) -> bool:
+    import os  # noqa: PLC0415
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 class _PgStack:
     """A stack of no children whose embedded PostgreSQL is supervised (as LocalStack's)."""
 
@@ -130,7 +140,10 @@ async def test_a_killed_postgres_is_started_again_in_its_data_directory(monkeypa
         await conn.close()
     finally:
         task.cancel()
-        stop_postgres(stack.pgdata)
+        second = stack.handle.get_pid()
+        assert stop_postgres(stack.pgdata)
+        stopped = _gone(second)  # stop_postgres waits for the process, not only its pid file
         stack.handle.cleanup()
+    assert stopped
     assert said[0].startswith("PostgreSQL (") and "exited; restarting in 0 s" in said[0]
     assert said[1].startswith("PostgreSQL restarted (pid ") and str(first) not in said[1]
