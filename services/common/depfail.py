@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncpg
 import grpc
 
-from services.common.errors import Unavailable
+from services.common.errors import Aborted, Unavailable
 
 # Seconds a client should wait before retrying (google.rpc.RetryInfo): the health probe notices a
 # returning database within 0.25 s and reconnecting takes milliseconds, so 1 s is never too short.
@@ -81,4 +81,15 @@ def dependency_error(err: BaseException, **md: str) -> Unavailable | None:
     cause = err.__cause__ or err.__context__  # e.g. `raise StoreFailed(...) from asyncpg_error`
     if cause is not None and is_database_down(cause):
         return database_unavailable(**md)
+    return None
+
+
+def conflict_error(err: BaseException) -> Aborted | None:
+    """ABORTED `TRANSACTION_CONFLICT` when PostgreSQL rolled the RPC's transaction back because of a
+    concurrent one (SQLSTATE class 40: `40P01` deadlock_detected, `40001` serialization_failure), else
+    None. Nothing of the call was stored, so the whole call may be retried (AIP-194: ABORTED is retried
+    at the level of the read-modify-write, here the RPC)."""
+    if isinstance(err, asyncpg.exceptions.TransactionRollbackError):
+        return Aborted("the write conflicted with a concurrent one and was rolled back; retry the call",
+                       reason="TRANSACTION_CONFLICT")
     return None

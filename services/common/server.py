@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.common import deadlines
 from services.common.auth import Authenticator, set_current_principal, _current
-from services.common.depfail import dependency_error
+from services.common.depfail import conflict_error, dependency_error
 from services.common.errors import DomainError, InvalidArgument, Unimplemented, internal_status, to_status
 from services.common.health import DependencyWatch, postgres_probe, wait_serving  # noqa: F401 - re-exported
 from services.common.incidents import INCIDENTS
@@ -218,6 +218,9 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
             if mapped is not None:
                 INCIDENTS.failure(mapped.reason, f"{method}: {type(err).__name__} (trace_id {trace_id})", err)
                 err = mapped
+        if not isinstance(err, DomainError) and (conflict := conflict_error(err)) is not None:
+            log.warning("%s: %s rolled back (trace_id %s)", method, type(err).__name__, trace_id)
+            err = conflict
         if isinstance(err, DomainError):
             st = to_status(err)
             if span is not None:

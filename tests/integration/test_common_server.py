@@ -22,7 +22,11 @@ THINK = "/agentfeedback.agent.v1.AgentService/Think"
 class _WiringProbe(agent_pb2_grpc.AgentServiceServicer):
     """A servicer that exercises the wiring (not an agent): echoes the caller, raises on request."""
 
+    database_url = ""
+
     async def Think(self, request, context):
+        if request.content == "deadlock":
+            await _real_deadlock(self.database_url)
         if request.content == "bad":
             raise InvalidArgument("content", "is bad")
         if request.content == "boom":
@@ -30,6 +34,32 @@ class _WiringProbe(agent_pb2_grpc.AgentServiceServicer):
         if request.content == "slow":
             await asyncio.sleep(0.5)
         return agent_pb2.ThinkResponse(content=current_principal().sub)
+
+
+async def _real_deadlock(database_url: str) -> None:
+    """Two transactions lock rows 1 and 2 in opposite orders; PostgreSQL aborts one of them with
+    40P01 deadlock_detected, which is re-raised here (the other commits)."""
+    import asyncpg  # noqa: PLC0415
+
+    setup = await asyncpg.connect(database_url)
+    await setup.execute("CREATE TABLE IF NOT EXISTS locks (id int PRIMARY KEY);"
+                        " INSERT INTO locks VALUES (1), (2) ON CONFLICT DO NOTHING")
+    await setup.close()
+    a, b = await asyncpg.connect(database_url), await asyncpg.connect(database_url)
+    both_hold = asyncio.Barrier(2)
+
+    async def lock(conn, first: int, second: int) -> None:
+        async with conn.transaction():
+            await conn.execute("SELECT * FROM locks WHERE id = $1 FOR UPDATE", first)
+            await both_hold.wait()
+            await conn.execute("SELECT * FROM locks WHERE id = $1 FOR UPDATE", second)
+
+    try:
+        results = await asyncio.gather(lock(a, 1, 2), lock(b, 2, 1), return_exceptions=True)
+    finally:
+        await a.close()
+        await b.close()
+    raise next(r for r in results if isinstance(r, BaseException))
 
 
 @pytest.fixture
@@ -151,3 +181,15 @@ async def test_service_to_service_channel_spreads_calls_over_every_replica():
     finally:
         for s in replicas:
             await s.stop(0)
+
+
+async def test_a_transaction_postgresql_rolled_back_for_a_deadlock_is_aborted_not_internal(server, database_url):
+    """A real deadlock (40P01) inside an RPC answers ABORTED TRANSACTION_CONFLICT (retry the call), not
+    INTERNAL: nothing of the call was stored (seen under concurrent PutRatings before migration 0015)."""
+    _WiringProbe.database_url = database_url
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await agent_pb2_grpc.AgentServiceStub(ch).Think(agent_pb2.ThinkRequest(content="deadlock"),
+                                                            metadata=_md(), timeout=30)
+    assert e.value.code() == grpc.StatusCode.ABORTED, e.value.details()
+    assert error_info(e.value).reason == "TRANSACTION_CONFLICT"
