@@ -69,3 +69,37 @@ def test_benchmarks_leave_the_metrics_ports_free():
         [sys.executable, "-c", "import os, tests.bench.run; print(sorted(v for k, v in os.environ.items() if k.endswith('_METRICS_LISTEN')))"],
         env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['', '', '', '']"
+
+
+_FORKS_WHILE_GRPC_RUNS = """
+import subprocess, sys, threading, time
+import services.cli.main  # the runner's module, first (as `agentfeedback run` imports it)
+import grpc
+from services.cli.proc import die_with_parent
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+channel = grpc.insecure_channel("127.0.0.1:1")
+def busy():
+    while True:
+        try:
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=0.05)
+        except grpc.RpcError:
+            pass
+threading.Thread(target=busy, daemon=True).start()
+time.sleep(0.5)
+for _ in range(50):
+    subprocess.Popen(["true"], preexec_fn=die_with_parent).wait()
+"""
+
+
+def test_restarting_children_prints_no_grpc_fork_warnings():
+    """`make run` (re)starts children while its gRPC clients run: no gRPC fork-handler lines in its terminal
+    (a `fork_posix.cc` line at every restart before services/cli/main.py turned fork support off)."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from services.common.settings import PROJECT_ROOT  # noqa: PLC0415
+
+    env = {k: v for k, v in __import__("os").environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    run = subprocess.run([sys.executable, "-c", _FORKS_WHILE_GRPC_RUNS], env=env, cwd=PROJECT_ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert run.stderr == ""
