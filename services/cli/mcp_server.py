@@ -34,6 +34,7 @@ from services.cli.client import Clients, ClientSettings
 from services.common import toolcalls
 from services.common.errors import InvalidArgument
 from services.common.ids import parse_trace_id
+from services.common.settings import load_settings
 
 _STATUSES = {"open", "triaged", "filed", "dismissed"}
 
@@ -183,7 +184,7 @@ def main() -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8765)
     args = ap.parse_args()
-    server = build_server(Clients.from_settings(ClientSettings()))
+    server = build_server(Clients.from_settings(load_settings(ClientSettings)))  # a bad variable: one message
     if args.transport == "stdio":
         server.run("stdio")
     else:
