@@ -203,7 +203,8 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     def _status(self, err: BaseException, method: str, span):
         """The google.rpc.Status an exception answers (see the class docstring), with its logging."""
         trace_id = format(span.get_span_context().trace_id, "032x") if span is not None else "-"
-        if not isinstance(err, DomainError) and (mapped := dependency_error(err)) is not None:
+        expected = isinstance(err, DomainError)  # a bad request, NOT_FOUND, …: logged below, one line
+        if not expected and (mapped := dependency_error(err)) is not None:
             own = span
             if span is None and not method.startswith(self._public):
                 # An untraced method (the chat turn mints its own trace) failed before it made one:
@@ -221,6 +222,8 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         if not isinstance(err, DomainError) and (conflict := conflict_error(err)) is not None:
             log.warning("%s: %s rolled back (trace_id %s)", method, type(err).__name__, trace_id)
             err = conflict
+        elif expected:  # one line, no client values (a dependency outage is counted by INCIDENTS instead)
+            log.info("%s: %s %s", method, err.code.name, err.reason)  # type: ignore[attr-defined]
         if isinstance(err, DomainError):
             st = to_status(err)
             if span is not None:

@@ -51,3 +51,16 @@ async def test_chat_internal_is_chat_failed_and_chat_unreachable_is_unavailable_
         await gone.stop(0.5)
         await failing.stop(0.5)
         await broken.stop(0)
+
+
+async def test_a_bad_request_is_one_log_line_naming_method_code_and_reason_not_the_value(stack, caplog):
+    import logging  # noqa: PLC0415
+
+    caplog.set_level(logging.INFO, logger="services.common.server")
+    secret = "do-not-echo-" + rid()
+    await expect_error(stack.feedback().GetFeedback(pb.GetFeedbackRequest(name=f"feedback/{secret}"),
+                                                    metadata=stack.md()), grpc.StatusCode.NOT_FOUND)
+    lines = [r for r in caplog.records if r.name == "services.common.server"]
+    assert len(lines) == 1 and not lines[0].exc_info, [r.getMessage() for r in lines]
+    assert lines[0].getMessage().startswith("/agentfeedback.feedback.v1.FeedbackService/GetFeedback: NOT_FOUND")
+    assert secret not in lines[0].getMessage()
