@@ -127,9 +127,11 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         size = page_size(request.page_size, default=100)
         after = domain.parse_instance_page(request.page_token)
         rows = await self._repo.list_instances(owner, after, size + 1)
-        resp = chat_pb2.ListInstancesResponse(instances=[instance_pb(i) for i in rows[:size]])
-        if len(rows) > size:
-            resp.next_page_token = domain.instance_page_token(rows[size - 1])
+        items = [instance_pb(i) for i in rows[:size]]
+        n = pages.fit(items)
+        resp = chat_pb2.ListInstancesResponse(instances=items[:n])
+        if len(rows) > n:
+            resp.next_page_token = domain.instance_page_token(rows[n - 1])
         return resp
 
     async def SendMessage(self, request, context):  # noqa: N802
@@ -213,9 +215,11 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         if instance_id is not None and await self._repo.get_instance(owner, instance_id) is None:
             raise NotFound(request.parent)
         rows = await self._repo.list_defects(owner, instance_id, after, size + 1)
-        resp = chat_pb2.ListSuspectedDefectsResponse(suspected_defects=[defect_pb(d) for d in rows[:size]])
-        if len(rows) > size:
-            resp.next_page_token = defects.page_token(rows[size - 1], request.parent)
+        items = [defect_pb(d) for d in rows[:size]]
+        n = pages.fit(items)
+        resp = chat_pb2.ListSuspectedDefectsResponse(suspected_defects=items[:n])
+        if len(rows) > n:
+            resp.next_page_token = defects.page_token(rows[n - 1], request.parent)
         return resp
 
     async def GetSuspectedDefect(self, request, context):  # noqa: N802

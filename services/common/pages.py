@@ -27,10 +27,12 @@ RESPONSE_MAX_BYTES = 3 * 1024 * 1024
 NOT_OURS = "is not a token this service issued"
 
 
-def fit(items: Sequence[Message], max_bytes: int = RESPONSE_MAX_BYTES) -> int:
+def fit(items: Sequence[Message], max_bytes: int | None = None) -> int:
     """How many of a page's `items` (protos, in page order) fit in one response of at most `max_bytes`
-    (at least one: a single item is bounded by the service's own field limits). The caller issues the
-    next page's token after the last item kept, so every advertised page size works."""
+    (default RESPONSE_MAX_BYTES, read per call; at least one: a single item is bounded by the service's
+    own field limits). The caller issues the next page's token after the last item kept, so every
+    advertised page size works. Every List RPC applies it."""
+    max_bytes = RESPONSE_MAX_BYTES if max_bytes is None else max_bytes
     total = 0
     for i, m in enumerate(items):
         total += m.ByteSize() + 8  # the field's tag and length prefix

@@ -83,9 +83,11 @@ class OperatorMethods:
         pos = pages.read(request.page_token, filters)
         after = (pages.page_token_time(pos.get("t")), page_token_text(pos.get("i"))) if pos else None
         got = await self._audit.list(current_principal(), fid, after, size)
-        out = pb.ListAuditRecordsResponse(audit_records=[audit_pb(r) for r in got[:size]])
-        if len(got) > size:
-            last = got[size - 1]
+        items = [audit_pb(r) for r in got[:size]]
+        n = pages.fit(items)
+        out = pb.ListAuditRecordsResponse(audit_records=items[:n])
+        if len(got) > n:
+            last = got[n - 1]
             out.next_page_token = pages.issue({"t": last.time.isoformat(), "i": last.id}, filters)
         return out
 

@@ -200,16 +200,16 @@ class TraceReader:
         )
         page, more = ids[: p.page_size], len(ids) > p.page_size
         summaries = await self._repo.summarize_traces([tid for tid, _ in page])
-        out = traces_pb2.SearchTracesResponse()
-        for tid, _ in page:
-            s = summaries.get(tid)
-            if s is None:  # dropped by retention between the two statements
-                continue
-            out.traces.add(
-                trace_id=tid.hex(), root_span_name=s["root_name"], service_name=s["service_name"],
-                start_time_unix_nano=s["root_start"], duration_nano=s["root_duration"],
-                span_count=s["span_count"], status_code=s["status_code"] if 0 <= s["status_code"] <= 2 else 0,
-            )
+        kept = [(k, summaries[k[0]]) for k in page if k[0] in summaries]  # others: dropped by retention meanwhile
+        items = [traces_pb2.TraceSummary(
+            trace_id=tid.hex(), root_span_name=s["root_name"], service_name=s["service_name"],
+            start_time_unix_nano=s["root_start"], duration_nano=s["root_duration"],
+            span_count=s["span_count"], status_code=s["status_code"] if 0 <= s["status_code"] <= 2 else 0,
+        ) for (tid, _), s in kept]
+        n = pages.fit(items)
+        out = traces_pb2.SearchTracesResponse(traces=items[:n])
+        if n < len(kept):
+            more, page = True, [k for k, _ in kept[:n]]
         if more:
             last_tid, last_start = page[-1]
             out.next_page_token = pages.issue({"s": last_start, "t": last_tid.hex()}, SearchParams.filters(req))
