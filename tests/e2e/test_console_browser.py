@@ -10,46 +10,17 @@ sideways scrolling). Screenshots go to test-artifacts/.
 """
 from __future__ import annotations
 
-import contextlib
 import re
-from collections.abc import AsyncIterator
 
 import pytest
 from agentfeedback.chat.v1 import chat_pb2
-from playwright.async_api import Page, async_playwright, expect
+from playwright.async_api import Page, expect
 
-from tests.e2e.grpcweb_support import ARTIFACTS, CONSOLE_DIST, gateway, static_site
+from tests.e2e.grpcweb_support import CONSOLE_DIST, gateway, static_site
+from tests.helpers.console import QUESTION, TOOL, browser_page, shot
 from tests.stack import Stack
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-QUESTION = "How many agents do you have in total? Give me their names."
-TOOL = "list_subordinates"  # the reference agent's tool for this question (services/chat/agent/intents.py)
-
-
-@contextlib.asynccontextmanager
-async def browser_page(width: int, height: int) -> AsyncIterator[Page]:
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            ctx = await browser.new_context(viewport={"width": width, "height": height})
-            page = await ctx.new_page()
-            page.set_default_timeout(15_000)
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            yield page
-            assert not errors, f"uncaught errors in the page: {errors}"
-        finally:
-            await browser.close()
-
-
-async def shot(page: Page, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
 
 def boxes_intersect(a: dict, b: dict) -> bool:
     return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]

@@ -15,8 +15,7 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.common.auth import ALL_SCOPES
 from tests.e2e.grpcweb_support import CONSOLE_DIST, gateway, static_site
-from tests.e2e.test_console_browser import browser_page, shot
-from tests.e2e.test_console_pages import sign_in
+from tests.helpers.console import browser_page, shot, sign_in
 
 pytestmark = pytest.mark.browser
 MSG, CONV, ART = pb.RATING_SCOPE_MESSAGE, pb.RATING_SCOPE_CONVERSATION, pb.RATING_SCOPE_ARTIFACT

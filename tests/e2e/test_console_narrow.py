@@ -17,8 +17,7 @@ from playwright.sync_api import sync_playwright
 
 from tests.e2e.grpcweb_support import ARTIFACTS, CONSOLE_DIST, gateway, static_site
 from tests.e2e.layout_checks import MEASURE_JS, assert_layout
-from tests.e2e.test_console_browser import CHROMIUM, CHROMIUM_ARGS
-from tests.e2e.test_grpcweb_gateway import create_feedback_request, make_turn
+from tests.helpers.console import CHROMIUM, CHROMIUM_ARGS, create_feedback_request, make_turn
 
 pytestmark = pytest.mark.browser
 WIDTH, HEIGHT = 320, 720

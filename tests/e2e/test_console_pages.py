@@ -7,23 +7,15 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import expect
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
 from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE, SCOPE_TRACES_READ
 from tests.e2e.grpcweb_support import CONSOLE_DIST, gateway, static_site
-from tests.e2e.test_console_browser import browser_page, shot
-from tests.e2e.test_grpcweb_gateway import create_feedback_request, make_turn
+from tests.helpers.console import browser_page, create_feedback_request, make_turn, shot, sign_in
 
 pytestmark = pytest.mark.browser
-
-
-async def sign_in(page: Page, site: str, gateway_url: str, token: str) -> None:
-    await page.goto(f"{site}/?gateway={gateway_url}#/signin")
-    await page.fill("#token", token)
-    await page.click("button[type=submit]")
-    await expect(page.get_by_role("heading", name="Agents")).to_be_visible()
 
 
 async def test_console_trace_not_recorded_and_cleared_chat(stack, tmp_path):

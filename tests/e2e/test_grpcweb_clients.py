@@ -9,7 +9,7 @@ import json
 
 from agentfeedback.feedback.v1 import feedback_pb2
 from tests.e2e.grpcweb_support import CONSOLE_DIR, gateway
-from tests.e2e.test_grpcweb_gateway import create_feedback_request, make_turn
+from tests.helpers.console import create_feedback_request, make_turn
 
 BUF = CONSOLE_DIR / "node_modules" / ".bin" / "buf"
 SCHEMA = CONSOLE_DIR / ".proto-build"

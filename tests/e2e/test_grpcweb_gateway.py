@@ -32,29 +32,10 @@ from tests.e2e.grpcweb_support import (
     gateway,
     parse_trailer_block,
 )
-from tests.stack import Stack, start_stack
+from tests.helpers.console import create_feedback_request, make_turn
+from tests.stack import start_stack
 
 OK, INVALID_ARGUMENT, DEADLINE_EXCEEDED, NOT_FOUND = 0, 3, 4, 5
-
-
-async def make_turn(stack: Stack, content: str = "How many agents do you have in total? Give me their names.",
-                    sub: str = "alice") -> tuple[str, chat_pb2.SendMessageResponse]:
-    """An instance of the reference agent with one turn, made over native gRPC."""
-    chat = stack.chat()
-    inst = await chat.CreateInstance(
-        chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="Ops", agent="reference"),
-                                       request_id=str(uuid.uuid4())), metadata=stack.md(sub))
-    turn = await chat.SendMessage(
-        chat_pb2.SendMessageRequest(instance=inst.name, content=content, channel=chat_pb2.CHANNEL_TEXT,
-                                    request_id=str(uuid.uuid4())), metadata=stack.md(sub))
-    return inst.name, turn
-
-
-def create_feedback_request(message: str, body: str) -> feedback_pb2.CreateFeedbackRequest:
-    return feedback_pb2.CreateFeedbackRequest(
-        feedback=feedback_pb2.Feedback(message=message, body=body, surface=feedback_pb2.SURFACE_CHAT,
-                                       sentiment=feedback_pb2.SENTIMENT_BAD),
-        request_id=str(uuid.uuid4()))
 
 
 def test_envoy_config_renders_and_validates(tmp_path):
