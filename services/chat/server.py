@@ -21,7 +21,7 @@ from services.chat.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, Cha
 from services.chat.settings import ChatSettings
 from services.chat.turn import TurnRunner
 from services.common.auth import Authenticator
-from services.common.db import create_pool, migrate, resolve_database_url, skip_reset
+from services.common.db import close_pool, create_pool, migrate, resolve_database_url, skip_reset
 from services.common.quota import write_quota_interceptor
 from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
@@ -74,7 +74,7 @@ async def create_server(
         await feedback_channel.close()
 
     async def close_pool() -> None:
-        await pool.close()
+        await close_pool(pool)
 
     server.on_stop(close_channel)
     server.on_stop(close_pool)

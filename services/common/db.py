@@ -91,6 +91,24 @@ async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 
     raise last
 
 
+# Seconds a pool waits at shutdown for its connections to come back (asyncpg's Pool.close() waits for
+# ever); after it, the connections are terminated. Longer than the gRPC grace, so an RPC that was let
+# finish keeps its connection; short enough that a stuck task never keeps a pod in Terminating.
+POOL_CLOSE_TIMEOUT_S = 5.0
+
+
+async def close_pool(pool: asyncpg.Pool, timeout_s: float = POOL_CLOSE_TIMEOUT_S) -> None:
+    """Close `pool`: wait up to `timeout_s` for every connection to be released; past it the close is
+    cancelled, which makes asyncpg terminate the connections (a WARNING says so). Never raises for a
+    slow pool."""
+    held = pool.get_size() - pool.get_idle_size()
+    try:
+        await asyncio.wait_for(pool.close(), timeout_s)
+    except TimeoutError:
+        log.warning("database pool: connections still held %.0f s after shutdown began (%d held when it"
+                    " began); terminated", timeout_s, held)
+
+
 async def skip_reset(conn: asyncpg.Connection) -> None:
     """A pool `reset` that runs no query (asyncpg still rolls back an open transaction itself)."""
 

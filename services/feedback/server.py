@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.auth import SCOPE_CHAT, SCOPE_TRACES_READ, Authenticator, ServiceToken, mint_token
-from services.common.db import migrate, resolve_database_url
+from services.common.db import close_pool, migrate, resolve_database_url
 from services.common.quota import over_quota, write_quota_interceptor
 from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
@@ -121,7 +121,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
         await chat_channel.close()
         await traces_channel.close()
         await sink.close()
-        await pool.close()
+        await close_pool(pool)
         if own_provider:
             tp.shutdown()
         await fm.stop()

@@ -25,7 +25,7 @@ from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from services.common.auth import Authenticator
-from services.common.db import create_pool, migrate
+from services.common.db import close_pool, create_pool, migrate
 from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
 from services.common.server import GrpcServer, ServiceInterceptor
 from services.tracecollector import otlp_grpc, otlp_http
@@ -81,7 +81,7 @@ class CollectorServer:
             self._retention_task.cancel()
             await asyncio.gather(self._retention_task, return_exceptions=True)
         if self._pool is not None:
-            await self._pool.close()
+            await close_pool(self._pool)
         if self.metrics is not None:
             await self.metrics.close()
 

@@ -1,0 +1,41 @@
+"""Shutdown never waits for ever on the database pool (a stuck task holding a connection)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import asyncpg
+
+from services.common.db import close_pool, create_pool
+
+
+async def test_a_connection_never_released_does_not_hang_shutdown(database_url: str):
+    """asyncpg's Pool.close() waits until every connection is released; a task that holds one for ever
+    (a stuck handler, a leaked acquire) would keep the process, or a test's teardown, hanging. close_pool
+    gives up after its timeout and the held connection is terminated."""
+    pool = await create_pool(database_url, "public", min_size=1, max_size=2)
+    held = await pool.acquire()
+    started = time.monotonic()
+    await asyncio.wait_for(close_pool(pool, timeout_s=0.5), 10)
+    assert time.monotonic() - started < 3
+    assert held is not None
+    conn = await asyncpg.connect(database_url)
+    try:  # the held connection's backend is gone too (terminated, not left open on the server)
+        for _ in range(50):
+            left = await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                                       " AND application_name = 'agentfeedback-public'")
+            if left == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert left == 0
+    finally:
+        await conn.close()
+
+
+async def test_an_idle_pool_closes_at_once(database_url: str):
+    pool = await create_pool(database_url, "public", min_size=2, max_size=2)
+    async with pool.acquire() as conn:
+        assert await conn.fetchval("SELECT 1") == 1
+    started = time.monotonic()
+    await close_pool(pool, timeout_s=5)
+    assert time.monotonic() - started < 1
