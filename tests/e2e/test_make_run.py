@@ -81,7 +81,8 @@ def test_run_prints_evidence_restarts_a_dead_service_and_leaves_nothing_when_sto
 
         # A service dies: the runner says which (with its log's path) and restarts it with backoff, while
         # the rest keep serving; then Ctrl-C stops everything, PostgreSQL included.
-        chat_pid = int(subprocess.check_output(["pgrep", "-f", "-n", "services.chat.main"], text=True).split()[0])
+        # This runner's own chat (its child): other stacks on the machine run services.chat.main too.
+        chat_pid = int(subprocess.check_output(["pgrep", "-P", str(runner.pid), "-f", "services.chat.main"], text=True).split()[0])
         os.kill(chat_pid, signal.SIGKILL)
         out = _wait_for(log, "chat restarted (pid", runner, timeout_s=60)
         assert f"chat exited with status -9; restarting in 1 s (the rest keep serving; log: {data_dir}/logs/chat.log)" in out
