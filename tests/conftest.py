@@ -6,6 +6,7 @@ Nothing here skips: no PostgreSQL means the session fails.
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import os
 import tempfile
@@ -88,7 +89,25 @@ async def stack(database_url: str, tmp_path: Path):
     try:
         yield s
     finally:
-        await s.stop()
+        await _stop_or_show_what_hangs(s)
+
+
+# A stack stops in about a second; past this a teardown has hung, and the asyncio tasks' stacks (which
+# pytest-timeout's thread dump does not show) name what it waits for.
+STACK_STOP_LIMIT_S = 60.0
+
+
+async def _stop_or_show_what_hangs(s: Stack) -> None:
+    task = asyncio.ensure_future(s.stop())
+    done, _ = await asyncio.wait({task}, timeout=STACK_STOP_LIMIT_S)
+    if task in done:
+        task.result()
+        return
+    buf = io.StringIO()
+    for t in asyncio.all_tasks():
+        t.print_stack(file=buf)
+    task.cancel()
+    pytest.fail(f"the stack did not stop within {STACK_STOP_LIMIT_S:.0f} s; asyncio tasks:\n{buf.getvalue()}")
 
 
 __all__ = ["Stack"]
