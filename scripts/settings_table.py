@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
@@ -83,6 +84,8 @@ def rows() -> list[tuple[str, str, str, str]]:
             default = f.get_default(call_default_factory=True)  # a default_factory's value, not PydanticUndefined
             if isinstance(default, Path):
                 default = str(default).replace(str(PROJECT_ROOT), ".")
+            if isinstance(default, SecretStr):  # a secret's default is shown as "(empty)" or "(secret)"
+                default = "(secret)" if default.get_secret_value() else ""
             out.append((var, repr(default) if default not in ("", None) else "(empty)", component, docs.get(name, "")))
     return out
 

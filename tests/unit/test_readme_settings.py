@@ -20,3 +20,9 @@ def test_readme_table_is_complete_and_current():
     assert tool.readme_block(readme) == tool.table(), "run: python scripts/settings_table.py --write"
     for var, *_ in tool.rows():
         assert f"`{var}`" in readme
+
+
+def test_defaults_read_as_values_not_python_objects():
+    """A newcomer reads `(empty)`, not `SecretStr('')` or `PydanticUndefined`."""
+    for var, default, *_ in _tool().rows():
+        assert "SecretStr" not in default and "Undefined" not in default, (var, default)
