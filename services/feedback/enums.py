@@ -49,6 +49,11 @@ class Category(IntEnum):
             return member
         return None
 
+    def __reduce_ex__(self, proto: object) -> tuple:
+        # Copy and pickle by value: Python 3.11.2's Enum does it by name, and a pseudo-member's name is
+        # no attribute (deepcopy in a list's filters raised AttributeError → INTERNAL; the fuzz found it).
+        return self.__class__, (self._value_,)
+
 
 class Status(IntEnum):
     UNSPECIFIED = 0
