@@ -1,5 +1,5 @@
 """Shared fixtures: a real embedded PostgreSQL for the whole test session, a fresh database per test,
-and the whole stack (collector, chat gateway, reference agent, feedback) on free loopback ports.
+and the whole stack (collector, chat gateway, reference agent, feedback) on loopback, each bound to port 0.
 
 Nothing here skips: no PostgreSQL means the session fails.
 """
@@ -21,7 +21,7 @@ from tests.stack import Stack, no_default_metrics_ports, start_stack
 
 _counter = itertools.count()
 
-# No Prometheus endpoint unless a test gives one a port (tests.stack does, on free ports).
+# No Prometheus endpoint unless a test gives one a port (tests.stack does: port 0, read back).
 no_default_metrics_ports()
 
 
@@ -84,7 +84,7 @@ async def database_url(pg_url: str):
 
 @pytest.fixture
 async def stack(database_url: str, tmp_path: Path):
-    """The whole stack in this process on free ports, one database; stopped after the test."""
+    """The whole stack in this process on ports it bound (port 0), one database; stopped after the test."""
     s = await start_stack(database_url, tmp_path)
     try:
         yield s

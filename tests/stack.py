@@ -2,7 +2,9 @@
 the real OpenTelemetry SDK exporting over OTLP/gRPC to the real collector.
 
 Each service module exposes `create_server(settings, *, database_url=..., tracer_provider=...)`
-returning a started server object with `.port` (or `.ports`) and `async stop()`.
+returning a started server object with `.port` (or `.ports`) and `async stop()`. Every listener of the
+stack binds port 0 and the stack reads the port it got (`Stack.ports`), so two stacks, or a stack and
+`make run`, never race for a port picked free earlier.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from agentfeedback.traces.v1 import traces_pb2_grpc
 from services.common.auth import ALL_SCOPES, mint_token
 from services.common.reconnect import RECONNECT_OPTIONS
+from services.common.server import client_channel
 from services.common.telemetry import setup_tracing
 
 TEST_JWT_SECRET = "test-secret-not-for-production-0123456789abcdef"
@@ -47,6 +50,43 @@ def free_ports(n: int) -> list[int]:
     for s in socks:
         s.close()
     return ports
+
+
+class LateChannel:
+    """A client channel whose target is known only after it is handed out: stubs are built on it at once,
+    calls go to `client_channel(target)` (the channel production makes) from `connect(target)` on.
+    The stack gives feedback this one for chat, since chat needs feedback's port to start and feedback
+    chat's. Before `connect` a call fails UNAVAILABLE, as a call to a peer still starting would."""
+
+    def __init__(self) -> None:
+        self._channel: grpc.aio.Channel | None = None
+
+    def connect(self, target: str) -> None:
+        self._channel = client_channel(target)
+
+    def _callable(self, kind: str, method: str, *args: Any, **kwargs: Any):
+        made = None
+
+        def call(*a: Any, **kw: Any):
+            nonlocal made
+            if made is None:
+                if self._channel is None:
+                    raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                               f"{method}: the target is not known yet")
+                made = getattr(self._channel, kind)(method, *args, **kwargs)
+            return made(*a, **kw)
+
+        return call
+
+    def unary_unary(self, method: str, *args: Any, **kwargs: Any):
+        return self._callable("unary_unary", method, *args, **kwargs)
+
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any):
+        return self._callable("unary_stream", method, *args, **kwargs)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
 
 
 @dataclass
@@ -128,7 +168,9 @@ class Stack:
 
 
 async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0, **overrides: Any) -> Stack:
-    """Start collector, agent, chat gateway and feedback on free ports against `database_url`."""
+    """Start collector, agent, chat gateway and feedback on loopback against `database_url`; `.ports` holds
+    the ports they got (`otlp_grpc`, `otlp_http`, `query`, `agent`, `chat`, `feedback`, `metrics_<service>`).
+    `overrides`: per service (`collector`, `agent`, `chat`, `feedback`) settings fields to replace."""
     from services.chat.agent.server import create_server as create_agent
     from services.chat.server import create_server as create_chat
     from services.chat.agent.settings import AgentSettings
@@ -138,11 +180,14 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
     from services.tracecollector.server import create_server as create_collector
     from services.tracecollector.settings import CollectorSettings
 
-    names = ["otlp_grpc", "otlp_http", "query", "chat", "agent", "feedback",
-             "metrics_collector", "metrics_agent", "metrics_chat", "metrics_feedback"]
-    p = dict(zip(names, free_ports(len(names)), strict=True))
+    # Every listener binds port 0 and the stack reads the port it got (no bind-release-rebind race), in
+    # dependency order: the collector (the others export spans to it, feedback queries it), feedback, the
+    # agent (needs feedback), chat (needs the agent and feedback). Feedback needs chat too: its chat
+    # channel is a LateChannel, connected once chat has its port (gRPC channels connect lazily anyway).
+    p: dict[str, int] = {}
     common = {"database_url": database_url, "data_dir": data_dir, "jwt_secret": TEST_JWT_SECRET, "shutdown_grace_s": 0.5,
               "shutdown_drain_s": 0.0}
+    any_port = "127.0.0.1:0"
     stack = Stack(ports=p, data_dir=data_dir, database_url=database_url)
 
     def provider(name: str) -> TracerProvider:
@@ -151,30 +196,37 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
         stack.providers[name] = tp
         return tp
 
+    def bound(name: str, server: Any) -> Any:
+        stack.servers[name] = server
+        p[f"metrics_{name}"] = server.metrics.port
+        return server
+
     collector_settings = CollectorSettings(
-        otlp_grpc_listen=f"127.0.0.1:{p['otlp_grpc']}", otlp_http_host="127.0.0.1", otlp_http_port=p["otlp_http"],
-        query_listen=f"127.0.0.1:{p['query']}", metrics_listen=f"127.0.0.1:{p['metrics_collector']}", **common, **overrides.get("collector", {}),
+        otlp_grpc_listen=any_port, otlp_http_host="127.0.0.1", otlp_http_port=0, query_listen=any_port,
+        metrics_listen=any_port, **common, **overrides.get("collector", {}),
     )
-    stack.servers["collector"] = await create_collector(collector_settings, database_url=database_url)
-    agent_settings = AgentSettings(
-        listen=f"127.0.0.1:{p['agent']}", metrics_listen=f"127.0.0.1:{p['metrics_agent']}", feedback_target=f"127.0.0.1:{p['feedback']}", think_ms=agent_think_ms,
-        **common, **overrides.get("agent", {}),
-    )
-    stack.servers["agent"] = await create_agent(agent_settings, tracer_provider=provider("agent"))
-    chat_settings = ChatSettings(
-        listen=f"127.0.0.1:{p['chat']}", metrics_listen=f"127.0.0.1:{p['metrics_chat']}",
-        agent_target=f"127.0.0.1:{p['agent']}",
-        feedback_target=f"127.0.0.1:{p['feedback']}", **common, **overrides.get("chat", {}),
-    )
-    stack.servers["chat"] = await create_chat(chat_settings, database_url=database_url, tracer_provider=provider("chat"))
+    collector = bound("collector", await create_collector(collector_settings, database_url=database_url))
+    p.update(collector.ports)  # otlp_grpc, otlp_http, query
+    to_chat = LateChannel()
     feedback_settings = FeedbackSettings(**{
-        "listen": f"127.0.0.1:{p['feedback']}", "metrics_listen": f"127.0.0.1:{p['metrics_feedback']}", "chat_target": f"127.0.0.1:{p['chat']}",
+        "listen": any_port, "metrics_listen": any_port, "chat_target": "127.0.0.1:0",  # to_chat replaces it
         "traces_target": f"127.0.0.1:{p['query']}", "capture_poll_s": 0.2, "capture_backoff_s": 0.2,
         "tracker_markdown_dir": str(data_dir / "tickets"), **common, **overrides.get("feedback", {}),
     })
-    stack.servers["feedback"] = await create_feedback(
-        feedback_settings, database_url=database_url, tracer_provider=provider("feedback")
+    p["feedback"] = bound("feedback", await create_feedback(
+        feedback_settings, database_url=database_url, tracer_provider=provider("feedback"), chat_channel=to_chat)).port
+    agent_settings = AgentSettings(
+        listen=any_port, metrics_listen=any_port, feedback_target=f"127.0.0.1:{p['feedback']}", think_ms=agent_think_ms,
+        **common, **overrides.get("agent", {}),
     )
+    p["agent"] = bound("agent", await create_agent(agent_settings, tracer_provider=provider("agent"))).port
+    chat_settings = ChatSettings(
+        listen=any_port, metrics_listen=any_port, agent_target=f"127.0.0.1:{p['agent']}",
+        feedback_target=f"127.0.0.1:{p['feedback']}", **common, **overrides.get("chat", {}),
+    )
+    p["chat"] = bound("chat", await create_chat(chat_settings, database_url=database_url,
+                                                tracer_provider=provider("chat"))).port
+    to_chat.connect(f"127.0.0.1:{p['chat']}")
     return stack
 
 

@@ -10,6 +10,7 @@ import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 from opentelemetry.sdk.trace import TracerProvider
 
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
@@ -67,11 +68,15 @@ class _ServiceToken(ServiceToken):
 
 async def create_server(settings: FeedbackSettings, *, database_url: str | None = None,
                         tracer_provider: TracerProvider | None = None, run_worker: bool = True,
-                        clock: Callable[[], dt.datetime] | None = None) -> GrpcServer:
+                        clock: Callable[[], dt.datetime] | None = None,
+                        chat_channel: grpc.aio.Channel | None = None) -> GrpcServer:
     """Start FeedbackService on `settings.listen` (port 0 = any free port). See the module docstring.
 
     run_worker: False starts no capture worker in this process (another replica does the work).
     clock: the wall clock (UTC) used for retention decisions; tests pass a shifted one to age data.
+    chat_channel: the channel to the chat service (closed on stop); default `client_channel(settings.chat_target)`.
+    The in-process test stack passes one whose target it learns after binding chat on port 0 (chat needs
+    feedback's port first: tests/stack.py).
     """
     url = database_url or resolve_database_url(settings)
     await migrate(url, "feedback", MIGRATIONS)
@@ -79,7 +84,8 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     own_provider = tracer_provider is None
     tp = tracer_provider or setup_tracing("feedback")
     tracer = tp.get_tracer("agentfeedback.feedback")
-    chat_channel = client_channel(settings.chat_target)
+    if chat_channel is None:
+        chat_channel = client_channel(settings.chat_target)
     traces_channel = client_channel(settings.traces_target)
     repo = Repository(pool)
     chat = ChatClient(chat_channel, settings.chat_timeout_s)
