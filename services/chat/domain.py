@@ -146,6 +146,7 @@ class TurnRecord:
     error_code: str | None = None
     error_message: str | None = None
     request_fingerprint: bytes | None = None  # None on turns stored before fingerprints existed
+    attempt_time: datetime | None = None  # when the current attempt started (RUNNING: staleness)
 
 
 @dataclass(frozen=True)

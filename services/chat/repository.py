@@ -85,25 +85,26 @@ FROM inst LEFT JOIN LATERAL (
 ORDER BY h.create_time, h.id
 """
 # Step 5 in one statement: the reply and the turn's DONE state.
+# Only while this attempt still owns the turn (RUNNING in trace $6): no reply after a retry took it over.
 FINISH_TURN = f"""
-WITH reply AS (
-    INSERT INTO messages (owner, {MESSAGE_COLUMNS})
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
-    RETURNING id
-)
-UPDATE turns SET state = 'DONE', reply_message_id = (SELECT id FROM reply), defects = $14, defect_tools = $15
-WHERE owner = $1 AND instance_id = $2 AND trace_id = $6
+WITH t AS (UPDATE turns SET state = 'DONE', reply_message_id = $3, defects = $14, defect_tools = $15
+           WHERE owner = $1 AND instance_id = $2 AND trace_id = $6 AND state = 'RUNNING' RETURNING 1)
+INSERT INTO messages (owner, {MESSAGE_COLUMNS})
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM t
 """
 FAIL_TURN = """
 UPDATE turns SET state = 'FAILED', error_code = $4, error_message = $5, defects = '{4}'
 WHERE owner = $1 AND instance_id = $2 AND trace_id = $3 AND state = 'RUNNING'
 """
-# A retry of a FAILED turn (error code in $6; one concurrent retry wins), in ONE statement: RUNNING again
-# in trace $5, its user message follows; the $7 newest messages before that user message. No row: not claimed.
+# A retry of a FAILED turn (error code in $6) or of a RUNNING one whose attempt began before $9 (its process
+# died), in ONE statement (one concurrent retry wins): RUNNING again in trace $5 from $8, its user message
+# follows; the $7 newest messages before that user message. No row: not claimed.
 RETRY_TURN = """
-WITH t AS (UPDATE turns SET state = 'RUNNING', trace_id = $5, error_code = NULL, error_message = NULL
-           WHERE owner = $1 AND instance_id = $2 AND request_id = $3 AND trace_id = $4 AND state = 'FAILED'
-             AND error_code = ANY($6::text[]) RETURNING user_message_id),
+WITH t AS (UPDATE turns SET state = 'RUNNING', trace_id = $5, error_code = NULL, error_message = NULL,
+                  attempt_time = $8
+           WHERE owner = $1 AND instance_id = $2 AND request_id = $3 AND trace_id = $4 AND (
+             (state = 'FAILED' AND error_code = ANY($6::text[]))
+             OR (state = 'RUNNING' AND COALESCE(attempt_time, create_time) < $9)) RETURNING user_message_id),
 m AS (UPDATE messages SET trace_id = $5 FROM t WHERE owner = $1 AND instance_id = $2 AND id = t.user_message_id
       RETURNING messages.id, messages.create_time)
 SELECT h.role, h.content, h.id, h.turn_index AS h_turn_index FROM m LEFT JOIN LATERAL (
@@ -113,7 +114,7 @@ ORDER BY h.create_time, h.id
 """
 SELECT_TURN_BY_REQUEST = """
 SELECT trace_id, turn_index, state, user_message_id, reply_message_id, error_code, error_message, create_time,
-       request_fingerprint
+       request_fingerprint, COALESCE(attempt_time, create_time) AS attempt_time
 FROM turns WHERE owner = $1 AND instance_id = $2 AND request_id = $3
 """
 SELECT_MESSAGE = f"SELECT {READ_COLUMNS} FROM messages WHERE owner = $1 AND instance_id = $2 AND id = $3"
@@ -297,6 +298,7 @@ class Repository:
             error_code=t["error_code"],
             error_message=t["error_message"],
             request_fingerprint=t["request_fingerprint"],
+            attempt_time=t["attempt_time"],
         )
 
     async def begin_turn(
@@ -348,18 +350,21 @@ class Repository:
         return user, _history(turn.instance_id, rows)
 
     async def retry_turn(self, owner: str, failed: TurnRecord, request_id: uuid.UUID, trace_id: str,
-                         retryable: Sequence[str], history_limit: int) -> tuple[Message, list[HistoryMessage]] | None:
+                         retryable: Sequence[str], history_limit: int, now: datetime,
+                         stale_before: datetime) -> tuple[Message, list[HistoryMessage]] | None:
         """RETRY_TURN: (the user message, now in `trace_id`, and the history before it), or None."""
         iid = failed.user_message.instance_id
         rows = await self._pool.fetch(RETRY_TURN, owner, iid, request_id, failed.trace_id, trace_id,
-                                      list(retryable), history_limit)
+                                      list(retryable), history_limit, now, stale_before)
         return (replace(failed.user_message, trace_id=trace_id), _history(iid, rows)) if rows else None
 
     async def finish_turn(
         self, owner: str, reply: Message, defects: tuple[int, ...] = (), defect_tools: tuple[str, ...] = ()
-    ) -> None:
-        """Store the reply and mark the turn DONE with its defect signals (one statement)."""
-        await self._pool.execute(FINISH_TURN, *_message_args(owner, reply), list(defects), list(defect_tools))
+    ) -> bool:
+        """Store the reply and mark the turn DONE with its defect signals (one statement); False (nothing
+        stored) when the attempt no longer owns the turn (a retry claimed it as stale)."""
+        status = await self._pool.execute(FINISH_TURN, *_message_args(owner, reply), list(defects), list(defect_tools))
+        return status.endswith(" 1")
 
     async def fail_turn(self, owner: str, instance_id: str, trace_id: str, code: str, message: str) -> None:
         await self._pool.execute(FAIL_TURN, owner, instance_id, trace_id, code, message)

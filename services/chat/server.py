@@ -53,7 +53,7 @@ async def create_server(
     repo = Repository(pool)
     turns = TurnRunner(
         repo, AgentClient(channel), tracer, settings.agent_timeout_cap_s, settings.history_messages,
-        meter=metrics.meter,
+        meter=metrics.meter, stale_margin_s=settings.turn_stale_margin_s,
     )
     interceptor = ServiceInterceptor(
         Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics.meter)

@@ -25,3 +25,6 @@ class ChatSettings(CommonSettings):
     agent_timeout_cap_s: float = Field(default=120.0, gt=0)
     # Messages of history sent to the agent with each turn.
     history_messages: int = Field(default=20, ge=0)
+    # Seconds past agent_timeout_cap_s after which a RUNNING turn is taken to have lost its process (killed
+    # mid-turn): a retry with its request_id then runs it again (services/chat/turn.py STALE_MARGIN_S).
+    turn_stale_margin_s: float = Field(default=60.0, gt=0)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import UTC, datetime, timedelta
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import NoReturn, Protocol
@@ -59,6 +60,12 @@ TURN_SPAN = "chat.turn"
 RETRYABLE_CODES = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED")
 # How often a retry polls a turn that another request with the same request_id is still running.
 RETRY_POLL_S = 0.05
+# A RUNNING turn has no live owner once its attempt began more than `agent_timeout_cap_s` + this margin
+# ago (ChatSettings.turn_stale_margin_s): every live attempt's agent call ends within the cap, and the
+# margin covers storing the outcome (SQL statements are bounded by db_command_timeout_s). Such a turn
+# (its process was killed mid-turn, or could not store its outcome) is retried like a FAILED
+# UNAVAILABLE one: a retry with its request_id claims it in one statement and runs the agent again.
+STALE_MARGIN_S = 60.0
 
 
 class AgentPort(Protocol):
@@ -105,7 +112,7 @@ class TurnRunner:
 
     def __init__(
         self, repo: Repository, agent: AgentPort, tracer: trace.Tracer, cap_s: float, history_messages: int,
-        meter=None,
+        meter=None, stale_margin_s: float = STALE_MARGIN_S,
     ):
         # `agentfeedback.chat.turns` by `outcome` (OK, or the error's ErrorInfo reason: low cardinality).
         self._turns = meter.create_counter(
@@ -116,6 +123,7 @@ class TurnRunner:
         self._tracer = tracer
         self._cap_s = cap_s
         self._history = history_messages
+        self._stale_s = cap_s + stale_margin_s  # a RUNNING attempt older than this has no live owner
 
     async def send(self, call: TurnCall) -> TurnResult:
         """One complete turn (SendMessage). Raises NotFound (`instance`), DeadlineExceeded,
@@ -224,8 +232,8 @@ class TurnRunner:
                 if failed is not None:
                     assert turn.request_id is not None
                     span.set_attribute("chat.retry_of_trace", failed.trace_id)
-                    began = await self._repo.retry_turn(owner, failed, turn.request_id, trace_id,
-                                                        RETRYABLE_CODES, self._history)
+                    began = await self._repo.retry_turn(owner, failed, turn.request_id, trace_id, RETRYABLE_CODES,
+                                                        self._history, t0, self._stale_before())
                     if began is None:  # another retry claimed it first: wait for that one
                         began = await self._replay(owner, turn, caller_remaining_s, rerun=False)
                 else:
@@ -290,6 +298,8 @@ class TurnRunner:
             check_same_request(rec.request_fingerprint, turn.request_fingerprint)
             if rec.state == "DONE" and rec.reply is not None:
                 return TurnResult(rec.user_message, rec.reply, rec.trace_id)
+            if rerun and rec.state == "RUNNING" and rec.attempt_time and rec.attempt_time < self._stale_before():
+                return rec  # its process died mid-turn (STALE_MARGIN_S): run it again
             if rec.state == "FAILED":
                 if rerun and rec.error_code in RETRYABLE_CODES:
                     return rec
@@ -304,6 +314,10 @@ class TurnRunner:
                     rec.user_message.name,
                 )
             await asyncio.sleep(RETRY_POLL_S)
+
+    def _stale_before(self) -> datetime:
+        """RUNNING attempts that began before this have no live owner (STALE_MARGIN_S)."""
+        return datetime.now(UTC) - timedelta(seconds=self._stale_s)
 
     def _think_input(
         self, turn: TurnInput, user: Message, history: list[HistoryMessage], agent: str
@@ -341,7 +355,8 @@ class TurnRunner:
             model=reply.model,
             agent=user.agent,
         )
-        await asyncio.shield(self._repo.finish_turn(owner, msg, reply.defects, reply.defect_tools))
+        if not await asyncio.shield(self._repo.finish_turn(owner, msg, reply.defects, reply.defect_tools)):
+            log.warning("turn %s: a retry took the turn over (STALE_MARGIN_S); this reply is not stored", user.trace_id)
         span.set_attribute("chat.reply_message", msg.name)
         span.add_event(
             "chat.out",

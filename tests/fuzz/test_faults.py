@@ -3,6 +3,7 @@ nothing that was acknowledged, and evidence settles within its bound."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 
@@ -77,26 +78,37 @@ async def test_sigkill_of_chat_while_reports_arrive_settles_the_evidence_within_
         await asyncio.to_thread(procs.stop_all)
 
 
+@contextlib.asynccontextmanager
+async def _turn_killed_midway(procs, think_ms: int, victim: str, after_s: float):
+    """Collector (exporting nowhere), an agent thinking `think_ms` per turn and the chat gateway; a new
+    instance and a SendMessage ("think hard", a request id) and, `after_s` into it (the user message
+    stored, the agent thinking), SIGKILL of `victim`: the call must fail UNAVAILABLE.
+    Yields (chat stub on a channel kept open, instance, request)."""
+    await procs.start("collector", OTEL_TRACES_EXPORTER="none")
+    await procs.start("agent", AGENTFEEDBACK_AGENT_THINK_MS=str(think_ms))
+    await procs.start("chat")
+    md = procs.md()
+    async with grpc.aio.insecure_channel(procs.target("chat")) as cch:
+        chat = chat_pb2_grpc.ChatServiceStub(cch)
+        inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
+            instance=chat_pb2.Instance(display_name="k", agent="reference")), metadata=md)
+        req = chat_pb2.SendMessageRequest(instance=inst.name, content="think hard", request_id=str(uuid.uuid4()))
+        first = asyncio.ensure_future(chat.SendMessage(req, metadata=md, timeout=30))
+        await asyncio.sleep(after_s)
+        procs.kill(victim)
+        try:
+            await first
+            raise AssertionError(f"the turn succeeded although the {victim} was killed")
+        except grpc.aio.AioRpcError as e:
+            assert e.code() == grpc.StatusCode.UNAVAILABLE, (e.code(), e.details())
+        yield chat, inst, req
+
+
 async def test_sigkill_of_the_agent_mid_turn_then_the_retry_with_the_same_request_id_completes(database_url, tmp_path):
     procs = make_procs(database_url, tmp_path)
     try:
-        await procs.start("collector", OTEL_TRACES_EXPORTER="none")
-        await procs.start("agent", AGENTFEEDBACK_AGENT_THINK_MS="4000")
-        await procs.start("chat")
         md = procs.md()
-        async with grpc.aio.insecure_channel(procs.target("chat")) as cch:
-            chat = chat_pb2_grpc.ChatServiceStub(cch)
-            inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
-                instance=chat_pb2.Instance(display_name="k", agent="reference")), metadata=md)
-            req = chat_pb2.SendMessageRequest(instance=inst.name, content="think hard", request_id=str(uuid.uuid4()))
-            first = asyncio.ensure_future(chat.SendMessage(req, metadata=md, timeout=30))
-            await asyncio.sleep(1.0)  # the agent is thinking
-            procs.kill("agent")
-            try:
-                await first
-                raise AssertionError("the turn succeeded although its agent was killed")
-            except grpc.aio.AioRpcError as e:
-                assert e.code() == grpc.StatusCode.UNAVAILABLE, (e.code(), e.details())
+        async with _turn_killed_midway(procs, 4000, "agent", 1.0) as (chat, inst, req):
             await procs.start("agent", AGENTFEEDBACK_AGENT_THINK_MS="0")
 
             async def retry():
@@ -167,4 +179,42 @@ async def test_sigkill_of_the_collector_mid_ingest_loses_no_acknowledged_span(da
             assert missing == [], f"{len(missing)} of {len(acked)} acknowledged exports lost: {missing[:3]}"
     finally:
         stop.set()
+        await asyncio.to_thread(procs.stop_all)
+
+
+async def test_sigkill_of_chat_mid_turn_then_retries_with_the_same_request_id_complete_once(database_url, tmp_path):
+    """The chat process dies while the agent thinks: the turn stays RUNNING with no owner. Once its attempt
+    is older than the agent deadline cap + the stale margin (5 + 1 s here), retries with the same request_id
+    (three at once) run the agent again exactly once, reuse the stored user message and all answer the same
+    reply (was: DEADLINE_EXCEEDED "still running" forever)."""
+    procs = make_procs(database_url, tmp_path, AGENTFEEDBACK_CHAT_AGENT_TIMEOUT_CAP_S="5",
+                       AGENTFEEDBACK_CHAT_TURN_STALE_MARGIN_S="1")
+    try:
+        md = procs.md()
+        async with _turn_killed_midway(procs, 1500, "chat", 0.7) as (chat, inst, req):
+            killed_at = time.monotonic()
+            await procs.start("chat")
+
+            async def retry():
+                try:
+                    return await chat.SendMessage(req, metadata=md, timeout=20)
+                except grpc.aio.AioRpcError as e:  # still within the bound: "the first request ... is still running"
+                    assert e.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE), (
+                        e.code(), e.details())
+                    seen.append(f"{time.monotonic() - killed_at:.1f} s: {e.code().name} {e.details()[:120]}")
+                    await asyncio.sleep(0.2)
+                    return None
+
+            seen: list[str] = []
+            try:
+                answers = await asyncio.gather(*(_wait(retry, 40, "the retried turn") for _ in range(3)))
+            except AssertionError as e:
+                raise AssertionError(f"{e}; last answers: {seen[-3:]}") from None
+            assert len({a.reply.name for a in answers}) == 1 and answers[0].reply.content
+            assert len({a.user_message.name for a in answers}) == 1
+            msgs = (await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=inst.name), metadata=md)).messages
+            assert [(m.role, m.content) for m in msgs if m.role == chat_pb2.ROLE_USER] == [
+                (chat_pb2.ROLE_USER, "think hard")]  # stored once
+            assert [m.name for m in msgs if m.role == chat_pb2.ROLE_ASSISTANT] == [answers[0].reply.name]  # one run
+    finally:
         await asyncio.to_thread(procs.stop_all)
