@@ -37,6 +37,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from agentfeedback.feedback.v1 import feedback_pb2, feedback_pb2_grpc
 from services.common.server import wait_serving
 from services.common.auth import mint_token
+from tests.helpers.procs import reported_port
 from tests.stack import free_ports
 
 WORKERS = 8
@@ -126,9 +127,10 @@ async def _watch_health(stub: health_pb2_grpc.HealthStub, seen: list[tuple[float
         return
 
 
-async def sigterm_under_load(entry_point: str, env: dict[str, str], port: int, call_fn: CallFn,
+async def sigterm_under_load(entry_point: str, env: dict[str, str], port_logged: str, call_fn: CallFn,
                              log_path: Path, database_url: str, table: str) -> list[str]:
-    """Start `entry_point`, load it with WORKERS concurrent clients, stall its writes, SIGTERM it, and check
+    """Start `entry_point` (its listener on port 0; `port_logged`: the regex of its log line naming the port
+    it got, group 1), load it with WORKERS concurrent clients, stall its writes, SIGTERM it, and check
     the shutdown properties of the module docstring seen from outside. Returns the acknowledged keys.
 
     The stall makes "in flight" certain rather than a matter of timing: the test holds a SHARE lock on
@@ -143,8 +145,10 @@ async def sigterm_under_load(entry_point: str, env: dict[str, str], port: int, c
     locker = await asyncpg.connect(database_url)
     load = Load()
     tasks: list[asyncio.Task] = []
-    health_ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    health_ch = None
     try:
+        port = await reported_port(log_path, proc, port_logged)
+        health_ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         await _wait_serving(port, proc)
         workers = [asyncio.create_task(_client(port, load, w, call_fn)) for w in range(WORKERS)]
         seen: list[tuple[float, int]] = []
@@ -182,7 +186,8 @@ async def sigterm_under_load(entry_point: str, env: dict[str, str], port: int, c
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await health_ch.close()
+        if health_ch is not None:
+            await health_ch.close()
         await locker.close()
         if proc.poll() is None:
             proc.kill()
@@ -224,13 +229,12 @@ def _base_env(database_url: str, tmp_path: Path) -> dict[str, str]:
 
 async def test_collector_sigterm_under_load_drains_and_loses_no_acknowledged_span(database_url: str,
                                                                                   tmp_path: Path):
-    otlp_grpc, otlp_http, query = free_ports(3)
     env = {
         **_base_env(database_url, tmp_path),
-        "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": f"127.0.0.1:{otlp_grpc}",
+        "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": "127.0.0.1:0",
         "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_HOST": "127.0.0.1",
-        "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(otlp_http),
-        "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": f"127.0.0.1:{query}",
+        "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": "0",
+        "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": "127.0.0.1:0",
     }
 
     async def export(ch: grpc.aio.Channel, worker: int, n: int) -> str:
@@ -239,7 +243,7 @@ async def test_collector_sigterm_under_load_drains_and_loses_no_acknowledged_spa
         assert not resp.partial_success.rejected_spans, resp.partial_success.error_message
         return trace_id.hex()
 
-    acked = await sigterm_under_load("agentfeedback-tracecollector", env, otlp_grpc, export,
+    acked = await sigterm_under_load("agentfeedback-tracecollector", env, r"OTLP/gRPC (\d+), OTLP/HTTP", export,
                                      tmp_path / "collector.log", database_url, "traces.spans")
     conn = await asyncpg.connect(database_url)
     try:
@@ -255,10 +259,10 @@ async def test_collector_sigterm_under_load_drains_and_loses_no_acknowledged_spa
 
 async def test_feedback_sigterm_under_load_drains_and_loses_no_acknowledged_row(database_url: str,
                                                                                 tmp_path: Path):
-    listen, chat_down, traces_down = free_ports(3)
+    chat_down, traces_down = free_ports(2)
     env = {
         **_base_env(database_url, tmp_path),
-        "AGENTFEEDBACK_FEEDBACK_LISTEN": f"127.0.0.1:{listen}",
+        "AGENTFEEDBACK_FEEDBACK_LISTEN": "127.0.0.1:0",
         # Nothing listens there: snapshots fall back to the client's (capture never fails).
         "AGENTFEEDBACK_FEEDBACK_CHAT_TARGET": f"127.0.0.1:{chat_down}",
         "AGENTFEEDBACK_FEEDBACK_TRACES_TARGET": f"127.0.0.1:{traces_down}",
@@ -284,7 +288,7 @@ async def test_feedback_sigterm_under_load_drains_and_loses_no_acknowledged_row(
         assert fb.name.startswith("feedback/"), fb.name
         return fb.name.removeprefix("feedback/")
 
-    acked = await sigterm_under_load("agentfeedback-feedback", env, listen, create, tmp_path / "feedback.log",
+    acked = await sigterm_under_load("agentfeedback-feedback", env, r"FeedbackService listening on port (\d+)", create, tmp_path / "feedback.log",
                                      database_url, "feedback.feedback")
     conn = await asyncpg.connect(database_url)
     try:

@@ -21,7 +21,8 @@ from services.common.server import wait_serving as common_wait_serving
 from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info, status_details
 from tests.helpers.feedback import channel_to, expect_error, flag, new_instance, send
-from tests.stack import TEST_JWT_SECRET, Stack, free_ports
+from tests.helpers.procs import reported_port
+from tests.stack import TEST_JWT_SECRET, Stack
 
 ROOT = Path(__file__).resolve().parents[2]
 POS, NEU, NEG = pb.RATING_SENTIMENT_POSITIVE, pb.RATING_SENTIMENT_NEUTRAL, pb.RATING_SENTIMENT_NEGATIVE
@@ -143,7 +144,8 @@ async def test_F22_other_user_rating_is_not_found_and_concurrent_same_etag_gives
 
 
 def spawn_feedback_process(stack: Stack, port: int, log: Path, **extra_env: str) -> subprocess.Popen:
-    """`python -m services.feedback.main` as its own OS process on the stack's database and services."""
+    """`python -m services.feedback.main` as its own OS process on the stack's database and services
+    (`port` 0: it binds any free port and logs it, `reported_port`)."""
     env = {
         **os.environ,
         "AGENTFEEDBACK_DATABASE_URL": stack.database_url,
@@ -171,10 +173,10 @@ async def wait_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: 
 async def test_100_concurrent_puts_with_one_etag_from_two_server_processes_one_succeeds(stack, tmp_path):
     inst = await new_instance(stack)
     t = await send(stack, inst, "hello")
-    (port,) = free_ports(1)
     log = tmp_path / "second.log"
-    proc = spawn_feedback_process(stack, port, log)
+    proc = spawn_feedback_process(stack, 0, log)
     try:
+        port = await reported_port(log, proc, r"FeedbackService listening on port (\d+)")
         await wait_serving(port, proc, log)
         stubs = [stack.feedback(), feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, port))]
         base = await put(stubs[0], rating(inst, t.reply.turn_index, sentiment=POS, note="start"), stack.md())
