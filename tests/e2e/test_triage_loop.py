@@ -21,7 +21,7 @@ from services.common.auth import ALL_SCOPES
 from services.common.settings import PROJECT_ROOT
 from tests.e2e.grpcweb_support import CHAT, FEEDBACK, gateway
 from tests.e2e import grpcweb_support as web
-from tests.stack import free_ports
+from tests.helpers.procs import reported_port
 
 
 def _mcp_params(stack, token: str) -> StdioServerParameters:
@@ -105,7 +105,7 @@ async def test_flag_via_grpcweb_then_triage_over_mcp(stack, tmp_path):
     assert got.status == feedback_pb2.STATUS_FILED and got.issue_url == "https://tracker.example/1"
 
 
-async def test_mcp_over_streamable_http_is_owner_scoped(stack):
+async def test_mcp_over_streamable_http_is_owner_scoped(stack, tmp_path):
     """The same MCP server over streamable HTTP (its other transport): each owner sees only their rows."""
     chat = stack.chat()
     inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
@@ -117,12 +117,13 @@ async def test_mcp_over_streamable_http_is_owner_scoped(stack):
         request_id=str(uuid.uuid4())), metadata=stack.md("alice"))
 
     async def rows_seen_by(sub: str) -> list[str]:
-        (port,) = free_ports(1)
         params = _mcp_params(stack, stack.token(sub))
-        proc = subprocess.Popen([sys.executable, "-m", "services.cli.mcp_server", "--transport", "streamable-http",
-                                 "--port", str(port)], env=params.env, cwd=params.cwd,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log = tmp_path / f"mcp-{sub}.log"
+        with log.open("wb") as out:  # port 0: uvicorn binds any free port and logs the one it got
+            proc = subprocess.Popen([sys.executable, "-m", "services.cli.mcp_server", "--transport", "streamable-http",
+                                     "--port", "0"], env=params.env, cwd=params.cwd, stdout=out, stderr=subprocess.STDOUT)
         try:
+            port = await reported_port(log, proc, r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
             for _ in range(100):
                 try:
                     async with httpx.AsyncClient() as h:
