@@ -17,7 +17,8 @@ import yaml
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
-from tests.stack import Stack, free_ports
+from tests.helpers.procs import reported_port
+from tests.stack import Stack
 
 MONITORING = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
 JOBS = {"chat": "chat", "agent": "agent", "feedback": "feedback", "tracecollector": "collector"}
@@ -52,7 +53,6 @@ async def _query(http: httpx.AsyncClient, base: str, expr: str) -> list[dict]:
 
 
 async def test_a_real_prometheus_scrapes_the_stack_and_sees_counters_move(stack: Stack, tmp_path: Path):
-    port = free_ports(1)[0]
     targets = [{"targets": [f"127.0.0.1:{stack.metrics_port(svc)}"], "labels": {"job": job}}
                for job, svc in JOBS.items()]
     config = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -61,10 +61,12 @@ async def test_a_real_prometheus_scrapes_the_stack_and_sees_counters_move(stack:
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([_tool("prometheus"), f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", "--web.listen-address=127.0.0.1:0"],
                             stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
     try:
+        # Port 0: Prometheus binds any free port and logs the one it got.
+        port = await reported_port(tmp_path / "prometheus.log", proc, r'msg="Listening on" address=127\.0\.0\.1:(\d+)')
+        base = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(timeout=5.0) as http:
             deadline = time.monotonic() + 60
             while True:  # every target scraped and up
