@@ -50,6 +50,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from services.common.auth import mint_token
+from tests.helpers.otlp import kv
 from services.common.db import create_pool, migrate
 from services.tracecollector.ingest import NS_PER_DAY, Window, flatten
 from services.tracecollector.repository import SPAN_COLUMNS, Repository, partition_name
@@ -75,19 +76,8 @@ LOAD_TIMEOUT_S = 3600.0
 # --- payloads ----------------------------------------------------------------------------------
 
 
-def _set(attrs, key: str, value: object) -> None:
-    v = attrs.add(key=key).value
-    if isinstance(value, bool):
-        v.bool_value = value
-    elif isinstance(value, int):
-        v.int_value = value
-    elif isinstance(value, float):
-        v.double_value = value
-    elif isinstance(value, list):
-        for x in value:
-            v.array_value.values.add(string_value=x)
-    else:
-        v.string_value = value
+def _append(attrs, key: str, value: object) -> None:
+    attrs.append(kv(key, value))
 
 
 def make_payload(i: int, now_ns: int) -> bytes:
@@ -99,7 +89,7 @@ def make_payload(i: int, now_ns: int) -> bytes:
                  "service.namespace": "agentfeedback", "service.version": "0.1.0", "host.name": f"node-{i % 3}",
                  "telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry",
                  "telemetry.sdk.version": "1.45.2", "deployment.environment": "bench"}.items():
-        _set(rs.resource.attributes, k, v)
+        _append(rs.resource.attributes, k, v)
     ss = rs.scope_spans.add()
     ss.scope.name, ss.scope.version = "services.chat", "0.1.0"
     base = now_ns - 600 * NS
@@ -113,11 +103,11 @@ def make_payload(i: int, now_ns: int) -> bytes:
                      "rpc.method": "SendMessage", "chat.instance": f"instances/{rnd.randrange(1000)}",
                      "chat.turn_index": t, "enduser.id": f"user-{rnd.randrange(100)}",
                      "chat.channel": "voice" if t % 3 == 0 else "text"}.items():
-            _set(turn.attributes, k, v)
+            _append(turn.attributes, k, v)
         ev = turn.events.add(name="chat.in", time_unix_nano=start + 1000)
-        _set(ev.attributes, "message.id", rnd.randbytes(8).hex())
+        _append(ev.attributes, "message.id", rnd.randbytes(8).hex())
         ev = turn.events.add(name="chat.out", time_unix_nano=start + 899_000_000)
-        _set(ev.attributes, "message.id", rnd.randbytes(8).hex())
+        _append(ev.attributes, "message.id", rnd.randbytes(8).hex())
         think = ss.spans.add(trace_id=tid, span_id=ids[1], parent_span_id=ids[0], name="agent.think",
                              kind=trace_pb2.Span.SPAN_KIND_CLIENT, start_time_unix_nano=start + 1_000_000,
                              end_time_unix_nano=start + 880_000_000)
@@ -125,7 +115,7 @@ def make_payload(i: int, now_ns: int) -> bytes:
                      "gen_ai.usage.input_tokens": rnd.randrange(50, 4000),
                      "gen_ai.usage.output_tokens": rnd.randrange(10, 800),
                      "gen_ai.response.finish_reasons": ["stop"], "gen_ai.request.temperature": 0.2}.items():
-            _set(think.attributes, k, v)
+            _append(think.attributes, k, v)
         for j in (2, 3):
             tool = ss.spans.add(trace_id=tid, span_id=ids[j], parent_span_id=ids[1], name="tool.call",
                                 kind=trace_pb2.Span.SPAN_KIND_INTERNAL,
@@ -135,14 +125,14 @@ def make_payload(i: int, now_ns: int) -> bytes:
                          "gen_ai.tool.call.id": f"call_{rnd.randbytes(6).hex()}",
                          "gen_ai.tool.arguments": '{"query": "how many agents do you have in total", "limit": 10}',
                          "gen_ai.tool.result.size": rnd.randrange(100, 20000), "chat.truncated": j == 3}.items():
-                _set(tool.attributes, k, v)
+                _append(tool.attributes, k, v)
         db = ss.spans.add(trace_id=tid, span_id=ids[4], parent_span_id=ids[0], name="INSERT chat.messages",
                           kind=trace_pb2.Span.SPAN_KIND_CLIENT, start_time_unix_nano=start + 885_000_000,
                           end_time_unix_nano=start + 888_000_000)
         for k, v in {"db.system": "postgresql", "db.name": "agentfeedback", "server.address": "127.0.0.1",
                      "db.statement": "INSERT INTO chat.messages (id, instance, trace_id, role, content) "
                                      "VALUES ($1, $2, $3, $4, $5)", "db.rows_affected": 1}.items():
-            _set(db.attributes, k, v)
+            _append(db.attributes, k, v)
     return req.SerializeToString()
 
 
