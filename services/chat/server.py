@@ -73,11 +73,11 @@ async def create_server(
         await channel.close()
         await feedback_channel.close()
 
-    async def close_pool() -> None:
+    async def close_database() -> None:
         await close_pool(pool)
 
     server.on_stop(close_channel)
-    server.on_stop(close_pool)
+    server.on_stop(close_database)
     server.on_stop(metrics.close)
     if own_provider:
 

@@ -39,3 +39,21 @@ async def test_an_idle_pool_closes_at_once(database_url: str):
     started = time.monotonic()
     await close_pool(pool, timeout_s=5)
     assert time.monotonic() - started < 1
+
+
+async def test_stopping_the_stack_closes_every_service_pool_without_a_failed_step(
+        database_url: str, tmp_path, caplog):
+    """An SRE stopping a replica sees no ERROR and leaves no connection behind on PostgreSQL: every
+    service's shutdown steps (close channels, close the pool, flush metrics) run and succeed."""
+    from tests.stack import start_stack
+
+    stack = await start_stack(database_url, tmp_path)
+    await stack.stop()
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], [r.getMessage() for r in caplog.records]
+    conn = await asyncpg.connect(database_url)
+    try:
+        left = await conn.fetch("SELECT application_name FROM pg_stat_activity WHERE datname = current_database()"
+                                " AND application_name LIKE 'agentfeedback-%'")
+        assert [r["application_name"] for r in left] == []
+    finally:
+        await conn.close()
