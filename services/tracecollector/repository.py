@@ -50,6 +50,11 @@ SET_LOCK_TIMEOUT = f"SET lock_timeout = '{DDL_LOCK_TIMEOUT}'"
 RESET_LOCK_TIMEOUT = "RESET lock_timeout"
 # Identifiers below are built only from a date (spans_pYYYYMMDD), never from input.
 CREATE_PARTITION_TABLE = "CREATE TABLE IF NOT EXISTS traces.{name} (LIKE traces.spans INCLUDING DEFAULTS)"
+# The day's attribute index, made on the empty table so ATTACH adopts it as its part of
+# spans_attributes_idx (same definition as migrations/0002) with a 64 kB GIN pending list
+# (migrations/0003: a partitioned index takes no storage options; every search reads the list).
+CREATE_ATTRIBUTE_INDEX = """CREATE INDEX IF NOT EXISTS {name}_attributes_idx ON traces.{name}
+USING gin (attributes jsonb_path_ops) WITH (gin_pending_list_limit = 64)"""
 ATTACH_PARTITION = "ALTER TABLE traces.spans ATTACH PARTITION traces.{name} FOR VALUES FROM ({lo}) TO ({hi})"
 DETACH_CONCURRENTLY = "ALTER TABLE traces.spans DETACH PARTITION traces.{name} CONCURRENTLY"
 DETACH_FINALIZE = "ALTER TABLE traces.spans DETACH PARTITION traces.{name} FINALIZE"
@@ -196,6 +201,7 @@ class Repository:
                     if name in attached:
                         return
                     await conn.execute(CREATE_PARTITION_TABLE.format(name=name))
+                    await conn.execute(CREATE_ATTRIBUTE_INDEX.format(name=name))
                     await conn.execute(ATTACH_PARTITION.format(name=name, lo=lo, hi=lo + NS_PER_DAY))
             finally:
                 await conn.execute(RESET_LOCK_TIMEOUT)
@@ -284,6 +290,14 @@ class Repository:
         Exact, not sampled: walking newest first, once every matching span in [frontier, top) is seen,
         every trace whose first matching start is ≥ frontier has been met; those are final. The walk
         stops as soon as `limit` of them are known, or the range is exhausted.
+
+        Statements: one walk per window, and SEARCH_FIRST_STARTS only when it can end the walk. A met
+        trace's earliest match is min(earliest span the walk saw, earliest match in [start, frontier)),
+        since the walk saw every match in [frontier, top) and any in [top, end) is later still; once
+        the walk reaches `start_ns` the first term alone is exact, and while fewer than `limit`
+        traces were met the walk cannot stop, so asking is useless. A rare value (a handful of
+        traces in 14 days) thus costs the walks only, about one GIN probe per day partition (issue
+        17: the two SEARCH_FIRST_STARTS over every partition were most of its 115 ms).
         """
         forms = [attribute_forms(k, v) for k, v in sorted(attributes.items())]
         filters = _SEARCH_FILTERS + "".join(f"\n  AND attributes @> ANY(${9 + i}::jsonb[])" for i in range(len(forms)))
@@ -292,8 +306,8 @@ class Repository:
         # Only spans at or before the keyset's start can be the first matching span of a later trace.
         top = min(end_ns, after[0] + 1) if after else end_ns
         step = max(4 * limit, 256)
-        seen: set[bytes] = set()
-        firsts: dict[bytes, int] = {}
+        met: dict[bytes, int] = {}  # trace -> earliest matching start the walk saw (all ≥ frontier)
+        exact: dict[bytes, int] = {}  # trace -> earliest matching start in [start_ns, end_ns)
         window = SEARCH_FIRST_WINDOW_NS
         async with self._pool.acquire() as conn:
             while True:
@@ -308,12 +322,17 @@ class Repository:
                     frontier = lo
                     # Nothing at all in this window (a rare value): widen faster.
                     window *= SEARCH_WINDOW_GROWTH if rows else SEARCH_WINDOW_GROWTH ** 2
-                new = {bytes(r["trace_id"]) for r in rows} - seen
-                if new:
-                    seen |= new
-                    firsts.update((bytes(r["trace_id"]), r["first_start"]) for r in await conn.fetch(
-                        first_sql, start_ns, end_ns, *args, list(new), *forms))
+                for r in rows:  # newest first: the last row of a trace is its earliest here
+                    met[bytes(r["trace_id"])] = r["start_ns"]
                 done = frontier <= start_ns
+                if not done and len(met) < limit:
+                    top = frontier
+                    continue
+                if not done and (todo := [t for t in met if t not in exact]):
+                    earlier = {bytes(r["trace_id"]): r["first_start"] for r in await conn.fetch(
+                        first_sql, start_ns, frontier, *args, todo, *forms)}
+                    exact.update((t, min(met[t], earlier.get(t, met[t]))) for t in todo)
+                firsts = {t: exact.get(t, s) for t, s in met.items()}
                 final = sorted(((t, s) for t, s in firsts.items()
                                 if (done or s >= frontier) and (after is None or (s, t) < after)),
                                key=lambda x: (x[1], x[0]), reverse=True)
