@@ -89,8 +89,7 @@ class Stats:
         now = self._clock()
         today = now.date()
         since = dt.datetime.combine(today - dt.timedelta(days=days - 1), dt.time(), dt.UTC)
-        aspects, categories, daily = await self._repo.stats(since)
-        per_day = await self._repo.dimension_days(since)
+        (aspects, categories, daily), per_day = await self._repo.window_counts(since)
         engaged, states = await self._repo.funnel(since, vocabulary.completion_aspect)
         dims = []
         for a in aspects:

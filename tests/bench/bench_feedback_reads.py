@@ -106,7 +106,10 @@ SELECT date_trunc('hour', update_time, 'UTC'), scope, aspect, sentiment, 0, coun
 FROM feedback.ratings WHERE origin = 1 GROUP BY 1, 2, 3, 4;
 INSERT INTO feedback.report_hour_counts
 SELECT date_trunc('hour', create_time, 'UTC'), category, 0, count(*) FROM feedback.feedback GROUP BY 1, 2;
-TRUNCATE feedback.conversation_activity, feedback.latest_choices;
+TRUNCATE feedback.conversation_activity, feedback.latest_choices, feedback.activity_hour_counts,
+    feedback.latest_choice_hour_counts;
+ALTER TABLE feedback.conversation_activity DISABLE TRIGGER USER;
+ALTER TABLE feedback.latest_choices DISABLE TRIGGER USER;
 INSERT INTO feedback.conversation_activity
 SELECT conversation, owner, date_trunc('hour', max(t), 'UTC') FROM (
     SELECT conversation, owner, update_time AS t FROM feedback.ratings WHERE origin = 1
@@ -117,6 +120,11 @@ INSERT INTO feedback.latest_choices
 SELECT DISTINCT ON (conversation, owner, aspect) conversation, owner, aspect, choice, update_time, turn_index
 FROM feedback.ratings WHERE origin = 1 AND choice <> ''
 ORDER BY conversation, owner, aspect, update_time DESC, turn_index DESC;
+ALTER TABLE feedback.conversation_activity ENABLE TRIGGER USER;
+ALTER TABLE feedback.latest_choices ENABLE TRIGGER USER;
+INSERT INTO feedback.activity_hour_counts SELECT last_hour, 0, count(*) FROM feedback.conversation_activity GROUP BY 1;
+INSERT INTO feedback.latest_choice_hour_counts
+SELECT aspect, date_trunc('hour', update_time, 'UTC'), choice, 0, count(*) FROM feedback.latest_choices GROUP BY 1, 2, 3;
 """
 GIN_INDEXES = """
 SELECT c.relname AS name, pg_get_indexdef(c.oid) AS def FROM pg_index i
@@ -147,7 +155,7 @@ async def _seed(url: str, have: int, want: int) -> float:
         plain = await conn.fetch(RATING_INDEXES)
         for g in plain:
             await conn.execute(f"DROP INDEX feedback.{g['name']}")
-        # The statistics rollups' row triggers (migration 0010) are rebuilt in bulk after the load: the
+        # The statistics rollups' row triggers (migrations 0010, 0012, 0016) are rebuilt in bulk after the load: the
         # same counts the triggers would have left, without a trigger call per seeded row.
         for t in ("feedback", "ratings"):
             await conn.execute(f"ALTER TABLE feedback.{t} DISABLE TRIGGER USER")

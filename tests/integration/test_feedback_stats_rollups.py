@@ -1,6 +1,6 @@
 """GetFeedbackStats reads hourly rollups kept by triggers (migrations 0010, 0012); whatever happens to the rows
 (puts, re-dated updates, origin changes, deletes, from several sessions), the statistics equal a count of
-the rows themselves, for windows that start mid-hour."""
+the rows themselves, for windows that start mid-hour or on the hour."""
 from __future__ import annotations
 
 import asyncio
@@ -74,6 +74,21 @@ async def _write(url: str, seed: int) -> None:
             await conn.execute("DELETE FROM feedback.ratings WHERE id = $1", f"r{seed}-{i}")
             await conn.execute("DELETE FROM feedback.feedback WHERE id = $1", f"f{seed}-{i}")
         await conn.execute("UPDATE feedback.ratings SET note = 'x' WHERE id = $1", f"r{seed}-4")  # counted once
+        # Conversations of one rating or report each: deleting it removes the conversation from the funnel.
+        for i in range(12):
+            t = _t(rnd)
+            await conn.execute(
+                """INSERT INTO feedback.ratings (id, conversation, turn_index, owner, scope, aspect, sentiment, origin,
+                       version, create_time, update_time, choice) VALUES ($1, $2, 0, 'solo', 1, 'task_completion', 1,
+                       1, 1, $3, $3, 'complete')""", f"s{seed}-{i}", f"instances/solo{seed}-{i}", t)
+            await conn.execute(
+                """INSERT INTO feedback.feedback (id, owner, request_id, target_kind, author, body, category, snapshot,
+                       snapshot_source, create_time, update_time, instance)
+                   VALUES ($1, 'solo', gen_random_uuid(), 'message', 1, 'b', 0, '{}', 1, $2, $2, $3)""",
+                f"sf{seed}-{i}", t, f"instances/solof{seed}-{i}")
+        for i in range(0, 12, 2):
+            await conn.execute("DELETE FROM feedback.ratings WHERE id = $1", f"s{seed}-{i}")
+            await conn.execute("DELETE FROM feedback.feedback WHERE id = $1", f"sf{seed}-{i}")
     finally:
         await conn.close()
 
@@ -86,8 +101,10 @@ async def test_stats_from_rollups_equal_a_count_of_the_rows(database_url):
         repo = Repository(pool)
         conn = await asyncpg.connect(database_url)
         try:
-            for days, minutes in ((30, 17), (7, 0), (1, 45), (60, 3)):
-                since = NOW - dt.timedelta(days=days, minutes=minutes)
+            on_the_hour = NOW.replace(minute=0, second=0, microsecond=0)
+            for days, minutes, start in ((30, 17, NOW), (7, 0, NOW), (1, 45, NOW), (60, 3, NOW), (30, 0, on_the_hour),
+                                         (2, 0, on_the_hour)):
+                since = start - dt.timedelta(days=days, minutes=minutes)
                 aspects, categories, daily = await repo.stats(since)
                 truth = [tuple(r) for r in await conn.fetch(RATING_TRUTH, since)]
                 got = [(int(a.scope), a.aspect, a.total, a.positive, a.neutral, a.negative) for a in aspects]
