@@ -29,7 +29,7 @@ from services.feedback.model import (
     Sentiment,
     SnapshotSource,
 )
-from services.feedback.repository import rows
+from services.feedback.repository import rows, text_search
 from services.feedback.repository.reports import FEEDBACK_COLUMNS, like_pattern
 
 RATING_COLUMNS = """id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
@@ -161,23 +161,29 @@ REPORT_DAYS = f"""{_REPORT_COUNTS}
 SELECT category, (t AT TIME ZONE 'UTC')::date AS day, sum(n)::bigint AS count FROM c GROUP BY 1, 2 HAVING sum(n) > 0
 ORDER BY 1, 2"""
 
-RECENT_RATINGS = NamedSQL(f"""
-SELECT {RATING_COLUMNS} FROM ratings
-WHERE origin = :user_origin
+_RECENT_RATINGS_WHERE = """origin = :user_origin
   AND (:scope::smallint = 0 OR scope = :scope) AND (:aspect = '' OR aspect = :aspect)
   AND (:sentiment::smallint = 0 OR sentiment = :sentiment)
-  AND (:category::smallint = 0 OR category = :category) AND (:text = '' OR note ILIKE :text ESCAPE '\\')
+  AND (:category::smallint = 0 OR category = :category)
   AND (NOT :negative_only OR sentiment = :negative)
   AND (:reason = '' OR reasons @> ARRAY[:reason::text]) AND (:choice = '' OR choice = :choice)
-  AND (:after_time::timestamptz IS NULL OR (update_time, id) < (:after_time, :after_id))
+  AND (:after_time::timestamptz IS NULL OR (update_time, id) < (:after_time, :after_id))"""
+RECENT_RATINGS = NamedSQL(f"""
+SELECT {RATING_COLUMNS} FROM ratings WHERE {_RECENT_RATINGS_WHERE}
 ORDER BY update_time DESC, id DESC LIMIT :limit""")
 
-RECENT_FEEDBACK = NamedSQL(f"""
-SELECT {FEEDBACK_COLUMNS} FROM feedback
-WHERE (:category::smallint = 0 OR category = :category) AND (:text = '' OR body ILIKE :text ESCAPE '\\')
+_RECENT_FEEDBACK_WHERE = """(:category::smallint = 0 OR category = :category)
   AND (NOT :negative_only OR sentiment = :bad)
-  AND (:after_time::timestamptz IS NULL OR (create_time, id) < (:after_time, :after_id))
+  AND (:after_time::timestamptz IS NULL OR (create_time, id) < (:after_time, :after_id))"""
+RECENT_FEEDBACK = NamedSQL(f"""
+SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {_RECENT_FEEDBACK_WHERE}
 ORDER BY create_time DESC, id DESC LIMIT :limit""")
+
+# With `text` (the note / the body contains it): repository/text_search.py.
+RECENT_RATINGS_TEXT = text_search.statements(RATING_COLUMNS, "ratings", _RECENT_RATINGS_WHERE,
+                                             "note ILIKE :text ESCAPE '\\'", "update_time")
+RECENT_FEEDBACK_TEXT = text_search.statements(FEEDBACK_COLUMNS, "feedback", _RECENT_FEEDBACK_WHERE,
+                                              "body ILIKE :text ESCAPE '\\'", "create_time")
 
 # The per-turn view (GetTurnFeedback): one owner's ratings (any origin) and reports of one turn.
 TURN_RATINGS = f"""
@@ -254,11 +260,18 @@ class RatingStore:
                   "text": like_pattern(f.text), "negative_only": f.negative_only, "reason": f.reason,
                   "choice": f.choice,
                   "after_time": after[0] if after else None, "after_id": after[1] if after else "", "limit": limit}
-        r = [rows.rating(x) for x in await fetch_custom_plan(self.pool, *RECENT_RATINGS.bind(values))] \
+        r = [rows.rating(x) for x in await self._recent(RECENT_RATINGS, RECENT_RATINGS_TEXT, values)] \
             if ratings else []
-        fb = [rows.report(x) for x in await fetch_custom_plan(self.pool, *RECENT_FEEDBACK.bind(values))] \
+        fb = [rows.report(x) for x in await self._recent(RECENT_FEEDBACK, RECENT_FEEDBACK_TEXT, values)] \
             if reports else []
         return r, fb
+
+    async def _recent(self, plain: NamedSQL, text: tuple[NamedSQL, NamedSQL], values: dict[str, Any]
+                      ) -> list[asyncpg.Record]:
+        """One table's part of the feed; with a text, in two bounded steps (`text_search.fetch_matches`)."""
+        if not values["text"]:
+            return await fetch_custom_plan(self.pool, *plain.bind(values))
+        return await text_search.fetch_matches(self.pool, text, values)
 
     async def turn_feedback(self, owner: str, conversation: str, turn_index: int) -> tuple[list[Rating], list[Report]]:
         """Every rating (any origin) and report of `owner` about one turn."""

@@ -30,7 +30,7 @@ from services.feedback.model import (
     Stored,
     TraceState,
 )
-from services.feedback.repository import rows
+from services.feedback.repository import rows, text_search
 from services.feedback.repository.audit import insert_audit
 
 FEEDBACK_COLUMNS = """id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
@@ -106,9 +106,7 @@ PRUNE_DELETED_CREATES = """
 DELETE FROM feedback_create_requests WHERE delete_time <= now() - make_interval(secs => $1)"""
 
 # Filters are optional (empty / 0 / NULL = not applied); keyset paging on (create_time, id), newest first.
-LIST_FEEDBACK = NamedSQL(f"""
-SELECT {FEEDBACK_COLUMNS} FROM feedback
-WHERE owner = :owner
+_LIST_WHERE = """owner = :owner
   AND (:instance = '' OR instance = :instance)
   AND (:status::smallint = 0 OR status = :status)
   AND (:author::smallint = 0 OR author = :author)
@@ -116,11 +114,16 @@ WHERE owner = :owner
   AND (:category::smallint = 0 OR category = :category)
   AND (:start_time::timestamptz IS NULL OR create_time >= :start_time)
   AND (:end_time::timestamptz IS NULL OR create_time < :end_time)
-  AND (:text = '' OR body ILIKE :text ESCAPE '\\' OR snapshot->>'target_text' ILIKE :text ESCAPE '\\')
   AND (:trace_id = '' OR trace_id = :trace_id)
-  AND (:after_time::timestamptz IS NULL OR (create_time, id) < (:after_time, :after_id))
+  AND (:after_time::timestamptz IS NULL OR (create_time, id) < (:after_time, :after_id))"""
+LIST_FEEDBACK = NamedSQL(f"""
+SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {_LIST_WHERE}
 ORDER BY create_time DESC, id DESC
 LIMIT :limit""")
+# With `text` (the body or the target text contains it): repository/text_search.py.
+LIST_FEEDBACK_TEXT = text_search.statements(
+    FEEDBACK_COLUMNS, "feedback", _LIST_WHERE,
+    "(body ILIKE :text ESCAPE '\\' OR snapshot->>'target_text' ILIKE :text ESCAPE '\\')", "create_time")
 
 # FileFeedback: take the filing claim (only one filer talks to the tracker at a time).
 CLAIM_FILING = f"""
@@ -227,13 +230,17 @@ class ReportStore:
 
     async def list_reports(self, owner: str, f: ReportFilter, after: tuple[Any, str] | None,
                            limit: int) -> list[Report]:
+        """The owner's reports matching `f`, newest first (create_time, id) after the keyset `after`, at
+        most `limit`; a text search in two bounded steps (`text_search.fetch_matches`)."""
         values = {
             "owner": owner, "instance": f.instance, "status": f.status, "author": f.author, "sentiment": f.sentiment,
             "category": f.category, "start_time": f.start_time, "end_time": f.end_time,
             "text": like_pattern(f.text), "trace_id": f.trace_id, "after_time": after[0] if after else None,
             "after_id": after[1] if after else "", "limit": limit,
         }
-        return [rows.report(r) for r in await fetch_custom_plan(self.pool, *LIST_FEEDBACK.bind(values))]
+        if not f.text:
+            return [rows.report(r) for r in await fetch_custom_plan(self.pool, *LIST_FEEDBACK.bind(values))]
+        return [rows.report(r) for r in await text_search.fetch_matches(self.pool, LIST_FEEDBACK_TEXT, values)]
 
     async def update_report(self, fid: str, owner: str, decide: Callable[[Report, Any], tuple[Status, str] | None],
                             request_id: uuid.UUID | None, fingerprint: bytes | None,

@@ -1,0 +1,111 @@
+"""Text searches run in two bounded steps (issue 17, repository/text_search.py: the newest rows, else every
+match from the trigram index); the pages a user gets are those of one query over every match: the same
+rows, the same (time, id) order, the same keyset pages, with ties on time across pages, future-stamped
+rows, time ranges, and needles both common (step 1 answers) and rare (step 2 does)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+
+import asyncpg
+
+from services.common.db import migrate
+from services.feedback.model import RecentFilter, ReportFilter
+from services.feedback.repository import Repository, create_pool
+from services.feedback.repository import text_search
+from services.feedback.server import MIGRATIONS
+
+NOW = dt.datetime.now(dt.UTC)
+# Seconds back from now: a few minutes to 300 days (every window of WINDOWS_S and past the last),
+# with repeated times (ties) and rows stamped after now.
+OFFSETS = [-120, 0, 0, 30, 3599, 3600, 3600, 3601, 7200, 5 * 3600, 20 * 3600, 86400, 86400, 3 * 86400,
+           10 * 86400, 40 * 86400, 57 * 86400, 58 * 86400, 100 * 86400, 300 * 86400]
+
+LIST_TRUTH = """
+SELECT id FROM feedback.feedback WHERE owner = $1
+  AND (body ILIKE '%' || $4 || '%' OR snapshot->>'target_text' ILIKE '%' || $4 || '%')
+  AND ($2::timestamptz IS NULL OR create_time >= $2) AND ($3::timestamptz IS NULL OR create_time < $3)
+ORDER BY create_time DESC, id DESC"""
+RECENT_RATING_TRUTH = """SELECT id FROM feedback.ratings WHERE origin = 1 AND note ILIKE '%' || $1 || '%'
+ORDER BY update_time DESC, id DESC"""
+RECENT_REPORT_TRUTH = """SELECT id FROM feedback.feedback WHERE body ILIKE '%' || $1 || '%'
+ORDER BY create_time DESC, id DESC"""
+
+
+async def _seed(url: str) -> None:
+    rnd = random.Random(17)
+    conn = await asyncpg.connect(url)
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
+    try:
+        for i in range(240):
+            t = NOW - dt.timedelta(seconds=rnd.choice(OFFSETS))
+            body = rnd.choice(["a NEEDLE here", "needle", "nothing", "hay"]) + (" a rare Gem" if i % 9 == 0 else "")
+            target = rnd.choice(["", "the needle in the reply", "plain"])
+            await conn.execute(
+                """INSERT INTO feedback.feedback (id, owner, request_id, target_kind, author, body, category, snapshot,
+                       snapshot_source, create_time, update_time, instance)
+                   VALUES ($1, $2, gen_random_uuid(), 'message', 1, $3, 0, $4, 1, $5, $5, '')""",
+                f"f{i:03d}", f"o{i % 2}", body, {"target_text": target}, t)
+            await conn.execute(
+                """INSERT INTO feedback.ratings (id, conversation, turn_index, owner, scope, aspect, sentiment, origin,
+                       version, create_time, update_time, note) VALUES ($1, 'instances/c', $2, 'o0', 1, 'tone', 1, $3,
+                       1, $4, $4, $5)""",
+                f"r{i:03d}", i, rnd.choice([1, 1, 2]), t, rnd.choice(["needle!", "Needle", "no", ""]) + (" gem" if i % 11 == 0 else ""))
+    finally:
+        await conn.close()
+
+
+async def _pages(fetch, size: int) -> list[list[str]]:
+    """Every page of `size` (keyset on (time, id) of a page's last row), as lists of ids."""
+    pages, after = [], None
+    while True:
+        got = await fetch(after, size + 1)
+        pages.append([x[1] for x in got[:size]])
+        if len(got) <= size:
+            return pages
+        after = got[size - 1][0], got[size - 1][1]
+
+
+def _chunks(ids: list[str], size: int) -> list[list[str]]:
+    return [ids[i:i + size] for i in range(0, len(ids), size)] if ids else [[]]
+
+
+async def test_text_search_pages_equal_one_query_over_every_match(database_url, monkeypatch):
+    monkeypatch.setattr(text_search, "MATCH_CAP", 30)  # 240 rows: every step answers some pages
+    await migrate(database_url, "feedback", MIGRATIONS)
+    await _seed(database_url)
+    pool = await create_pool(database_url, 1, 2)
+    try:
+        repo = Repository(pool)
+        truth = await asyncpg.connect(database_url)
+        try:
+            ranges = [(None, None), (NOW - dt.timedelta(days=20), None), (None, NOW - dt.timedelta(hours=3)),
+                      (NOW - dt.timedelta(days=60), NOW - dt.timedelta(seconds=3600))]
+            for word in ("needle", "gem"):
+                for owner in ("o0", "o1"):
+                    for start, end in ranges:
+                        want = [r["id"] for r in await truth.fetch(LIST_TRUTH, owner, start, end, word)]
+                        assert len(want) > (4 if word == "gem" or start else 10)
+                        for size in (1, 7, 50):
+                            async def fetch(after, n, owner=owner, start=start, end=end, word=word):
+                                got = await repo.list_reports(owner, ReportFilter(text=word, start_time=start,
+                                                                                  end_time=end), after, n)
+                                return [(r.create_time, r.id) for r in got]
+                            assert await _pages(fetch, size) == _chunks(want, size), (word, owner, start, end, size)
+                want_ratings = [r["id"] for r in await truth.fetch(RECENT_RATING_TRUTH, word)]
+                want_reports = [r["id"] for r in await truth.fetch(RECENT_REPORT_TRUTH, word)]
+                for size in (1, 9, 50):
+                    async def ratings(after, n, word=word):
+                        got, _ = await repo.recent(RecentFilter(text=word), after, n, ratings=True, reports=False)
+                        return [(r.update_time, r.id) for r in got]
+
+                    async def reports(after, n, word=word):
+                        _, got = await repo.recent(RecentFilter(text=word), after, n, ratings=False, reports=True)
+                        return [(r.create_time, r.id) for r in got]
+                    assert await _pages(ratings, size) == _chunks(want_ratings, size), (word, size)
+                    assert await _pages(reports, size) == _chunks(want_reports, size), (word, size)
+        finally:
+            await truth.close()
+    finally:
+        await pool.close()
