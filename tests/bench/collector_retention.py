@@ -5,6 +5,10 @@ loaded database while the collector process serves Exports.
   DETACH ... CONCURRENTLY + DROP TABLE) of a day of BENCH_COLLECTOR_SMALL_DAY_SPANS (200k; median of
   two such days) and of BENCH_COLLECTOR_BIG_DAY_SPANS (2M), with Exports flowing.
   `retention_drop_big_vs_small` = big / small (target ≤ 2: the drop must not depend on the day's size).
+  `retention_drop_*_mb`: the day's size on disk (heap + TOAST + indexes), and `retention_drop_*_ms_per_mb`
+  the DROP TABLE's time (drop minus detach) per MB freed: what the filesystem takes to free the files.
+  Choice (issue 17): the figure is the whole drop as a pass runs it, freeing included; nothing is
+  deferred to a step the figure does not see.
   The days lie before the retention window (the collector's own pass ran at its start-up; the next
   is an hour away) and were retired as a pass retires the oldest kept day the day before its drop
   (autovacuum off: `Repository.retire_partition`), after a VACUUM ANALYZE that stands for the 13 days
@@ -86,6 +90,9 @@ async def retention_figures(pool, repo: Repository, load_day_sql: str, grpc_port
         # the drop would also wait for the kernel to finish writing back the load of a moment ago.
         await conn.execute("CHECKPOINT")
     parts = {start: Partition(partition_name(_day(start)), _day(start), False) for start, _ in days}
+    async with pool.acquire() as conn:  # what a drop frees: heap, TOAST and the four indexes
+        mb = {start: await conn.fetchval(f"SELECT pg_total_relation_size('traces.{p.name}')") / 2**20
+              for start, p in parts.items()}
     for p in parts.values():
         while not await repo.retire_partition(p):
             await asyncio.sleep(0.5)
@@ -130,6 +137,10 @@ async def retention_figures(pool, repo: Repository, load_day_sql: str, grpc_port
         "retention_drop_big_vs_small": big / small,
         "retention_detach_day_ms": small_detach, "retention_detach_big_day_ms": big_detach,
         "retention_detach_big_vs_small": big_detach / small_detach, "retention_bench_load_s": load_s,
+        "retention_drop_day_mb": statistics.median([mb[days[0][0]], mb[days[2][0]]]),
+        "retention_drop_big_day_mb": mb[days[1][0]],
+        "retention_drop_big_ms_per_mb": (big - big_detach) / mb[days[1][0]],
+        "retention_drop_day_ms_per_mb": (small - small_detach) / statistics.median([mb[days[0][0]], mb[days[2][0]]]),
         "export_p50_ms": statistics.median(baseline), "export_p99_ms": p99,
         "export_p99_during_retention_ms": p99_during, "export_p99_retention_vs_baseline": p99_during / p99,
         "export_samples_per_phase": float(min(len(baseline), len(during))),
