@@ -306,7 +306,7 @@ class Repository:
         # Only spans at or before the keyset's start can be the first matching span of a later trace.
         top = min(end_ns, after[0] + 1) if after else end_ns
         step = max(4 * limit, 256)
-        met: dict[bytes, int] = {}  # trace -> earliest matching start the walk saw (all ≥ frontier)
+        met: dict[bytes, int] = {}  # trace -> earliest matching start the walk has seen so far
         exact: dict[bytes, int] = {}  # trace -> earliest matching start in [start_ns, end_ns)
         window = SEARCH_FIRST_WINDOW_NS
         async with self._pool.acquire() as conn:
