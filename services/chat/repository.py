@@ -125,7 +125,8 @@ SELECT m.* FROM instances i LEFT JOIN LATERAL (
     SELECT {READ_COLUMNS} FROM messages
     WHERE owner = $1 AND instance_id = $2
       AND ($3::text IS NULL OR trace_id = $3)
-      AND ($4::integer IS NULL OR turn_index = $4)
+      AND ($4::integer IS NULL OR turn_index = $4) AND ($8::text IS NULL OR trace_id = (
+          SELECT trace_id FROM messages WHERE owner = $1 AND instance_id = $2 AND id = $8))
       AND ($5::timestamptz IS NULL OR (create_time, id) > ($5, $6))
     ORDER BY create_time, id
     LIMIT $7
@@ -373,19 +374,13 @@ class Repository:
         r = await self._pool.fetchrow(SELECT_MESSAGE, owner, instance_id, message_id)
         return _message(r) if r is not None else None
 
-    async def list_messages(
-        self,
-        owner: str,
-        instance_id: str,
-        after: MessagePage | None,
-        limit: int,
-        trace_id: str | None,
-        turn_index: int | None,
-    ) -> list[Message] | None:
-        """One page of the instance's messages, oldest first; None when the instance does not exist
-        for `owner` (checked in the same statement)."""
+    async def list_messages(self, owner: str, instance_id: str, after: MessagePage | None, limit: int,
+                            trace_id: str | None, turn_index: int | None, turn_of: str | None = None,
+                            ) -> list[Message] | None:
+        """One page of the instance's messages (only the turn of message id `turn_of` when given),
+        oldest first; None when the instance does not exist for `owner` (same statement)."""
         t, i = (after.after_time, after.after_id) if after else (None, None)
-        rows = await self._pool.fetch(LIST_MESSAGES, owner, instance_id, trace_id, turn_index, t, i, limit)
+        rows = await self._pool.fetch(LIST_MESSAGES, owner, instance_id, trace_id, turn_index, t, i, limit, turn_of)
         if not rows:
             return None
         return [_message(r) for r in rows if r["id"] is not None]

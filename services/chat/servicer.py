@@ -162,16 +162,22 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         return message_pb(m)
 
     async def ListMessages(self, request, context):  # noqa: N802
-        """Oldest first; keyset on (create_time, id); filters `trace_id`, `turn_index`."""
+        """Oldest first; keyset on (create_time, id); filters `trace_id`, `turn_index`, `turn_of_message`
+        (INVALID_ARGUMENT when it is not a message name of `parent`)."""
         owner = current_principal().sub
         instance_id = domain.parse_instance_name(request.parent, "parent")
         size = page_size(request.page_size, default=100)
         trace_id = domain.filter_trace_id(request.trace_id)
         turn_index = request.turn_index if request.HasField("turn_index") else None
-        filters = f"{instance_id}|{trace_id or ''}|{'' if turn_index is None else turn_index}"
+        turn_of = None
+        if request.turn_of_message:
+            of_instance, turn_of = domain.parse_message_name(request.turn_of_message, "turn_of_message")
+            if of_instance != instance_id:
+                raise InvalidArgument("turn_of_message", "must be a message of `parent`")
+        filters = f"{instance_id}|{trace_id or ''}|{'' if turn_index is None else turn_index}|{turn_of or ''}"
         after = MessagePage.parse(request.page_token, filters)
         # The instance check rides in the same statement (one round trip).
-        rows = await self._repo.list_messages(owner, instance_id, after, size + 1, trace_id, turn_index)
+        rows = await self._repo.list_messages(owner, instance_id, after, size + 1, trace_id, turn_index, turn_of)
         if rows is None:
             raise NotFound(request.parent)
         items = [message_pb(m) for m in rows[:size]]

@@ -19,7 +19,7 @@ gets near it, a script is stopped.
 for the write methods it is given, `WriteQuota.take(owner)` before the handler; over the limit the
 handler never runs (nothing stored) and the caller gets RESOURCE_EXHAUSTED, reason
 `WRITE_QUOTA_EXCEEDED`, with RetryInfo (seconds until the window ends) and QuotaFailure (subject
-`owner:<sub>`), answered after up to 1 s (so a client retrying without a pause floods nobody). `extra` checks per method (e.g. the feedback service's cap on stored reports) run
+`owner:<sub>`), answered after up to 1 s (so a client retrying without a pause floods nobody). `extra` checks per method run
 after the rate check.
 """
 from __future__ import annotations

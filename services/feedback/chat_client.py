@@ -72,15 +72,17 @@ class ChatClient:
         return to_view(m)
 
     async def list_turn(self, parent: str, md: Metadata, *, trace_id: str = "", turn_index: int | None = None,
-                        field_path: str = "feedback.instance") -> list[MessageView]:
-        """Messages of one turn of `parent` (by trace id or turn index), oldest first (a turn has 2)."""
-        req = chat_pb2.ListMessagesRequest(parent=parent, trace_id=trace_id, page_size=100)
+                        turn_of_message: str = "", field_path: str = "feedback.instance") -> list[MessageView]:
+        """Messages of one turn of `parent` (by trace id, turn index, or the turn of message name
+        `turn_of_message`: empty when that message is unknown), oldest first (a turn has 2)."""
+        req = chat_pb2.ListMessagesRequest(parent=parent, trace_id=trace_id, page_size=100,
+                                           turn_of_message=turn_of_message)
         if turn_index is not None:
             req.turn_index = turn_index
         try:
             resp = await self._stub.ListMessages(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
         except grpc.aio.AioRpcError as e:
-            raise self._map(e, parent, field_path) from None
+            raise self._map(e, turn_of_message or parent, field_path) from None
         return [to_view(m) for m in resp.messages]
 
     async def replies_through(self, parent: str, md: Metadata, through_turn_index: int,

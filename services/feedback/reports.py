@@ -10,7 +10,7 @@ import asyncio
 import datetime as dt
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 from google.protobuf.message import Message
@@ -111,6 +111,9 @@ class Reports:
         self._sink = sink
         # Optional `(author)` hook called once per report stored (the service's metrics).
         self.on_created: Callable[[Author], None] | None = None
+        # Optional `(owner)` check before a new report is stored (the cap on stored reports: raises
+        # RESOURCE_EXHAUSTED); it runs while the snapshot is fetched, and a retry never meets it.
+        self.admit: Callable[[str], Awaitable[None]] | None = None
         self._tracer = tracer
         self._fields = ticket_fields
         self._capture_wait_s = filing_capture_wait_s
@@ -149,8 +152,11 @@ class Reports:
         # The retry lookup and the chat fetch run together (a retry pays one wasted chat read; a first
         # call saves a round trip).
         lookup = asyncio.ensure_future(self._repo.get_by_request_id(p.sub, d.request_id))
-        # Read when the call ends early (cancelled, database gone): no "exception never retrieved" logged.
-        lookup.add_done_callback(lambda f: f.cancelled() or f.exception())
+        admit = asyncio.ensure_future(self.admit(p.sub)) if self.admit is not None else None
+        for f in (lookup, admit):
+            # Read when the call ends early (cancelled, database gone): no "exception never retrieved" logged.
+            if f is not None:
+                f.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
             anchor, snapshot, turn_time = await self._snapshot(d, p.metadata)
         except BaseException:
@@ -167,6 +173,8 @@ class Reports:
         if prior is not None:
             check_same_request(prior.fingerprint, d.fingerprint)
             return prior.report
+        if admit is not None:
+            await admit
         plan = domain.capture_plan(snapshot.source, anchor.trace_id)
         new = NewReport(
             id=new_id(), owner=p.sub, request_id=d.request_id, fingerprint=d.fingerprint, anchor=anchor,
@@ -199,9 +207,14 @@ class Reports:
         if a.kind == "coding":
             return a, Snapshot(), None
         try:
-            if a.kind == "message":
-                target = await self._chat.get_message(a.message, md)
-                turn = await self._chat.list_turn(a.instance, md, trace_id=target.trace_id)
+            if a.kind == "message":  # the message and its turn in one call
+                turn = await self._chat.list_turn(a.instance, md, turn_of_message=a.message, field_path="feedback.message")
+                target = next((m for m in turn if m.name == a.message), None)
+                if target is None or any(m.trace_id != target.trace_id for m in turn):
+                    # Unknown message (NOT_FOUND below), or a chat service older than `turn_of_message`
+                    # (it lists the whole conversation): the message, then its turn.
+                    target = await self._chat.get_message(a.message, md)
+                    turn = await self._chat.list_turn(a.instance, md, trace_id=target.trace_id)
             else:
                 turn = await self._chat.list_turn(a.instance, md, trace_id=a.trace_id, field_path="feedback.instance")
                 picked = domain.pick_target(turn)

@@ -6,6 +6,8 @@ capture worker, the ticket sink, the gRPC server (auth + scopes + spans + error 
 """
 from __future__ import annotations
 
+import time
+
 import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
@@ -43,12 +45,29 @@ WRITE_METHODS = ("CreateFeedback", "UpdateFeedback", "FileFeedback", "PutRating"
                  "ReportSuspectedDefect")
 
 
-def _report_cap(repo: Repository, cap: int):
-    """The per-owner cap on stored reports, checked before a CreateFeedback (0: no cap)."""
+def _report_cap(repo: Repository, cap: int, writes_per_minute: int):
+    """The per-owner cap on stored reports, checked before a new report is stored (0: no cap).
+
+    Counting an owner's reports is a statement per create; it is skipped while it cannot matter: the
+    write quota (`writes_per_minute` per owner, all replicas together) lets an owner create at most
+    2 × that within any 60 s (fixed windows: two windows overlap a minute), so an owner counted below
+    cap − 2 × writes_per_minute needs no count for 60 s. Without a write quota every create counts."""
+    headroom = 2 * writes_per_minute
+    counted: dict[str, float] = {}  # owner → monotonic time their count was last far below the cap
 
     async def check(owner: str) -> None:
-        if cap > 0 and await repo.count_reports(owner, cap) >= cap:
+        if cap <= 0:
+            return
+        now = time.monotonic()
+        if writes_per_minute > 0 and now - counted.get(owner, -1e9) < 60.0:
+            return
+        n = await repo.count_reports(owner, cap)
+        if n >= cap:
             raise over_quota(owner, f"at most {cap} stored reports", None, "STORED_REPORTS_EXCEEDED")
+        if writes_per_minute > 0 and n + headroom < cap:
+            if len(counted) >= 10_000:
+                counted.clear()  # a bound on memory; forgetting costs one count
+            counted[owner] = now
 
     return check
 
@@ -102,8 +121,8 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     servicer = FeedbackServicer(reports, ratings, Stats(repo, now), settings.trace_retention_days,
                                 settings.rating_note_max_bytes, now, Audit(repo), DefectReports(chat, reports))
 
-    quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
-                                          {"CreateFeedback": _report_cap(repo, settings.max_reports_per_owner)})
+    reports.admit = _report_cap(repo, settings.max_reports_per_owner, settings.write_quota_per_minute)
+    quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS)
     metrics = await ServiceMetrics("feedback", settings.metrics_listen).start()
     pool_gauges(metrics.meter, pool, "feedback")
     fm = FeedbackMetrics(metrics.meter, repo)

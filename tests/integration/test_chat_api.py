@@ -357,3 +357,25 @@ async def test_list_messages_pages_stable_with_equal_create_times(stack: Stack, 
         )
     )
     assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and error_info(e).metadata["field"] == "page_token"
+
+
+async def test_list_messages_of_the_turn_of_one_message(stack: Stack):
+    """`turn_of_message`: a message and the rest of its turn in one call (the feedback snapshot's read)."""
+    chat = stack.chat()
+    parent = await new_instance(stack)
+    turns = [await chat.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content=f"turn {i}"),
+                                    metadata=stack.md()) for i in range(3)]
+    got = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, turn_of_message=turns[1].reply.name),
+                                  metadata=stack.md())
+    assert [m.name for m in got.messages] == [turns[1].user_message.name, turns[1].reply.name]
+    unknown = f"{parent}/messages/{'0' * 32}"
+    empty = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, turn_of_message=unknown),
+                                    metadata=stack.md())
+    assert list(empty.messages) == []
+    other = await new_instance(stack)
+    e = await rpc_error(chat.ListMessages(chat_pb2.ListMessagesRequest(
+        parent=other, turn_of_message=turns[1].reply.name), metadata=stack.md()))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and "turn_of_message" in e.details()
+    e = await rpc_error(chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, turn_of_message=turns[1].reply.name),
+                                          metadata=stack.md("mallory")))
+    assert e.code() == grpc.StatusCode.NOT_FOUND  # another owner's instance: nothing about it is told
