@@ -172,6 +172,11 @@ async def _seed(url: str, have: int, want: int) -> float:
         await conn.execute(REBUILD_ROLLUPS)
         await conn.execute("VACUUM ANALYZE feedback.feedback")
         await conn.execute("VACUUM ANALYZE feedback.ratings")
+        # The rollups were truncated and bulk-filled: their planner statistics too (autovacuum gets there
+        # later; before this, GetFeedbackStats at 10k measured 35 ms in one run against 15 ms at 1M).
+        await conn.execute("ANALYZE feedback.rating_hour_counts, feedback.report_hour_counts, "
+                           "feedback.conversation_activity, feedback.latest_choices, feedback.activity_hour_counts, "
+                           "feedback.latest_choice_hour_counts")
         conv = await conn.fetchval(
             "SELECT conversation FROM feedback.ratings WHERE owner = $1 ORDER BY id LIMIT 1", HEAVY_OWNER)
     finally:
