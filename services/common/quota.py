@@ -58,7 +58,8 @@ up AS (
         SET used = q.used + least($5, $3 - q.used), last_grant = least($5, $3 - q.used) WHERE q.used < $3
     RETURNING last_grant
 )
-SELECT (SELECT last_grant FROM up) AS granted, (SELECT ws + $2 - now_s FROM w)::float8 AS reset_in_s
+SELECT (SELECT last_grant FROM up) AS granted, (SELECT ws + $2 - now_s FROM w)::float8 AS reset_in_s,
+       (SELECT ws FROM w) AS window_start
 """
 # Largest lease a replica takes (see the module docstring).
 MAX_LEASE = 64
@@ -74,7 +75,7 @@ class WriteQuota:
         self.limit = limit
         self.window_s = window_s
         self.lease_cap = max(1, min(MAX_LEASE, limit // 16)) if lease_cap is None else max(1, lease_cap)
-        # owner → [monotonic time the lease's window ends, tokens left, size of the next lease]
+        # owner → [window start (Unix s), monotonic time it ends, tokens left, size of the last lease]
         self._leases: dict[str, list] = {}
         # owner → monotonic time its full window ends: a window, once full, stays full until it ends,
         # so this replica refuses the rest of a flood without a database round trip (exact, not a guess).
@@ -86,26 +87,28 @@ class WriteQuota:
         if self.limit <= 0:
             return
         now = time.monotonic()
+        lease = self._leases.get(owner)
+        if lease is not None and now < lease[1] and lease[2] > 0:
+            lease[2] -= 1
+            return
         until = self._full_until.get(owner)
         if until is not None:
             if now < until:
                 raise self._over(owner, until - now)
             del self._full_until[owner]
-        lease = self._leases.get(owner)
-        if lease is not None and now < lease[0]:
-            if lease[1] > 0:
-                lease[1] -= 1
-                return
-            want = min(self.lease_cap, lease[2] * 2)  # spent within its window: the owner writes fast
-        else:
-            want = 1
+        # A lease spent within its window: the owner writes fast, the next one is twice as big.
+        want = min(self.lease_cap, lease[3] * 2) if lease is not None and now < lease[1] else 1
         row = await self._pool.fetchrow(_TAKE, owner, self.window_s, self.limit, self.scope, min(want, self.limit))
         retry = max(0.1, float(row["reset_in_s"]))
         if row["granted"] is None:
-            self._leases.pop(owner, None)
             self._remember(self._full_until, owner, now + retry)
             raise self._over(owner, retry)
-        self._remember(self._leases, owner, [now + retry, row["granted"] - 1, want])
+        lease = self._leases.get(owner)  # again: concurrent writes of this owner took leases meanwhile
+        if lease is not None and lease[0] == row["window_start"]:
+            lease[2] += row["granted"] - 1  # grants of one window add up (none is lost)
+            lease[3] = max(lease[3], want)
+        else:
+            self._remember(self._leases, owner, [row["window_start"], now + retry, row["granted"] - 1, want])
 
     @staticmethod
     def _remember(d: dict, owner: str, value) -> None:

@@ -13,6 +13,11 @@ loaded database while the collector process serves Exports.
   is an hour away) and were retired as a pass retires the oldest kept day the day before its drop
   (autovacuum off: `Repository.retire_partition`), after a VACUUM ANALYZE that stands for the 13 days
   of autovacuum such a day has seen, and a CHECKPOINT (a 13-day-old day's pages are on disk).
+- Floor of the drop, same run: `retention_unlink_floor_day_ms` / `retention_unlink_floor_big_day_ms`, the
+  time the same filesystem takes to unlink files of the same sizes as the day's relations (heap, TOAST
+  and each index, in PostgreSQL's 1 GiB segments; written and fsynced first, beside the data
+  directory), and `retention_unlink_floor_big_vs_small`: what no drop can go below when a day's files
+  must be freed (`retention_drop_big_vs_unlink_floor` = the big drop / its floor).
 - `export_p99_ms` / `export_p99_during_retention_ms`: per-Export latency (1000 spans, 4 clients, ack
   after commit) with no retention pass running, and while passes run back to back (the three loaded
   days, then empty days created and dropped; the same number of Exports each way, baseline and
@@ -68,6 +73,42 @@ async def _exports(port: int, payloads: list[bytes], stop: asyncio.Event | None,
     return lat
 
 
+SEGMENT = 2**30  # PostgreSQL splits a relation's file every 1 GiB
+
+
+def _unlink_floor_ms(directory: str, sizes: list[int]) -> float:
+    """Milliseconds to unlink files of `sizes` bytes (each split in SEGMENT files) written and fsynced
+    in `directory` first: the filesystem's own cost of freeing what a DROP frees."""
+    chunk = b"\0" * (8 * 2**20)
+    paths = []
+    for i, size in enumerate(sizes):
+        for seg in range(max(1, -(-size // SEGMENT))):
+            path = os.path.join(directory, f"unlink-floor-{i}.{seg}")
+            left = min(SEGMENT, size - seg * SEGMENT)
+            with open(path, "wb") as f:
+                while left > 0:
+                    left -= f.write(chunk[:min(left, len(chunk))])
+                f.flush()
+                os.fsync(f.fileno())
+            paths.append(path)
+    os.sync()
+    t0 = time.perf_counter()
+    for path in paths:
+        os.unlink(path)
+    os.sync()  # the freeing is done when it is on disk, as at a DROP's commit
+    return (time.perf_counter() - t0) * 1000
+
+
+async def _relation_sizes(conn, table: str) -> list[int]:
+    """Bytes of each file set a DROP of `table` frees: its heap, its TOAST table and index, its indexes."""
+    return [r["n"] for r in await conn.fetch(
+        """SELECT pg_relation_size(c.oid) AS n FROM pg_class c
+           WHERE c.oid = $1::regclass OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = $1::regclass)
+              OR c.oid = (SELECT reltoastrelid FROM pg_class WHERE oid = $1::regclass)
+              OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid =
+                           (SELECT reltoastrelid FROM pg_class WHERE oid = $1::regclass))""", table)]
+
+
 def _p99(xs: list[float]) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(0.99 * (len(xs) - 1))))]
@@ -93,6 +134,9 @@ async def retention_figures(pool, repo: Repository, load_day_sql: str, grpc_port
     async with pool.acquire() as conn:  # what a drop frees: heap, TOAST and the four indexes
         mb = {start: await conn.fetchval(f"SELECT pg_total_relation_size('traces.{p.name}')") / 2**20
               for start, p in parts.items()}
+        files = {start: await _relation_sizes(conn, f"traces.{p.name}") for start, p in parts.items()}
+        beside = os.path.dirname(await conn.fetchval("SHOW data_directory"))
+    floor = {start: await asyncio.to_thread(_unlink_floor_ms, beside, files[start]) for start, _ in days}
     for p in parts.values():
         while not await repo.retire_partition(p):
             await asyncio.sleep(0.5)
@@ -141,6 +185,10 @@ async def retention_figures(pool, repo: Repository, load_day_sql: str, grpc_port
         "retention_drop_big_day_mb": mb[days[1][0]],
         "retention_drop_big_ms_per_mb": (big - big_detach) / mb[days[1][0]],
         "retention_drop_day_ms_per_mb": (small - small_detach) / statistics.median([mb[days[0][0]], mb[days[2][0]]]),
+        "retention_unlink_floor_day_ms": statistics.median([floor[days[0][0]], floor[days[2][0]]]),
+        "retention_unlink_floor_big_day_ms": floor[days[1][0]],
+        "retention_unlink_floor_big_vs_small": floor[days[1][0]] / statistics.median([floor[days[0][0]], floor[days[2][0]]]),
+        "retention_drop_big_vs_unlink_floor": big / floor[days[1][0]],
         "export_p50_ms": statistics.median(baseline), "export_p99_ms": p99,
         "export_p99_during_retention_ms": p99_during, "export_p99_retention_vs_baseline": p99_during / p99,
         "export_samples_per_phase": float(min(len(baseline), len(during))),

@@ -56,6 +56,23 @@ async def test_one_replica_grants_exactly_the_limit(pool):
     assert await _used(pool, "one") == 240
 
 
+async def test_concurrent_writes_of_one_owner_on_one_replica_lose_no_grant(pool):
+    """Eight clients of one owner writing at once on one replica (a flood): each lease taken while
+    another was in flight adds up, so the replica accepts exactly the limit."""
+    import asyncio  # noqa: PLC0415
+
+    quota = WriteQuota(pool, "svc", 240, WINDOW_S)
+    results: list[bool] = []
+
+    async def client() -> None:
+        for _ in range(40):
+            results.append(await _accepted(quota, "flood8"))
+
+    await asyncio.gather(*(client() for _ in range(8)))
+    assert sum(results) == 240 and len(results) == 320
+    assert await _used(pool, "flood8") == 240
+
+
 async def test_a_full_window_refuses_on_every_replica_and_other_owners_still_write(pool):
     replicas = [WriteQuota(pool, "svc", 20, WINDOW_S) for _ in range(3)]
     accepted = sum([await _accepted(replicas[i % 3], "flood") for i in range(60)])
