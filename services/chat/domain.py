@@ -31,7 +31,7 @@ from services.common.ids import (
 INSTANCE_PATTERN = "instances/{}"
 MESSAGE_PATTERN = "instances/{}/messages/{}"
 # Client-chosen instance ids and agent slugs (AIP-122 resource id shape).
-SLUG = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+SLUG = re.compile(r"^[a-z][a-z0-9-]{0,62}\Z")
 DEFAULT_AGENT = "reference"
 MAX_DISPLAY_NAME_CHARS = 200
 # audio_key is a storage key, dictation a transcript: bounded like any user-supplied text.

@@ -12,8 +12,8 @@ from typing import Any
 from services.common.clip import clip as clip_echo
 from services.common.errors import InvalidArgument
 
-HEX32 = re.compile(r"^[0-9a-f]{32}$")
-HEX16 = re.compile(r"^[0-9a-f]{16}$")
+HEX32 = re.compile(r"^[0-9a-f]{32}\Z")  # \Z: "$" would also accept a final newline
+HEX16 = re.compile(r"^[0-9a-f]{16}\Z")
 
 
 def new_id() -> str:
@@ -55,7 +55,7 @@ def parse_name(value: str, pattern: str, field_path: str) -> tuple[str, ...]:
     ids = []
     for got, want in zip(parts, pparts, strict=True):
         if want == "{}":
-            if not got or not re.match(r"^[a-zA-Z0-9_-]{1,64}$", got):
+            if not got or not re.match(r"^[a-zA-Z0-9_-]{1,64}\Z", got):
                 raise InvalidArgument(field_path, f"must look like {pattern.replace('{}', '{id}')}")
             ids.append(got)
         elif got != want:

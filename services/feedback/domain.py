@@ -65,7 +65,7 @@ UPDATABLE_PATHS = frozenset({"status", "issue_url"})
 # PutRating's default mask (as before reasons and choice existed) and every path a call may own.
 RATING_MASK_PATHS = frozenset({"sentiment", "category", "note"})
 RATING_OWNABLE_PATHS = RATING_MASK_PATHS | {"reasons", "choice"}
-ASPECT_SLUG = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+ASPECT_SLUG = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
 
 
 # ---------------------------------------------------------------- reports

@@ -118,3 +118,11 @@ def test_request_fingerprint_ignores_the_request_id_and_sees_every_other_field()
     with pytest.raises(InvalidArgument) as e:
         check_same_request(a, request_fingerprint(req("1"), "page_token"))
     assert e.value.metadata["field"] == "request_id" and e.value.reason == "REQUEST_ID_REUSED"
+
+
+@pytest.mark.parametrize("name", ["instances/abc\n", "instances/abc/messages/def\n"])
+def test_a_name_with_a_final_newline_is_invalid_argument(name):
+    """`$` matches before a final newline; names, ids and slugs must end where the value ends."""
+    pattern = "instances/{}" if name.count("/") == 1 else "instances/{}/messages/{}"
+    with pytest.raises(InvalidArgument):
+        parse_name(name, pattern, "name")
