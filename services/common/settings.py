@@ -42,6 +42,11 @@ class CommonSettings(BaseSettings):
     shutdown_drain_s: float = Field(default=1.0, ge=0, validation_alias=AliasChoices("AGENTFEEDBACK_SHUTDOWN_DRAIN_S"))
     # Log format: `text` (local) or `json` (deployed).
     log_format: str = Field(default="text", pattern="^(text|json)$", validation_alias=AliasChoices("AGENTFEEDBACK_LOG_FORMAT"))
+    # Where spans are encoded and exported (OTLP, the `OTEL_*` variables): `process` = a child process
+    # of each service (`services.common.span_pipe`: no export work on the serving process's GIL),
+    # `thread` = the SDK's BatchSpanProcessor on a thread of the service. Read by `setup_tracing`.
+    span_export: str = Field(default="process", pattern="^(process|thread)$",
+                             validation_alias=AliasChoices("AGENTFEEDBACK_SPAN_EXPORT"))
     # Log level (DEBUG, INFO, WARNING, ERROR).
     log_level: str = Field(default="INFO", validation_alias=AliasChoices("AGENTFEEDBACK_LOG_LEVEL"))
     # asyncpg pool size per service process.

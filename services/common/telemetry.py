@@ -138,31 +138,50 @@ def clip_tail(text: str, limit: int = STACKTRACE_MAX_CHARS) -> str:
     return text if len(text) <= limit else f"(-{len(text) - limit} chars)…" + text[-limit:]
 
 
+def exporting() -> bool:
+    """False when the `OTEL_*` environment turns span export off."""
+    return (os.environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
+            and os.environ.get("OTEL_TRACES_EXPORTER", "otlp").lower() != "none")
+
+
 def make_exporter() -> SpanExporter | None:
-    """The OTLP span exporter the `OTEL_*` environment asks for, or None when exporting is off."""
-    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+    """The OTLP span exporter the `OTEL_*` environment asks for, or None when exporting is off;
+    ValueError for an unknown protocol."""
+    if not exporting():
         return None
-    if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").lower() == "none":
-        return None
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"))
+    protocol = _protocol()
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
 
         from services.common.reconnect import RECONNECT_OPTIONS  # noqa: PLC0415 - fast reconnect to the collector
 
         return OTLPSpanExporter(channel_options=tuple(RECONNECT_OPTIONS))
-    if protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: PLC0415
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: PLC0415
 
-        return HttpExporter()
-    raise ValueError(f"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL={protocol!r}: use 'grpc' or 'http/protobuf'")
+    return HttpExporter()
+
+
+def _protocol() -> str:
+    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"))
+    if protocol not in ("grpc", "http/protobuf"):
+        raise ValueError(f"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL={protocol[:40]!r}: use 'grpc' or 'http/protobuf'")
+    return protocol
 
 
 def setup_tracing(service_name: str, exporter: SpanExporter | None = None) -> TracerProvider:
-    """A TracerProvider for one service, with `SPAN_LIMITS` and a `SizeBoundedExporter` around the
-    exporter. `exporter` overrides the environment (tests pass one)."""
+    """A TracerProvider for one service, with `SPAN_LIMITS`. Spans go, batched, to `exporter` (tests
+    pass one) on a thread of this process (the SDK's BatchSpanProcessor, with `SizeBoundedExporter`);
+    without one, to the exporter the `OTEL_*` environment asks for, which runs in a child process
+    (`services.common.span_pipe`) unless `AGENTFEEDBACK_SPAN_EXPORT=thread` keeps it on a thread here."""
     resource = Resource.create({"service.name": service_name, "service.namespace": "agentfeedback"})
     provider = TracerProvider(resource=resource, span_limits=SPAN_LIMITS, id_generator=SystemRandomIdGenerator())
+    # AGENTFEEDBACK_SPAN_EXPORT is validated with the other settings (CommonSettings.span_export).
+    if exporter is None and exporting() and os.environ.get("AGENTFEEDBACK_SPAN_EXPORT", "process") != "thread":
+        from services.common.span_pipe import ProcessSpanProcessor  # noqa: PLC0415 - imports the SDK's pieces
+
+        _protocol()  # a bad setting fails the service at start, not later in its child
+        provider.add_span_processor(ProcessSpanProcessor(resource, service_name))
+        return provider
     exp = exporter if exporter is not None else make_exporter()
     if exp is not None:
         provider.add_span_processor(BatchSpanProcessor(SizeBoundedExporter(exp)))
