@@ -21,6 +21,12 @@ handler never runs (nothing stored) and the caller gets RESOURCE_EXHAUSTED, reas
 `WRITE_QUOTA_EXCEEDED`, with RetryInfo (seconds until the window ends) and QuotaFailure (subject
 `owner:<sub>`), answered after up to 1 s (so a client retrying without a pause floods nobody). `extra` checks per method run
 after the rate check.
+
+A retry of a write that was acknowledged is not a new write (AIP-155: a client retrying after a lost
+response must get its answer): when the quota would refuse a call, the method's `answered(owner,
+request)` check (given by the service: "is this request id's answer stored?") is asked first, and a
+call it confirms runs without a token — its handler answers from what is stored and writes nothing.
+Only refusals pay for that lookup; a call within the quota runs no extra statement.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import grpc
@@ -127,23 +134,31 @@ def over_quota(owner: str, what: str, retry_after_s: float | None, reason: str) 
 
 
 Check = Callable[[str], Awaitable[None]]
+# `(owner, request) → True` when the request is a retry whose answer is stored (it writes nothing).
+Answered = Callable[[str, Any], Awaitable[bool]]
 
 
 class QuotaInterceptor(grpc.aio.ServerInterceptor):
     """Takes `quota` for each call of `write_methods` (full names `/pkg.Service/Method`), then runs
-    `extra[method](owner)` when given. Place after `ServiceInterceptor` in the server's list."""
+    `extra[method](owner)` when given; over the quota, a call `answered[method]` confirms as a retry
+    of a stored write runs untaxed. Place after `ServiceInterceptor` in the server's list."""
 
-    def __init__(self, quota: WriteQuota, write_methods: Iterable[str], extra: dict[str, Check] | None = None):
+    def __init__(self, quota: WriteQuota, write_methods: Iterable[str], extra: dict[str, Check] | None = None,
+                 answered: dict[str, Answered] | None = None):
         self._quota = quota
         self._methods = frozenset(write_methods)
         self._extra = dict(extra or {})
+        self._answered = dict(answered or {})
         self._wrapped: dict[str, tuple[object, object]] = {}
 
-    async def _check(self, method: str, context: grpc.aio.ServicerContext) -> None:
+    async def _check(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
         owner = current_principal().sub
         try:
             await self._quota.take(owner)
         except ResourceExhausted as e:
+            answered = self._answered.get(method)
+            if answered is not None and await answered(owner, request):
+                return  # a retry of an acknowledged write: its handler answers from what is stored
             # Answer a refused write after up to REFUSAL_DELAY_S (within the caller's deadline): a client
             # that ignores RetryInfo and retries at once is slowed to its concurrency per second, so a
             # flood of refusals cannot take the CPU other owners' calls need (measured: tests/bench).
@@ -168,7 +183,7 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
             inner = handler.unary_unary
 
             async def unary(request, context):
-                await self._check(method, context)
+                await self._check(method, request, context)
                 return await inner(request, context)
 
             wrapped = grpc.unary_unary_rpc_method_handler(unary, request_deserializer=handler.request_deserializer,
@@ -177,7 +192,7 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
             inner_stream = handler.unary_stream
 
             async def stream(request, context):
-                await self._check(method, context)
+                await self._check(method, request, context)
                 async for item in inner_stream(request, context):
                     yield item
 
@@ -190,12 +205,15 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
 
 
 async def write_quota_interceptor(url: str, pool: asyncpg.Pool, per_minute: int, service: str,
-                                  methods: Iterable[str], extra: dict[str, Check] | None = None) -> QuotaInterceptor:
+                                  methods: Iterable[str], extra: dict[str, Check] | None = None,
+                                  answered: dict[str, Answered] | None = None) -> QuotaInterceptor:
     """Applies the quota schema's migrations, then the interceptor for `service`'s write `methods`
-    (short names, e.g. `SendMessage`) at `per_minute` writes per owner (0: no rate limit)."""
+    (short names, e.g. `SendMessage`) at `per_minute` writes per owner (0: no rate limit); `extra`
+    and `answered` are keyed by short names too."""
     from services.common.db import migrate  # noqa: PLC0415 - keeps this module importable without a db
 
     await migrate(url, SCHEMA, MIGRATIONS)
     full = [f"/{service}/{m}" for m in methods]
     return QuotaInterceptor(WriteQuota(pool, service, per_minute, 60), full,
-                            {f"/{service}/{m}": c for m, c in (extra or {}).items()})
+                            {f"/{service}/{m}": c for m, c in (extra or {}).items()},
+                            {f"/{service}/{m}": c for m, c in (answered or {}).items()})

@@ -198,6 +198,15 @@ class Stored:
     report: Report
     fingerprint: bytes | None
     event_due: bool
+    counted: int | None = None  # a capped insert: the owner's reports before it (at most the cap)
+
+
+@dataclass(frozen=True, slots=True)
+class OverCap:
+    """`Repository.insert_report(…, cap=n)`'s answer when the owner already has n reports stored:
+    nothing was written."""
+
+    cap: int
 
 
 @dataclass(frozen=True, slots=True)

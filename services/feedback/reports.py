@@ -10,7 +10,7 @@ import asyncio
 import datetime as dt
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from google.protobuf.message import Message
@@ -26,7 +26,6 @@ from services.common.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
-    ResourceExhausted,
     Unavailable,
 )
 from services.common.ids import check_same_request, new_id, parse_trace_id
@@ -41,13 +40,16 @@ from services.feedback.model import (
     CreatedEvent,
     DeletedCreate,
     NewReport,
+    OverCap,
     Report,
     ReportFilter,
     Sentiment,
     Snapshot,
     Status,
+    Stored,
     Surface,
 )
+from services.feedback.report_cap import ReportCap
 from services.feedback.repository import Repository
 from services.feedback.ticket import TicketFields, check_server_ids, render_ticket
 from services.feedback.tracker import TrackerSink
@@ -112,9 +114,8 @@ class Reports:
         self._sink = sink
         # Optional `(author)` hook called once per report stored (the service's metrics).
         self.on_created: Callable[[Author], None] | None = None
-        # Optional `(owner)` check before a new report is stored (the cap on stored reports: raises
-        # RESOURCE_EXHAUSTED); it runs while the snapshot is fetched, and a retry never meets it.
-        self.admit: Callable[[str], Awaitable[None]] | None = None
+        # The cap on stored reports (report_cap.py); None: no cap. A retry never meets it.
+        self.cap: ReportCap | None = None
         self._tracer = tracer
         self._fields = ticket_fields
         self._capture_wait_s = filing_capture_wait_s
@@ -145,7 +146,9 @@ class Reports:
         request id outlives a deleted report: a retry after DeleteFeedback writes nothing and gets
         NOT_FOUND naming `feedback/{id}` (reason FEEDBACK_DELETED), for REQUEST_RETENTION_S = 24 h; later
         it creates a new report. The snapshot comes from the chat service (the caller's token); when it
-        cannot be reached, from `client_snapshot` (UNAVAILABLE when there is none). `feedback.created`
+        cannot be reached, from `client_snapshot` (UNAVAILABLE when there is none). An owner who has
+        `max_reports_per_owner` reports stored gets RESOURCE_EXHAUSTED (STORED_REPORTS_EXCEEDED, never
+        for a retry; `_insert`). `feedback.created`
         is emitted here when the trace id is the chat service's (else by the capture worker once it
         verified the client's), once per report either way: the mark is in the row."""
         if d.author == Author.AGENT:
@@ -153,11 +156,8 @@ class Reports:
         # The retry lookup and the chat fetch run together (a retry pays one wasted chat read; a first
         # call saves a round trip).
         lookup = asyncio.ensure_future(self._repo.get_by_request_id(p.sub, d.request_id))
-        admit = asyncio.ensure_future(self.admit(p.sub)) if self.admit is not None else None
-        for f in (lookup, admit):
-            # Read when the call ends early (cancelled, database gone): no "exception never retrieved" logged.
-            if f is not None:
-                f.add_done_callback(lambda f: f.cancelled() or f.exception())
+        # Read when the call ends early (cancelled, database gone): no "exception never retrieved" logged.
+        lookup.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
             anchor, snapshot, turn_time = await self._snapshot(d, p.metadata)
         except BaseException:
@@ -174,17 +174,6 @@ class Reports:
         if prior is not None:
             check_same_request(prior.fingerprint, d.fingerprint)
             return prior.report
-        if admit is not None:
-            try:
-                await admit
-            except ResourceExhausted:
-                # A duplicate of this request may have stored its report since our lookup (the count
-                # saw it): that report, not a refusal.
-                prior = await self._repo.get_by_request_id(p.sub, d.request_id)
-                if prior is None:
-                    raise
-                check_same_request(prior.fingerprint, d.fingerprint)
-                return prior.report
         plan = domain.capture_plan(snapshot.source, anchor.trace_id)
         new = NewReport(
             id=new_id(), owner=p.sub, request_id=d.request_id, fingerprint=d.fingerprint, anchor=anchor,
@@ -193,7 +182,7 @@ class Reports:
             capture_due=plan.capture_due, verify_due=plan.verify_due, authoritative=plan.authoritative,
             context_trace_id=d.context_trace_id,
         )
-        got = await self._repo.insert_report(new, REQUEST_RETENTION_S)
+        got = await self._insert(new)
         if isinstance(got, DeletedCreate):
             check_same_request(got.fingerprint, d.fingerprint)
             raise _deleted(got.feedback_id, d.request_id)
@@ -209,6 +198,22 @@ class Reports:
         if self._wake is not None and got.report.trace.state == domain.TRACE_PENDING:
             self._wake()
         return got.report
+
+    async def _insert(self, new: NewReport) -> Stored | DeletedCreate:
+        """The insert, under the stored-report cap when the owner may be near it (report_cap.py):
+        RESOURCE_EXHAUSTED (STORED_REPORTS_EXCEEDED) when they already have `cap` reports, unless this
+        request id stored its report meanwhile (then that one)."""
+        limit = self.cap.limit_for(new.owner) if self.cap is not None else None
+        if limit is None:
+            return await self._repo.insert_report(new, REQUEST_RETENTION_S)
+        assert self.cap is not None
+        async with self.cap.queued(new.owner):
+            got = await self._repo.insert_report(new, REQUEST_RETENTION_S, limit)
+        if isinstance(got, OverCap):
+            raise self.cap.refusal(new.owner)
+        if isinstance(got, Stored) and got.counted is not None:
+            self.cap.counted(new.owner, got.counted + 1)
+        return got
 
     async def _snapshot(self, d: ReportDraft, md) -> tuple[Anchor, Snapshot, dt.datetime | None]:
         """The anchor completed, the snapshot and the turn's time: from the chat service, or from the

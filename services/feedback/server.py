@@ -6,8 +6,6 @@ capture worker, the ticket sink, the gRPC server (auth + scopes + spans + error 
 """
 from __future__ import annotations
 
-import time
-
 import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
@@ -18,14 +16,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.auth import SCOPE_CHAT, SCOPE_TRACES_READ, Authenticator, ServiceToken, mint_token
 from services.common.db import close_pool, migrate, resolve_database_url
-from services.common.quota import over_quota, write_quota_interceptor
+from services.common.quota import write_quota_interceptor
 from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
-from services.feedback import codec, repository
+from services.feedback import codec, repository, retries
 from services.feedback.capture import CaptureWorker
 from services.feedback.chat_client import ChatClient
 from services.feedback.ratings import Ratings
+from services.feedback.report_cap import ReportCap
 from services.feedback.reports import Reports
 from services.feedback.repository import Repository
 from services.feedback.servicer import METHOD_SCOPES, SERVICE, FeedbackServicer
@@ -43,33 +42,6 @@ SERVICE_SUB = "svc:feedback"
 # Counted by the per-owner write quota (services/common/quota.py); deletes are never limited.
 WRITE_METHODS = ("CreateFeedback", "UpdateFeedback", "FileFeedback", "PutRating", "CopyRatings",
                  "ReportSuspectedDefect")
-
-
-def _report_cap(repo: Repository, cap: int, writes_per_minute: int):
-    """The per-owner cap on stored reports, checked before a new report is stored (0: no cap).
-
-    Counting an owner's reports is a statement per create; it is skipped while it cannot matter: the
-    write quota (`writes_per_minute` per owner, all replicas together) lets an owner create at most
-    2 × that within any 60 s (fixed windows: two windows overlap a minute), so an owner counted below
-    cap − 2 × writes_per_minute needs no count for 60 s. Without a write quota every create counts."""
-    headroom = 2 * writes_per_minute
-    counted: dict[str, float] = {}  # owner → monotonic time their count was last far below the cap
-
-    async def check(owner: str) -> None:
-        if cap <= 0:
-            return
-        now = time.monotonic()
-        if writes_per_minute > 0 and now - counted.get(owner, -1e9) < 60.0:
-            return
-        n = await repo.count_reports(owner, cap)
-        if n >= cap:
-            raise over_quota(owner, f"at most {cap} stored reports", None, "STORED_REPORTS_EXCEEDED")
-        if writes_per_minute > 0 and n + headroom < cap:
-            if len(counted) >= 10_000:
-                counted.clear()  # a bound on memory; forgetting costs one count
-            counted[owner] = now
-
-    return check
 
 
 class _ServiceToken(ServiceToken):
@@ -121,8 +93,10 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     servicer = FeedbackServicer(reports, ratings, Stats(repo, now), settings.trace_retention_days,
                                 settings.rating_note_max_bytes, now, Audit(repo), DefectReports(chat, reports))
 
-    reports.admit = _report_cap(repo, settings.max_reports_per_owner, settings.write_quota_per_minute)
-    quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS)
+    if settings.max_reports_per_owner > 0:
+        reports.cap = ReportCap(settings.max_reports_per_owner, settings.write_quota_per_minute)
+    quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
+                                          answered=retries.answered_checks(repo))
     metrics = await ServiceMetrics("feedback", settings.metrics_listen).start()
     pool_gauges(metrics.meter, pool, "feedback")
     fm = FeedbackMetrics(metrics.meter, repo)

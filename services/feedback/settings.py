@@ -22,7 +22,7 @@ class FeedbackSettings(CommonSettings):
     traces_target: str = Field(default="127.0.0.1:50053", pattern=LISTEN_PATTERN)
     # Seconds the snapshot fetch from the chat service may take before falling back.
     chat_timeout_s: float = Field(default=2.0, gt=0)
-    # Reports one owner may have stored (services/common/quota.py); a CreateFeedback beyond it is
+    # Reports one owner may have stored (services/feedback/report_cap.py); a CreateFeedback beyond it is
     # RESOURCE_EXHAUSTED (QuotaFailure, no RetryInfo: delete reports first). 0: no cap.
     max_reports_per_owner: int = Field(default=10_000, ge=0)
     # Rating note limit in UTF-8 bytes (proto `Rating.note`: default 8192).

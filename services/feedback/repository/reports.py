@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
@@ -23,6 +24,7 @@ from services.feedback.model import (
     AuditEntry,
     DeletedCreate,
     NewReport,
+    OverCap,
     Report,
     ReportFilter,
     SnapshotSource,
@@ -50,10 +52,10 @@ WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(sec
 # `retention_s` seconds ago) → no row. A deletion record older than that is recycled (a new report).
 # `copy_sibling`: the newest CAPTURED report of the same owner on the turn whose anchor the chat
 # service gave (never a CLIENT one) lends its frozen copy; the new row is then born with its state.
-INSERT_FEEDBACK = NamedSQL(f"""
-WITH claim AS (
+_INSERT_FEEDBACK = f"""
+WITH {{counted}}claim AS (
     INSERT INTO feedback_create_requests AS r (owner, request_id, feedback_id, request_fingerprint, delete_time)
-    VALUES (:owner, :request_id, :id, :fingerprint, NULL)
+    {{claimed}}
     ON CONFLICT (owner, request_id) DO UPDATE SET feedback_id = EXCLUDED.feedback_id,
         request_fingerprint = EXCLUDED.request_fingerprint, delete_time = NULL
     WHERE r.delete_time <= now() - make_interval(secs => :retention_s)
@@ -68,7 +70,7 @@ SELECT :id, :owner, :request_id, :target_kind, :message, :coding_session, :codin
     COALESCE(sib.trace_state, :trace_state::smallint),
     CASE WHEN :capture_due AND sib.id IS NULL THEN now() END,
     CASE WHEN :verify_due THEN now() END,
-    COALESCE(sib.trace_snapshot, '{{}}'::jsonb), COALESCE(sib.capture_span_count, -1), sib.capture_time, now(), now(),
+    COALESCE(sib.trace_snapshot, '{{{{}}}}'::jsonb), COALESCE(sib.capture_span_count, -1), sib.capture_time, now(), now(),
     :fingerprint, CASE WHEN :authoritative THEN now() END, :context_trace_id
 FROM claim
 LEFT JOIN LATERAL (
@@ -78,7 +80,21 @@ LEFT JOIN LATERAL (
     ORDER BY capture_time DESC LIMIT 1
 ) AS sib ON true
 ON CONFLICT (owner, request_id) DO NOTHING
-RETURNING {FEEDBACK_COLUMNS}, request_fingerprint, created_event_time""")
+RETURNING {FEEDBACK_COLUMNS}, request_fingerprint, created_event_time{{returned}}"""
+INSERT_FEEDBACK = NamedSQL(_INSERT_FEEDBACK.format(
+    counted="", claimed="VALUES (:owner, :request_id, :id, :fingerprint, NULL)", returned=""))
+# The same under the stored-report cap `:cap`: the request id is claimed (and the row inserted) only
+# while the owner has fewer than `:cap` reports; RETURNING says how many it had. Run under the owner's
+# lock (LOCK_OWNER_REPORTS, an earlier statement of the transaction), so the count sees every report
+# the lock's previous holder stored: count and insert of one owner never interleave.
+INSERT_FEEDBACK_CAPPED = NamedSQL(_INSERT_FEEDBACK.format(
+    counted="counted AS (SELECT count(*) AS n FROM (SELECT 1 FROM feedback WHERE owner = :owner LIMIT :cap) AS s),\n",
+    claimed="SELECT :owner::text, :request_id::uuid, :id::text, :fingerprint::bytea, NULL::timestamptz FROM counted "
+            "WHERE counted.n < :cap",
+    returned=", (SELECT n FROM counted) AS counted"))
+# An owner's lock on their stored-report count, held to the end of the transaction. The two-key form
+# keeps it apart from the single-key advisory locks of migrations and partitions.
+LOCK_OWNER_REPORTS = "SELECT pg_advisory_xact_lock(hashtext('feedback.report_cap'), hashtext($1))"
 
 GET_FEEDBACK = f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE id = $1 AND owner = $2"
 
@@ -139,6 +155,11 @@ RETURNING {FEEDBACK_COLUMNS}"""
 
 RELEASE_FILING = "UPDATE feedback SET filing_until = NULL WHERE id = $1 AND owner = $2"
 COUNT_REPORTS = "SELECT count(*) FROM (SELECT 1 FROM feedback WHERE owner = $1 LIMIT $2) AS s"
+# A retry's answer exists (the write quota lets it through): a live report, or a deletion within $3 s.
+CREATE_ANSWERED = """
+SELECT EXISTS (SELECT 1 FROM feedback WHERE owner = $1 AND request_id = $2)
+    OR EXISTS (SELECT 1 FROM feedback_create_requests
+               WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(secs => $3))"""
 
 
 def like_pattern(text: str) -> str:
@@ -161,21 +182,37 @@ class ReportStore:
 
     pool: asyncpg.Pool
 
-    async def get_by_request_id(self, owner: str, request_id: uuid.UUID) -> Stored | None:
-        """The report stored under (owner, request_id), with its fingerprint; None when there is none."""
-        r = await self.pool.fetchrow(GET_BY_REQUEST_ID, owner, request_id)
+    async def get_by_request_id(self, owner: str, request_id: uuid.UUID, db: Any = None) -> Stored | None:
+        """The report stored under (owner, request_id), with its fingerprint; None when there is none.
+        `db`: the connection of a transaction to read in (default: the pool)."""
+        r = await (db or self.pool).fetchrow(GET_BY_REQUEST_ID, owner, request_id)
         return Stored(rows.report(r), r["request_fingerprint"], False) if r is not None else None
 
-    async def get_deleted_create(self, owner: str, request_id: uuid.UUID, retention_s: float) -> DeletedCreate | None:
+    async def get_deleted_create(self, owner: str, request_id: uuid.UUID, retention_s: float,
+                                 db: Any = None) -> DeletedCreate | None:
         """The report this create request id made and a delete removed within `retention_s` seconds."""
-        r = await self.pool.fetchrow(GET_DELETED_CREATE, owner, request_id, retention_s)
+        r = await (db or self.pool).fetchrow(GET_DELETED_CREATE, owner, request_id, retention_s)
         return DeletedCreate(r["feedback_id"], r["request_fingerprint"]) if r is not None else None
 
-    async def insert_report(self, new: NewReport, retention_s: float) -> Stored | DeletedCreate:
-        """Insert a report (one statement for a new one). Returns the row stored under the request id
-        (`report.id` differs from `new.id` when a concurrent call with that request id stored first), or
-        the DeletedCreate when that request id's report was deleted within `retention_s` seconds (then
-        nothing is written)."""
+    async def create_answered(self, owner: str, request_id: uuid.UUID, retention_s: float) -> bool:
+        """Whether this create request id has an answer: its report, or its report's deletion within
+        `retention_s` seconds (a retry of it writes nothing)."""
+        return await self.pool.fetchval(CREATE_ANSWERED, owner, request_id, retention_s)
+
+    async def request_recorded(self, method: str, owner: str, request_id: uuid.UUID, retention_s: float) -> bool:
+        """Whether the request ledger holds a live record of `method`'s `request_id` (a retry's answer)."""
+        return await Ledger(method, retention_s).get(self.pool, owner, request_id) is not None
+
+    async def insert_report(self, new: NewReport, retention_s: float,
+                            cap: int | None = None) -> Stored | DeletedCreate | OverCap:
+        """Insert a report. Returns the row stored under the request id (`report.id` differs from
+        `new.id` when a concurrent call with that request id stored first), or the DeletedCreate when
+        that request id's report was deleted within `retention_s` seconds (then nothing is written).
+
+        `cap` None: one statement. `cap` n: a transaction under the owner's lock (LOCK_OWNER_REPORTS;
+        concurrent capped inserts of one owner wait for each other, on every replica): the request id
+        looked up again and the count taken under the lock, the report inserted only while the owner
+        has fewer than n (`Stored.counted`: how many they had), else OverCap (nothing written)."""
         a = new.anchor
         values: dict[str, Any] = {
             "id": new.id, "owner": new.owner, "request_id": new.request_id, "fingerprint": new.fingerprint,
@@ -187,19 +224,28 @@ class ReportStore:
             "turn_time": new.turn_time, "trace_state": new.trace_state, "capture_due": new.capture_due,
             "verify_due": new.verify_due, "authoritative": new.authoritative, "copy_sibling": new.copy_sibling,
             "captured": TraceState.CAPTURED, "client": SnapshotSource.CLIENT,
-            "context_trace_id": new.context_trace_id,
+            "context_trace_id": new.context_trace_id, "cap": cap,
         }
-        bound = INSERT_FEEDBACK.bind(values)
+        if cap is None:
+            return await self._insert(self.pool, INSERT_FEEDBACK.bind(values), new, retention_s, None)
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(LOCK_OWNER_REPORTS, new.owner)
+            return await self._insert(conn, INSERT_FEEDBACK_CAPPED.bind(values), new, retention_s, cap)
+
+    async def _insert(self, db: Any, bound: tuple[Any, ...], new: NewReport,
+                      retention_s: float, cap: int | None) -> Stored | DeletedCreate | OverCap:
         for _ in range(2):  # a deletion record expiring between two statements: claim it again
-            got = await self.pool.fetchrow(*bound)
+            got = await db.fetchrow(*bound)
             if got is not None:
-                return _stored(got)
-            prior = await self.get_by_request_id(new.owner, new.request_id)
+                return replace(_stored(got), counted=got["counted"]) if cap is not None else _stored(got)
+            prior = await self.get_by_request_id(new.owner, new.request_id, db)
             if prior is not None:
                 return prior
-            deleted = await self.get_deleted_create(new.owner, new.request_id, retention_s)
+            deleted = await self.get_deleted_create(new.owner, new.request_id, retention_s, db)
             if deleted is not None:
                 return deleted
+            if cap is not None and await db.fetchval(COUNT_REPORTS, new.owner, cap) >= cap:
+                return OverCap(cap)
         raise RuntimeError(f"request id {new.request_id} is claimed but neither stored nor deleted")
 
     async def get_report(self, fid: str, owner: str) -> Report | None:
@@ -289,7 +335,3 @@ class ReportStore:
 
     async def release_filing(self, fid: str, owner: str) -> None:
         await self.pool.execute(RELEASE_FILING, fid, owner)
-
-    async def count_reports(self, owner: str, at_most: int) -> int:
-        """How many reports `owner` has stored, counting no further than `at_most` (the quota check)."""
-        return await self.pool.fetchval(COUNT_REPORTS, owner, at_most)

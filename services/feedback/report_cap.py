@@ -1,0 +1,78 @@
+"""The per-owner cap on stored reports (`max_reports_per_owner`), as `Reports.create` applies it.
+
+Counting and inserting in two statements let concurrent creates of one owner overshoot the cap (six
+arriving at once all counted the same stored reports and all inserted). Near the cap, the count and
+the insert therefore run together under the owner's lock (`Repository.insert_report(…, cap=n)`: a
+transaction advisory lock keyed on the owner, held by one replica at a time), and the request id is
+looked up again under it, so a concurrent duplicate of a request is answered with the report its twin
+stored, never refused. Within one replica, the capped creates of an owner also queue here, before
+they take a pool connection: a burst of one owner waits on one connection, not on all of them.
+
+Far from the cap no lock and no count is needed (the common path: one insert statement): the write
+quota (`writes_per_minute` per owner, all replicas together, fixed one-minute windows) grants at most
+3 × that to the creates that can still insert within 60 s of a count — those in flight at the count
+took tokens in the window before, and the next 60 s overlap two more windows — so an owner counted
+below cap − 3 × writes_per_minute needs neither for 60 s. Without a write quota every create is capped
+under the lock.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from services.common.errors import ResourceExhausted
+from services.common.quota import over_quota
+
+# Seconds a count far below the cap is trusted (the write quota's window).
+TRUSTED_S = 60.0
+# Owners remembered as far below the cap, per replica (a bound on memory; forgetting costs one lock).
+_MAX_REMEMBERED = 10_000
+
+
+class ReportCap:
+    """`cap` stored reports per owner (0: no cap) under a write quota of `writes_per_minute` (0: none)."""
+
+    def __init__(self, cap: int, writes_per_minute: int):
+        self.cap = cap
+        self._writes = writes_per_minute
+        self._far_below: dict[str, float] = {}  # owner → monotonic time of a count far below the cap
+        self._queues: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # owner → lock, [holder + waiters]
+
+    def limit_for(self, owner: str) -> int | None:
+        """The cap a new report of `owner` must be inserted under, or None when it needs no check (no
+        cap, or the owner was counted far below it within TRUSTED_S). Runs no statement."""
+        if self.cap <= 0:
+            return None
+        seen = self._far_below.get(owner)
+        if seen is not None and time.monotonic() - seen < TRUSTED_S:
+            return None
+        return self.cap
+
+    def counted(self, owner: str, n: int) -> None:
+        """`owner` has `n` reports stored (counted under the lock): far below the cap, the next
+        TRUSTED_S seconds of their creates take the lock-free path."""
+        if self._writes > 0 and n + 3 * self._writes < self.cap:
+            if len(self._far_below) >= _MAX_REMEMBERED and owner not in self._far_below:
+                self._far_below.clear()
+            self._far_below[owner] = time.monotonic()
+
+    def refusal(self, owner: str) -> ResourceExhausted:
+        """RESOURCE_EXHAUSTED (STORED_REPORTS_EXCEEDED, QuotaFailure `owner:<sub>`, no RetryInfo: waiting
+        does not help, deleting reports does)."""
+        return over_quota(owner, f"at most {self.cap} stored reports", None, "STORED_REPORTS_EXCEEDED")
+
+    @asynccontextmanager
+    async def queued(self, owner: str) -> AsyncIterator[None]:
+        """One capped create of `owner` at a time in this replica (the others wait here, holding no
+        connection); the entry goes when its last holder leaves."""
+        lock, users = self._queues.setdefault(owner, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._queues[owner]

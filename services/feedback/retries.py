@@ -1,0 +1,56 @@
+"""Which write requests are retries whose answer is stored: the write quota's `answered` checks
+(services/common/quota.py), asked only when the quota would refuse the call.
+
+A retry of an acknowledged write must get its answer, not RESOURCE_EXHAUSTED (AIP-155; the brief:
+a client retrying after a lost response gets its answer). Each check looks only at what the handler
+would answer from, and the handler still decides: a confirmed call writes nothing (a request id
+reused for other content is INVALID_ARGUMENT there, as within the quota).
+
+- CreateFeedback, ReportSuspectedDefect: the create request id's report, or its deletion within the
+  request retention (both key the create ledger `feedback_create_requests`).
+- UpdateFeedback, PutRating, CopyRatings: a live record of the request id in the request ledger.
+- FileFeedback: the report is filed (a retry returns the stored ticket URL).
+A request without a request id (or with one that does not parse) is never confirmed.
+"""
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from services.common import ledger
+from services.common.errors import InvalidArgument
+from services.common.ids import parse_name, parse_request_id
+from services.feedback.repository import Repository
+
+
+def _request_id(request: Any) -> uuid.UUID | None:
+    try:
+        return parse_request_id(request.request_id)
+    except InvalidArgument:
+        return None
+
+
+def answered_checks(repo: Repository) -> dict[str, Callable[[str, Any], Awaitable[bool]]]:
+    """Method short name → `(owner, request) → bool` (True: a retry whose answer is stored)."""
+
+    async def created(owner: str, request: Any) -> bool:
+        rid = _request_id(request)
+        return rid is not None and await repo.create_answered(owner, rid, ledger.RETENTION_S)
+
+    def recorded(method: str) -> Callable[[str, Any], Awaitable[bool]]:
+        async def check(owner: str, request: Any) -> bool:
+            rid = _request_id(request)
+            return rid is not None and await repo.request_recorded(method, owner, rid, ledger.RETENTION_S)
+        return check
+
+    async def filed(owner: str, request: Any) -> bool:
+        try:
+            (fid,) = parse_name(request.name, "feedback/{}", "name")
+        except InvalidArgument:
+            return False
+        report = await repo.get_report(fid, owner)
+        return report is not None and bool(report.issue_url)
+
+    return {"CreateFeedback": created, "ReportSuspectedDefect": created, "UpdateFeedback": recorded("UpdateFeedback"),
+            "PutRating": recorded("PutRating"), "CopyRatings": recorded("CopyRatings"), "FileFeedback": filed}
