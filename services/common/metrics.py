@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 from opentelemetry.metrics import Meter
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter, MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
@@ -49,7 +49,8 @@ class ServiceMetrics:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader  # noqa: PLC0415
 
             readers.append(PrometheusMetricReader(registry=self.registry))
-        if "otlp" in os.environ.get("OTEL_METRICS_EXPORTER", "").lower().split(","):
+        otlp = "otlp" in os.environ.get("OTEL_METRICS_EXPORTER", "").lower().split(",")
+        if otlp:
             readers.append(_otlp_reader())
         views = [
             View(instrument_name="rpc.server.duration", aggregation=ExplicitBucketHistogramAggregation(RPC_BUCKETS_MS)),
@@ -57,7 +58,10 @@ class ServiceMetrics:
                  aggregation=ExplicitBucketHistogramAggregation(DB_BUCKETS_S)),
         ]
         resource = Resource.create({"service.name": service_name, "service.namespace": "agentfeedback"})
-        self.provider = MeterProvider(resource=resource, metric_readers=readers, views=views)
+        # Exemplars (a sampled trace id per bucket) cost ≈ 8 µs a measurement and only OTLP carries them
+        # (the Prometheus exporter drops them): sampled only for OTLP, unless OTEL_METRICS_EXEMPLAR_FILTER says.
+        exemplars = None if otlp or os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER") else AlwaysOffExemplarFilter()
+        self.provider = MeterProvider(resource=resource, metric_readers=readers, views=views, exemplar_filter=exemplars)
         self.meter: Meter = self.provider.get_meter(f"agentfeedback.{service_name}")
 
     async def start(self) -> ServiceMetrics:
