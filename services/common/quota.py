@@ -5,7 +5,8 @@ Each service counts its own writes (an owner may write 240 times a minute to the
 service already has it. A replica does not ask PostgreSQL for every write: it takes a *lease* of
 tokens (`_TAKE`: grant up to n writes unless the window is full, delete the owner's windows older
 than the previous one, and say how long until the window ends), taken under the owner's row lock, so
-the grants of all replicas together never exceed the limit. The lease is spent locally and grows
+the grants of all replicas together never exceed the limit; a replica asks for one lease of an owner
+at a time (concurrent writes of that owner wait for it). The lease is spent locally and grows
 while the owner keeps writing in the window (1, 2, 4, … up to `lease_cap`, at most limit / 16 and 64):
 an owner writing now and then costs one statement per write, as before; an owner writing fast costs
 one per lease (issue 17: the statement per write was a third of a rating's server CPU). What this
@@ -42,6 +43,7 @@ import grpc
 from services.common.auth import current_principal
 from services.common.clip import clip
 from services.common.errors import ResourceExhausted
+from services.common.keyed_locks import KeyedLocks
 
 SCHEMA = "quota"
 # Seconds a refused write waits before its answer (see QuotaInterceptor._check).
@@ -87,35 +89,44 @@ class WriteQuota:
         # owner → monotonic time its full window ends: a window, once full, stays full until it ends,
         # so this replica refuses the rest of a flood without a database round trip (exact, not a guess).
         self._full_until: dict[str, float] = {}
+        self._taking = KeyedLocks()  # owner → the one lease request in flight
 
     async def take(self, owner: str) -> None:
         """Count one write of `owner`. Raises ResourceExhausted (WRITE_QUOTA_EXCEEDED) when the window
         is full; nothing is counted then."""
-        if self.limit <= 0:
+        if self.limit <= 0 or self._spend(owner):
             return
+        # One lease request per owner at a time on this replica: concurrent writes wait for it and
+        # spend what it brought. (Each asking on its own, a burst of N writers reserved N leases of up
+        # to lease_cap: the window filled with one replica's unspent tokens and writers of every
+        # replica were refused long before the limit.)
+        async with self._taking.hold(owner):
+            if self._spend(owner):
+                return
+            now = time.monotonic()
+            lease = self._leases.get(owner)
+            # A lease spent within its window: the owner writes fast, the next one is twice as big.
+            want = min(self.lease_cap, lease[3] * 2) if lease is not None and now < lease[1] else 1
+            row = await self._pool.fetchrow(_TAKE, owner, self.window_s, self.limit, self.scope, min(want, self.limit))
+            retry = max(0.1, float(row["reset_in_s"]))
+            if row["granted"] is None:
+                self._remember(self._full_until, owner, now + retry)
+                raise self._over(owner, retry)
+            self._remember(self._leases, owner, [row["window_start"], now + retry, row["granted"] - 1, want])
+
+    def _spend(self, owner: str) -> bool:
+        """One token of `owner`'s lease (True), none left (False); raises while the window is known full."""
         now = time.monotonic()
         lease = self._leases.get(owner)
         if lease is not None and now < lease[1] and lease[2] > 0:
             lease[2] -= 1
-            return
+            return True
         until = self._full_until.get(owner)
         if until is not None:
             if now < until:
                 raise self._over(owner, until - now)
             del self._full_until[owner]
-        # A lease spent within its window: the owner writes fast, the next one is twice as big.
-        want = min(self.lease_cap, lease[3] * 2) if lease is not None and now < lease[1] else 1
-        row = await self._pool.fetchrow(_TAKE, owner, self.window_s, self.limit, self.scope, min(want, self.limit))
-        retry = max(0.1, float(row["reset_in_s"]))
-        if row["granted"] is None:
-            self._remember(self._full_until, owner, now + retry)
-            raise self._over(owner, retry)
-        lease = self._leases.get(owner)  # again: concurrent writes of this owner took leases meanwhile
-        if lease is not None and lease[0] == row["window_start"]:
-            lease[2] += row["granted"] - 1  # grants of one window add up (none is lost)
-            lease[3] = max(lease[3], want)
-        else:
-            self._remember(self._leases, owner, [row["window_start"], now + retry, row["granted"] - 1, want])
+        return False
 
     @staticmethod
     def _remember(d: dict, owner: str, value) -> None:

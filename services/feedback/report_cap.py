@@ -17,12 +17,11 @@ under the lock.
 """
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 from services.common.errors import ResourceExhausted
+from services.common.keyed_locks import KeyedLocks
 from services.common.quota import over_quota
 
 # Seconds a count far below the cap is trusted (the write quota's window).
@@ -38,7 +37,7 @@ class ReportCap:
         self.cap = cap
         self._writes = writes_per_minute
         self._far_below: dict[str, float] = {}  # owner → monotonic time of a count far below the cap
-        self._queues: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # owner → lock, [holder + waiters]
+        self._queues = KeyedLocks()
 
     def limit_for(self, owner: str) -> int | None:
         """The cap a new report of `owner` must be inserted under, or None when it needs no check (no
@@ -63,16 +62,7 @@ class ReportCap:
         does not help, deleting reports does)."""
         return over_quota(owner, f"at most {self.cap} stored reports", None, "STORED_REPORTS_EXCEEDED")
 
-    @asynccontextmanager
-    async def queued(self, owner: str) -> AsyncIterator[None]:
+    def queued(self, owner: str) -> AbstractAsyncContextManager[None]:
         """One capped create of `owner` at a time in this replica (the others wait here, holding no
-        connection); the entry goes when its last holder leaves."""
-        lock, users = self._queues.setdefault(owner, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if users[0] == 0:
-                del self._queues[owner]
+        connection)."""
+        return self._queues.hold(owner)

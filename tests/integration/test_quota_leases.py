@@ -79,3 +79,18 @@ async def test_a_full_window_refuses_on_every_replica_and_other_owners_still_wri
     assert accepted == 20  # lease cap 1 at this limit: exact
     assert all([not await _accepted(r, "flood") for r in replicas])
     assert await _accepted(replicas[0], "quiet")
+
+
+async def test_a_burst_of_one_owner_on_one_replica_leaves_the_window_to_the_others(pool):
+    """An owner writing fast (its lease grown to the cap) bursts 60 writes at once on one replica, then
+    writes on a second replica: 75 + 10 writes of a 240 limit are all accepted. (Each writer of the
+    burst used to request a whole lease of its own: the window filled with one replica's unspent
+    tokens, refusing writers of both replicas long before the limit.)"""
+    import asyncio  # noqa: PLC0415
+
+    a, b = WriteQuota(pool, "svc", 240, WINDOW_S), WriteQuota(pool, "svc", 240, WINDOW_S)
+    assert [await _accepted(a, "burst") for _ in range(15)] == [True] * 15  # leases of 1, 2, 4, 8
+    burst = await asyncio.gather(*(_accepted(a, "burst") for _ in range(60)))
+    assert all(burst)
+    assert [await _accepted(b, "burst") for _ in range(10)] == [True] * 10
+    assert await _used(pool, "burst") <= 85 + 2 * a.lease_cap  # at most one unspent lease per replica
