@@ -162,13 +162,15 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         return message_pb(m)
 
     async def ListMessages(self, request, context):  # noqa: N802
-        """Oldest first; keyset on (create_time, id); filters `trace_id`, `turn_index`, `turn_of_message`
-        (INVALID_ARGUMENT when it is not a message name of `parent`)."""
+        """Oldest first; keyset on (create_time, id); filters `trace_id`, `turn_index` (INVALID_ARGUMENT
+        when negative), `turn_of_message` (INVALID_ARGUMENT when it is not a message name of `parent`)."""
         owner = current_principal().sub
         instance_id = domain.parse_instance_name(request.parent, "parent")
         size = page_size(request.page_size, default=100)
         trace_id = domain.filter_trace_id(request.trace_id)
         turn_index = request.turn_index if request.HasField("turn_index") else None
+        if turn_index is not None and turn_index < 0:
+            raise InvalidArgument("turn_index", "must be 0 or more (turns count from 0)")
         turn_of = None
         if request.turn_of_message:
             of_instance, turn_of = domain.parse_message_name(request.turn_of_message, "turn_of_message")

@@ -379,3 +379,14 @@ async def test_list_messages_of_the_turn_of_one_message(stack: Stack):
     e = await rpc_error(chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, turn_of_message=turns[1].reply.name),
                                           metadata=stack.md("mallory")))
     assert e.code() == grpc.StatusCode.NOT_FOUND  # another owner's instance: nothing about it is told
+
+
+async def test_list_messages_with_a_negative_turn_index_is_invalid_argument_naming_it(stack: Stack):
+    chat = stack.chat()
+    parent = await new_instance(stack)
+    await chat.SendMessage(chat_pb2.SendMessageRequest(instance=parent, content="hello"), metadata=stack.md())
+    e = await rpc_error(chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, turn_index=-1),
+                                          metadata=stack.md()))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and error_info(e).metadata["field"] == "turn_index"
+    got = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=parent, turn_index=0), metadata=stack.md())
+    assert len(got.messages) == 2  # turn 0 still lists
