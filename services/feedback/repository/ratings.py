@@ -180,10 +180,14 @@ SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {_RECENT_FEEDBACK_WHERE}
 ORDER BY create_time DESC, id DESC LIMIT :limit""")
 
 # With `text` (the note / the body contains it): repository/text_search.py.
-RECENT_RATINGS_TEXT = text_search.statements(RATING_COLUMNS, "ratings", _RECENT_RATINGS_WHERE,
-                                             "note ILIKE :text ESCAPE '\\'", "update_time")
-RECENT_FEEDBACK_TEXT = text_search.statements(FEEDBACK_COLUMNS, "feedback", _RECENT_FEEDBACK_WHERE,
-                                              "body ILIKE :text ESCAPE '\\'", "create_time")
+# Both with the last days first (migration 0017's day-keyed trigram indexes).
+RECENT_RATINGS_TEXT = text_search.statements(
+    RATING_COLUMNS, "ratings", _RECENT_RATINGS_WHERE, "note ILIKE :text ESCAPE '\\'", "update_time",
+    text_search.Days("day_trigrams(update_time, note)", "note <> ''", "ratings_note_time",
+                     "SELECT min(update_time) FROM ratings WHERE origin = :user_origin AND note <> ''"))
+RECENT_FEEDBACK_TEXT = text_search.statements(
+    FEEDBACK_COLUMNS, "feedback", _RECENT_FEEDBACK_WHERE, "body ILIKE :text ESCAPE '\\'", "create_time",
+    text_search.Days("day_trigrams(create_time, body)", "", "feedback", "SELECT min(create_time) FROM feedback"))
 
 # The per-turn view (GetTurnFeedback): one owner's ratings (any origin) and reports of one turn.
 TURN_RATINGS = f"""
@@ -257,7 +261,7 @@ class RatingStore:
     async def recent(self, f: RecentFilter, after: tuple[dt.datetime, str] | None, limit: int, ratings: bool,
                      reports: bool) -> tuple[list[Rating], list[Report]]:
         values = {**_NAMED, "scope": f.scope, "aspect": f.aspect, "sentiment": f.sentiment, "category": f.category,
-                  "text": like_pattern(f.text), "negative_only": f.negative_only, "reason": f.reason,
+                  "text": like_pattern(f.text), "needle": f.text, "negative_only": f.negative_only, "reason": f.reason,
                   "choice": f.choice,
                   "after_time": after[0] if after else None, "after_id": after[1] if after else "", "limit": limit}
         r = [rows.rating(x) for x in await self._recent(RECENT_RATINGS, RECENT_RATINGS_TEXT, values)] \
@@ -266,9 +270,9 @@ class RatingStore:
             if reports else []
         return r, fb
 
-    async def _recent(self, plain: NamedSQL, text: tuple[NamedSQL, NamedSQL], values: dict[str, Any]
+    async def _recent(self, plain: NamedSQL, text: text_search.Search, values: dict[str, Any]
                       ) -> list[asyncpg.Record]:
-        """One table's part of the feed; with a text, in two bounded steps (`text_search.fetch_matches`)."""
+        """One table's part of the feed; with a text, in bounded steps (`text_search.fetch_matches`)."""
         if not values["text"]:
             return await fetch_custom_plan(self.pool, *plain.bind(values))
         return await text_search.fetch_matches(self.pool, text, values)

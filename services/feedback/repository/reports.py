@@ -277,7 +277,7 @@ class ReportStore:
     async def list_reports(self, owner: str, f: ReportFilter, after: tuple[Any, str] | None,
                            limit: int) -> list[Report]:
         """The owner's reports matching `f`, newest first (create_time, id) after the keyset `after`, at
-        most `limit`; a text search in two bounded steps (`text_search.fetch_matches`)."""
+        most `limit`; a text search in bounded steps (`text_search.fetch_matches`)."""
         values = {
             "owner": owner, "instance": f.instance, "status": f.status, "author": f.author, "sentiment": f.sentiment,
             "category": f.category, "start_time": f.start_time, "end_time": f.end_time,
