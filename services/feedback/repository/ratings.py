@@ -187,7 +187,8 @@ RECENT_RATINGS_TEXT = text_search.statements(
                      "SELECT min(update_time) FROM ratings WHERE origin = :user_origin AND note <> ''"))
 RECENT_FEEDBACK_TEXT = text_search.statements(
     FEEDBACK_COLUMNS, "feedback", _RECENT_FEEDBACK_WHERE, "body ILIKE :text ESCAPE '\\'", "create_time",
-    text_search.Days("day_trigrams(create_time, body)", "", "feedback", "SELECT min(create_time) FROM feedback"))
+    text_search.Days("day_trigrams(create_time, body)", "", "feedback",
+                     "SELECT min(create_time) FROM feedback"))
 
 # The per-turn view (GetTurnFeedback): one owner's ratings (any origin) and reports of one turn.
 TURN_RATINGS = f"""
@@ -261,8 +262,8 @@ class RatingStore:
     async def recent(self, f: RecentFilter, after: tuple[dt.datetime, str] | None, limit: int, ratings: bool,
                      reports: bool) -> tuple[list[Rating], list[Report]]:
         values = {**_NAMED, "scope": f.scope, "aspect": f.aspect, "sentiment": f.sentiment, "category": f.category,
-                  "text": like_pattern(f.text), "needle": f.text, "negative_only": f.negative_only, "reason": f.reason,
-                  "choice": f.choice,
+                  "text": like_pattern(f.text), "needle": f.text, "negative_only": f.negative_only,
+                  "reason": f.reason, "choice": f.choice,
                   "after_time": after[0] if after else None, "after_id": after[1] if after else "", "limit": limit}
         r = [rows.rating(x) for x in await self._recent(RECENT_RATINGS, RECENT_RATINGS_TEXT, values)] \
             if ratings else []

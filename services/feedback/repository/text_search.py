@@ -76,7 +76,8 @@ class Search:
     _windows: dict[int, NamedSQL] = field(default_factory=dict, compare=False)
 
     def window(self, n: int) -> NamedSQL:
-        """Step 2 over n days: parameters `:day0` … (text[]: one day's keys of the term's trigrams), `:limit`."""
+        """Step 2 over n days: parameters `:day0` … (text[]: one day's keys of the term's trigrams),
+        `:limit`."""
         if n not in self._windows:
             assert self.days is not None
             only = f" AND {self.days.only}" if self.days.only else ""
@@ -86,7 +87,8 @@ WHERE {self.where}{only} AND ({arms}) AND {self.match} ORDER BY {self.order} LIM
         return self._windows[n]
 
 
-def statements(columns: str, table: str, where: str, match: str, time: str, days: Days | None = None) -> Search:
+def statements(columns: str, table: str, where: str, match: str, time: str,
+               days: Days | None = None) -> Search:
     """The steps for `SELECT {columns} FROM {table} WHERE {where} AND {match}` ordered by ({time}, id)
     DESC; all take `:limit`, step 1 `:newest`, step 3 `:cap`, step 2's sizing `:needle` (the raw term). Step 3
     keeps only (ctid, time, id) of at most cap + 1 matches and reads the page's rows by ctid (one
@@ -106,7 +108,8 @@ ORDER BY {order}""")
     # The newest row the filters pass, the oldest the index holds, how many it holds, and the term's
     # whole trigrams (show_trgm's, without the word-edge ones that hold a space: a text containing
     # the term holds each of these; a multibyte trigram shown hashed is left out).
-    sizing = NamedSQL(f"""SELECT (SELECT {time} FROM {table} WHERE {where} ORDER BY {order} LIMIT 1) AS newest,
+    sizing = NamedSQL(f"""SELECT
+    (SELECT {time} FROM {table} WHERE {where} ORDER BY {order} LIMIT 1) AS newest,
     ({days.oldest}) AS oldest, (SELECT reltuples FROM pg_class WHERE oid = '{days.count}'::regclass) AS n,
     ARRAY(SELECT x FROM unnest(show_trgm(:needle)) AS x WHERE x ~ '^[^ ]{{3}}$') AS trigrams""")
     return Search(newest, every, walk, sizing, columns, table, where, match, order, days)
@@ -139,7 +142,7 @@ async def _recent_days(conn: asyncpg.Connection, search: Search, values: dict[st
     keys = {f"day{i}": [f"{(first - EPOCH).days + i}:{t}" for t in s["trigrams"]] for i in range(n)}
     got = await conn.fetch(*search.window(n).bind({**values, **keys}))
     start = dt.datetime.combine(first, dt.time(), dt.UTC)
-    # Every row the filters pass from `start` on is in `got`; below it, (time, id) < (start, '') is the keyset.
+    # Every row the filters pass from `start` on is in `got`; below it, the keyset (time, id) < (start, '').
     return got, {**values, "after_time": start, "after_id": ""}
 
 
