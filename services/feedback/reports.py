@@ -203,16 +203,16 @@ class Reports:
         """The insert, under the stored-report cap when the owner may be near it (report_cap.py):
         RESOURCE_EXHAUSTED (STORED_REPORTS_EXCEEDED) when they already have `cap` reports, unless this
         request id stored its report meanwhile (then that one)."""
-        limit = self.cap.limit_for(new.owner) if self.cap is not None else None
-        if limit is None:
+        cap = self.cap
+        limit = cap.limit_for(new.owner) if cap is not None else None
+        if cap is None or limit is None:  # the common path: one statement, no lock
             return await self._repo.insert_report(new, REQUEST_RETENTION_S)
-        assert self.cap is not None
-        async with self.cap.queued(new.owner):
+        async with cap.queued(new.owner):
             got = await self._repo.insert_report(new, REQUEST_RETENTION_S, limit)
         if isinstance(got, OverCap):
-            raise self.cap.refusal(new.owner)
+            raise cap.refusal(new.owner)
         if isinstance(got, Stored) and got.counted is not None:
-            self.cap.counted(new.owner, got.counted + 1)
+            cap.counted(new.owner, got.counted + 1)
         return got
 
     async def _snapshot(self, d: ReportDraft, md) -> tuple[Anchor, Snapshot, dt.datetime | None]:
