@@ -264,6 +264,10 @@ class Repository:
                     return _instance(r)
             raise InstanceExists(new.id)
 
+    async def instance_by_request(self, owner: str, request_id: uuid.UUID) -> Instance | None:
+        r = await self._pool.fetchrow(SELECT_INSTANCE_BY_REQUEST, owner, request_id)  # create or fork
+        return _instance(r) if r is not None else None
+
     async def get_instance(self, owner: str, instance_id: str) -> Instance | None:
         r = await self._pool.fetchrow(SELECT_INSTANCE, owner, instance_id)
         return _instance(r) if r is not None else None

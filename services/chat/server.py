@@ -13,6 +13,7 @@ from pathlib import Path
 from agentfeedback.chat.v1 import chat_pb2_grpc
 from opentelemetry.sdk.trace import TracerProvider
 
+from services.chat import retries
 from services.chat.agent_client import AgentClient
 from services.chat.fork import Forker
 from services.chat.ratings_client import RatingsClient
@@ -58,7 +59,8 @@ async def create_server(
     interceptor = ServiceInterceptor(
         Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics.meter)
     )
-    quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS)
+    quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
+                                          answered=retries.answered_checks(repo, turns))
     server = GrpcServer([interceptor, quota], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.metrics = metrics
     server.watch_database(url)

@@ -315,6 +315,11 @@ class TurnRunner:
                 )
             await asyncio.sleep(RETRY_POLL_S)
 
+    def replays_as_stored(self, rec: TurnRecord) -> bool:
+        """Whether a retry of `rec`'s request replays it or waits for it (False: it runs the agent again)."""
+        stale = rec.state == "RUNNING" and rec.attempt_time is not None and rec.attempt_time < self._stale_before()
+        return not stale and not (rec.state == "FAILED" and rec.error_code in RETRYABLE_CODES)
+
     def _stale_before(self) -> datetime:
         """RUNNING attempts that began before this have no live owner (STALE_MARGIN_S)."""
         return datetime.now(UTC) - timedelta(seconds=self._stale_s)

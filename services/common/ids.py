@@ -36,6 +36,14 @@ def parse_request_id(value: str, field_path: str = "request_id", required: bool 
         raise InvalidArgument(field_path, f"must be a UUID (got {clip_echo(value, 40)!r})") from None
 
 
+def request_id_of(request: Any) -> uuid.UUID | None:
+    """`request.request_id` as a UUID; None when empty or not a UUID (for a lookup, not a check)."""
+    try:
+        return parse_request_id(request.request_id)
+    except InvalidArgument:
+        return None
+
+
 def parse_trace_id(value: str, field_path: str = "trace_id") -> str:
     """A W3C trace id as 32 lowercase hex; InvalidArgument when malformed or all zeros."""
     v = value.strip().lower()

@@ -14,33 +14,25 @@ A request without a request id (or with one that does not parse) is never confir
 """
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from services.common import ledger
 from services.common.errors import InvalidArgument
-from services.common.ids import parse_name, parse_request_id
+from services.common.ids import parse_name, request_id_of
 from services.feedback.repository import Repository
-
-
-def _request_id(request: Any) -> uuid.UUID | None:
-    try:
-        return parse_request_id(request.request_id)
-    except InvalidArgument:
-        return None
 
 
 def answered_checks(repo: Repository) -> dict[str, Callable[[str, Any], Awaitable[bool]]]:
     """Method short name → `(owner, request) → bool` (True: a retry whose answer is stored)."""
 
     async def created(owner: str, request: Any) -> bool:
-        rid = _request_id(request)
+        rid = request_id_of(request)
         return rid is not None and await repo.create_answered(owner, rid, ledger.RETENTION_S)
 
     def recorded(method: str) -> Callable[[str, Any], Awaitable[bool]]:
         async def check(owner: str, request: Any) -> bool:
-            rid = _request_id(request)
+            rid = request_id_of(request)
             return rid is not None and await repo.request_recorded(method, owner, rid, ledger.RETENTION_S)
         return check
 

@@ -137,3 +137,34 @@ async def test_retries_of_acknowledged_writes_get_their_answer_over_the_write_qu
         assert await _stored(s, "gina") == [created.name]
     finally:
         await s.stop()
+
+
+async def test_chat_retries_of_acknowledged_writes_get_their_answer_over_the_write_quota(database_url, tmp_path):
+    s = await start_stack(database_url, tmp_path, chat={"write_quota_per_minute": 4})
+    try:
+        chat, md = s.chat(), s.md("hana")
+        create = chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="q", agent="reference"),
+                                                request_id=_rid())
+        inst = await chat.CreateInstance(create, metadata=md)
+        send = chat_pb2.SendMessageRequest(instance=inst.name, content="hello", request_id=_rid())
+        sent = await chat.SendMessage(send, metadata=md)
+        fork = chat_pb2.ForkConversationRequest(parent=inst.name, turn_index=sent.reply.turn_index,
+                                                display_name="f", request_id=_rid())
+        forked = await chat.ForkConversation(fork, metadata=md)
+        await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content="again", request_id=_rid()),
+                               metadata=md)
+        with pytest.raises(grpc.aio.AioRpcError) as ei:  # the quota (4 writes a minute) is spent
+            await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content="more", request_id=_rid()),
+                                   metadata=md)
+        assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert error_info(ei.value).reason == "WRITE_QUOTA_EXCEEDED"
+        assert (await chat.CreateInstance(create, metadata=md)).name == inst.name
+        again = await chat.SendMessage(send, metadata=md)
+        assert (again.reply.name, again.reply.content) == (sent.reply.name, sent.reply.content)
+        streamed = [ev async for ev in chat.StreamMessage(send, metadata=md)]
+        assert any(ev.HasField("reply") and ev.reply.name == sent.reply.name for ev in streamed)
+        assert (await chat.ForkConversation(fork, metadata=md)).instance.name == forked.instance.name
+        msgs = await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=inst.name), metadata=md)
+        assert [m.content for m in msgs.messages if m.role == chat_pb2.ROLE_USER] == ["hello", "again"]
+    finally:
+        await s.stop()
