@@ -36,7 +36,8 @@ ROWS: list[tuple[list[str], str, str, str]] = [
      "{retention_drop_big_vs_small}× (detach {retention_detach_big_vs_small}×); the DROP frees "
      "{retention_drop_day_mb} / {retention_drop_big_day_mb} MB at {retention_drop_day_ms_per_mb} / "
      "{retention_drop_big_ms_per_mb} ms per MB; floor: the filesystem unlinking files of the same sizes "
-     "{retention_unlink_floor_day_ms} / {retention_unlink_floor_big_day_ms} ms ({retention_unlink_floor_big_vs_small}×)",
+     "{retention_unlink_floor_day_ms} / {retention_unlink_floor_big_day_ms} ms ({retention_unlink_floor_big_vs_small}×); "
+     "the days' files on {retention_days_filesystem}",
      "dropping one day of {retention_drop_day_spans} / {retention_drop_big_day_spans} spans while Exports run"),
     (["export_p99_ms", "export_p99_during_retention_ms"], "ms", "{export_p99_retention_vs_baseline}× the p99 without a pass",
      "Export (1000 spans) p99 without / during retention passes"),

@@ -98,6 +98,10 @@ def service_env(ctx, db: str) -> tuple[dict[str, str], dict[str, int]]:
         # The per-owner write quota stays on (its statement is part of every write measured) but far
         # above what one bench owner sends; tests/bench/bench_quota.py measures it at its default.
         "AGENTFEEDBACK_WRITE_QUOTA_PER_MINUTE": "1000000000",
+        # …and the stored-report cap as far above the quota as the defaults put it (10,000 vs 240 a
+        # minute): creates take the cap's fast path (one statement, no lock), as an owner below
+        # cap - 3 x quota does in production (services/feedback/report_cap.py).
+        "AGENTFEEDBACK_FEEDBACK_MAX_REPORTS_PER_OWNER": str(10**13),
         "AGENTFEEDBACK_AGENT_LISTEN": f"127.0.0.1:{agent_port}",
         "AGENTFEEDBACK_AGENT_THINK_MS": "0",
         "AGENTFEEDBACK_CHAT_LISTEN": f"127.0.0.1:{chat_port}",

@@ -57,7 +57,7 @@ from services.tracecollector.repository import SPAN_COLUMNS, Repository, partiti
 from services.tracecollector.retention import Retention
 from services.common.server import wait_serving
 from services.tracecollector.server import MIGRATIONS, SCHEMA
-from tests.bench.collector_retention import retention_figures
+from tests.bench.collector_retention import retention_figures, spans_tablespace
 from tests.stack import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -421,6 +421,7 @@ async def bench_get_trace(ctx, now_ns: int, payloads: list[bytes]) -> dict[str, 
     days = 15
     per_day = total // days // 5 * 5
     url = await ctx.new_database()
+    tablespace = await spans_tablespace(url)
     await migrate(url, SCHEMA, MIGRATIONS)
     pool = await create_pool(url, SCHEMA, 2, 4, command_timeout_s=LOAD_TIMEOUT_S)
     try:

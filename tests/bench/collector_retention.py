@@ -18,6 +18,14 @@ loaded database while the collector process serves Exports.
   and each index, in PostgreSQL's 1 GiB segments; written and fsynced first, beside the data
   directory), and `retention_unlink_floor_big_vs_small`: what no drop can go below when a day's files
   must be freed (`retention_drop_big_vs_unlink_floor` = the big drop / its floor).
+- Before the drops (and before the floor's unlinks), the days' files leave the OS page cache
+  (`_evict`): a day is dropped 14 days after it was written, 13 newer days of spans later. A hot day
+  would add the kernel's freeing of its cached pages (≈ 0.2 ms per MB even on XFS, measured on this
+  machine 2026-12-01), which no 14-day-old day has.
+- Where the days' files live: `retention_days_filesystem` (e.g. `ext4 discard`: this VM's root is
+  mounted with online discard, which makes every freed MB cost ≈ 0.4 ms). BENCH_SPANS_TABLESPACE_DIR
+  (a directory) puts the collector database's partitions in a tablespace there (`spans_tablespace`),
+  the deployment deploy/README.md recommends: spans on XFS, or on a filesystem without online discard.
 - `export_p99_ms` / `export_p99_during_retention_ms`: per-Export latency (1000 spans, 4 clients, ack
   after commit) with no retention pass running, and while passes run back to back (the three loaded
   days, then empty days created and dropped; the same number of Exports each way, baseline and
@@ -31,6 +39,7 @@ import statistics
 import time
 from datetime import UTC, date, datetime
 
+import asyncpg
 import grpc
 
 from services.tracecollector.repository import Partition, Repository, partition_name
@@ -76,6 +85,70 @@ async def _exports(port: int, payloads: list[bytes], stop: asyncio.Event | None,
 SEGMENT = 2**30  # PostgreSQL splits a relation's file every 1 GiB
 
 
+def _evict(paths: list[str]) -> None:
+    """Drop `paths` (and their 1 GiB segment files) from the OS page cache: a day dropped 14 days after
+    it was written has long left it (13 newer days of spans went through the cache since). Freeing a
+    file's cached pages costs time in proportion to them: a figure with a hot day would measure the
+    kernel's page cache, not the drop of a 14-day-old day."""
+    for path in paths:
+        for seg in range(10_000):
+            name = path if seg == 0 else f"{path}.{seg}"
+            try:
+                fd = os.open(name, os.O_RDONLY)
+            except FileNotFoundError:
+                break
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+async def _relation_paths(conn, table: str) -> list[str]:
+    """Absolute paths of the first segment of every file set `_relation_sizes` counts."""
+    base = await conn.fetchval("SHOW data_directory")
+    return [os.path.join(base, r["p"]) for r in await conn.fetch(
+        """SELECT pg_relation_filepath(c.oid) AS p FROM pg_class c
+           WHERE c.oid = $1::regclass OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = $1::regclass)
+              OR c.oid = (SELECT reltoastrelid FROM pg_class WHERE oid = $1::regclass)
+              OR c.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid =
+                           (SELECT reltoastrelid FROM pg_class WHERE oid = $1::regclass))""", table)]
+
+
+async def spans_tablespace(url: str) -> str | None:
+    """With BENCH_SPANS_TABLESPACE_DIR set (a directory, e.g. on XFS), every table and index the
+    database `url` creates from now on (the collector's day partitions) lives in a tablespace there
+    (`ALTER DATABASE … SET default_tablespace`, what a DBA does to give spans their own volume).
+    Returns the directory, or None when unset."""
+    where = os.environ.get("BENCH_SPANS_TABLESPACE_DIR")
+    if not where:
+        return None
+    conn = await asyncpg.connect(url)
+    try:
+        owner = os.stat(await conn.fetchval("SHOW data_directory")).st_uid
+        loc = os.path.join(where, f"ts-{os.getpid()}-{time.time_ns()}")
+        os.makedirs(loc, mode=0o700)
+        os.chown(loc, owner, -1)  # the server's user owns a tablespace's directory
+        name = os.path.basename(loc).replace("-", "_")
+        await conn.execute(f"CREATE TABLESPACE {name} LOCATION '{loc}'")
+        await conn.execute(f'ALTER DATABASE "{await conn.fetchval("SELECT current_database()")}" '
+                           f"SET default_tablespace = {name}")
+    finally:
+        await conn.close()
+    return loc
+
+
+def filesystem_of(path: str) -> str:
+    """`<type> <mount options that matter here>` of the mount holding `path` (e.g. `ext4 discard`:
+    online discard makes freeing a file cost in proportion to its size)."""
+    real, best = os.path.realpath(path), ("?", "/", "")
+    with open("/proc/mounts") as f:
+        for line in f:
+            _, mnt, kind, opts, *_ = line.split()
+            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best[1]):
+                best = (kind, mnt, opts)
+    return best[0] + (" discard" if "discard" in best[2].split(",") else "")
+
+
 def _unlink_floor_ms(directory: str, sizes: list[int]) -> float:
     """Milliseconds to unlink files of `sizes` bytes (each split in SEGMENT files) written and fsynced
     in `directory` first: the filesystem's own cost of freeing what a DROP frees."""
@@ -92,6 +165,7 @@ def _unlink_floor_ms(directory: str, sizes: list[int]) -> float:
                 os.fsync(f.fileno())
             paths.append(path)
     os.sync()
+    _evict(paths)  # as the day's files are (see `_evict`)
     t0 = time.perf_counter()
     for path in paths:
         os.unlink(path)
@@ -135,11 +209,15 @@ async def retention_figures(pool, repo: Repository, load_day_sql: str, grpc_port
         mb = {start: await conn.fetchval(f"SELECT pg_total_relation_size('traces.{p.name}')") / 2**20
               for start, p in parts.items()}
         files = {start: await _relation_sizes(conn, f"traces.{p.name}") for start, p in parts.items()}
-        beside = os.path.dirname(await conn.fetchval("SHOW data_directory"))
+        paths = {start: await _relation_paths(conn, f"traces.{p.name}") for start, p in parts.items()}
+    # The floor's files go on the days' own filesystem (their tablespace's, when there is one).
+    beside = os.path.dirname(os.path.dirname(os.path.realpath(paths[days[0][0]][0])))
     floor = {start: await asyncio.to_thread(_unlink_floor_ms, beside, files[start]) for start, _ in days}
     for p in parts.values():
         while not await repo.retire_partition(p):
             await asyncio.sleep(0.5)
+    for start in paths:
+        await asyncio.to_thread(_evict, paths[start])
     load_s = time.perf_counter() - t0
     drops: dict[int, float] = {}
     per_round = 60
@@ -185,6 +263,7 @@ async def retention_figures(pool, repo: Repository, load_day_sql: str, grpc_port
         "retention_drop_big_day_mb": mb[days[1][0]],
         "retention_drop_big_ms_per_mb": (big - big_detach) / mb[days[1][0]],
         "retention_drop_day_ms_per_mb": (small - small_detach) / statistics.median([mb[days[0][0]], mb[days[2][0]]]),
+        "retention_days_filesystem": filesystem_of(beside),
         "retention_unlink_floor_day_ms": statistics.median([floor[days[0][0]], floor[days[2][0]]]),
         "retention_unlink_floor_big_day_ms": floor[days[1][0]],
         "retention_unlink_floor_big_vs_small": floor[days[1][0]] / statistics.median([floor[days[0][0]], floor[days[2][0]]]),
