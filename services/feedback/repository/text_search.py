@@ -82,8 +82,12 @@ class Search:
             assert self.days is not None
             only = f" AND {self.days.only}" if self.days.only else ""
             arms = " OR ".join(f"{self.days.keys} @> :day{i}::text[]" for i in range(n))
-            self._windows[n] = NamedSQL(f"""SELECT {self.columns} FROM {self.table}
-WHERE {self.where}{only} AND ({arms}) AND {self.match} ORDER BY {self.order} LIMIT :limit""")
+            # The term is tested on the rows the day keys found (OFFSET 0 keeps it out of the scan):
+            # else the 0009 trigram index, whose match count PostgreSQL underestimates 50-fold, looks
+            # cheaper, and the day keys are computed for each of its matches (≈ 500 ms at 100k).
+            self._windows[n] = NamedSQL(f"""SELECT * FROM (
+    SELECT {self.columns} FROM {self.table} WHERE {self.where}{only} AND ({arms}) OFFSET 0) AS d
+WHERE {self.match} ORDER BY {self.order} LIMIT :limit""")
         return self._windows[n]
 
 
