@@ -7,7 +7,8 @@ matches 1 row in 200, so a heavy owner's search read ≈ 10,000 rows (156 ms at 
 ANALYZE; the admin feed's rating half ≈ 100,000 ratings per page). Instead, in one snapshot:
 
 1. the newest `2 × limit` rows that pass the other filters, tested for the text: a needle in most
-   rows fills the page here (they are the newest matches, in order), for a bounded read;
+   rows fills the page here (they are the newest matches, in order), for a bounded read; when they
+   hold at least a quarter page of matches, step 4 (a term in ≥ 1 row of 8: its walk is short);
 2. (tables with a day-keyed trigram index, migration 0017: the admin feed) the matches of the last
    days, newest first: as many UTC days as hold about `WINDOW_ROWS × limit` rows (the table's row
    count over its time span, planner statistics), at most `MAX_DAYS`, ending at the day of the
@@ -39,10 +40,12 @@ import asyncpg
 from services.common.db import NamedSQL
 
 # Step 1 tests the newest NEWEST_PAGES × limit rows (≈ 1–2 ms of ILIKE over realistic bodies for a
-# page of 50); step 2 reads the days holding ≈ WINDOW_ROWS × limit rows (a page of matches for a needle
+# page of 50); when they hold at least limit / COMMON matches, the term is common enough for step 4's
+# walk to be short (step 2's days would hold thousands of matches, step 3 too many); step 2 reads the days holding ≈ WINDOW_ROWS × limit rows (a page of matches for a needle
 # in ≥ 1 row of 300), and gives way to step 3 when that takes more than MAX_DAYS days (a thin table:
 # every match is few); step 3 gives way to step 4 above MATCH_CAP matches.
 NEWEST_PAGES = 2
+COMMON = 4
 WINDOW_ROWS = 300
 MAX_DAYS = 31
 MATCH_CAP = 10_000
@@ -168,6 +171,8 @@ async def fetch_matches(pool: asyncpg.Pool, search: Search, values: dict[str, An
         got = await conn.fetch(*search.newest.bind({**values, "newest": NEWEST_PAGES * limit}))
         if len(got) >= limit:
             return got
+        if len(got) * COMMON >= limit:  # a term in ≥ 1 row of 2 × COMMON: a walk of ≈ 2 × COMMON × limit rows
+            return await conn.fetch(*search.walk.bind(values))
         head, values = await _recent_days(conn, search, values)
         if len(head) >= limit:
             return head
