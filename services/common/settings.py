@@ -73,6 +73,9 @@ class CommonSettings(BaseSettings):
         if len(sources) > 1:
             raise ValueError(f"{' and '.join(sources)} are both set: configure one JWT key source (HS256 secret, "
                              "RS256 public key file, or JWKS URL) and unset the others")
+        from services.common.telemetry import check_span_environment  # noqa: PLC0415 - the OTEL_* span variables
+
+        check_span_environment(self.span_export)
         return self
 
 # `host:port` or `[ipv6]:port` (gRPC listen addresses and targets); port 0 = any free port.

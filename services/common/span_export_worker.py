@@ -1,7 +1,8 @@
 """The span export child of a service (`services.common.span_pipe`): reads batches of compacted spans
 on stdin, rebuilds them on the parent's resource and exports them with the exporter the `OTEL_*`
-environment asks for (`telemetry.make_exporter`, wrapped in `SizeBoundedExporter`). A `flush` message
-is answered with one line on stdout once everything before it was exported. Exits at end of input.
+environment asks for (`telemetry.make_exporter`, wrapped in `SizeBoundedExporter`). Every message
+(`spans` or `flush`) is answered with its sequence number, one line on stdout, once handled (a batch:
+exported, or given up by the exporter's own retries). Exits at end of input.
 
 Run by the parent only: `python -m services.common.span_export_worker` (first message: the config).
 """
@@ -30,15 +31,14 @@ def main() -> int:
     inner = make_exporter()
     exporter = SizeBoundedExporter(inner) if inner is not None else None
     while (msg := read_msg(inp)) is not None:
-        kind, body = msg
+        kind, seq, body = msg
         if kind == "spans" and exporter is not None:
             try:
                 exporter.export([rebuild(r, resource) for r in body])
             except Exception:  # noqa: BLE001 - one bad batch must not stop the service's export
                 log.exception("%s: a batch of %d spans failed to export", cfg.get("service"), len(body))
-        elif kind == "flush":
-            out.write(b"flushed\n")
-            out.flush()
+        out.write(b"%d\n" % seq)  # done with it (exported, or failed after the exporter's own retries)
+        out.flush()
     if exporter is not None:
         exporter.shutdown()
     return 0

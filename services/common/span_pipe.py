@@ -12,10 +12,12 @@ the child, on its own GIL.
 Semantics follow the SDK's batch processor and its `OTEL_BSP_*` variables: a batch leaves every
 `OTEL_BSP_SCHEDULE_DELAY` ms (5000) or as soon as `OTEL_BSP_MAX_EXPORT_BATCH_SIZE` (512) spans wait;
 beyond `OTEL_BSP_MAX_QUEUE_SIZE` (2048) waiting spans, new ones are dropped and counted (a WARNING
-names the count). The child exits when its input closes (its parent stopped or died), after
-exporting what it read. A child that died is started again for the next batch; the batch it was
-handed is lost, with a WARNING. Framing on the pipe: 4-byte big-endian length + pickle, parent to
-child only (the child's stdout carries flush acknowledgements back).
+names the count); a value that is not a positive integer stops the service at start (ValueError).
+The child exits when its input closes (its parent stopped or died), after exporting what it read.
+Delivery (`_ChildLink`): the child confirms each batch once exported; a child that died is started
+again (WARNING) and gets every batch it had not confirmed, so killing it loses no span (a batch it
+exported but had not confirmed is sent twice: the collector keeps a span once). Framing on the pipe:
+4-byte big-endian length + pickle; the child answers one line (the sequence number) per message.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from opentelemetry.sdk.resources import Resource
@@ -40,6 +43,7 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 log = logging.getLogger(__name__)
 
 _LEN = struct.Struct(">I")
+_ROOT = Path(__file__).resolve().parents[2]  # the project (services.common.settings.PROJECT_ROOT)
 WORKER_MODULE = "services.common.span_export_worker"
 
 
@@ -110,31 +114,150 @@ def read_msg(inp: BinaryIO) -> Any:
     return pickle.loads(data) if len(data) == n else None
 
 
-def _env_int(name: str, default: int) -> int:
+def _env_positive(name: str, default: int) -> int:
+    """A positive integer `OTEL_BSP_*` value (ValueError naming the variable otherwise, as the SDK's
+    own BatchSpanProcessor refuses it)."""
+    raw = os.environ.get(name, "")
     try:
-        return int(os.environ.get(name, default))
+        value = int(raw) if raw.strip() else default
     except ValueError:
-        return default
+        value = 0
+    if value <= 0:
+        raise ValueError(f"{name}={raw[:40]!r}: must be a positive integer")
+    return value
+
+
+def bsp_settings() -> tuple[float, int, int]:
+    """(schedule delay in s, max queue, max batch) from `OTEL_BSP_*`; ValueError naming a bad one."""
+    delay_s = _env_positive("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
+    max_queue = _env_positive("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
+    max_batch = _env_positive("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
+    if max_batch > max_queue:
+        raise ValueError(f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={max_batch} exceeds OTEL_BSP_MAX_QUEUE_SIZE={max_queue}")
+    return delay_s, max_queue, max_batch
+
+
+class _ChildLink:
+    """The pipe to the export child, with delivery: every message carries a sequence number the child
+    answers (one line) once it has exported it; a batch not yet answered when the child dies goes to
+    the next child (at least once: the collector stores a span once, whatever the repeats). At most
+    `max_spans` spans wait for an answer; older batches beyond that are dropped, with a WARNING."""
+
+    def __init__(self, config: dict[str, Any], max_spans: int):
+        self._config, self._max_spans = config, max_spans
+        self._seq = 0
+        self._unacked: dict[int, list[tuple]] = {}
+        self._acked = 0
+        self._buf = b""
+        self._child: subprocess.Popen | None = None
+        self._spawn()
+
+    def _spawn(self) -> None:
+        path = os.pathsep.join(filter(None, [str(_ROOT), str(_ROOT / "gen"), os.environ.get("PYTHONPATH")]))
+        # Its own session: a terminal's Ctrl-C stops the parent, whose shutdown then flushes the child.
+        self._child = child = subprocess.Popen([sys.executable, "-m", WORKER_MODULE], stdin=subprocess.PIPE,
+                                               stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": path},
+                                               start_new_session=True)
+        os.set_blocking(child.stdout.fileno(), False)
+        self._buf = b""
+        write_msg(child.stdin, self._config)
+        for seq, batch in list(self._unacked.items()):  # what the last child did not confirm
+            write_msg(child.stdin, ("spans", seq, batch))
+
+    def pending(self) -> bool:
+        """Batches the child has not confirmed yet."""
+        return bool(self._unacked)
+
+    def alive(self) -> bool:
+        """Reaps a child that died (no zombie waits for the next batch)."""
+        return self._child is not None and self._child.poll() is None
+
+    def send(self, kind: str, batch: list[tuple] | None = None) -> int:
+        """Hand one message to the child (starting another if it died); its sequence number."""
+        self._seq += 1
+        if batch is not None:
+            self._unacked[self._seq] = batch
+            self._bound()
+        for attempt in (1, 2):
+            try:
+                if not self.alive():
+                    if self._child is not None:
+                        log.warning("span export process (pid %s) is gone; starting another (%d spans to resend)",
+                                    self._child.pid, sum(map(len, self._unacked.values())))
+                    self._spawn()
+                    if batch is not None:
+                        return self._seq  # sent by _spawn with the other unconfirmed batches
+                write_msg(self._child.stdin, (kind, self._seq, batch))
+                return self._seq
+            except OSError:
+                if attempt == 2:
+                    log.warning("span export process cannot be started again; %d spans wait",
+                                sum(map(len, self._unacked.values())))
+                self._child = None if attempt == 2 else self._child
+        return self._seq
+
+    def _bound(self) -> None:
+        while sum(map(len, self._unacked.values())) > self._max_spans and len(self._unacked) > 1:
+            seq = next(iter(self._unacked))
+            log.warning("%d spans dropped: the span export process has not confirmed them",
+                        len(self._unacked.pop(seq)))
+
+    def read_acks(self, wait_for: int = 0, timeout_s: float = 0.0) -> bool:
+        """Take the child's answers so far; with `wait_for`, until it answered that sequence number
+        (or `timeout_s` passed, or it died). True when it has answered `wait_for`."""
+        deadline = time.monotonic() + timeout_s
+        while self._child is not None:
+            out = self._child.stdout
+            try:
+                data = os.read(out.fileno(), 65536)
+            except BlockingIOError:
+                data = None
+            if data:
+                self._buf += data
+                *lines, self._buf = self._buf.split(b"\n")
+                for line in lines:
+                    self._acked = max(self._acked, int(line))
+                for seq in [q for q in self._unacked if q <= self._acked]:
+                    del self._unacked[seq]
+                continue
+            if data == b"" or self._acked >= wait_for or (left := deadline - time.monotonic()) <= 0:
+                break
+            select.select([out], [], [], min(left, 0.1))
+        return self._acked >= wait_for
+
+    def close(self, timeout_s: float) -> None:
+        """Close the child's input (it exports what it read, then exits); kill it after `timeout_s`."""
+        child, self._child = self._child, None
+        if child is None:
+            return
+        try:
+            child.stdin.close()
+            child.wait(timeout_s)
+        except (OSError, subprocess.TimeoutExpired):
+            child.kill()
+            child.wait()
 
 
 class ProcessSpanProcessor(SpanProcessor):
     """Batches ended spans and pipes them to an exporting child process (see the module docstring).
-    `resource`: the provider's; `service_name` names the child's log lines."""
+    `resource`: the provider's; `service_name` names the child's log lines. ValueError when an
+    `OTEL_BSP_*` value is not a positive integer or the batch exceeds the queue."""
+
+    # Shutdown: how long the child may take to confirm the last spans, then to exit. Together below
+    # the 15 s `make run` (services.cli) gives a stopping service, so no child outlives its stack.
+    FLUSH_TIMEOUT_S = 5.0
+    EXIT_TIMEOUT_S = 3.0
 
     def __init__(self, resource: Resource, service_name: str):
-        self._resource_attrs = dict(resource.attributes)
-        self._schema_url = resource.schema_url
-        self._service = service_name
-        self._delay_s = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
-        self._max_queue = _env_int("OTEL_BSP_MAX_QUEUE_SIZE", 2048)
-        self._max_batch = _env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
+        self._delay_s, self._max_queue, self._max_batch = bsp_settings()
         self._cond = threading.Condition()
         self._queue: list[tuple] = []
         self._dropped = 0
-        self._flushes: list[threading.Event] = []
+        self._flushes: list[list] = []  # [event, confirmed?] per force_flush waiting
         self._stopping = False
         # Started now, before the service serves: a fork while gRPC threads are busy logs a warning.
-        self._child: subprocess.Popen | None = self._spawn()
+        self._link = _ChildLink({"service": service_name, "resource": dict(resource.attributes),
+                                 "schema_url": resource.schema_url}, self._max_queue)
         self._thread = threading.Thread(target=self._run, name="SpanPipe", daemon=True)
         self._thread.start()
 
@@ -153,19 +276,19 @@ class ProcessSpanProcessor(SpanProcessor):
                 self._cond.notify()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """True once every span ended before the call has been exported by the child (or failed)."""
-        done = threading.Event()
+        """True once the child confirmed every span ended before the call (False after the timeout)."""
+        waiter = [threading.Event(), False]
         with self._cond:
-            self._flushes.append(done)
+            self._flushes.append(waiter)
             self._cond.notify()
-        return done.wait(timeout_millis / 1000)
+        return waiter[0].wait(timeout_millis / 1000) and waiter[1]
 
     def shutdown(self) -> None:
-        """Export what is queued, then stop the child (its input closes; 30 s at most)."""
+        """Export what is queued (FLUSH_TIMEOUT_S at most), then stop the child."""
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        self._thread.join(35)
+        self._thread.join(self.FLUSH_TIMEOUT_S + self.EXIT_TIMEOUT_S + 2)
 
     def _run(self) -> None:
         while True:
@@ -183,54 +306,16 @@ class ProcessSpanProcessor(SpanProcessor):
             if dropped:
                 log.warning("%d spans dropped: more than OTEL_BSP_MAX_QUEUE_SIZE=%d were waiting for export",
                             dropped, self._max_queue)
+            self._link.read_acks()
             if batch:
-                self._send(("spans", batch))
-            if flushes:
-                self._flush_child()
-                for f in flushes:
-                    f.set()
+                self._link.send("spans", batch)
+            elif self._link.pending() and not self._link.alive():
+                self._link.send("flush")  # a new child gets the unconfirmed batches
+            if flushes or stopping:
+                confirmed = self._link.read_acks(self._link.send("flush"), self.FLUSH_TIMEOUT_S)
+                for waiter in flushes:
+                    waiter[1] = confirmed
+                    waiter[0].set()
             if stopping:
-                self._stop_child()
+                self._link.close(self.EXIT_TIMEOUT_S)
                 return
-
-    def _spawn(self) -> subprocess.Popen:
-        from services.common.settings import PROJECT_ROOT  # noqa: PLC0415 - only where a child starts
-
-        path = os.pathsep.join(filter(None, [str(PROJECT_ROOT), str(PROJECT_ROOT / "gen"), os.environ.get("PYTHONPATH")]))
-        # Its own session: a terminal's Ctrl-C stops the parent, whose shutdown then flushes the child.
-        child = subprocess.Popen([sys.executable, "-m", WORKER_MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 env={**os.environ, "PYTHONPATH": path}, start_new_session=True)
-        write_msg(child.stdin, {"service": self._service, "resource": self._resource_attrs,
-                                "schema_url": self._schema_url})
-        return child
-
-    def _send(self, msg: tuple) -> bool:
-        for attempt in (1, 2):
-            try:
-                if self._child is None or self._child.poll() is not None:
-                    self._child = self._spawn()
-                write_msg(self._child.stdin, msg)
-                return True
-            except OSError as e:
-                log.warning("span export process (pid %s) is gone (%s); %s", getattr(self._child, "pid", "-"),
-                            type(e).__name__, "starting another" if attempt == 1 else f"{len(msg[1])} spans lost")
-                self._child = None
-        return False
-
-    def _flush_child(self, timeout_s: float = 30.0) -> None:
-        """Wait until the child has exported everything it was sent (it answers one line per flush)."""
-        if self._child is None or not self._send(("flush", None)):
-            return
-        out = self._child.stdout
-        if select.select([out], [], [], timeout_s)[0]:
-            out.readline()
-
-    def _stop_child(self) -> None:
-        child, self._child = self._child, None
-        if child is None:
-            return
-        try:
-            child.stdin.close()
-            child.wait(30)
-        except (OSError, subprocess.TimeoutExpired):
-            child.kill()

@@ -139,9 +139,27 @@ def clip_tail(text: str, limit: int = STACKTRACE_MAX_CHARS) -> str:
 
 
 def exporting() -> bool:
-    """False when the `OTEL_*` environment turns span export off."""
-    return (os.environ.get("OTEL_SDK_DISABLED", "").lower() != "true"
-            and os.environ.get("OTEL_TRACES_EXPORTER", "otlp").lower() != "none")
+    """False when the `OTEL_*` environment turns span export off; ValueError for an
+    `OTEL_TRACES_EXPORTER` other than `otlp` or `none` (it used to mean OTLP, silently)."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return False
+    kind = os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
+    if kind not in ("otlp", "none"):
+        raise ValueError(f"OTEL_TRACES_EXPORTER={kind[:40]!r}: use 'otlp' or 'none'")
+    return kind == "otlp"
+
+
+def check_span_environment(span_export: str = "process") -> None:
+    """ValueError naming the variable when an `OTEL_*` span setting would fail later (the exporter,
+    the OTLP protocol, and, for the export child, the `OTEL_BSP_*` values): run with the settings at
+    start-up (`CommonSettings`), so a bad value is one line, not a traceback."""
+    if not exporting():
+        return
+    _protocol()
+    if span_export == "process":
+        from services.common.span_pipe import bsp_settings  # noqa: PLC0415
+
+        bsp_settings()
 
 
 def make_exporter() -> SpanExporter | None:
@@ -162,9 +180,12 @@ def make_exporter() -> SpanExporter | None:
 
 
 def _protocol() -> str:
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"))
+    name = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+    if name not in os.environ:
+        name = "OTEL_EXPORTER_OTLP_PROTOCOL"
+    protocol = os.environ.get(name, "grpc")
     if protocol not in ("grpc", "http/protobuf"):
-        raise ValueError(f"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL={protocol[:40]!r}: use 'grpc' or 'http/protobuf'")
+        raise ValueError(f"{name}={protocol[:40]!r}: use 'grpc' or 'http/protobuf'")
     return protocol
 
 

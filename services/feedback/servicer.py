@@ -204,11 +204,13 @@ class FeedbackServicer(OperatorMethods, feedback_pb2_grpc.FeedbackServiceService
         return empty_pb2.Empty()
 
     async def ListRatings(self, request: pb.ListRatingsRequest, context) -> pb.ListRatingsResponse:
-        """The caller's ratings of one conversation (optionally one turn), by turn, scope, aspect; a
-        page token is bound to its conversation and turn filter."""
+        """The caller's ratings of one conversation (optionally one turn: INVALID_ARGUMENT when
+        negative), by turn, scope, aspect; a page token is bound to its conversation and turn filter."""
         parse_name(request.conversation, "instances/{}", "conversation")
         size = page_size(request.page_size, 100, 1000)
         turn = request.turn_index if request.HasField("turn_index") else None
+        if turn is not None and turn < 0:
+            raise InvalidArgument("turn_index", "must be 0 or more (turns count from 0)")
         filters = {"conversation": request.conversation, "turn_index": turn}
         pos = pages.read(request.page_token, filters)
         after = codec.rating_position(pos) if pos is not None else None

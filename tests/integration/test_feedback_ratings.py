@@ -326,3 +326,10 @@ async def test_a_token_without_the_chat_scope_cannot_rate_on_another_tokens_cach
                                narrow), grpc.StatusCode.PERMISSION_DENIED)
     assert "chat" in e.details()
     assert [r.sentiment for r in await ratings_of(stack, inst)] == [pb.RATING_SENTIMENT_POSITIVE]
+
+
+async def test_list_ratings_with_a_negative_turn_index_is_invalid_argument_naming_it(stack: Stack):
+    inst = await new_instance(stack)
+    e = await expect_error(stack.feedback().ListRatings(pb.ListRatingsRequest(conversation=inst, turn_index=-1),
+                                                        metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "turn_index"

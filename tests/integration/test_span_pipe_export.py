@@ -87,6 +87,31 @@ async def test_spans_arrive_whole_through_the_export_process_which_is_replaced_w
     assert _children() == []  # shutdown stopped the child
 
 
+async def test_a_batch_handed_to_a_child_that_dies_before_exporting_it_is_sent_again(otlp_env):
+    tp = setup_tracing("pipe-test")
+    try:
+        (pid,) = _children()
+        os.kill(pid, signal.SIGSTOP)  # it takes the batch into its pipe but cannot export it
+        with tp.get_tracer("agentfeedback.test").start_as_current_span("handed.over") as s:
+            pass
+        await asyncio.sleep(0.5)  # several schedule delays: the batch went down the pipe
+        os.kill(pid, signal.SIGKILL)
+        trace = await _arrived(otlp_env, s.get_span_context().trace_id, 1)
+        assert [x.name for x in trace.spans] == ["handed.over"]  # the next child exported it
+    finally:
+        await asyncio.to_thread(tp.shutdown)
+
+
+@pytest.mark.parametrize("name,value", [("OTEL_BSP_SCHEDULE_DELAY", "0"), ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-1"),
+                                        ("OTEL_BSP_MAX_QUEUE_SIZE", "many")])
+def test_a_bsp_value_that_is_not_a_positive_integer_stops_the_service_at_start(otlp_env, monkeypatch, name, value):
+    """Left alone, a zero delay or batch size spun the export thread at 100 % CPU (a tester found it)."""
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=name):
+        setup_tracing("pipe-test")
+    assert _children() == []
+
+
 async def test_shutdown_exports_the_spans_still_queued(otlp_env, monkeypatch):
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")  # nothing leaves on the schedule
     tp = setup_tracing("pipe-test")
