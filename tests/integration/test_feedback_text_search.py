@@ -94,6 +94,20 @@ def _chunks(ids: list[str], size: int) -> list[list[str]]:
     return [ids[i:i + size] for i in range(0, len(ids), size)] if ids else [[]]
 
 
+
+async def _assert_feed_pages(repo, word: str, size: int, want_ratings: list[str], want_reports: list[str],
+                             label: tuple) -> None:
+    """The admin feed's ratings and reports for `word`, paged by `size`, are `want_*` in that order."""
+    async def ratings(after, n):
+        got, _ = await repo.recent(RecentFilter(text=word), after, n, ratings=True, reports=False)
+        return [(r.update_time, r.id) for r in got]
+
+    async def reports(after, n):
+        _, got = await repo.recent(RecentFilter(text=word), after, n, ratings=False, reports=True)
+        return [(r.create_time, r.id) for r in got]
+    assert await _pages(ratings, size) == _chunks(want_ratings, size), label
+    assert await _pages(reports, size) == _chunks(want_reports, size), label
+
 async def test_text_search_pages_equal_one_query_over_every_match(database_url, monkeypatch):
     monkeypatch.setattr(text_search, "MATCH_CAP", 30)  # 240 rows: every step answers some pages
     await migrate(database_url, "feedback", MIGRATIONS)
@@ -119,15 +133,7 @@ async def test_text_search_pages_equal_one_query_over_every_match(database_url, 
                 want_ratings = [r["id"] for r in await truth.fetch(RECENT_RATING_TRUTH, word)]
                 want_reports = [r["id"] for r in await truth.fetch(RECENT_REPORT_TRUTH, word)]
                 for size in (1, 9, 50):
-                    async def ratings(after, n, word=word):
-                        got, _ = await repo.recent(RecentFilter(text=word), after, n, ratings=True, reports=False)
-                        return [(r.update_time, r.id) for r in got]
-
-                    async def reports(after, n, word=word):
-                        _, got = await repo.recent(RecentFilter(text=word), after, n, ratings=False, reports=True)
-                        return [(r.create_time, r.id) for r in got]
-                    assert await _pages(ratings, size) == _chunks(want_ratings, size), (word, size)
-                    assert await _pages(reports, size) == _chunks(want_reports, size), (word, size)
+                    await _assert_feed_pages(repo, word, size, want_ratings, want_reports, (word, size))
         finally:
             await truth.close()
     finally:
@@ -164,15 +170,7 @@ async def test_day_windows_pages_equal_one_query_over_every_match(database_url, 
                 want_reports = [r["id"] for r in await truth.fetch(RECENT_REPORT_TRUTH, word)]
                 assert word == "absent" or (want_ratings and want_reports)
                 for size in (1, 7, 50) if word in ("gem", "absent") else (7, 50):
-                    async def ratings(after, n, word=word):
-                        got, _ = await repo.recent(RecentFilter(text=word), after, n, ratings=True, reports=False)
-                        return [(r.update_time, r.id) for r in got]
-
-                    async def reports(after, n, word=word):
-                        _, got = await repo.recent(RecentFilter(text=word), after, n, ratings=False, reports=True)
-                        return [(r.create_time, r.id) for r in got]
-                    assert await _pages(ratings, size) == _chunks(want_ratings, size), (window_rows, word, size)
-                    assert await _pages(reports, size) == _chunks(want_reports, size), (window_rows, word, size)
+                    await _assert_feed_pages(repo, word, size, want_ratings, want_reports, (window_rows, word, size))
     finally:
         await truth.close()
         await pool.close()
