@@ -60,7 +60,7 @@ async def create_server(
         Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics.meter)
     )
     quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
-                                          answered=retries.answered_checks(repo, turns))
+                                          answered=retries.answered_checks(repo, turns), burst=settings.write_quota_burst)
     server = GrpcServer([interceptor, quota], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.metrics = metrics
     server.watch_database(url)

@@ -1,27 +1,36 @@
-"""Per-owner write quota, shared by every replica: a fixed-window counter in PostgreSQL (issue 16).
+"""Per-owner write quota, shared by every replica: GCRA (the generic cell rate algorithm) in PostgreSQL.
 
 Each service counts its own writes (an owner may write 240 times a minute to the chat service and
 240 times to the feedback service). Why PostgreSQL: the limit must hold across replicas, and every
-service already has it. A replica does not ask PostgreSQL for every write: it takes a *lease* of
-tokens (`_TAKE`: grant up to n writes unless the window is full, delete the owner's windows older
-than the previous one, and say how long until the window ends), taken under the owner's row lock, so
-the grants of all replicas together never exceed the limit; a replica asks for one lease of an owner
-at a time (concurrent writes of that owner wait for it). The lease is spent locally and grows
-while the owner keeps writing in the window (1, 2, 4, … up to `lease_cap`, at most limit / 16 and 64):
-an owner writing now and then costs one statement per write, as before; an owner writing fast costs
-one per lease (issue 17: the statement per write was a third of a rating's server CPU). What this
-trades: tokens leased by one replica and not spent before the window ends are lost, so an owner
-spreading a burst over R replicas may be refused after limit − (R − 1) × lease_cap writes, never
-after more than the limit. Other owners' rows are never touched (a flood costs the flooder, not its
-neighbours). Fixed windows allow at most 2 × the limit across one window boundary; a person never
-gets near it, a script is stopped.
+service already has it. Why GCRA (issue 25): a fixed one-minute window let a flooder's whole minute
+through in the first second of every window (the other owners' latency doubled in those seconds) and
+2 × the limit across a boundary. GCRA has no window: one row per owner holds its theoretical arrival
+time `tat`; each write moves it on by the emission interval `T = window / limit`, and a write is
+allowed while `tat − now ≤ burst × T`. So an owner writes `limit` per window, evenly spaced, after an
+initial burst of at most `burst` (default: the limit) once it has been quiet; any window of the
+length holds at most burst + limit writes, a steady flood exactly limit, and a refused owner waits
+T (0.25 s at 240 a minute), not until a minute ends.
+
+A replica does not ask PostgreSQL for every write: it takes a *lease* of tokens (`_TAKE`, one
+statement: grant up to n writes that fit in the burst, move `tat` on by the grant, under the owner's
+row lock, so the grants of all replicas together never exceed the rate), one lease of an owner at a
+time (concurrent writes of that owner wait for it). A lease is spent locally, valid for as long as
+its tokens took to earn (at least 1 s), and grows while the owner keeps spending leases within that
+time (1, 2, 4, … up to `lease_cap`, at most limit / 16, 64 and the burst): an owner writing now and
+then costs one statement per write; an owner writing fast costs one per lease (issue 17: the
+statement per write was a third of a rating's server CPU). What this trades: tokens leased by one
+replica and not spent in time are lost, so an owner spreading a burst over R replicas may be refused
+after burst − (R − 1) × lease_cap writes, never after more. Other owners' rows are never touched (a
+flood costs the flooder, not its neighbours).
 
 `QuotaInterceptor` runs after `ServiceInterceptor` (the principal is known, errors are mapped there):
 for the write methods it is given, `WriteQuota.take(owner)` before the handler; over the limit the
 handler never runs (nothing stored) and the caller gets RESOURCE_EXHAUSTED, reason
-`WRITE_QUOTA_EXCEEDED`, with RetryInfo (seconds until the window ends) and QuotaFailure (subject
-`owner:<sub>`), answered after up to 1 s (so a client retrying without a pause floods nobody). `extra` checks per method run
-after the rate check.
+`WRITE_QUOTA_EXCEEDED`, with RetryInfo (seconds until the next write would be allowed) and
+QuotaFailure (subject `owner:<sub>`), answered after up to 1 s (so a client retrying without a pause
+floods nobody). `extra` checks per method run after the rate check. A write refused later by its
+handler (INVALID_ARGUMENT, NOT_FOUND, …) has spent its token: the quota bounds the calls an owner
+makes, whatever they carry, so a script sending invalid writes is slowed like any other.
 
 A retry of a write that was acknowledged is not a new write (AIP-155: a client retrying after a lost
 response must get its answer): when the quota would refuse a call, the method's `answered(owner,
@@ -52,74 +61,79 @@ REFUSAL_DELAY_S = 1.0
 _MAX_REMEMBERED = 10_000
 MIGRATIONS = Path(__file__).parent / "quota_migrations"
 
-# $1 owner, $2 window length (s), $3 writes allowed per window, $4 scope (the service), $5 tokens
-# wanted (≤ $3). `granted` is NULL when the window is full; `last_grant` is written in the same UPDATE
-# because RETURNING sees only the new row (the SET expressions see the old one).
+# $1 owner, $2 emission interval (s per write), $3 burst (writes), $4 scope (the service), $5 tokens
+# wanted (≤ $3). The grant is what fits: (now + burst × T − max(tat, now)) / T tokens, at most $5 (a
+# small epsilon keeps a float's 2.9999… from costing a token). A refusal (grant 0) leaves `tat`
+# alone and returns it, so the caller knows when one token will fit.
 _TAKE = """
-WITH t AS (SELECT extract(epoch FROM clock_timestamp()) AS now_s),
-w AS (SELECT (floor(now_s / $2)::bigint * $2) AS ws, now_s FROM t),
-prune AS (DELETE FROM quota.write_windows d USING w
-          WHERE d.scope = $4 AND d.owner = $1 AND d.window_start < w.ws - $2),
-up AS (
-    INSERT INTO quota.write_windows AS q (scope, owner, window_start, used, last_grant)
-    SELECT $4, $1, ws, $5, $5 FROM w
-    ON CONFLICT (scope, owner, window_start) DO UPDATE
-        SET used = q.used + least($5, $3 - q.used), last_grant = least($5, $3 - q.used) WHERE q.used < $3
-    RETURNING last_grant
-)
-SELECT (SELECT last_grant FROM up) AS granted, (SELECT ws + $2 - now_s FROM w)::float8 AS reset_in_s,
-       (SELECT ws FROM w) AS window_start
+WITH t AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now_s)
+INSERT INTO quota.write_tat AS q (scope, owner, tat, last_grant)
+SELECT $4, $1, now_s + $5 * $2::float8, $5 FROM t
+ON CONFLICT (scope, owner) DO UPDATE
+    SET (tat, last_grant) = (
+        SELECT g.base + g.n * $2::float8, g.n
+        FROM (SELECT b.base, greatest(0, least($5, floor((b.now_s + $3 * $2::float8 - b.base) / $2::float8 + 1e-9)))::int AS n
+              FROM (SELECT greatest(q.tat, t.now_s) AS base, t.now_s FROM t) b) g)
+RETURNING last_grant AS granted, tat, (SELECT now_s FROM t) AS now_s
 """
 # Largest lease a replica takes (see the module docstring).
 MAX_LEASE = 64
 
 
 class WriteQuota:
-    """`limit` writes per owner per `window_s` seconds in `scope` (limit 0: no quota), leased from
-    PostgreSQL in grants of at most `lease_cap` tokens (default: limit / 16, between 1 and MAX_LEASE)."""
+    """`limit` writes per owner per `window_s` seconds in `scope` (limit 0: no quota), evenly spaced,
+    with bursts of up to `burst` writes (default: the limit) after a quiet time; leased from PostgreSQL
+    in grants of at most `lease_cap` tokens (default: limit / 16, between 1 and MAX_LEASE, at most the
+    burst)."""
 
-    def __init__(self, pool: asyncpg.Pool, scope: str, limit: int, window_s: int = 60, lease_cap: int | None = None):
+    def __init__(self, pool: asyncpg.Pool, scope: str, limit: int, window_s: float = 60, lease_cap: int | None = None,
+                 burst: int | None = None):
         self._pool = pool
         self.scope = scope
         self.limit = limit
         self.window_s = window_s
-        self.lease_cap = max(1, min(MAX_LEASE, limit // 16)) if lease_cap is None else max(1, lease_cap)
-        # owner → [window start (Unix s), monotonic time it ends, tokens left, size of the last lease]
+        self.burst = max(1, limit if not burst else burst)
+        self.interval_s = window_s / limit if limit > 0 else 0.0  # GCRA's emission interval T
+        cap = max(1, min(MAX_LEASE, limit // 16)) if lease_cap is None else max(1, lease_cap)
+        self.lease_cap = min(cap, self.burst)
+        # owner → [monotonic time the lease lapses, tokens left, size of the last lease]
         self._leases: dict[str, list] = {}
-        # owner → monotonic time its full window ends: a window, once full, stays full until it ends,
-        # so this replica refuses the rest of a flood without a database round trip (exact, not a guess).
+        # owner → monotonic time its next token fits: other replicas can only move that later, so this
+        # replica refuses the rest of a flood without a database round trip (exact, not a guess).
         self._full_until: dict[str, float] = {}
         self._taking = KeyedLocks()  # owner → the one lease request in flight
 
     async def take(self, owner: str) -> None:
-        """Count one write of `owner`. Raises ResourceExhausted (WRITE_QUOTA_EXCEEDED) when the window
-        is full; nothing is counted then."""
+        """Count one write of `owner`. Raises ResourceExhausted (WRITE_QUOTA_EXCEEDED, RetryInfo: when
+        the next write fits) when the owner has none left; nothing is counted then."""
         if self.limit <= 0 or self._spend(owner):
             return
         # One lease request per owner at a time on this replica: concurrent writes wait for it and
         # spend what it brought. (Each asking on its own, a burst of N writers reserved N leases of up
-        # to lease_cap: the window filled with one replica's unspent tokens and writers of every
+        # to lease_cap: the burst filled with one replica's unspent tokens and writers of every
         # replica were refused long before the limit.)
         async with self._taking.hold(owner):
             if self._spend(owner):
                 return
             now = time.monotonic()
             lease = self._leases.get(owner)
-            # A lease spent within its window: the owner writes fast, the next one is twice as big.
-            want = min(self.lease_cap, lease[3] * 2) if lease is not None and now < lease[1] else 1
-            row = await self._pool.fetchrow(_TAKE, owner, self.window_s, self.limit, self.scope, min(want, self.limit))
-            retry = max(0.1, float(row["reset_in_s"]))
-            if row["granted"] is None:
+            # A lease spent before it lapsed: the owner writes fast, the next one is twice as big.
+            want = min(self.lease_cap, lease[2] * 2) if lease is not None and now < lease[0] else 1
+            row = await self._pool.fetchrow(_TAKE, owner, self.interval_s, self.burst, self.scope, want)
+            granted = row["granted"]
+            if granted <= 0:
+                # The next token fits when tat − now ≤ (burst − 1) × T.
+                retry = max(0.05, row["tat"] - (self.burst - 1) * self.interval_s - row["now_s"])
                 self._remember(self._full_until, owner, now + retry)
                 raise self._over(owner, retry)
-            self._remember(self._leases, owner, [row["window_start"], now + retry, row["granted"] - 1, want])
+            self._remember(self._leases, owner, [now + max(1.0, granted * self.interval_s), granted - 1, want])
 
     def _spend(self, owner: str) -> bool:
-        """One token of `owner`'s lease (True), none left (False); raises while the window is known full."""
+        """One token of `owner`'s lease (True), none left (False); raises while the owner is known refused."""
         now = time.monotonic()
         lease = self._leases.get(owner)
-        if lease is not None and now < lease[1] and lease[2] > 0:
-            lease[2] -= 1
+        if lease is not None and now < lease[0] and lease[1] > 0:
+            lease[1] -= 1
             return True
         until = self._full_until.get(owner)
         if until is not None:
@@ -135,7 +149,7 @@ class WriteQuota:
         d[owner] = value
 
     def _over(self, owner: str, retry_after_s: float) -> ResourceExhausted:
-        return over_quota(owner, f"{self.limit} writes per {self.window_s} s", retry_after_s, "WRITE_QUOTA_EXCEEDED")
+        return over_quota(owner, f"{self.limit} writes per {self.window_s:g} s", retry_after_s, "WRITE_QUOTA_EXCEEDED")
 
 
 def over_quota(owner: str, what: str, retry_after_s: float | None, reason: str) -> ResourceExhausted:
@@ -217,14 +231,15 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
 
 async def write_quota_interceptor(url: str, pool: asyncpg.Pool, per_minute: int, service: str,
                                   methods: Iterable[str], extra: dict[str, Check] | None = None,
-                                  answered: dict[str, Answered] | None = None) -> QuotaInterceptor:
+                                  answered: dict[str, Answered] | None = None,
+                                  burst: int = 0) -> QuotaInterceptor:
     """Applies the quota schema's migrations, then the interceptor for `service`'s write `methods`
-    (short names, e.g. `SendMessage`) at `per_minute` writes per owner (0: no rate limit); `extra`
-    and `answered` are keyed by short names too."""
+    (short names, e.g. `SendMessage`) at `per_minute` writes per owner (0: no rate limit) with bursts
+    of `burst` (0: the per-minute limit); `extra` and `answered` are keyed by short names too."""
     from services.common.db import migrate  # noqa: PLC0415 - keeps this module importable without a db
 
     await migrate(url, SCHEMA, MIGRATIONS)
     full = [f"/{service}/{m}" for m in methods]
-    return QuotaInterceptor(WriteQuota(pool, service, per_minute, 60), full,
+    return QuotaInterceptor(WriteQuota(pool, service, per_minute, 60, burst=burst), full,
                             {f"/{service}/{m}": c for m, c in (extra or {}).items()},
                             {f"/{service}/{m}": c for m, c in (answered or {}).items()})

@@ -59,6 +59,9 @@ class CommonSettings(BaseSettings):
     # over it RESOURCE_EXHAUSTED with RetryInfo. 0: no limit.
     write_quota_per_minute: int = Field(default=240, ge=0,
                                         validation_alias=AliasChoices("AGENTFEEDBACK_WRITE_QUOTA_PER_MINUTE"))
+    # Writes an owner may make at once after a quiet time (GCRA's burst, services/common/quota.py); the
+    # per-minute limit then spaces the rest evenly. 0: the per-minute limit.
+    write_quota_burst: int = Field(default=0, ge=0, validation_alias=AliasChoices("AGENTFEEDBACK_WRITE_QUOTA_BURST"))
 
 
     @model_validator(mode="after")
@@ -67,6 +70,10 @@ class CommonSettings(BaseSettings):
         if self.db_pool_min > self.db_pool_max:
             raise ValueError(f"AGENTFEEDBACK_DB_POOL_MIN ({self.db_pool_min}) exceeds AGENTFEEDBACK_DB_POOL_MAX "
                              f"({self.db_pool_max}): raise the max or lower the min")
+        if self.write_quota_per_minute and self.write_quota_burst > self.write_quota_per_minute:
+            raise ValueError(f"AGENTFEEDBACK_WRITE_QUOTA_BURST ({self.write_quota_burst}) exceeds "
+                             f"AGENTFEEDBACK_WRITE_QUOTA_PER_MINUTE ({self.write_quota_per_minute}): a burst is at "
+                             "most a minute's writes (the stored-report cap counts on it)")
         sources = [name for name, set_ in (("AGENTFEEDBACK_JWT_SECRET", bool(self.jwt_secret.get_secret_value())),
                                            ("AGENTFEEDBACK_JWT_PUBLIC_KEY_FILE", bool(self.jwt_public_key_file)),
                                            ("AGENTFEEDBACK_JWT_JWKS_URL", bool(self.jwt_jwks_url))) if set_]

@@ -9,10 +9,10 @@ stored, never refused. Within one replica, the capped creates of an owner also q
 they take a pool connection: a burst of one owner waits on one connection, not on all of them.
 
 Far from the cap no lock and no count is needed (the common path: one insert statement): the write
-quota (`writes_per_minute` per owner, all replicas together, fixed one-minute windows) grants at most
-3 × that to the creates that can still insert within 60 s of a count — those in flight at the count
-took tokens in the window before, and the next 60 s overlap two more windows — so an owner counted
-below cap − 3 × writes_per_minute needs neither for 60 s. Without a write quota every create is capped
+quota (`writes_per_minute` per owner, all replicas together, GCRA with a burst of at most that) grants
+at most 3 × that to the creates that can still insert within 60 s of a count — those in flight at the
+count hold tokens of at most one burst, the next 60 s grant at most a burst and a minute's rate — so
+an owner counted below cap − 3 × writes_per_minute needs neither for 60 s. Without a write quota every create is capped
 under the lock.
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ from __future__ import annotations
 import time
 from contextlib import AbstractAsyncContextManager
 
+from services.common.clip import clip
 from services.common.errors import ResourceExhausted
 from services.common.keyed_locks import KeyedLocks
-from services.common.quota import over_quota
 
 # Seconds a count far below the cap is trusted (the write quota's window).
 TRUSTED_S = 60.0
@@ -60,7 +60,10 @@ class ReportCap:
     def refusal(self, owner: str) -> ResourceExhausted:
         """RESOURCE_EXHAUSTED (STORED_REPORTS_EXCEEDED, QuotaFailure `owner:<sub>`, no RetryInfo: waiting
         does not help, deleting reports does)."""
-        return over_quota(owner, f"at most {self.cap} stored reports", None, "STORED_REPORTS_EXCEEDED")
+        what = f"at most {self.cap} stored reports"
+        return ResourceExhausted(f"owner {clip(owner)} has reached the cap of {self.cap} stored reports: delete"
+                                 " reports to store new ones", reason="STORED_REPORTS_EXCEEDED", retry_after_s=None,
+                                 quota=((f"owner:{owner}", what),), limit=what)
 
     def queued(self, owner: str) -> AbstractAsyncContextManager[None]:
         """One capped create of `owner` at a time in this replica (the others wait here, holding no

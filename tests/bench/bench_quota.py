@@ -8,7 +8,12 @@ one with the default quota of 240 writes per owner per minute, one with the quot
 each measured phase uses a fresh owner (its own 200 calls stay under its quota).
 Figures: `quota_quiet_p99_ms`, `quota_flood_other_p99_ms`, `quota_flood_p99_ratio` (target ≤ 1.5),
 `quota_off_flood_p99_ratio` (the same without the quota), `quota_flood_accepted` (flooder's writes
-stored per minute with the quota: at most 240 per window), `quota_flood_calls_per_s`.
+stored with the quota: a burst of 240, then 4 a second), `quota_flood_calls_per_s`.
+Per second (issue 25: a fixed window let the flooder's whole minute through in the first second or two
+of each minute): in the first round the other owner also writes from EDGE_BEFORE_S before a wall-clock
+minute boundary to EDGE_AFTER_S after it, and each second's p99 is compared with the quiet p99:
+`quota_flood_worst_second_p99_ratio` (target ≤ 1.3; the worst second, the minute's first seconds
+included) and `quota_off_flood_worst_second_p99_ratio` (the same without the quota).
 """
 from __future__ import annotations
 
@@ -34,8 +39,13 @@ CALLS = 200
 ROUNDS = 3
 FLOOD_CLIENTS = 8
 WARMUP = 50
-# Seconds the flood runs before the other owner is measured (with the quota: its window is full by then).
+# Seconds the flood runs before the other owner is measured (with the quota: its burst is spent by then).
 RAMP_S = 3.0
+# The per-second phase: from this many seconds before a wall-clock minute boundary to this many after.
+EDGE_BEFORE_S = 4.0
+EDGE_AFTER_S = 6.0
+# Calls per owner in the per-second phase (each owner stays within its own burst).
+EDGE_CALLS_PER_OWNER = 150
 
 
 def _md(sub: str):
@@ -102,11 +112,31 @@ async def _phase(stub, chat, sub: str) -> list[float]:
     return out
 
 
+async def _edge_seconds(stub, chat, label: str) -> dict[int, list[float]]:
+    """The other owner's write latencies (ms) by wall-clock second, from EDGE_BEFORE_S before a minute
+    boundary to EDGE_AFTER_S after it (a fresh owner every EDGE_CALLS_PER_OWNER calls)."""
+    messages = [await _turn(chat, f"{label}-edge-{i}") for i in range(8)]
+    boundary = (time.time() // 60 + 1) * 60
+    if boundary - time.time() < EDGE_BEFORE_S + 1:
+        boundary += 60
+    await asyncio.sleep(boundary - EDGE_BEFORE_S - time.time())  # the flood keeps running meanwhile
+    by_second: dict[int, list[float]] = {}
+    n = 0
+    while time.time() < boundary + EDGE_AFTER_S:
+        i = min(n // EDGE_CALLS_PER_OWNER, len(messages) - 1)
+        t1 = time.perf_counter()
+        await _create(stub, messages[i], _md(f"{label}-edge-{i}"))
+        by_second.setdefault(int(time.time() - boundary + 1000) - 1000, []).append((time.perf_counter() - t1) * 1000)
+        n += 1
+    return by_second
+
+
 async def _measure(port: int, chat, flood_message: str, label: str, env: dict[str, str]) -> dict[str, float]:
     quiet: list[float] = []
     flooded: list[float] = []
     counts = {"ok": 0, "exhausted": 0, "other": 0}
     flood_s = 0.0
+    edge: dict[int, list[float]] = {}
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
         stub = feedback_pb2_grpc.FeedbackServiceStub(ch)
         warm = await _turn(chat, f"{label}-warm")
@@ -125,11 +155,16 @@ async def _measure(port: int, chat, flood_message: str, label: str, env: dict[st
                 await _create(stub, message, md)
                 flooded.append((time.perf_counter() - t1) * 1000)
             flood_s += time.monotonic() - t0
+            if r == 0:
+                edge = await _edge_seconds(stub, chat, f"{label}-{r}")
             out, _ = await asyncio.to_thread(proc.communicate, "", 30)
             if out.strip():
                 for k, v in json.loads(out.strip().splitlines()[-1]).items():
                     counts[k] += v
-    return {"quiet_p99": _p99(quiet), "flood_p99": _p99(flooded), "counts": counts, "flood_s": flood_s}
+    quiet_p99 = _p99(quiet)
+    worst = max((_p99(ms) / quiet_p99 for ms in edge.values() if len(ms) >= 5), default=0.0)
+    return {"quiet_p99": quiet_p99, "flood_p99": _p99(flooded), "counts": counts, "flood_s": flood_s,
+            "worst_second_ratio": worst}
 
 
 async def run(ctx) -> dict[str, float]:
@@ -157,6 +192,8 @@ async def run(ctx) -> dict[str, float]:
         "quota_quiet_p99_ms": round(on["quiet_p99"], 2),
         "quota_flood_other_p99_ms": round(on["flood_p99"], 2),
         "quota_flood_p99_ratio": round(on["flood_p99"] / on["quiet_p99"], 3),
+        "quota_flood_worst_second_p99_ratio": round(on["worst_second_ratio"], 3),
+        "quota_off_flood_worst_second_p99_ratio": round(without["worst_second_ratio"], 3),
         "quota_off_quiet_p99_ms": round(without["quiet_p99"], 2),
         "quota_off_flood_other_p99_ms": round(without["flood_p99"], 2),
         "quota_off_flood_p99_ratio": round(without["flood_p99"] / without["quiet_p99"], 3),

@@ -132,8 +132,29 @@ async def test_the_cap_on_stored_reports_refuses_a_create_until_one_is_deleted(d
         assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and error_info(e).reason == "STORED_REPORTS_EXCEEDED"
         assert _detail(e, error_details_pb2.QuotaFailure).violations[0].subject == "owner:erin"
         assert _detail(e, error_details_pb2.RetryInfo) is None
+        # The refusal names the cap and what helps, not the write quota (waiting does not help).
+        assert "cap of 2 stored reports" in e.details() and "quota exceeded" not in e.details()
         await fb.DeleteFeedback(pb.DeleteFeedbackRequest(name=first.name, request_id=str(uuid.uuid4())),
                                 metadata=s.md("erin"))
         assert (await _create(fb, reply, s.md("erin"))).name
     finally:
         await s.stop()
+
+
+async def test_a_refused_invalid_write_spends_a_token_of_the_write_quota(small_quota):
+    """Invalid writes count: a script sending garbage is slowed like any other (README "Quotas")."""
+    s = small_quota
+    reply = (await _send(s, await _instance(s, "gina"), "gina")).reply.name
+    invalid = [pb.CreateFeedbackRequest(feedback=pb.Feedback(message=reply, body="x" * 10**6), request_id=str(uuid.uuid4()))
+               for _ in range(4)]
+    codes = []
+    for request in invalid:
+        with pytest.raises(grpc.aio.AioRpcError) as ei:
+            await s.feedback().CreateFeedback(request, metadata=s.md("gina"))
+        codes.append(ei.value.code())
+    assert codes == [grpc.StatusCode.INVALID_ARGUMENT] * 4
+    fb = s.feedback()
+    with pytest.raises(grpc.aio.AioRpcError) as ei:
+        await _create(fb, reply, s.md("gina"))
+    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert await _count(s, "gina") == 0
