@@ -3,7 +3,8 @@ no token and with a forged one: never INTERNAL or UNKNOWN, every service SERVING
 other owner's (bob's) data exactly as before.
 
 Bounded by default (`AGENTFEEDBACK_FUZZ_EXAMPLES` per RPC, default 6: a few hundred calls); the slow
-test repeats it for up to `AGENTFEEDBACK_FUZZ_LONG_BUDGET_S` seconds (default 30).
+test repeats it for up to `AGENTFEEDBACK_FUZZ_LONG_BUDGET_S` seconds (default 30). Each run fails
+unless its calls went out (how many is printed and checked) and some RPCs answered OK.
 """
 from __future__ import annotations
 
@@ -80,9 +81,11 @@ async def _call(s, channels, port: str, path: str, streaming: bool, body: bytes,
         return e.code()
 
 
-async def _fuzz(database_url, tmp_path, examples_per_rpc: int, budget_s: float | None = None) -> None:
+async def _fuzz(database_url, tmp_path, examples_per_rpc: int, budget_s: float | None = None,
+                min_sent: int = 0, min_ok_rpcs: int = 1) -> None:
     """`examples_per_rpc` × every RPC, stopping early (the remaining examples do nothing) once
-    `budget_s` seconds have passed."""
+    `budget_s` seconds have passed. Fails unless every example was sent (with a budget: at least
+    `min_sent`) and at least `min_ok_rpcs` RPCs answered OK at least once."""
     s = await start_stack(database_url, tmp_path, feedback={"write_quota_per_minute": 0},
                           chat={"write_quota_per_minute": 0})
     try:
@@ -96,6 +99,8 @@ async def _fuzz(database_url, tmp_path, examples_per_rpc: int, budget_s: float |
                                                       (("authorization", "Basic " + "x" * 300),)])
         failures: list[str] = []
         seen: dict[str, int] = {}
+        drawn: list[int] = []  # examples Hypothesis ran
+        reached_ok: set[str] = set()  # RPCs that answered OK at least once
         end = None if budget_s is None else time.monotonic() + budget_s
 
         @settings(max_examples=examples_per_rpc * len(METHODS), deadline=None, derandomize=True, database=None,
@@ -107,9 +112,12 @@ async def _fuzz(database_url, tmp_path, examples_per_rpc: int, budget_s: float |
             raw = data.draw(st.integers(0, 4), label="raw bytes") == 0  # 1 in 5: bytes that may not parse
             body = data.draw(st.binary(max_size=256)) if raw else data.draw(requests[i]).SerializeToString()
             md = data.draw(auth, label="metadata")
+            drawn.append(1)
             if end is not None and time.monotonic() > end:
                 return  # over the time budget: the remaining examples are drawn, not sent
             code = asyncio.run_coroutine_threadsafe(_call(s, channels, port, path, streaming, body, md), loop).result()
+            if code == grpc.StatusCode.OK:
+                reached_ok.add(path)
             key = f"{code.name} {path.rsplit('/', 1)[1]}" if code == grpc.StatusCode.UNIMPLEMENTED else code.name
             seen[key] = seen.get(key, 0) + 1
             if code in BAD_CODES:
@@ -117,8 +125,14 @@ async def _fuzz(database_url, tmp_path, examples_per_rpc: int, budget_s: float |
             assert code not in BAD_CODES, f"{path} answered {code.name}"
 
         await asyncio.to_thread(one)
-        print("fuzz status codes:", dict(sorted(seen.items())))
+        sent = sum(seen.values())
+        print(f"fuzz: {sent} calls sent of {len(drawn)} examples; status codes:", dict(sorted(seen.items())))
+        print(f"fuzz: {len(reached_ok)} of {len(METHODS)} RPCs answered OK at least once")
         assert failures == []
+        # The run exercised the services: every example was sent (within the budget, at least
+        # `min_sent`), and generated requests got past validation into the RPCs' own work.
+        assert sent >= (min_sent if budget_s is not None else examples_per_rpc * len(METHODS)), (sent, len(drawn))
+        assert len(reached_ok) >= min_ok_rpcs, sorted(reached_ok)
         for port, ch in channels.items():
             got = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
             assert got.status == health_pb2.HealthCheckResponse.SERVING, port
@@ -128,13 +142,15 @@ async def _fuzz(database_url, tmp_path, examples_per_rpc: int, budget_s: float |
 
 
 async def test_every_rpc_of_every_service_survives_generated_and_malformed_requests(database_url, tmp_path):
-    await _fuzz(database_url, tmp_path, int(os.environ.get("AGENTFEEDBACK_FUZZ_EXAMPLES", "6")))
+    await _fuzz(database_url, tmp_path, int(os.environ.get("AGENTFEEDBACK_FUZZ_EXAMPLES", "6")), min_ok_rpcs=3)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 async def test_every_rpc_long_run(database_url, tmp_path):
     """The long run, bounded in time so `make test` stays short: `AGENTFEEDBACK_FUZZ_LONG_EXAMPLES` per
-    RPC (default 200) within `AGENTFEEDBACK_FUZZ_LONG_BUDGET_S` (default 30 s; raise both for a soak)."""
+    RPC (default 200) within `AGENTFEEDBACK_FUZZ_LONG_BUDGET_S` (default 30 s; raise both for a soak).
+    At least 1,000 calls must go out within the budget (≈ 6,000 do on the 2-core machine) and 8 RPCs
+    answer OK at least once (16 do), else the run proved nothing."""
     await _fuzz(database_url, tmp_path, int(os.environ.get("AGENTFEEDBACK_FUZZ_LONG_EXAMPLES", "200")),
-                float(os.environ.get("AGENTFEEDBACK_FUZZ_LONG_BUDGET_S", "30")))
+                float(os.environ.get("AGENTFEEDBACK_FUZZ_LONG_BUDGET_S", "30")), min_sent=1000, min_ok_rpcs=8)

@@ -20,10 +20,19 @@ async def scrape(port: int) -> Samples:
     return out
 
 
-def value(samples: Samples, name: str, **labels: str) -> float:
-    """Sum of the samples named `name` whose labels include `labels` (0 when none)."""
+def value(samples: Samples, name: str, *, missing: float | None = None, **labels: str) -> float:
+    """Sum of the samples named `name` whose labels include `labels`. None of them: AssertionError
+    naming the metric (a metric that vanished from the endpoint fails the test), unless `missing` is
+    given — for a scrape taken *before* traffic, where a labelled counter not yet incremented is
+    absent from the exposition and counts as `missing` (0)."""
     want = set(labels.items())
-    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+    got = [v for (n, ls), v in samples.items() if n == name and want <= ls]
+    if not got:
+        if missing is not None:
+            return missing
+        raise AssertionError(f"no sample {name}{labels or ''} in the scrape (exported: "
+                             f"{sorted({n for n, _ in samples if n.split('_')[0] == name.split('_')[0]})[:20]})")
+    return sum(got)
 
 
 def names(samples: Samples) -> set[str]:

@@ -10,6 +10,7 @@ import os
 import time
 import uuid
 
+import asyncpg
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -31,6 +32,16 @@ def spans(n: int, bad: int = 0) -> trace_service_pb2.ExportTraceServiceRequest:
                          end_time_unix_nano=now) for _ in range(bad)]
     return trace_service_pb2.ExportTraceServiceRequest(resource_spans=[trace_pb2.ResourceSpans(
         scope_spans=[trace_pb2.ScopeSpans(spans=ok + ko)])])
+
+
+async def _pending(stack: Stack) -> int:
+    """Reports whose trace snapshot is PENDING, counted in the feedback database itself."""
+    conn = await asyncpg.connect(stack.database_url)
+    try:
+        return await conn.fetchval("SELECT count(*) FROM feedback.feedback WHERE trace_state = $1",
+                                   pb.TRACE_SNAPSHOT_STATE_PENDING)
+    finally:
+        await conn.close()
 
 
 async def test_chat_agent_and_feedback_metrics_move_with_calls(stack: Stack):
@@ -58,7 +69,7 @@ async def test_chat_agent_and_feedback_metrics_move_with_calls(stack: Stack):
     after = {n: await scrape(p) for n, p in ports.items()}
 
     def delta(svc: str, name: str, **labels: str) -> float:
-        return value(after[svc], name, **labels) - value(before[svc], name, **labels)
+        return value(after[svc], name, **labels) - value(before[svc], name, missing=0, **labels)
 
     assert delta("chat", RPC, rpc_method="CreateInstance", rpc_grpc_status_code="0") == 1
     assert delta("chat", RPC, rpc_method="SendMessage", rpc_grpc_status_code="0") == 1
@@ -71,7 +82,15 @@ async def test_chat_agent_and_feedback_metrics_move_with_calls(stack: Stack):
                if n == "agentfeedback_feedback_reports_created_total"}
     assert delta("feedback", "agentfeedback_feedback_reports_created_total", author="USER") == 1, created
     assert delta("feedback", "agentfeedback_feedback_ratings_written_total", scope="MESSAGE") == 1
-    assert value(after["feedback"], "agentfeedback_feedback_capture_backlog") >= 0
+    # The backlog gauge is the count of PENDING reports: equal to the table's count read around the
+    # refresh whenever the worker did not change it meanwhile (retried until a read is not straddled).
+    for _ in range(5):
+        pending_before = await _pending(stack)
+        await stack.servers["feedback"].metrics_refresh()
+        backlog = value(await scrape(ports["feedback"]), "agentfeedback_feedback_capture_backlog")
+        if pending_before == await _pending(stack):
+            break
+    assert backlog == pending_before
     assert "agentfeedback_feedback_capture_oldest_pending_age_seconds" in names(after["feedback"])
     for svc, pool in (("chat", "chat"), ("feedback", "feedback")):
         assert value(after[svc], "db_client_connections_max", pool_name=pool) == 10
@@ -97,7 +116,7 @@ async def test_collector_counts_exactly_the_spans_exported_and_refused(stack: St
     after = await scrape(port)
 
     def delta(name: str, **labels: str) -> float:
-        return value(after, name, **labels) - value(before, name, **labels)
+        return value(after, name, **labels) - value(before, name, missing=0, **labels)
 
     assert delta("otelcol_receiver_accepted_spans_total", receiver="otlp", transport="grpc") == 12
     assert delta("otelcol_receiver_refused_spans_total", receiver="otlp", transport="grpc") == 2
@@ -113,9 +132,9 @@ async def test_collector_counts_exactly_the_spans_exported_and_refused(stack: St
     await retention.run_once(time.time_ns() + 40 * 86_400 * 10**9)  # 40 days on: every kept day expires
     later = await scrape(port)
     assert value(later, "agentfeedback_collector_retention_runs_total", result="ok") - \
-        value(after, "agentfeedback_collector_retention_runs_total", result="ok") == 2
+        value(after, "agentfeedback_collector_retention_runs_total", missing=0, result="ok") == 2
     assert value(later, "agentfeedback_collector_retention_dropped_days_total") - \
-        value(after, "agentfeedback_collector_retention_dropped_days_total") >= 1
+        value(after, "agentfeedback_collector_retention_dropped_days_total", missing=0) >= 1
 
 
 async def test_forwarder_counts_spans_sent_and_dropped(database_url, tmp_path):
@@ -132,12 +151,13 @@ async def test_forwarder_counts_spans_sent_and_dropped(database_url, tmp_path):
         while True:
             got_live = await scrape(live.metrics_port("collector"))
             got_dead = await scrape(dead.metrics_port("collector"))
-            sent = value(got_live, "otelcol_exporter_sent_spans_total", exporter="otlp_forward")
-            failed = value(got_dead, "otelcol_exporter_send_failed_spans_total", exporter="otlp_forward")
+            sent = value(got_live, "otelcol_exporter_sent_spans_total", missing=0, exporter="otlp_forward")
+            failed = value(got_dead, "otelcol_exporter_send_failed_spans_total", missing=0, exporter="otlp_forward")
             if (sent, failed) == (4, 6) or time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.1)
         assert (sent, failed) == (4, 6)
+        assert value(got_live, "otelcol_exporter_sent_spans_total", exporter="otlp_forward") == 4
         assert value(got_live, "otelcol_exporter_queue_capacity", exporter="otlp_forward") > 0
         assert value(got_live, "otelcol_exporter_queue_size", exporter="otlp_forward") == 0
     finally:
