@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import grpc
+import pytest
 from google.protobuf import field_mask_pb2
 
 from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
@@ -60,15 +61,18 @@ async def test_a_7000_char_update_mask_is_invalid_argument_clipped_and_a_good_re
 
 async def test_oversized_client_values_in_one_batch_do_not_cost_another_request_its_span(stack):
     """Two Think calls carrying a 2.3 MB `instance` plus a normal one, exported in one batch: before the
-    span limits, the batch (> 4 MiB) was refused by the collector and the normal span was lost."""
+    span limits, the batch (> 4 MiB) was refused by the collector and the normal span was lost. (The
+    agent refuses the huge instance, INVALID_ARGUMENT, and records the refused turn's span.)"""
     agent = agent_pb2_grpc.AgentServiceStub(stack.channel("agent"))
     huge = "instances/" + "i" * 2_300_000
     bad_traces = []
     for _ in range(2):
         bad_trace, tp = _traceparent()
         bad_traces.append(bad_trace)
-        await agent.Think(agent_pb2.ThinkRequest(instance=huge, content="hello", turn_index=0),
-                          metadata=stack.md() + (("traceparent", tp),))
+        with pytest.raises(grpc.aio.AioRpcError) as ei:
+            await agent.Think(agent_pb2.ThinkRequest(instance=huge, content="hello", turn_index=0),
+                              metadata=stack.md() + (("traceparent", tp),))
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     trace_id, tp = _traceparent()
     await agent.Think(agent_pb2.ThinkRequest(instance="instances/normal", content="hello", turn_index=0),
                       metadata=stack.md() + (("traceparent", tp),))

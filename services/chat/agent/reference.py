@@ -88,19 +88,7 @@ class ReferenceAgent:
         deadline_s: float | None = None,
     ) -> AgentResult:
         """The reply for `turn`. Raises only for failures of the backend (tool failures are replies)."""
-        span = self._tracer.start_span(
-            THINK_SPAN,
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes={
-                "gen_ai.operation.name": "invoke_agent",
-                # Caller-supplied (ThinkRequest): clipped with a visible marker (services/common/clip.py).
-                "gen_ai.agent.name": clip(turn.agent or "reference"),
-                "chat.instance": clip(turn.instance),
-                "chat.turn_index": turn.turn_index,
-                "chat.user_message": clip(turn.user_message),
-            },
-        )
+        span = self._start_span(parent, turn.agent, turn.instance, turn.turn_index, turn.user_message)
         ctx = ToolContext(
             owner, token, turn.instance, turn.turn_index, trace.set_span_in_context(span, parent),
             turn.replies,
@@ -141,6 +129,30 @@ class ReferenceAgent:
             raise
         finally:
             span.end()
+
+    def refused(self, parent: otel_context.Context, agent: str, instance: str, turn_index: int, user_message: str,
+                error: Exception) -> None:
+        """Records a turn refused before it ran (INVALID_ARGUMENT) as an ERROR `agent.think` span, its
+        caller-supplied values clipped: the refusal is in the turn's trace like any failure."""
+        span = self._start_span(parent, agent, instance, turn_index, user_message)
+        span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        span.end()
+
+    def _start_span(self, parent: otel_context.Context, agent: str, instance: str, turn_index: int,
+                    user_message: str) -> trace.Span:
+        return self._tracer.start_span(
+            THINK_SPAN,
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                # Caller-supplied (ThinkRequest): clipped with a visible marker (services/common/clip.py).
+                "gen_ai.agent.name": clip(agent or "reference"),
+                "chat.instance": clip(instance),
+                "chat.turn_index": turn_index,
+                "chat.user_message": clip(user_message),
+            },
+        )
 
     async def _scripted(self, turn: AgentTurn, ctx: ToolContext) -> tuple[AgentResult, list[Claim]]:
         last_reply = next((c for r, c in reversed(turn.history) if r == "assistant"), None)

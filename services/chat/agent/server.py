@@ -16,7 +16,7 @@ from services.chat.agent.feedback_client import FeedbackClient
 from services.chat.agent.openai_backend import OpenAIBackend
 from services.chat.agent.reference import ReferenceAgent
 from services.chat.agent.replay import LazyReplay
-from services.chat.agent.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, AgentServicer
+from services.chat.agent.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, AgentServicer, TurnLimits
 from services.chat.agent.tools import MemoryStore, build_registry
 from services.chat.agent.settings import AgentSettings
 from services.common.auth import SCOPE_FEEDBACK_AGENT, Authenticator, ServiceToken
@@ -59,7 +59,7 @@ async def create_server(
     )
     server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.metrics = metrics
-    server.add(agent_pb2_grpc.add_AgentServiceServicer_to_server, AgentServicer(agent), SERVICE)
+    server.add(agent_pb2_grpc.add_AgentServiceServicer_to_server, AgentServicer(agent, TurnLimits(settings.max_content_chars, settings.max_history_messages)), SERVICE)
     server.bind(settings.listen)
 
     async def close() -> None:

@@ -7,13 +7,17 @@ the gateway's context (from `traceparent`) as its parent.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
 
 from services.chat.agent.openai_backend import BackendError
 from services.chat.agent.reference import AgentTurn, ReferenceAgent
 from services.chat.agent.result import AgentResult
+from services.chat.domain import SLUG, parse_instance_name, parse_message_name
 from services.common.auth import SCOPE_CHAT, current_principal
 from services.common.errors import InvalidArgument, Unavailable
+from services.common.ids import check_text
 from services.common.server import extract_context
 
 SERVICE = "agentfeedback.agent.v1.AgentService"
@@ -25,12 +29,37 @@ UNTRACED_METHODS = tuple(METHOD_SCOPES)
 # Reply chunk size of StreamThink, in characters.
 CHUNK_CHARS = 64
 _ROLES = {agent_pb2.ROLE_USER: "user", agent_pb2.ROLE_ASSISTANT: "assistant"}
+# ROLE_UNSPECIFIED too: the gateway sends it for a stored message of another role (read as the user's).
+_HISTORY_ROLES = frozenset((agent_pb2.ROLE_UNSPECIFIED, *_ROLES))
 _NO_DEADLINE_S = 10**7
 
 
-def _turn(request: agent_pb2.ThinkRequest) -> AgentTurn:
-    if not request.content.strip():
-        raise InvalidArgument("content", "must not be empty")
+def _turn(request: agent_pb2.ThinkRequest, limits: TurnLimits) -> AgentTurn:
+    """ThinkRequest → AgentTurn; INVALID_ARGUMENT naming the first bad field (what chat itself would
+    refuse, bounded like every service's input): `instance` (not `instances/{id}`), `agent` (not a
+    slug), `content` (empty, NUL, over `max_content_chars`), `turn_index` (negative), `user_message`
+    (not a message of `instance`), `history` (over `max_history_messages`), `history[i].role`
+    (unknown), `history[i].content` (NUL), `history[i].name` (not a message of `instance`),
+    `history[i].turn_index` (negative)."""
+    instance_id = parse_instance_name(request.instance, "instance")
+    if request.agent and not SLUG.match(request.agent):
+        raise InvalidArgument("agent", "must match [a-z][a-z0-9-]{0,62} (e.g. 'reference')")
+    check_text(request.content, "content", limits.max_content_chars, required=True)
+    if request.turn_index < 0:
+        raise InvalidArgument("turn_index", "must not be negative")
+    _check_message_of(request.user_message, instance_id, "user_message")
+    if len(request.history) > limits.max_history_messages:
+        raise InvalidArgument("history", f"has {len(request.history)} messages; the limit is {limits.max_history_messages}",
+                              reason="TOO_LONG", limit=str(limits.max_history_messages))
+    for i, m in enumerate(request.history):
+        if m.role not in _HISTORY_ROLES:
+            raise InvalidArgument(f"history[{i}].role", f"unknown role {m.role}")
+        # No length bound of its own: replies are as long as the agent made them; the request's size is
+        # bounded by gRPC's receive limit (4 MiB).
+        check_text(m.content, f"history[{i}].content")
+        _check_message_of(m.name, instance_id, f"history[{i}].name")
+        if m.turn_index < 0:
+            raise InvalidArgument(f"history[{i}].turn_index", "must not be negative")
     return AgentTurn(
         instance=request.instance,
         agent=request.agent,
@@ -42,6 +71,12 @@ def _turn(request: agent_pb2.ThinkRequest) -> AgentTurn:
             (m.name, m.turn_index) for m in request.history if m.role == agent_pb2.ROLE_ASSISTANT and m.name
         ),
     )
+
+
+def _check_message_of(name: str, instance_id: str, field_path: str) -> None:
+    """Empty, or `instances/{instance_id}/messages/{id}`; INVALID_ARGUMENT naming `field_path` otherwise."""
+    if name and parse_message_name(name, field_path)[0] != instance_id:
+        raise InvalidArgument(field_path, "must be a message of `instance`")
 
 
 def _response(r: AgentResult) -> agent_pb2.ThinkResponse:
@@ -62,12 +97,26 @@ def _response(r: AgentResult) -> agent_pb2.ThinkResponse:
     )
 
 
+@dataclass(frozen=True)
+class TurnLimits:
+    """Bounds of a ThinkRequest (AgentSettings)."""
+
+    max_content_chars: int = 32000
+    max_history_messages: int = 200
+
+
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, agent: ReferenceAgent):
+    def __init__(self, agent: ReferenceAgent, limits: TurnLimits = TurnLimits()):
         self._agent = agent
+        self._limits = limits
 
     async def _run(self, request, context) -> AgentResult:
-        turn = _turn(request)
+        try:
+            turn = _turn(request, self._limits)
+        except InvalidArgument as e:
+            self._agent.refused(extract_context(context), request.agent, request.instance, request.turn_index,
+                                request.user_message, e)
+            raise
         p = current_principal()
         remaining = context.time_remaining()
         deadline = None if remaining is None or remaining > _NO_DEADLINE_S else remaining
@@ -77,8 +126,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             raise Unavailable(f"model backend: {e}", reason="MODEL_BACKEND_FAILED") from e
 
     async def Think(self, request, context):  # noqa: N802
-        """The complete reply. INVALID_ARGUMENT (`content` empty); UNAVAILABLE when the model backend
-        fails."""
+        """The complete reply. INVALID_ARGUMENT naming the bad field (see `_turn`); UNAVAILABLE when
+        the model backend fails."""
         return _response(await self._run(request, context))
 
     async def StreamThink(self, request, context):  # noqa: N802

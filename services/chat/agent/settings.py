@@ -28,6 +28,11 @@ class AgentSettings(CommonSettings):
     replay_conversations: int = Field(default=200, ge=1)
     # Tool results larger than this many UTF-8 bytes are truncated (span event `chat.truncated`).
     tool_result_max_bytes: int = Field(default=4096, ge=64)
+    # Longest `content` of a ThinkRequest, in code points (at least the chat gateway's
+    # AGENTFEEDBACK_CHAT_MAX_CONTENT_CHARS); longer is INVALID_ARGUMENT naming the field.
+    max_content_chars: int = Field(default=32000, ge=1)
+    # Most history messages a ThinkRequest may carry (at least AGENTFEEDBACK_CHAT_HISTORY_MESSAGES).
+    max_history_messages: int = Field(default=200, ge=0)
     # Optional OpenAI-compatible backend: base URL (e.g. http://localhost:8000/v1) and model; off when empty.
     openai_base_url: str = ""
     openai_model: str = ""
