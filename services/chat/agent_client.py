@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import grpc
 from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
 
+from services.chat import workspace as ws
 from services.chat.defects import ToolSignal, kinds_of
 from services.chat.domain import AgentCallError, AgentReply, Role, ThinkInput
 
@@ -36,7 +37,39 @@ def _request(req: ThinkInput) -> agent_pb2.ThinkRequest:
             )
             for h in req.history
         ],
+        workspace=workspace_view_pb(req.workspace),
     )
+
+
+def workspace_view_pb(state: ws.State) -> agent_pb2.WorkspaceView:
+    """The workspace the agent works on (ThinkRequest.workspace; artifact contents not repeated)."""
+    return agent_pb2.WorkspaceView(
+        objective=state.objective,
+        plan=[agent_pb2.PlanStepView(text=s.text, state=int(s.state)) for s in state.plan],
+        artifacts=[agent_pb2.ArtifactView(artifact_id=a.artifact_id, title=a.title, media_type=a.media_type,
+                                          version=a.version) for a in state.artifacts],
+        preferences=[agent_pb2.PreferenceView(text=p.text, source=int(p.source)) for p in state.preferences],
+    )
+
+
+def workspace_op(op: agent_pb2.WorkspaceOperation) -> ws.Op:
+    """One proposed operation as the gateway's domain sees it (unknown enum values kept: `apply` drops
+    what is invalid)."""
+    kind = op.WhichOneof("operation")
+    if kind == "set_objective":
+        return ws.SetObjective(op.set_objective.text)
+    if kind == "set_plan":
+        return ws.SetPlan(tuple(ws.PlanStep(s.text, s.state) for s in op.set_plan.steps))
+    if kind == "set_plan_step_state":
+        return ws.SetPlanStepState(op.set_plan_step_state.step_index, op.set_plan_step_state.state)
+    if kind == "put_artifact":
+        a = op.put_artifact
+        return ws.PutArtifact(a.artifact_id, a.title, a.media_type, a.content)
+    if kind == "add_preference":
+        return ws.AddPreference(op.add_preference.text, op.add_preference.source)
+    if kind == "remove_preference":
+        return ws.RemovePreference(op.remove_preference.text)
+    return ws.EmptyOp()
 
 
 def _reply(resp: agent_pb2.ThinkResponse) -> AgentReply:
@@ -44,7 +77,7 @@ def _reply(resp: agent_pb2.ThinkResponse) -> AgentReply:
     kinds, tools = kinds_of(resp.events, (ToolSignal(t.name, t.status, t.truncated) for t in resp.tool_calls))
     return AgentReply(
         content=resp.content, model=resp.model, defects=kinds,
-        defect_tools=tools,
+        defect_tools=tools, workspace_ops=tuple(workspace_op(o) for o in resp.workspace_operations),
     )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 
+from services.chat.workspace import Op, State
 from services.common import pages
 from services.common.errors import InvalidArgument
 from services.common.ids import (
@@ -158,6 +159,8 @@ class AgentReply:
     # Suspected-defect signals the agent reported (services.chat.defects.kinds_of builds them).
     defects: tuple[int, ...] = ()
     defect_tools: tuple[str, ...] = ()
+    # The agent's proposed workspace changes, in order (validated and applied by services.chat.workspace).
+    workspace_ops: tuple[Op, ...] = ()
 
 
 def parse_instance_name(name: str, field_path: str = "name") -> str:
@@ -328,6 +331,8 @@ class ThinkInput:
     content: str
     turn_index: int
     user_message: str
+    # The workspace as the previous turn left it (the agent names artifacts and steps by it).
+    workspace: State = State()
 
 
 class AgentCallError(Exception):

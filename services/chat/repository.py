@@ -14,6 +14,7 @@ from datetime import datetime
 
 import asyncpg
 
+from services.chat import workspace_store
 from services.chat.defects import SuspectedDefect
 from services.chat.domain import (
     Channel,
@@ -26,6 +27,7 @@ from services.chat.domain import (
     TurnInput,
     TurnRecord,
 )
+from services.chat.workspace import Applied, Op
 from services.common.ids import check_same_request
 
 INSERT_INSTANCE = """
@@ -84,8 +86,9 @@ FROM inst LEFT JOIN LATERAL (
 ) h ON true
 ORDER BY h.create_time, h.id
 """
-# Step 5 in one statement: the reply and the turn's DONE state.
-# Only while this attempt still owns the turn (RUNNING in trace $6): no reply after a retry took it over.
+# Step 5 in one statement: the reply and the turn's DONE state (the workspace snapshot follows in the same
+# transaction). Only while this attempt still owns the turn (RUNNING in trace $6): no reply after a retry
+# took it over.
 FINISH_TURN = f"""
 WITH t AS (UPDATE turns SET state = 'DONE', reply_message_id = $3, defects = $14, defect_tools = $15
            WHERE owner = $1 AND instance_id = $2 AND trace_id = $6 AND state = 'RUNNING' RETURNING 1)
@@ -136,7 +139,9 @@ ORDER BY m.create_time, m.id
 """
 CLEAR_MESSAGES = "DELETE FROM messages WHERE owner = $1 AND instance_id = $2"
 CLEAR_TURNS = "DELETE FROM turns WHERE owner = $1 AND instance_id = $2"
-DELETE_TURN_MESSAGES = "DELETE FROM messages WHERE owner = $1 AND instance_id = $2 AND trace_id = $3"
+DELETE_TURN_MESSAGES = """
+DELETE FROM messages WHERE owner = $1 AND instance_id = $2 AND trace_id = $3 RETURNING turn_index
+"""
 DELETE_TURN = "DELETE FROM turns WHERE owner = $1 AND instance_id = $2 AND trace_id = $3"
 
 # ForkConversation, in one transaction: the new instance (its next turn follows the copied prefix),
@@ -364,12 +369,22 @@ class Repository:
         return (replace(failed.user_message, trace_id=trace_id), _history(iid, rows)) if rows else None
 
     async def finish_turn(
-        self, owner: str, reply: Message, defects: tuple[int, ...] = (), defect_tools: tuple[str, ...] = ()
-    ) -> bool:
-        """Store the reply and mark the turn DONE with its defect signals (one statement); False (nothing
-        stored) when the attempt no longer owns the turn (a retry claimed it as stale)."""
-        status = await self._pool.execute(FINISH_TURN, *_message_args(owner, reply), list(defects), list(defect_tools))
-        return status.endswith(" 1")
+        self, owner: str, reply: Message, defects: tuple[int, ...] = (), defect_tools: tuple[str, ...] = (),
+        workspace_ops: tuple[Op, ...] = (),
+    ) -> Applied | None:
+        """Store the reply, mark the turn DONE with its defect signals and store the turn's workspace
+        snapshot (the agent's operations applied on the previous one), in one transaction. Returns what
+        the operations did; None (nothing stored) when the attempt no longer owns the turn (a retry
+        claimed it as stale)."""
+        async with self._pool.acquire() as conn:
+            async with conn.transaction():
+                status = await conn.execute(
+                    FINISH_TURN, *_message_args(owner, reply), list(defects), list(defect_tools))
+                if not status.endswith(" 1"):
+                    return None
+                return await workspace_store.store_snapshot(
+                    conn, owner, reply.instance_id, reply.turn_index, reply.trace_id, workspace_ops,
+                    reply.create_time)
 
     async def fail_turn(self, owner: str, instance_id: str, trace_id: str, code: str, message: str) -> None:
         await self._pool.execute(FAIL_TURN, owner, instance_id, trace_id, code, message)
@@ -390,20 +405,25 @@ class Repository:
         return [_message(r) for r in rows if r["id"] is not None]
 
     async def clear_messages(self, owner: str, instance_id: str) -> int:
-        """Delete every message (and turn record) of the instance; returns the messages deleted."""
+        """Delete every message (and turn record, workspace snapshot and artifact version) of the
+        instance; returns the messages deleted."""
         async with self._pool.acquire() as conn:
             async with conn.transaction():
                 status = await conn.execute(CLEAR_MESSAGES, owner, instance_id)
                 await conn.execute(CLEAR_TURNS, owner, instance_id)
+                await workspace_store.clear(conn, owner, instance_id)
         return int(status.split()[-1])
 
     async def delete_turn(self, owner: str, instance_id: str, trace_id: str) -> int:
-        """Delete the messages (and record) of one turn; returns the messages deleted."""
+        """Delete the messages (and record) of one turn and its workspace snapshot (workspace_store
+        says what happens to its artifact versions); returns the messages deleted."""
         async with self._pool.acquire() as conn:
             async with conn.transaction():
-                status = await conn.execute(DELETE_TURN_MESSAGES, owner, instance_id, trace_id)
+                rows = await conn.fetch(DELETE_TURN_MESSAGES, owner, instance_id, trace_id)
                 await conn.execute(DELETE_TURN, owner, instance_id, trace_id)
-        return int(status.split()[-1])
+                for turn_index in sorted({r["turn_index"] for r in rows}):
+                    await workspace_store.delete_turn(conn, owner, instance_id, turn_index)
+        return len(rows)
 
     async def fork(
         self, owner: str, parent_id: str, new: NewInstance, turn_index: int, now: datetime
@@ -429,6 +449,7 @@ class Repository:
                 )
                 if r is not None:
                     status = await conn.execute(COPY_PREFIX, owner, parent_id, new.id, turn_index)
+                    await workspace_store.copy_prefix(conn, owner, parent_id, new.id, turn_index)
                     return _instance(r), int(status.split()[-1])
         if new.request_id is not None:  # a concurrent retry won the race
             r = await self._pool.fetchrow(SELECT_INSTANCE_BY_REQUEST, owner, new.request_id)

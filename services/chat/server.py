@@ -21,6 +21,7 @@ from services.chat.repository import Repository
 from services.chat.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, ChatServicer
 from services.chat.settings import ChatSettings
 from services.chat.turn import TurnRunner
+from services.chat.workspace_store import WorkspaceStore
 from services.common.auth import Authenticator
 from services.common.db import close_pool, create_pool, migrate, resolve_database_url, skip_reset
 from services.common.quota import write_quota_interceptor
@@ -52,9 +53,10 @@ async def create_server(
     metrics = await ServiceMetrics("chat", settings.metrics_listen).start()
     pool_gauges(metrics.meter, pool, SCHEMA)
     repo = Repository(pool)
+    workspace = WorkspaceStore(pool)
     turns = TurnRunner(
         repo, AgentClient(channel), tracer, settings.agent_timeout_cap_s, settings.history_messages,
-        meter=metrics.meter, stale_margin_s=settings.turn_stale_margin_s,
+        meter=metrics.meter, stale_margin_s=settings.turn_stale_margin_s, workspace=workspace,
     )
     interceptor = ServiceInterceptor(
         Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics.meter)
@@ -66,7 +68,8 @@ async def create_server(
     server.watch_database(url)
     server.add(
         chat_pb2_grpc.add_ChatServiceServicer_to_server,
-        ChatServicer(repo, turns, settings.max_content_chars, Forker(repo, RatingsClient(feedback_channel))),
+        ChatServicer(repo, turns, settings.max_content_chars, Forker(repo, RatingsClient(feedback_channel)),
+                     workspace),
         SERVICE,
     )
     server.bind(settings.listen)

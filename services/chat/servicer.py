@@ -21,6 +21,8 @@ from services.chat.fork import Forker
 from services.chat.domain import Instance, Message, MessagePage
 from services.chat.repository import InstanceExists, Repository
 from services.chat.turn import StreamStart, TurnCall, TurnRunner
+from services.chat.workspace_api import WorkspaceReads
+from services.chat.workspace_store import WorkspaceStore
 from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_ADMIN, current_principal
 from services.common.deadlines import caller_remaining
 from services.common.errors import AlreadyExists, InvalidArgument, NotFound
@@ -42,6 +44,9 @@ METHOD_SCOPES: dict[str, str | None] = {
         "ClearMessages",
         "DeleteTurn",
         "ForkConversation",
+        "GetWorkspace",
+        "ListArtifacts",
+        "GetArtifact",
     )
 }
 # Authenticated, scope checked by the handler: `chat` for the owner's own, `feedback:admin` across owners.
@@ -93,7 +98,9 @@ def message_pb(m: Message) -> chat_pb2.Message:
 
 
 class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
-    def __init__(self, repo: Repository, turns: TurnRunner, max_content_chars: int, forker: Forker):
+    def __init__(self, repo: Repository, turns: TurnRunner, max_content_chars: int, forker: Forker,
+                 workspace: WorkspaceStore):
+        self._workspace = WorkspaceReads(workspace)
         self._repo = repo
         self._turns = turns
         self._max_chars = max_content_chars
@@ -237,6 +244,16 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         if d is None:
             raise NotFound(request.name)
         return defect_pb(d)
+
+    async def GetWorkspace(self, request, context):  # noqa: N802
+        """The workspace as of a turn, with per-component `changed` (services.chat.workspace_api)."""
+        return await self._workspace.get_workspace(current_principal().sub, request)
+
+    async def ListArtifacts(self, request, context):  # noqa: N802
+        return await self._workspace.list_artifacts(current_principal().sub, request)
+
+    async def GetArtifact(self, request, context):  # noqa: N802
+        return await self._workspace.get_artifact(current_principal().sub, request)
 
     # -- helpers -------------------------------------------------------------------------------
 

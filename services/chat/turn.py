@@ -12,6 +12,10 @@ Spans and events of a turn (all under one trace id minted here):
 - event `chat.in` at t0 (the same clock reading as the user message's create_time);
 - event `chat.reply_sanitized` when the agent's reply held NUL characters (count);
 - event `chat.out` when the reply is stored;
+- one child span `workspace.update` per workspace operation applied with the reply (attributes
+  `workspace.component`, `workspace.operation`, `workspace.artifact_id`, `workspace.artifact_version`),
+  and the event `workspace.operation_dropped` per operation dropped as invalid
+  (`workspace.operation_index`, `workspace.operation`, `workspace.drop_reason`: a server-written reason);
 - the agent's `agent.think` / `tool.call` spans are children (context injected into gRPC metadata).
 """
 
@@ -43,6 +47,8 @@ from services.chat.domain import (
     time_from_ns,
 )
 from services.chat.repository import Repository, RequestRace
+from services.chat.workspace import Applied
+from services.chat.workspace_store import WorkspaceStore
 from services.common import deadlines
 from services.common.clip import clip
 from services.common.depfail import database_unavailable, dependency_error
@@ -54,6 +60,7 @@ from services.common.ids import check_same_request, new_id
 log = logging.getLogger(__name__)
 
 TURN_SPAN = "chat.turn"
+WORKSPACE_SPAN = "workspace.update"
 # Stored outcomes a retry with the same request_id runs again (the agent is called again, the stored
 # user message is reused): the agent was unreachable, ran out of time, or its caller went away. Every
 # other outcome (a reply, AGENT_FAILED, the gateway's own failure) replays as stored.
@@ -112,7 +119,7 @@ class TurnRunner:
 
     def __init__(
         self, repo: Repository, agent: AgentPort, tracer: trace.Tracer, cap_s: float, history_messages: int,
-        meter=None, stale_margin_s: float = STALE_MARGIN_S,
+        meter=None, stale_margin_s: float = STALE_MARGIN_S, workspace: WorkspaceStore | None = None,
     ):
         # `agentfeedback.chat.turns` by `outcome` (OK, or the error's ErrorInfo reason: low cardinality).
         self._turns = meter.create_counter(
@@ -124,6 +131,7 @@ class TurnRunner:
         self._cap_s = cap_s
         self._history = history_messages
         self._stale_s = cap_s + stale_margin_s  # a RUNNING attempt older than this has no live owner
+        self._workspace = workspace  # None: the agent sees an empty workspace (its operations still apply)
 
     async def send(self, call: TurnCall) -> TurnResult:
         """One complete turn (SendMessage). Raises NotFound (`instance`), DeadlineExceeded,
@@ -140,8 +148,9 @@ class TurnRunner:
         span, user, history, agent_slug = started
         try:
             timeout = agent_timeout(deadlines.left(deadline), self._cap_s)  # measured now, after the DB write
+            think_input = await self._think_input(owner, turn, user, history, agent_slug)
             reply = await self._agent.think(
-                self._think_input(turn, user, history, agent_slug),
+                think_input,
                 timeout_s=timeout,
                 metadata=self._metadata(span, token),
             )
@@ -171,8 +180,9 @@ class TurnRunner:
             yield StreamStart(user, user.trace_id)
             timeout = agent_timeout(deadlines.left(deadline), self._cap_s)  # measured now, after the DB write
             final: AgentReply | None = None
+            think_input = await self._think_input(owner, turn, user, history, agent_slug)
             async for item in self._agent.stream(
-                self._think_input(turn, user, history, agent_slug),
+                think_input,
                 timeout_s=timeout,
                 metadata=self._metadata(span, token),
             ):
@@ -324,9 +334,13 @@ class TurnRunner:
         """RUNNING attempts that began before this have no live owner (STALE_MARGIN_S)."""
         return datetime.now(UTC) - timedelta(seconds=self._stale_s)
 
-    def _think_input(
-        self, turn: TurnInput, user: Message, history: list[HistoryMessage], agent: str
+    async def _think_input(
+        self, owner: str, turn: TurnInput, user: Message, history: list[HistoryMessage], agent: str
     ) -> ThinkInput:
+        """What the agent gets: the turn, its history and the workspace the previous turn left."""
+        ws = ThinkInput.workspace
+        if self._workspace is not None:
+            ws = await self._workspace.before_turn(owner, turn.instance_id, user.turn_index)
         return ThinkInput(
             instance=f"instances/{turn.instance_id}",
             agent=agent,
@@ -334,6 +348,7 @@ class TurnRunner:
             content=user.content,
             turn_index=user.turn_index,
             user_message=user.name,
+            workspace=ws,
         )
 
     @staticmethod
@@ -360,8 +375,13 @@ class TurnRunner:
             model=reply.model,
             agent=user.agent,
         )
-        if not await asyncio.shield(self._repo.finish_turn(owner, msg, reply.defects, reply.defect_tools)):
+        ws_start_ns = time.time_ns()
+        applied = await asyncio.shield(
+            self._repo.finish_turn(owner, msg, reply.defects, reply.defect_tools, reply.workspace_ops))
+        if applied is None:
             log.warning("turn %s: a retry took the turn over (STALE_MARGIN_S); this reply is not stored", user.trace_id)
+        else:
+            self._record_workspace(span, applied, ws_start_ns)
         span.set_attribute("chat.reply_message", msg.name)
         span.add_event(
             "chat.out",
@@ -369,6 +389,24 @@ class TurnRunner:
             timestamp=now_ns,
         )
         return msg
+
+    def _record_workspace(self, span: trace.Span, applied: Applied, start_ns: int) -> None:
+        """What the turn did to the workspace, in its trace: a `workspace.update` child span per applied
+        operation (stored in the reply's transaction, which ran from `start_ns` until now), and the event
+        `workspace.operation_dropped` per dropped one."""
+        ctx = trace.set_span_in_context(span)
+        end_ns = time.time_ns()
+        for u in applied.updates:
+            attrs: dict[str, str | int] = {"workspace.component": u.component, "workspace.operation": u.operation}
+            if u.artifact_id:
+                attrs |= {"workspace.artifact_id": u.artifact_id, "workspace.artifact_version": u.artifact_version}
+            self._tracer.start_span(WORKSPACE_SPAN, context=ctx, start_time=start_ns, attributes=attrs).end(end_ns)
+        for d in applied.dropped:
+            span.add_event("workspace.operation_dropped", {
+                "workspace.operation_index": d.index, "workspace.operation": d.kind, "workspace.drop_reason": d.reason,
+            })
+        if applied.changed:
+            span.set_attribute("workspace.changed", list(applied.changed))
 
     async def _fail(self, owner: str, span: trace.Span, user: Message, err: BaseException) -> NoReturn:
         """Step 6: the root span ERROR, the turn marked FAILED (the user message stays); raises the

@@ -42,7 +42,7 @@ async def test_a_turn_orphaned_running_is_run_again_by_its_retry_and_the_dead_at
 
         late = Message(instance_id=iid, id=new_id(), role=Role.ASSISTANT, content="too late", trace_id=dead_trace,
                        turn_index=user.turn_index, create_time=time_from_ns(time.time_ns()), agent=user.agent)
-        assert await repo.finish_turn("alice", late) is False
+        assert await repo.finish_turn("alice", late) is None
         msgs = (await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=inst.name), metadata=s.md())).messages
         assert [(m.role, m.content) for m in msgs] == [(chat_pb2.ROLE_USER, "still there?"),
                                                        (chat_pb2.ROLE_ASSISTANT, answers[0].reply.content)]

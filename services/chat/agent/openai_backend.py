@@ -2,7 +2,9 @@
 
 Off unless `AGENTFEEDBACK_AGENT_OPENAI_BASE_URL` and `_MODEL` are set. The model's tool calls go
 through the same `ToolRegistry` (same `tool.call` spans, same truncation); at most MAX_ROUNDS
-model calls per turn. Errors: `BackendError` for a non-2xx answer, a malformed body, or a timeout.
+model calls per turn. The workspace operations are offered as tools too (services.chat.agent.workspace_tools):
+a call of one is collected as a proposal (the model is told it was proposed; the gateway validates it).
+Errors: `BackendError` for a non-2xx answer, a malformed body, or a timeout.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from services.chat.agent import workspace_tools
 from services.chat.agent.result import AgentResult
 
 if TYPE_CHECKING:
@@ -56,15 +59,17 @@ class OpenAIBackend:
             {"role": "user", "content": content},
         ]
         calls = []
+        proposals: list[tuple[str, dict]] = []
         end = time.monotonic() + (deadline_s if deadline_s is not None else DEFAULT_TIMEOUT_S * MAX_ROUNDS)
         for _ in range(MAX_ROUNDS):
             msg = await self._post(
-                {"model": self.model, "messages": messages, "tools": registry.openai_tools()},
+                {"model": self.model, "messages": messages,
+                 "tools": [*registry.openai_tools(), *workspace_tools.TOOLS]},
                 max(0.001, end - time.monotonic()),
             )
             tool_calls = msg.get("tool_calls") or []
             if not tool_calls:
-                return AgentResult(str(msg.get("content") or ""), self.model, calls)
+                return AgentResult(str(msg.get("content") or ""), self.model, calls, workspace_ops=proposals)
             messages.append({"role": "assistant", "content": msg.get("content"), "tool_calls": tool_calls})
             for tc in tool_calls:
                 fn = tc.get("function", {})
@@ -72,6 +77,12 @@ class OpenAIBackend:
                     args = json.loads(fn.get("arguments") or "{}")
                 except json.JSONDecodeError:
                     args = {"_unparsed": fn.get("arguments")}
+                name = str(fn.get("name"))
+                if name in workspace_tools.NAMES:
+                    proposals.append((name, args if isinstance(args, dict) else {}))
+                    messages.append({"role": "tool", "tool_call_id": tc.get("id"),
+                                     "content": '{"status": "proposed"}'})
+                    continue
                 out = await registry.call(
                     str(fn.get("name")), args if isinstance(args, dict) else {}, ctx, call_id=tc.get("id")
                 )

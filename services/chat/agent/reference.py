@@ -14,7 +14,9 @@ import asyncio
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from agentfeedback.agent.v1 import agent_pb2
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -26,6 +28,7 @@ from services.chat.agent.prompt import build_system_prompt
 from services.chat.agent.replay import ReplayMatch
 from services.chat.agent.result import AgentResult
 from services.chat.agent.tools import MemoryStore, ToolContext, ToolOutcome, ToolRegistry
+from services.chat.agent.workspace_rules import propose
 from services.common.clip import clip
 from services.common.telemetry import record_exception
 
@@ -43,6 +46,8 @@ class AgentTurn:
     user_message: str
     # The earlier replies of the conversation as (message name, turn index), oldest first.
     replies: tuple[tuple[str, int], ...] = ()
+    # The workspace as the previous turn left it (ThinkRequest.workspace).
+    workspace: agent_pb2.WorkspaceView = field(default_factory=agent_pb2.WorkspaceView)
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class ReferenceAgent:
                 claims: list[Claim] = []
             else:
                 result, claims = await self._scripted(turn, ctx)
+                result.workspace_ops = propose(turn.content, turn.turn_index, turn.workspace, result.content)
             for c in invented_claims(claims, result.tool_calls):
                 if "chat.invented_result" not in result.events:
                     result.events.append("chat.invented_result")
@@ -120,6 +126,7 @@ class ReferenceAgent:
                     "gen_ai.response.model": result.model,
                     "agent.tool_calls": len(result.tool_calls),
                     "agent.reply_chars": len(result.content),
+                    "agent.workspace_operations": len(result.workspace_ops),
                 }
             )
             return result

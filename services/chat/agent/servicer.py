@@ -14,6 +14,7 @@ from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
 from services.chat.agent.openai_backend import BackendError
 from services.chat.agent.reference import AgentTurn, ReferenceAgent
 from services.chat.agent.result import AgentResult
+from services.chat.agent.workspace_tools import to_operation
 from services.chat.domain import SLUG, parse_instance_name, parse_message_name
 from services.common.auth import SCOPE_CHAT, current_principal
 from services.common.errors import InvalidArgument, Unavailable
@@ -70,6 +71,7 @@ def _turn(request: agent_pb2.ThinkRequest, limits: TurnLimits) -> AgentTurn:
         replies=tuple(
             (m.name, m.turn_index) for m in request.history if m.role == agent_pb2.ROLE_ASSISTANT and m.name
         ),
+        workspace=request.workspace,
     )
 
 
@@ -94,6 +96,7 @@ def _response(r: AgentResult) -> agent_pb2.ThinkResponse:
             for t in r.tool_calls
         ],
         events=[*r.events, *(["chat.truncated"] if any(t.truncated for t in r.tool_calls) else [])],
+        workspace_operations=[op for name, args in r.workspace_ops if (op := to_operation(name, args)) is not None],
     )
 
 
