@@ -17,6 +17,7 @@ import asyncpg
 import pytest
 
 from services.common.db import start_embedded_postgres
+from services.tracecollector.clickhouse_transport import ChdbTransport
 from tests.stack import Stack, no_default_metrics_ports, start_stack
 
 _counter = itertools.count()
@@ -82,10 +83,43 @@ async def database_url(pg_url: str):
     await conn.close()
 
 
+# The collector's span stores. A module runs on both with
+#   pytestmark = pytest.mark.parametrize("span_store", SPAN_STORES, indirect=True)
+SPAN_STORES = ("postgresql", "clickhouse")
+
+
 @pytest.fixture
-async def stack(database_url: str, tmp_path: Path):
-    """The whole stack in this process on ports it bound (port 0), one database; stopped after the test."""
-    s = await start_stack(database_url, tmp_path)
+def span_store(request) -> str:
+    """The collector's span store for this test: `postgresql` unless the module parametrizes it."""
+    return getattr(request, "param", "postgresql")
+
+
+@pytest.fixture(scope="session")
+def chdb_path() -> str:
+    """Data directory of the session's in-process ClickHouse engine (chdb: one per process)."""
+    return tempfile.mkdtemp(prefix="af-test-chdb-")
+
+
+@pytest.fixture
+async def collector_store(span_store: str, chdb_path: str):
+    """(CollectorSettings overrides, create_server keyword arguments) for this test's span store:
+    nothing for PostgreSQL (the test's database); for ClickHouse a database of its own in the
+    session's chdb engine (the test stand-in for a ClickHouse server), dropped afterwards."""
+    if span_store == "postgresql":
+        yield {}, {}
+        return
+    name = f"t_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
+    transport = ChdbTransport.shared(chdb_path)
+    yield {"span_store": "clickhouse", "clickhouse_database": name}, {"span_transport": transport}
+    await transport.command(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture
+async def stack(database_url: str, tmp_path: Path, collector_store):
+    """The whole stack in this process on ports it bound (port 0), one database (and the span store
+    of `span_store`); stopped after the test."""
+    settings, kw = collector_store
+    s = await start_stack(database_url, tmp_path, collector_kw=kw, collector=settings)
     try:
         yield s
     finally:
@@ -110,4 +144,4 @@ async def _stop_or_show_what_hangs(s: Stack) -> None:
     pytest.fail(f"the stack did not stop within {STACK_STOP_LIMIT_S:.0f} s; asyncio tasks:\n{buf.getvalue()}")
 
 
-__all__ = ["Stack"]
+__all__ = ["SPAN_STORES", "Stack"]

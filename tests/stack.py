@@ -167,10 +167,12 @@ class Stack:
             p.shutdown()
 
 
-async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0, **overrides: Any) -> Stack:
+async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0,
+                      collector_kw: dict[str, Any] | None = None, **overrides: Any) -> Stack:
     """Start collector, agent, chat gateway and feedback on loopback against `database_url`; `.ports` holds
     the ports they got (`otlp_grpc`, `otlp_http`, `query`, `agent`, `chat`, `feedback`, `metrics_<service>`).
-    `overrides`: per service (`collector`, `agent`, `chat`, `feedback`) settings fields to replace."""
+    `overrides`: per service (`collector`, `agent`, `chat`, `feedback`) settings fields to replace;
+    `collector_kw`: extra keyword arguments of the collector's create_server (its `span_transport`)."""
     from services.chat.agent.server import create_server as create_agent
     from services.chat.server import create_server as create_chat
     from services.chat.agent.settings import AgentSettings
@@ -205,7 +207,8 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
         otlp_grpc_listen=any_port, otlp_http_host="127.0.0.1", otlp_http_port=0, query_listen=any_port,
         metrics_listen=any_port, **common, **overrides.get("collector", {}),
     )
-    collector = bound("collector", await create_collector(collector_settings, database_url=database_url))
+    collector = bound("collector", await create_collector(collector_settings, database_url=database_url,
+                                                          **(collector_kw or {})))
     p.update(collector.ports)  # otlp_grpc, otlp_http, query
     to_chat = LateChannel()
     feedback_settings = FeedbackSettings(**{

@@ -393,6 +393,11 @@ class GrpcServer:
                                       meter=self.metrics.meter if self.metrics is not None else None)
         return self._watch
 
+    def watch(self, watch: DependencyWatch) -> DependencyWatch:
+        """Health follows `watch` (another dependency than PostgreSQL) from `start()` on; stopped first by `stop()`."""
+        self._watch = watch
+        return watch
+
     def add(self, register: Callable[[Any, Any], None], servicer: Any, service_full_name: str) -> None:
         register(servicer, self.server)
         self._services.append(service_full_name)

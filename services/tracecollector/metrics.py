@@ -4,9 +4,9 @@
   = `otlp`, `transport` = `grpc` | `http`): spans stored (acknowledged after commit) / not stored
   (rejected as invalid, refused over capacity, or the database failed);
 - `otelcol_exporter_queue_size` / `otelcol_exporter_queue_capacity` (gauges, label `exporter`):
-  `postgresql` = the span write queue, in spans; `otlp_forward` = the forwarder's queue, in requests;
+  `postgresql` (or `clickhouse`, the span store in use) = the span write queue, in spans; `otlp_forward` = the forwarder's queue, in requests;
 - `otelcol_exporter_sent_spans` / `otelcol_exporter_send_failed_spans` (counters, label `exporter`):
-  `postgresql` = spans committed / failed to commit; `otlp_forward` = spans forwarded / dropped;
+  `postgresql` / `clickhouse` = spans committed / failed to commit; `otlp_forward` = spans forwarded / dropped;
 - `agentfeedback_collector_commit_duration_seconds` (histogram): one COPY batch, start to commit;
 - `agentfeedback_collector_retention_runs` (counter, `result` = ok | error) and
   `agentfeedback_collector_retention_dropped_days` (counter): retention passes, UTC days dropped.
@@ -24,7 +24,8 @@ from services.tracecollector.ingest import ExportResult, Ingestor, count_spans
 
 
 class CollectorMetrics:
-    def __init__(self, meter: Meter):
+    def __init__(self, meter: Meter, store: str = "postgresql"):
+        self._store = store
         self.accepted = meter.create_counter("otelcol_receiver_accepted_spans", unit="{span}",
                                              description="Spans stored and acknowledged.")
         self.refused = meter.create_counter("otelcol_receiver_refused_spans", unit="{span}",
@@ -57,8 +58,8 @@ class CollectorMetrics:
         return [Observation(cap, {"exporter": name}) for name, _, cap in self._queues]
 
     def timed_copy(self, copy: Callable[[Sequence[Any]], Awaitable[None]]) -> Callable[[Sequence[Any]], Awaitable[None]]:
-        """`copy` measured: commit latency, spans sent / failed to PostgreSQL."""
-        attrs = {"exporter": "postgresql"}
+        """`copy` measured: commit latency, spans sent / failed to the span store."""
+        attrs = {"exporter": self._store}
 
         async def measured(rows: Sequence[Any]) -> None:
             t0 = time.perf_counter()

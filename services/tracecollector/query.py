@@ -1,8 +1,9 @@
 """TraceQueryService: GetTrace and SearchTraces over the stored spans (scope `traces:read`).
 
 The servicer only translates protos; `TraceReader` holds the rules; SQL lives in repository.py.
-Values: attributes are stored as JSON (ingest.py's AnyValue mapping) and returned as
-google.protobuf.Struct (numbers become doubles there, as Struct has no integer type).
+Values: attributes are stored as JSON (ingest.py's AnyValue mapping; on ClickHouse as the
+exporter's strings plus our type column, clickhouse.py) and returned as google.protobuf.Struct
+(numbers become doubles there, as Struct has no integer type).
 
 Expired vs never recorded (GetTrace NOT_FOUND): a trace id alone does not say when the trace
 happened, so without help the answer is reason TRACE_NOT_FOUND with ErrorInfo metadata
@@ -30,7 +31,7 @@ from services.common.ids import (
     parse_trace_id,
 )
 from services.tracecollector.ingest import NS_PER_S, Window, utc_day
-from services.tracecollector.repository import Repository
+from services.tracecollector.store import SpanStore
 
 _SERVICE = "/agentfeedback.traces.v1.TraceQueryService/"
 # Method → required scope (read by the ServiceInterceptor).
@@ -55,15 +56,20 @@ def timestamp_ns(ts, field_path: str) -> int:
     return ts.seconds * NS_PER_S + ts.nanos
 
 
-def _struct(raw: str | None) -> struct_pb2.Struct:
+def _decoded(raw: str | dict | list | None):
+    """A stored JSON value: text on PostgreSQL (jsonb read as text), already decoded on ClickHouse."""
+    return json.loads(raw) if isinstance(raw, str) else raw
+
+
+def _struct(raw: str | dict | None) -> struct_pb2.Struct:
     s = struct_pb2.Struct()
     if raw:
-        s.update(json.loads(raw))
+        s.update(_decoded(raw))
     return s
 
 
 def span_proto(r) -> traces_pb2.Span:
-    """One stored row as a `traces.v1.Span`."""
+    """One stored span (a store.SpanStore.get_trace mapping) as a `traces.v1.Span`."""
     sp = traces_pb2.Span(
         trace_id=bytes(r["trace_id"]).hex(),
         span_id=bytes(r["span_id"]).hex(),
@@ -79,10 +85,10 @@ def span_proto(r) -> traces_pb2.Span:
         attributes=_struct(r["attributes"]),
         resource_attributes=_struct(r["resource_attributes"]),
     )
-    for e in json.loads(r["events"]) if r["events"] else ():
+    for e in _decoded(r["events"]) or ():
         ev = sp.events.add(time_unix_nano=e["time_unix_nano"], name=e["name"])
         ev.attributes.update(e["attributes"])
-    for ln in json.loads(r["links"]) if r["links"] else ():
+    for ln in _decoded(r["links"]) or ():
         lk = sp.links.add(trace_id=ln["trace_id"], span_id=ln["span_id"])
         lk.attributes.update(ln["attributes"])
     return sp
@@ -164,9 +170,9 @@ class SearchParams:
 
 
 class TraceReader:
-    """Read rules over the repository. `window()` gives the currently retained `Window`."""
+    """Read rules over the span store. `window()` gives the currently retained `Window`."""
 
-    def __init__(self, repo: Repository, window: Callable[[], Window], max_search_days: int):
+    def __init__(self, repo: SpanStore, window: Callable[[], Window], max_search_days: int):
         self._repo = repo
         self._window = window
         self._max_days = max_search_days

@@ -1,4 +1,5 @@
-"""All SQL of the trace collector (schema `traces`, migrations in ./migrations).
+"""The PostgreSQL span store (store.SpanStore's embedded default): all its SQL (schema `traces`,
+migrations in ./migrations).
 
 Writes are COPY (asyncpg `copy_records_to_table`, binary protocol) into the partitioned `spans`
 table; each COPY is one statement, committed when it returns. Reads collapse the rows of one
@@ -165,6 +166,8 @@ class Partition:
 class Repository:
     """The collector's storage. `pool` connections have search_path `traces` (common.db.create_pool)."""
 
+    name = "postgresql"
+
     def __init__(self, pool: asyncpg.Pool):
         self._pool = pool
 
@@ -258,6 +261,15 @@ class Repository:
         async with conn.transaction():
             await conn.execute(DROP_TABLE.format(name=name))
             await conn.execute(RECORD_DROPPED_DAY, day)
+
+    async def stored_days(self) -> list[date]:
+        """Days with an attached partition, oldest first."""
+        return [p.day for p in await self.partitions()]
+
+    async def span_count(self) -> int:
+        """Stored span rows (retried duplicates included)."""
+        async with self._pool.acquire() as conn:
+            return await conn.fetchval("SELECT count(*) FROM traces.spans")
 
     async def day_dropped(self, day: date) -> bool:
         """Whether retention dropped the partition of `day`."""

@@ -9,6 +9,10 @@ Spans outside the kept days are rejected at ingest (ingest.Window), never stored
 
 `plan(...)` is pure; `Retention.run_once()` applies it; `Retention.run_forever()` repeats it every
 `interval_s` (a failed pass is logged and retried at the next interval).
+
+On ClickHouse (`TtlRetention`) the table's TTL expires spans by itself (daily partitions, whole parts);
+the pass drops, at once, every stored day before the first kept day by the same rule, so both stores
+keep exactly the same days at any clock (and tests can move the clock).
 """
 from __future__ import annotations
 
@@ -119,13 +123,54 @@ class Retention:
 
     async def run_forever(self) -> None:
         """Repeat `run_once` every `interval_s` until cancelled."""
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                if self.on_pass is not None:
-                    self.on_pass(False, 0)
-                log_failure(log, f"retention pass failed; retrying in {self._interval_s:.0f} s", sys.exc_info()[1])
+        await _repeat(self)
+
+
+class TtlRetention:
+    """Retention passes for the ClickHouse store (`clickhouse.ClickHouseStore`): nothing to create
+    ahead (ClickHouse makes a day's partition on its first insert); days older than the window are
+    dropped whole (`ALTER TABLE ... DROP PARTITION`) and recorded. Same interface as `Retention`."""
+
+    def __init__(self, store, *, retention_days: int, interval_s: float, clock: Callable[[], int] = time.time_ns):
+        self._store = store
+        self._days = retention_days
+        self._interval_s = interval_s
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self.on_pass: Callable[[bool, int], None] | None = None
+
+    async def run_once(self, now_ns: int | None = None) -> PassResult:
+        """One pass at `now_ns` (default: the clock). Raises ClickHouseError; days already dropped
+        stay dropped, the rest is retried by the next pass."""
+        now = self._clock() if now_ns is None else now_ns
+        first = utc_day(first_retained_day_ns(now, self._days)).date()
+        async with self._lock:
+            dropped, timings = [], []
+            for day in await self._store.stored_days():
+                if day < first:
+                    t0 = time.perf_counter()
+                    await self._store.drop_day(day)
+                    timings.append((time.perf_counter() - t0) * 1000)
+                    dropped.append(day)
+                    log.info("retention: dropped spans of %s (%.1f ms)", day, timings[-1])
+            if self.on_pass is not None:
+                self.on_pass(True, len(dropped))
+        return PassResult([], dropped, timings)
+
+    async def run_forever(self) -> None:
+        """Repeat `run_once` every `interval_s` until cancelled."""
+        await _repeat(self)
+
+
+async def _repeat(r: Retention | TtlRetention) -> None:
+    """`r.run_once()` every `r._interval_s` until cancelled (a failed pass is logged, retried later)."""
+    while True:
+        await asyncio.sleep(r._interval_s)
+        try:
+            await r.run_once()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if r.on_pass is not None:
+                r.on_pass(False, 0)
+            log_failure(log, f"retention pass failed; retrying in {r._interval_s:.0f} s", sys.exc_info()[1])

@@ -1,14 +1,15 @@
 """Trace collector wiring: OTLP/gRPC (4317), OTLP/HTTP (4318), TraceQueryService (50053).
 
-`create_server(settings, *, database_url, tracer_provider)` applies the `traces` migrations,
-creates the pool, makes the partitions of the retention window, starts the span writer, the
+`create_server(settings, *, database_url, tracer_provider)` opens the span store (`span_store`:
+PostgreSQL — applies the `traces` migrations, creates the pool, makes the partitions of the retention
+window; ClickHouse — creates the exporter's tables if missing), starts the span writer, the
 retention loop, the optional forwarder and the three listeners, and returns a started
 `CollectorServer` (`.ports` = {"otlp_grpc", "otlp_http", "query"}, `.port` = the query port,
 `.retention` for an on-demand pass, `async stop(grace_s)`).
 
 Stop order: health NOT_SERVING → OTLP listeners drain (in-flight Exports finish, so what was
 acknowledged is committed) → writer flushes → forwarder flushes → query server drains → retention
-loop stops → pool closes.
+loop stops → pool (or ClickHouse client) closes.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from services.common.auth import Authenticator
 from services.common.db import close_pool, create_pool, migrate
+from services.common.health import DependencyWatch
 from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
 from services.common.server import GrpcServer, ServiceInterceptor
 from services.tracecollector import otlp_grpc, otlp_http
@@ -34,8 +36,10 @@ from services.tracecollector.ingest import Ingestor, Window
 from services.tracecollector.writer import BatchWriter
 from services.tracecollector.metrics import CollectorMetrics
 from services.tracecollector.query import METHOD_SCOPES, TraceQueryServicer, TraceReader
+from services.tracecollector.clickhouse import ClickHouseStore, Tables
+from services.tracecollector.clickhouse_transport import ClickHouseTransport, HttpTransport
 from services.tracecollector.repository import Repository
-from services.tracecollector.retention import Retention
+from services.tracecollector.retention import Retention, TtlRetention
 from services.tracecollector.settings import CollectorSettings
 
 log = logging.getLogger(__name__)
@@ -56,8 +60,8 @@ class CollectorServer:
         self.http_runner: web.AppRunner | None = None
         self.writer: BatchWriter | None = None
         self.forwarder: Forwarder | None = None
-        self.retention: Retention | None = None
-        self.repo: Repository | None = None
+        self.retention: Retention | TtlRetention | None = None
+        self.repo: Repository | ClickHouseStore | None = None
         self._retention_task: asyncio.Task | None = None
         self._pool = None
         self.metrics: ServiceMetrics | None = None
@@ -82,6 +86,8 @@ class CollectorServer:
             await asyncio.gather(self._retention_task, return_exceptions=True)
         if self._pool is not None:
             await close_pool(self._pool)
+        if isinstance(self.repo, ClickHouseStore):
+            await self.repo.close()
         if self.metrics is not None:
             await self.metrics.close()
 
@@ -100,28 +106,43 @@ async def create_server(
     database_url: str | None = None,
     tracer_provider=None,
     clock: Callable[[], int] = time.time_ns,
+    span_transport: ClickHouseTransport | None = None,
 ) -> CollectorServer:
-    """Start the collector (see module docstring). `clock` (ns since the epoch) is for tests.
+    """Start the collector (see module docstring). `clock` (ns since the epoch) is for tests;
+    `span_transport` replaces the ClickHouse HTTP client (tests: clickhouse_transport.ChdbTransport).
 
     Raises OSError when a listen address cannot be bound, asyncpg errors when the database is
-    unreachable, MigrationError on a changed migration.
+    unreachable, MigrationError on a changed migration, ClickHouseError when ClickHouse is.
     """
+    clickhouse = settings.span_store == "clickhouse"
     url = database_url or settings.database_url
-    if not url:
+    if not url and not clickhouse:
         raise ValueError("database_url is required (resolve it with services.common.db.resolve_database_url)")
+    if clickhouse and span_transport is None and not settings.clickhouse_url:
+        raise ValueError("span_store=clickhouse needs clickhouse_url (AGENTFEEDBACK_COLLECTOR_CLICKHOUSE_URL)")
     srv = CollectorServer(settings)
     try:
-        await migrate(url, SCHEMA, MIGRATIONS)
-        srv._pool = await create_pool(url, SCHEMA, settings.db_pool_min,
-                                      max(settings.db_pool_max, settings.writer_workers + 2),
-                                      command_timeout_s=settings.db_command_timeout_s)
-        repo = srv.repo = Repository(srv._pool)
         srv.metrics = await ServiceMetrics("tracecollector", settings.metrics_listen).start()
-        pool_gauges(srv.metrics.meter, srv._pool, SCHEMA)
-        cm = CollectorMetrics(srv.metrics.meter)
-        srv.retention = Retention(repo, retention_days=settings.retention_days,
-                                  ahead_days=settings.partitions_ahead_days,
-                                  interval_s=settings.retention_interval_s, clock=clock)
+        if clickhouse:
+            transport = span_transport or HttpTransport(
+                settings.clickhouse_url, password=settings.clickhouse_password.get_secret_value())
+            repo = srv.repo = ClickHouseStore(transport, Tables(
+                settings.clickhouse_database, settings.clickhouse_traces_table, settings.clickhouse_cluster))
+            if settings.clickhouse_create_schema:
+                await repo.create_schema(settings.retention_days)
+            srv.retention = TtlRetention(repo, retention_days=settings.retention_days,
+                                         interval_s=settings.retention_interval_s, clock=clock)
+        else:
+            await migrate(url, SCHEMA, MIGRATIONS)
+            srv._pool = await create_pool(url, SCHEMA, settings.db_pool_min,
+                                          max(settings.db_pool_max, settings.writer_workers + 2),
+                                          command_timeout_s=settings.db_command_timeout_s)
+            repo = srv.repo = Repository(srv._pool)
+            pool_gauges(srv.metrics.meter, srv._pool, SCHEMA)
+            srv.retention = Retention(repo, retention_days=settings.retention_days,
+                                      ahead_days=settings.partitions_ahead_days,
+                                      interval_s=settings.retention_interval_s, clock=clock)
+        cm = CollectorMetrics(srv.metrics.meter, store=repo.name)
         srv.retention.on_pass = cm.retention_pass
         await srv.retention.run_once()
         srv._retention_task = asyncio.create_task(srv.retention.run_forever(), name="retention")
@@ -134,7 +155,7 @@ async def create_server(
         async def copy(rows) -> None:
             try:
                 await repo.copy_spans(rows)
-            except asyncpg.CheckViolationError:
+            except asyncpg.CheckViolationError:  # PostgreSQL only
                 # A row's day has no partition yet (e.g. the clock passed the days made ahead while
                 # no pass ran): make them now, then store.
                 await retention.run_once()
@@ -147,7 +168,7 @@ async def create_server(
             srv.forwarder = Forwarder(settings.forward_endpoint, queue_max=settings.forward_queue_max,
                                       timeout_s=settings.forward_timeout_s,
                                       max_attempts=settings.forward_max_attempts)
-        cm.queue("postgresql", lambda: srv.writer.queued_spans, settings.queue_max_spans)
+        cm.queue(repo.name, lambda: srv.writer.queued_spans, settings.queue_max_spans)
         if srv.forwarder is not None:
             srv.forwarder.on_spans = cm.forwarded
             cm.queue("otlp_forward", lambda: srv.forwarder.queued, settings.forward_queue_max)
@@ -174,7 +195,11 @@ async def create_server(
                       "agentfeedback.traces.v1.TraceQueryService")
         srv.ports["query"] = srv.port = srv.query.bind(settings.query_listen)
         srv.query.metrics = srv.metrics
-        srv.query.watch_database(url, also=[srv.otlp])
+        if clickhouse:
+            srv.query.watch(DependencyWatch([srv.query, srv.otlp], repo.ping, dependency="clickhouse",
+                                            meter=srv.metrics.meter))
+        else:
+            srv.query.watch_database(url, also=[srv.otlp])
         await srv.query.start()
 
         app = otlp_http.create_app(cm.receiver(ingestor, "http"), max_body_bytes=settings.http_max_body_bytes,

@@ -1,7 +1,9 @@
 """Trace collector settings (prefix `AGENTFEEDBACK_COLLECTOR_`), validated once at start-up."""
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from services.common.settings import LISTEN_PATTERN, CommonSettings
@@ -40,6 +42,21 @@ class CollectorSettings(CommonSettings):
     http_max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
     # OTLP/gRPC message limit in bytes after decompression (4 MiB); beyond it RESOURCE_EXHAUSTED.
     grpc_max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
+    # Where spans live: `postgresql` (the embedded default, the service's database) or `clickhouse` (the
+    # OpenTelemetry Collector clickhouse exporter's tables; docs/architecture.md "Spans on ClickHouse").
+    span_store: Literal["postgresql", "clickhouse"] = "postgresql"
+    # ClickHouse HTTP(S) endpoint for span_store=clickhouse: `http[s]://user@host:port` (8123 / 8443).
+    clickhouse_url: str = ""
+    # ClickHouse password (kept out of the URL so it is never logged).
+    clickhouse_password: SecretStr = SecretStr("")
+    # ClickHouse database of the span tables (the exporter's `database`; deploy/ uses `otel`).
+    clickhouse_database: str = Field(default="otel", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+    # The exporter's `traces_table_name`: spans in it, trace ids in `<it>_trace_id_ts`.
+    clickhouse_traces_table: str = Field(default="otel_traces", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,50}$")
+    # ClickHouse cluster (ON CLUSTER; empty = one server): local `<table>_local` ReplicatedMergeTree tables, Distributed `<table>`.
+    clickhouse_cluster: str = Field(default="", pattern=r"^$|^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+    # Create the tables if missing (CREATE ... IF NOT EXISTS, as the exporter's `create_schema`) and add our column.
+    clickhouse_create_schema: bool = True
     # Optional downstream OTLP/gRPC endpoint (the SREs' backend) receiving every accepted span.
     forward_endpoint: str = ""
     # Export requests waiting for the downstream; beyond it the oldest are dropped (and counted).

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 
-import asyncpg
 import grpc
 import pytest
 from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
@@ -113,11 +112,8 @@ class Collector:
         return await self.query().GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id.hex(), **kw), metadata=self.md())
 
     async def span_rows(self) -> int:
-        conn = await asyncpg.connect(self.database_url)
-        try:
-            return await conn.fetchval("SELECT count(*) FROM traces.spans")
-        finally:
-            await conn.close()
+        """Stored span rows (duplicates included), in whichever store the collector uses."""
+        return await self.server.repo.span_count()
 
     async def close(self) -> None:
         for ch in self._channels:
@@ -126,16 +122,18 @@ class Collector:
 
 
 @pytest.fixture
-async def start_collector(database_url: str, tmp_path):
+async def start_collector(database_url: str, tmp_path, collector_store):
+    """`await start(clock=None, **settings)`: a collector on the test's span store (`span_store`)."""
     started: list[Collector] = []
+    store_settings, store_kw = collector_store
 
     async def start(clock=None, **overrides) -> Collector:
         settings = CollectorSettings(
             otlp_grpc_listen="127.0.0.1:0", otlp_http_host="127.0.0.1", otlp_http_port=0,
             query_listen="127.0.0.1:0", jwt_secret=TEST_JWT_SECRET, data_dir=tmp_path, shutdown_grace_s=0.5, shutdown_drain_s=0,
-            **overrides,
+            **{**store_settings, **overrides},
         )
-        kw = {"clock": clock} if clock else {}
+        kw = {"clock": clock, **store_kw} if clock else dict(store_kw)
         c = Collector(await create_server(settings, database_url=database_url, **kw), database_url)
         started.append(c)
         return c

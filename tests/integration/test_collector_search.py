@@ -5,9 +5,13 @@ from __future__ import annotations
 import random
 import time
 
+import pytest
 from agentfeedback.traces.v1 import traces_pb2
 
+from tests.conftest import SPAN_STORES
 from tests.helpers.otlp import NS, new_span_id, new_trace_id, request, span, ts
+
+pytestmark = pytest.mark.parametrize("span_store", SPAN_STORES, indirect=True)
 
 
 

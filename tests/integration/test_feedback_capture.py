@@ -1,5 +1,6 @@
 """Feedback reports over real gRPC and a real PostgreSQL, with the real chat gateway, agent and trace
-collector of the `stack` fixture (tests/stack.py). Evidence: the capture worker freezing a turn's spans (PENDING → CAPTURED / EXPIRED), client snapshots verified later, once-only events.
+collector of the `stack` fixture (tests/stack.py), the collector on each span store (PostgreSQL, and
+ClickHouse through chdb, the in-process engine standing in for a server). Evidence: the capture worker freezing a turn's spans (PENDING → CAPTURED / EXPIRED), client snapshots verified later, once-only events.
 Tests named after field cases carry the case id.
 """
 from __future__ import annotations
@@ -23,7 +24,10 @@ from services.common.auth import (
 from services.common.errors import error_info
 from services.feedback.codec import report_from_pb
 from services.feedback.ticket import TicketFields, render_ticket
+from tests.conftest import SPAN_STORES
 from tests.stack import start_stack
+
+pytestmark = pytest.mark.parametrize("span_store", SPAN_STORES, indirect=True)
 
 PENDING, CAPTURED, EXPIRED = pb.TRACE_SNAPSHOT_STATE_PENDING, pb.TRACE_SNAPSHOT_STATE_CAPTURED, pb.TRACE_SNAPSHOT_STATE_EXPIRED
 
@@ -121,9 +125,12 @@ async def test_F18_spans_expired_feedback_keeps_words_snapshots_voice_and_frozen
         await aged.stop(0.5)
 
 
-async def test_F18_a_turn_never_captured_within_retention_is_marked_expired_by_the_worker(database_url, tmp_path):
+async def test_F18_a_turn_never_captured_within_retention_is_marked_expired_by_the_worker(
+        database_url, tmp_path, collector_store):
     # The stack's own replica never looks at its queue here; only the aged replica's worker does.
-    stack = await start_stack(database_url, tmp_path, feedback={"capture_poll_s": 3600.0})
+    store_settings, store_kw = collector_store
+    stack = await start_stack(database_url, tmp_path, feedback={"capture_poll_s": 3600.0}, collector=store_settings,
+                              collector_kw=store_kw)
     try:
         inst = await new_instance(stack)
         turn = await send(stack, inst, "and now?")  # its spans are still in the exporters' buffers

@@ -1,0 +1,402 @@
+"""The ClickHouse span store: the collector's storage on the OpenTelemetry Collector clickhouse
+exporter's own tables (`otel_traces`, `otel_traces_trace_id_ts` and its materialized view;
+DDL in ./clickhouse_schema, taken from the exporter's source at deploy/'s pinned version).
+
+So our OTLP receiver and an existing collector fleet's exporter write the same rows, and GetTrace,
+SearchTraces and the feedback capture read either. Rows are written exactly as the exporter writes
+them (exporter_traces.go `pushTraceData`): Timestamp = span start, TraceId/SpanId/ParentSpanId as
+lowercase hex ('' for no parent), SpanKind / StatusCode as pdata's `String()` ("Server", "Error"),
+Duration = end − start ns, attribute values as `pcommon.Value.AsString()` in Map(String, String).
+
+What the exporter's schema does not keep, and what we do about it (docs/architecture.md "Spans on
+ClickHouse"):
+- Attribute value types (Map(String, String)): our receiver also writes `AgentFeedbackTypes` (an
+  additive column, migration 0007) with the values whose JSON differs from the string, so GetTrace
+  returns ints, doubles, bools, arrays and kvlists as our PostgreSQL store does. Rows the exporter
+  wrote have '' there: their attributes read back as the exporter's strings (a documented difference).
+- SearchTraces attribute filters compare the exporter's string form (`SpanAttributes[k] = v`; int 42
+  → "42", true → "true", arrays as compact JSON), where PostgreSQL compares `attributes ->> k`.
+- Scope attributes and dropped-attribute counts: kept by neither store. Scope version: column kept,
+  our receiver writes '' (PostgreSQL does not keep it either).
+- Duplicates (exporter retries): like PostgreSQL, rows are appended and reads collapse one
+  (TraceId, SpanId) to one span (`LIMIT 1 BY SpanId`, `uniqExact(SpanId)`).
+
+Retention: the table TTL (`retention_days`, 14 by default; whole parts dropped, `ttl_only_drop_parts`)
+over daily partitions, plus a pass (retention.TtlRetention) that drops whole past days at once with
+the same rule as PostgreSQL (`ingest.first_retained_day_ns`), records them for TRACE_EXPIRED, and
+does so on a simulated clock in tests.
+
+Sharded (`cluster` set): the local tables are `<table>_local` (ReplicatedMergeTree ON CLUSTER), reads
+and writes go to Distributed tables named as the exporter's (`<table>`), sharded by TraceId.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+from pathlib import Path
+from string import Template
+
+import orjson
+
+from services.tracecollector.clickhouse_transport import ClickHouseTransport
+from services.tracecollector.writer import Row
+
+SCHEMA_DIR = Path(__file__).parent / "clickhouse_schema"
+_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+
+# OTLP enum → pdata String() (what the exporter writes), and back (older exporters wrote the proto
+# names "SPAN_KIND_SERVER" / "STATUS_CODE_ERROR"; both read back).
+KIND_NAMES = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
+STATUS_NAMES = ("Unset", "Ok", "Error")
+_KIND_CODES = {n: i for i, n in enumerate(KIND_NAMES)} | {
+    f"SPAN_KIND_{n.upper()}": i for i, n in enumerate(KIND_NAMES)}
+_STATUS_CODES = {n: i for i, n in enumerate(STATUS_NAMES)} | {
+    f"STATUS_CODE_{n.upper()}": i for i, n in enumerate(STATUS_NAMES)}
+_STATUS_SQL = ("multiIf(StatusCode IN ('Error', 'STATUS_CODE_ERROR'), 2,"
+               " StatusCode IN ('Ok', 'STATUS_CODE_OK'), 1, 0)")
+
+INSERT_COLUMNS = (
+    "Timestamp", "TraceId", "SpanId", "ParentSpanId", "TraceState", "SpanName", "SpanKind", "ServiceName",
+    "ResourceAttributes", "ScopeName", "ScopeVersion", "SpanAttributes", "Duration", "StatusCode",
+    "StatusMessage", "Events.Timestamp", "Events.Name", "Events.Attributes", "Links.TraceId", "Links.SpanId",
+    "Links.TraceState", "Links.Attributes",
+)
+# DateTime64(9) holds [1900-01-01, 2262-04-11]; OTLP event times are uint64 ns: clamped into it.
+_MAX_NS = 2**63 - 1
+
+
+# --- values: our JSON form (ingest.any_value) → the exporter's string form -------------------
+
+
+def _go_float(d: float) -> str:
+    """strconv.FormatFloat(d, 'f', -1, 64), pcommon's AsString for a double."""
+    if math.isnan(d):
+        return "NaN"
+    if math.isinf(d):
+        return "+Inf" if d > 0 else "-Inf"
+    return format(Decimal(repr(d)).normalize(), "f")
+
+
+def as_string(v: object) -> str:
+    """pcommon.Value.AsString() of the attribute whose JSON form (ingest.any_value) is `v`."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return _go_float(v)
+    if v is None:
+        return ""
+    return orjson.dumps(v).decode()  # array / kvlist: Go's encoding/json of AsRaw(), compact
+
+
+def split_attributes(attrs: dict[str, object]) -> tuple[dict[str, str], dict[str, object]]:
+    """(the exporter's Map(String, String), the values whose JSON the Map's strings do not give back)."""
+    strings: dict[str, str] = {}
+    typed: dict[str, object] = {}
+    for k, v in attrs.items():
+        if type(v) is str:
+            strings[k] = v
+        else:
+            strings[k] = s = as_string(v)
+            if s != v:
+                typed[k] = v
+    return strings, typed
+
+
+def _dt(ns: int) -> str:
+    ns = min(max(ns, 0), _MAX_NS)
+    return f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
+
+
+def _split_each(items: list[dict]) -> tuple[list[dict[str, str]], dict[str, dict]]:
+    """split_attributes of each event / link: their Maps, and the typed values by index ("0", "1"…)."""
+    maps, typed_by_index = [], {}
+    for i, item in enumerate(items):
+        strings, typed = split_attributes(item["attributes"])
+        maps.append(strings)
+        if typed:
+            typed_by_index[str(i)] = typed
+    return maps, typed_by_index
+
+
+def exporter_row(r: Row, resources: dict[str, tuple[dict, dict]]) -> dict:
+    """One storage row (ingest.ROW_FIELDS) as the exporter's INSERT_COLUMNS, plus AgentFeedbackTypes.
+    `resources` caches the resource split per resource JSON (one per ResourceSpans)."""
+    (tid, sid, pid, start, end, name, kind, status, message, service, scope, trace_state,
+     attrs_json, res_json, events_json, links_json) = r
+    res = resources.get(res_json)
+    if res is None:
+        res = resources[res_json] = split_attributes(orjson.loads(res_json))
+    span_attrs, span_typed = split_attributes(orjson.loads(attrs_json))
+    types: dict[str, object] = {}
+    if span_typed:
+        types["s"] = span_typed
+    if res[1]:
+        types["r"] = res[1]
+    events = orjson.loads(events_json) if events_json else []
+    links = orjson.loads(links_json) if links_json else []
+    ev_attrs, ev_typed = _split_each(events)
+    ln_attrs, ln_typed = _split_each(links)
+    if ev_typed:
+        types["e"] = ev_typed
+    if ln_typed:
+        types["l"] = ln_typed
+    return {
+        "Timestamp": _dt(start), "TraceId": tid.hex(), "SpanId": sid.hex(), "ParentSpanId": pid.hex() if pid else "",
+        "TraceState": trace_state, "SpanName": name, "SpanKind": KIND_NAMES[kind] if 0 <= kind < 6 else "",
+        "ServiceName": service, "ResourceAttributes": res[0], "ScopeName": scope, "ScopeVersion": "",
+        "SpanAttributes": span_attrs, "Duration": end - start,
+        "StatusCode": STATUS_NAMES[status] if 0 <= status < 3 else "", "StatusMessage": message,
+        "Events.Timestamp": [_dt(e["time_unix_nano"]) for e in events], "Events.Name": [e["name"] for e in events],
+        "Events.Attributes": ev_attrs, "Links.TraceId": [ln["trace_id"] for ln in links],
+        "Links.SpanId": [ln["span_id"] for ln in links], "Links.TraceState": [ln["trace_state"] for ln in links],
+        "Links.Attributes": ln_attrs,
+        "AgentFeedbackTypes": orjson.dumps(types).decode() if types else "",
+    }
+
+
+# --- reads -----------------------------------------------------------------------------------
+
+_SPAN_COLUMNS = """TraceId, SpanId, ParentSpanId, toUnixTimestamp64Nano(Timestamp) AS start_ns, Duration, SpanName,
+SpanKind, StatusCode, StatusMessage, ServiceName, ScopeName, TraceState, SpanAttributes, ResourceAttributes,
+arrayMap(t -> toUnixTimestamp64Nano(t), Events.Timestamp), Events.Name, Events.Attributes,
+Links.TraceId, Links.SpanId, Links.TraceState, Links.Attributes, AgentFeedbackTypes"""
+# The lookup table bounds the scan to the trace's seconds (Start/End are DateTime: End + 1 s), then
+# the exporter's TraceId bloom filter picks the granules; one row per span id (retries collapse).
+GET_TRACE = """
+WITH (SELECT (min(Start), max(End)) FROM {ts} WHERE TraceId = {{tid:String}}) AS b
+SELECT {cols} FROM {t}
+WHERE TraceId = {{tid:String}} AND Timestamp >= toDateTime64(b.1, 9) AND Timestamp < toDateTime64(b.2, 9) + INTERVAL 1 SECOND
+ORDER BY start_ns, SpanId
+LIMIT 1 BY SpanId"""
+# Summaries: root span = no parent, else the earliest (as PostgreSQL's SUMMARIZE_TRACES).
+SUMMARIZE = """
+WITH (SELECT (min(Start), max(End)) FROM {ts} WHERE TraceId IN {{ids:Array(String)}}) AS b
+SELECT TraceId,
+       argMin(SpanName, (ParentSpanId != '', Timestamp)),
+       argMin(ServiceName, (ParentSpanId != '', Timestamp)),
+       toUnixTimestamp64Nano(min((ParentSpanId != '', Timestamp)).2),
+       argMin(Duration, (ParentSpanId != '', Timestamp)),
+       uniqExact(SpanId),
+       max({status})
+FROM {t}
+WHERE TraceId IN {{ids:Array(String)}} AND Timestamp >= toDateTime64(b.1, 9) AND Timestamp < toDateTime64(b.2, 9) + INTERVAL 1 SECOND
+GROUP BY TraceId"""
+# A trace matches when one of its spans in [lo, hi) passes every filter; sorted by its earliest
+# matching start, newest first, then trace id. Filters are appended in code (none = no condition,
+# so the primary key (ServiceName, SpanName, time) and the skip indexes apply to what is given).
+SEARCH = """
+SELECT TraceId, toUnixTimestamp64Nano(min(Timestamp)) AS first_start
+FROM {t}
+WHERE Timestamp >= fromUnixTimestamp64Nano({{lo:Int64}}) AND Timestamp < fromUnixTimestamp64Nano({{hi:Int64}}){filters}
+GROUP BY TraceId{having}
+ORDER BY first_start DESC, TraceId DESC
+LIMIT {{limit:UInt32}}"""
+_AFTER = "\nHAVING first_start < {after_s:Int64} OR (first_start = {after_s:Int64} AND TraceId < {after_t:String})"
+
+
+@dataclass(frozen=True)
+class SpanRecord:
+    """A stored span in the store-neutral shape query.span_proto reads (attributes already decoded)."""
+
+    trace_id: bytes
+    span_id: bytes
+    parent_span_id: bytes | None
+    start_ns: int
+    end_ns: int
+    name: str
+    kind: int
+    status_code: int
+    status_message: str
+    service_name: str
+    scope_name: str
+    trace_state: str
+    attributes: dict
+    resource_attributes: dict
+    events: list
+    links: list
+
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+
+def _overlay(strings: dict, typed: dict | None) -> dict:
+    return {**strings, **typed} if typed else dict(strings)
+
+
+def span_record(r: tuple) -> SpanRecord:
+    """A GET_TRACE row as a SpanRecord (types from AgentFeedbackTypes where our receiver wrote them)."""
+    (tid, sid, pid, start, duration, name, kind, status, message, service, scope, trace_state, attrs, res,
+     ev_ts, ev_names, ev_attrs, ln_tids, ln_sids, ln_states, ln_attrs, types_json) = r
+    types = orjson.loads(types_json) if types_json else {}
+    ev_typed, ln_typed = types.get("e", {}), types.get("l", {})
+    return SpanRecord(
+        trace_id=bytes.fromhex(tid), span_id=bytes.fromhex(sid), parent_span_id=bytes.fromhex(pid) if pid else None,
+        start_ns=int(start), end_ns=int(start) + int(duration), name=name, kind=_KIND_CODES.get(kind, 0),
+        status_code=_STATUS_CODES.get(status, 0), status_message=message, service_name=service,
+        scope_name=scope, trace_state=trace_state,
+        attributes=_overlay(attrs, types.get("s")), resource_attributes=_overlay(res, types.get("r")),
+        events=[{"time_unix_nano": int(t), "name": n, "attributes": _overlay(a, ev_typed.get(str(i)))}
+                for i, (t, n, a) in enumerate(zip(ev_ts, ev_names, ev_attrs, strict=True))],
+        links=[{"trace_id": lt, "span_id": ls, "trace_state": st, "attributes": _overlay(a, ln_typed.get(str(i)))}
+               for i, (lt, ls, st, a) in enumerate(zip(ln_tids, ln_sids, ln_states, ln_attrs, strict=True))],
+    )
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Where the store reads and writes (`db.name`), and where partitions live (the local tables)."""
+
+    database: str
+    traces: str  # the exporter's table name (a Distributed table when sharded)
+    cluster: str = ""  # ON CLUSTER name; '' = one server
+
+    @property
+    def local(self) -> str:
+        return f"{self.traces}_local" if self.cluster else self.traces
+
+    def q(self, name: str) -> str:
+        return f"`{self.database}`.`{name}`"
+
+
+def schema_statements(t: Tables, retention_days: int, engine: str = "") -> list[str]:
+    """The DDL of ./clickhouse_schema rendered for `t` (0009 only when sharded), in file order."""
+    on_cluster = f"ON CLUSTER `{t.cluster}`" if t.cluster else ""
+    engine = engine or ("ReplicatedMergeTree()" if t.cluster else "MergeTree()")
+    names = dict(db=f"`{t.database}`", table=t.local, dist=t.traces, on_cluster=on_cluster, engine=engine,
+                 ttl_days=str(int(retention_days)), cluster=f"'{t.cluster}'")
+    out = []
+    for path in sorted(SCHEMA_DIR.glob("*.sql")):
+        if path.name.startswith("0009") and not t.cluster:
+            continue
+        text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("--"))
+        out += [s.strip() for s in Template(text).substitute(names).split(";") if s.strip()]
+    return out
+
+
+class ClickHouseStore:
+    """The collector's storage on the exporter's ClickHouse tables (see the module docstring)."""
+
+    name = "clickhouse"
+
+    def __init__(self, transport: ClickHouseTransport, tables: Tables):
+        self._tx = transport
+        self._t = tables
+        self._traces = tables.q(tables.traces)
+        self._ts = tables.q(f"{tables.traces}_trace_id_ts")
+        self._days = tables.q(f"{tables.traces}_dropped_days")
+        self._get_trace = GET_TRACE.format(cols=_SPAN_COLUMNS, t=self._traces, ts=self._ts)
+        self._summarize = SUMMARIZE.format(t=self._traces, ts=self._ts, status=_STATUS_SQL)
+
+    async def create_schema(self, retention_days: int) -> None:
+        """CREATE ... IF NOT EXISTS the exporter's tables and ours (idempotent: tables an exporter
+        already created are kept, our column is added to them)."""
+        await self._tx.command(f"CREATE DATABASE IF NOT EXISTS `{self._t.database}`"
+                               + (f" ON CLUSTER `{self._t.cluster}`" if self._t.cluster else ""))
+        for stmt in schema_statements(self._t, retention_days):
+            await self._tx.command(stmt)
+
+    async def close(self) -> None:
+        await self._tx.close()
+
+    async def ping(self) -> None:
+        """Returns when ClickHouse answers `SELECT 1`; raises ClickHouseError otherwise."""
+        await self._tx.query("SELECT 1")
+
+    # --- writes ---
+
+    async def copy_spans(self, rows: Sequence[Row]) -> None:
+        """INSERT `rows` (ingest.ROW_FIELDS order) as the exporter does, one statement; stored when
+        this returns. Raises ClickHouseError."""
+        resources: dict[str, tuple[dict, dict]] = {}
+        payload = b"\n".join(orjson.dumps(exporter_row(r, resources)) for r in rows)
+        await self._tx.insert_json(self._traces, (*INSERT_COLUMNS, "AgentFeedbackTypes"), payload)
+
+    # --- reads ---
+
+    async def get_trace(self, trace_id: bytes) -> list[SpanRecord]:
+        """The spans of one trace (one per span id), ordered by start time then span id."""
+        return [span_record(r) for r in await self._tx.query(self._get_trace, {"tid": trace_id.hex()})]
+
+    async def search_trace_ids(
+        self, *, start_ns: int, end_ns: int, service_name: str, span_name: str, attributes: dict[str, str],
+        status_code: int | None, min_duration_ns: int, after: tuple[int, bytes] | None, limit: int,
+    ) -> list[tuple[bytes, int]]:
+        """(trace_id, first matching start) newest first, strictly after the keyset `after`, at most
+        `limit` (the meaning of repository.Repository.search_trace_ids)."""
+        params: dict = {"lo": start_ns, "hi": end_ns, "limit": limit}
+        filters = []
+        if service_name:
+            filters.append("ServiceName = {svc:String}")
+            params["svc"] = service_name
+        if span_name:
+            filters.append("SpanName = {name:String}")
+            params["name"] = span_name
+        if status_code is not None:
+            filters.append("StatusCode IN {status:Array(String)}")
+            params["status"] = [STATUS_NAMES[status_code], f"STATUS_CODE_{STATUS_NAMES[status_code].upper()}"]
+        if min_duration_ns:
+            filters.append("Duration >= {min_duration:UInt64}")
+            params["min_duration"] = min_duration_ns
+        for i, (k, v) in enumerate(sorted(attributes.items())):
+            # mapContains uses idx_span_attr_key, has(mapValues) idx_span_attr_value (bloom filters).
+            filters.append(f"mapContains(SpanAttributes, {{k{i}:String}}) AND has(mapValues(SpanAttributes), {{v{i}:String}})"
+                           f" AND SpanAttributes[{{k{i}:String}}] = {{v{i}:String}}")
+            params[f"k{i}"], params[f"v{i}"] = k, v
+        having = ""
+        if after is not None:
+            having = _AFTER
+            params["after_s"], params["after_t"] = after[0], after[1].hex()
+        sql = SEARCH.format(t=self._traces, filters="".join(f"\n  AND {f}" for f in filters), having=having)
+        return [(bytes.fromhex(t), int(s)) for t, s in await self._tx.query(sql, params)]
+
+    async def summarize_traces(self, trace_ids: list[bytes]) -> dict[bytes, dict]:
+        """Summary rows (root name/service/start/duration, span count, worst status) by trace id."""
+        if not trace_ids:
+            return {}
+        rows = await self._tx.query(self._summarize, {"ids": [t.hex() for t in trace_ids]})
+        return {bytes.fromhex(r[0]): {"root_name": r[1], "service_name": r[2], "root_start": int(r[3]),
+                                      "root_duration": int(r[4]), "span_count": int(r[5]), "status_code": int(r[6])}
+                for r in rows}
+
+    # --- retention ---
+
+    async def stored_days(self) -> list[date]:
+        """UTC days that have span data (active parts of the local table), oldest first."""
+        rows = await self._tx.query(
+            "SELECT DISTINCT partition FROM system.parts WHERE database = {db:String} AND table = {t:String}"
+            " AND active ORDER BY partition", {"db": self._t.database, "t": self._t.local})
+        return [date.fromisoformat(r[0].strip("'")) for r in rows]
+
+    async def drop_day(self, day: date) -> None:
+        """Drop the partitions of `day` from the span table and the lookup table at once (a metadata
+        operation whatever the day's size), and record the day."""
+        on_cluster = f" ON CLUSTER `{self._t.cluster}`" if self._t.cluster else ""
+        for table in (self._t.local, f"{self._t.local}_trace_id_ts"):
+            await self._tx.command(f"ALTER TABLE {self._t.q(table)}{on_cluster} DROP PARTITION '{day.isoformat()}'")
+        await self._tx.command(f"INSERT INTO {self._days} (Day) VALUES ('{day.isoformat()}')")
+
+    async def day_dropped(self, day: date) -> bool:
+        """Whether a retention pass dropped the spans of `day`."""
+        rows = await self._tx.query(f"SELECT count() FROM {self._days} WHERE Day = {{d:Date}}", {"d": day.isoformat()})
+        return bool(rows and int(rows[0][0]))
+
+    async def span_count(self) -> int:
+        """Stored rows (duplicates included)."""
+        return int((await self._tx.query(f"SELECT count() FROM {self._traces}"))[0][0])
+
+    async def bytes_on_disk(self) -> int:
+        """Compressed bytes of the span table's active parts (lookup table excluded)."""
+        rows = await self._tx.query(
+            "SELECT sum(bytes_on_disk) FROM system.parts WHERE database = {db:String} AND table = {t:String} AND active",
+            {"db": self._t.database, "t": self._t.local})
+        return int(rows[0][0] or 0)
+
+
+__all__ = ["ClickHouseStore", "SpanRecord", "Tables", "as_string", "exporter_row", "schema_statements"]

@@ -1,0 +1,156 @@
+"""How the ClickHouse span store reaches ClickHouse: one small interface, two implementations.
+
+`HttpTransport` (production): a ClickHouse server over HTTP(S) with `clickhouse-connect`, the
+ClickHouse-maintained client. `ChdbTransport`: the TEST STAND-IN for `HttpTransport` — the same
+ClickHouse engine in-process (`chdb`, a dev dependency), because no ClickHouse server package can be
+installed here. Both take the same SQL text, the same `{name:Type}` query parameters (ClickHouse's
+server-side binding) and the same JSONEachRow insert payload, so the store's SQL is tested as written.
+
+Rows come back as tuples in SELECT order with Python values (String → str, (U)Int* → int, Map → dict,
+Array → list). Queries must return only those types (times as `toUnixTimestamp64Nano(...)`).
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
+
+import orjson
+
+
+class ClickHouseError(Exception):
+    """A statement failed (the server's message in `args[0]`)."""
+
+
+class ClickHouseTransport(Protocol):
+    async def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        """Run a statement that returns nothing (DDL, ALTER, INSERT ... SELECT)."""
+
+    async def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
+        """Run a SELECT; its rows as tuples."""
+
+    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes) -> None:
+        """INSERT the JSONEachRow `payload` (one JSON object per line) into `table` (`db.name`);
+        one INSERT statement: ClickHouse writes it as one part, atomically per block, and this returns
+        once the server stored it."""
+
+    async def close(self) -> None: ...
+
+
+# --- parameter text (the form ClickHouse's HTTP interface takes for `param_<name>`) -------------
+
+
+def _quoted(v: Any) -> str:
+    if isinstance(v, str):
+        return "'" + v.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return param_text(v)
+
+
+def param_text(v: Any) -> str:
+    """The text form of a query parameter value: a string as is (escaped as TSV), a number, an array
+    `['a','b']`."""
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return v.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_quoted(x) for x in v) + "]"
+    raise TypeError(f"unsupported parameter type {type(v).__name__}")
+
+
+class HttpTransport:
+    """A ClickHouse server over HTTP(S) (`clickhouse-connect`'s async client). `url`:
+    `http[s]://user[:password]@host:port` (port 8123 / 8443 by default); `password` wins over the URL's."""
+
+    def __init__(self, url: str, *, password: str = "", connect_timeout_s: float = 5.0,
+                 send_receive_timeout_s: float = 30.0):
+        u = urlsplit(url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError("clickhouse_url must be http[s]://[user[:password]@]host[:port]")
+        self._kw = dict(
+            host=u.hostname, port=u.port or (8443 if u.scheme == "https" else 8123), secure=u.scheme == "https",
+            username=unquote(u.username or "default"), password=password or unquote(u.password or ""),
+            connect_timeout=connect_timeout_s, send_receive_timeout=send_receive_timeout_s,
+        )
+        self._client = None
+
+    async def _get(self):
+        if self._client is None:
+            import clickhouse_connect  # noqa: PLC0415 (only the ClickHouse store needs it)
+
+            self._client = await clickhouse_connect.get_async_client(**self._kw)
+        return self._client
+
+    async def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        try:
+            await (await self._get()).command(sql, parameters=dict(params or {}))
+        except Exception as e:  # clickhouse_connect.driver.exceptions.DatabaseError and transport errors
+            raise ClickHouseError(str(e)) from e
+
+    async def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
+        try:
+            result = await (await self._get()).query(sql, parameters=dict(params or {}))
+        except Exception as e:
+            raise ClickHouseError(str(e)) from e
+        return [tuple(r) for r in result.result_rows]
+
+    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes) -> None:
+        try:
+            await (await self._get()).raw_insert(table, column_names=list(columns), insert_block=payload,
+                                                 fmt="JSONEachRow")
+        except Exception as e:
+            raise ClickHouseError(str(e)) from e
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+
+class ChdbTransport:
+    """TEST STAND-IN for `HttpTransport`: the ClickHouse engine in this process (`chdb`), data under
+    `path`. chdb allows one engine (one path) per process, so every store of a test session shares
+    one `ChdbTransport.shared(path)` and keeps apart by database. Statements run one at a time in a
+    worker thread (the engine call blocks)."""
+
+    _instances: dict[str, ChdbTransport] = {}
+
+    def __init__(self, path: str):
+        from chdb import session  # noqa: PLC0415 (dev dependency: tests and benches only)
+
+        self._session = session.Session(path)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, path: str) -> ChdbTransport:
+        if path not in cls._instances:
+            cls._instances[path] = cls(path)
+        return cls._instances[path]
+
+    def _run(self, sql: str, params: Mapping[str, Any] | None, fmt: str):
+        with self._lock:
+            try:
+                return self._session.query(sql, fmt, params={k: param_text(v) for k, v in (params or {}).items()})
+            except Exception as e:  # chdb raises its ChdbError / RuntimeError with the engine's message
+                raise ClickHouseError(str(e)) from e
+
+    async def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        await asyncio.to_thread(self._run, sql, params, "CSV")
+
+    async def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
+        # 64-bit integers as JSON numbers (not strings), so rows carry the same types as HttpTransport's.
+        sql = f"{sql}\nSETTINGS output_format_json_quote_64bit_integers = 0"
+        res = await asyncio.to_thread(self._run, sql, params, "JSONCompactEachRow")
+        return [tuple(orjson.loads(line)) for line in res.bytes().splitlines() if line]
+
+    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes) -> None:
+        cols = ", ".join(f"`{c}`" for c in columns)
+        sql = f"INSERT INTO {table} ({cols}) FORMAT JSONEachRow\n" + payload.decode()
+        await asyncio.to_thread(self._run, sql, None, "CSV")
+
+    async def close(self) -> None:
+        """The engine stays (one per process, shared); nothing to close per store."""

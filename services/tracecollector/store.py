@@ -1,0 +1,44 @@
+"""The collector's storage port: what ingest, TraceQueryService, retention and the feedback capture
+(through GetTrace) need from wherever spans live. Two adapters: `repository.Repository` (PostgreSQL,
+the embedded default) and `clickhouse.ClickHouseStore` (the OpenTelemetry Collector clickhouse
+exporter's tables); `CollectorSettings.span_store` chooses.
+
+Rows handed to `copy_spans` are ingest.ROW_FIELDS tuples; spans read back are mappings with the keys
+query.span_proto reads (attributes as JSON text on PostgreSQL, decoded dicts on ClickHouse).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import date
+from typing import Any, Protocol
+
+from services.tracecollector.writer import Row
+
+
+class SpanStore(Protocol):
+    name: str  # "postgresql" | "clickhouse": the metrics' `exporter` label
+
+    async def copy_spans(self, rows: Sequence[Row]) -> None:
+        """Store `rows`; stored (committed) when this returns, else raises."""
+
+    async def get_trace(self, trace_id: bytes) -> Sequence[Mapping[str, Any]]:
+        """The spans of one trace, one per span id, ordered by start time then span id."""
+
+    async def search_trace_ids(
+        self, *, start_ns: int, end_ns: int, service_name: str, span_name: str, attributes: dict[str, str],
+        status_code: int | None, min_duration_ns: int, after: tuple[int, bytes] | None, limit: int,
+    ) -> list[tuple[bytes, int]]:
+        """(trace_id, earliest matching start in [start_ns, end_ns)) newest first, then trace id;
+        strictly after the keyset `after`; at most `limit`."""
+
+    async def summarize_traces(self, trace_ids: list[bytes]) -> Mapping[bytes, Mapping[str, Any]]:
+        """root_name, service_name, root_start, root_duration, span_count, status_code by trace id."""
+
+    async def day_dropped(self, day: date) -> bool:
+        """Whether retention dropped the spans of UTC `day`."""
+
+    async def stored_days(self) -> list[date]:
+        """UTC days that hold (PostgreSQL: have a partition for) spans, oldest first."""
+
+    async def span_count(self) -> int:
+        """Stored span rows (retried duplicates included)."""
