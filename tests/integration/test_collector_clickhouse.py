@@ -1,0 +1,128 @@
+"""The ClickHouse span store reads rows an OpenTelemetry Collector's clickhouse exporter wrote: rows built
+here with the exporter's column layout (its INSERT, exporter/clickhouseexporter/internal/sqltemplates/
+traces_insert.sql; values as exporter_traces.go's pushTraceData makes them) read back through GetTrace
+and SearchTraces exactly like the same spans our own receiver wrote."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from agentfeedback.traces.v1 import traces_pb2
+
+from services.tracecollector.clickhouse import INSERT_COLUMNS
+from tests.helpers.otlp import NS, kv, new_span_id, new_trace_id, request, span, ts
+
+pytestmark = pytest.mark.parametrize("span_store", ["clickhouse"], indirect=True)
+
+
+def _dt(ns: int) -> str:
+    return f"{ns // NS}.{ns % NS:09d}"
+
+
+def exporter_rows(tid: bytes, root: bytes, child: bytes, start: int, *, old_enum_names: bool = False) -> list[dict]:
+    """Two spans as the exporter appends them: hex ids, '' for no parent, pdata's SpanKind/StatusCode
+    String() ("Server", "Error"; before pdata 0.63 the exporter wrote "SPAN_KIND_SERVER"), Duration in ns,
+    resource service.name in ServiceName, every attribute value as pcommon.Value.AsString()."""
+    kind = "SPAN_KIND_SERVER" if old_enum_names else "Server"
+    error = "STATUS_CODE_ERROR" if old_enum_names else "Error"
+    resource = {"service.name": "chat", "host.name": "h1"}
+    common = {"TraceState": "", "ServiceName": "chat", "ResourceAttributes": resource, "ScopeName": "tests",
+              "ScopeVersion": "1.0"}
+    return [
+        {**common, "Timestamp": _dt(start), "TraceId": tid.hex(), "SpanId": root.hex(), "ParentSpanId": "",
+         "SpanName": "chat.turn", "SpanKind": kind, "SpanAttributes": {"s": "text", "gen_ai.tool.name": "search"},
+         "Duration": 50_000_000, "StatusCode": error, "StatusMessage": "agent failed",
+         "Events.Timestamp": [_dt(start + 1)], "Events.Name": ["chat.in"], "Events.Attributes": [{"message.id": "m1"}],
+         "Links.TraceId": [], "Links.SpanId": [], "Links.TraceState": [], "Links.Attributes": []},
+        {**common, "Timestamp": _dt(start + 1000), "TraceId": tid.hex(), "SpanId": child.hex(),
+         "ParentSpanId": root.hex(), "SpanName": "tool.call", "SpanKind": "Client" if not old_enum_names else
+         "SPAN_KIND_CLIENT", "SpanAttributes": {}, "Duration": 0, "StatusCode": "Unset", "StatusMessage": "",
+         "Events.Timestamp": [], "Events.Name": [], "Events.Attributes": [],
+         "Links.TraceId": ["11" * 16], "Links.SpanId": ["22" * 8], "Links.TraceState": [""],
+         "Links.Attributes": [{"why": "caller"}]},
+    ]
+
+
+def receiver_request(tid: bytes, root_id: bytes, child_id: bytes, start: int):
+    """The same two spans as OTLP (what our receiver is sent)."""
+    root = span(tid, root_id, name="chat.turn", start_ns=start, duration_ns=50_000_000, kind=2,
+                attrs={"s": "text", "gen_ai.tool.name": "search"})
+    root.status.code, root.status.message = 2, "agent failed"
+    root.events.add(name="chat.in", time_unix_nano=start + 1, attributes=[kv("message.id", "m1")])
+    child = span(tid, child_id, parent=root_id, name="tool.call", start_ns=start + 1000, duration_ns=0, kind=3)
+    child.links.add(trace_id=b"\x11" * 16, span_id=b"\x22" * 8, attributes=[kv("why", "caller")])
+    req = request([root, child], service="chat")
+    req.resource_spans[0].resource.attributes.append(kv("host.name", "h1"))
+    return req
+
+
+async def _insert_as_exporter(collector, rows: list[dict]) -> None:
+    import orjson
+
+    store = collector.server.repo
+    payload = b"\n".join(orjson.dumps(r) for r in rows)
+    await store._tx.insert_json(store._traces, INSERT_COLUMNS, payload)  # the exporter's 22 columns only
+
+
+def _without_trace_id(t: traces_pb2.Trace) -> list[traces_pb2.Span]:
+    out = []
+    for s in t.spans:
+        c = traces_pb2.Span()
+        c.CopyFrom(s)
+        c.trace_id = ""
+        out.append(c)
+    return out
+
+
+@pytest.mark.parametrize("old_enum_names", [False, True])
+async def test_rows_the_exporter_wrote_read_back_like_spans_our_receiver_wrote(collector, old_enum_names):
+    start = time.time_ns() - 20 * NS
+    ours, theirs = new_trace_id(), new_trace_id()
+    root, child = new_span_id(), new_span_id()
+    await collector.otlp().Export(receiver_request(ours, root, child, start))
+    await _insert_as_exporter(collector, exporter_rows(theirs, root, child, start, old_enum_names=old_enum_names))
+
+    a, b = await collector.get_trace(ours), await collector.get_trace(theirs)
+    assert b.trace_id == theirs.hex() and len(b.spans) == 2
+    assert _without_trace_id(a) == _without_trace_id(b)
+    r, c = b.spans
+    assert (r.kind, r.status_code, r.status_message) == (traces_pb2.SPAN_KIND_SERVER, traces_pb2.STATUS_CODE_ERROR,
+                                                         "agent failed")
+    assert (r.start_time_unix_nano, r.end_time_unix_nano) == (start, start + 50_000_000)  # exact ns
+    assert r.events[0].time_unix_nano == start + 1 and c.links[0].attributes["why"] == "caller"
+    assert c.kind == traces_pb2.SPAN_KIND_CLIENT and c.parent_span_id == root.hex()
+
+    def search(**kw):
+        return collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
+            start_time=ts(start - NS), end_time=ts(start + NS), **kw), metadata=collector.md())
+
+    for kw in ({"attributes": {"gen_ai.tool.name": "search"}}, {"service_name": "chat", "span_name": "chat.turn"},
+               {"status_code": traces_pb2.STATUS_CODE_ERROR}, {"min_duration_ms": 50}):
+        found = await search(**kw)
+        assert sorted(t.trace_id for t in found.traces) == sorted([ours.hex(), theirs.hex()]), kw
+        summaries = {t.trace_id: t for t in found.traces}
+        x, y = summaries[ours.hex()], summaries[theirs.hex()]
+        assert (x.root_span_name, x.span_count, x.status_code, x.duration_nano) == (
+            y.root_span_name, y.span_count, y.status_code, y.duration_nano) == ("chat.turn", 2, 2, 50_000_000)
+
+
+async def test_attribute_types_the_exporter_does_not_keep_read_as_its_strings(collector):
+    """The documented difference: the exporter's Map(String, String) keeps `AsString()` of each value, so
+    its rows read back as strings; our receiver's rows keep int/double/bool/array/kvlist types."""
+    start = time.time_ns() - 5 * NS
+    ours, theirs = new_trace_id(), new_trace_id()
+    sid = new_span_id()
+    await collector.otlp().Export(request([span(ours, sid, start_ns=start, attrs={
+        "i": 42, "d": 1.5, "b": True, "arr": ["a", 1], "kv": {"inner": "x"}})]))
+    row = exporter_rows(theirs, sid, new_span_id(), start)[0]
+    row["SpanAttributes"] = {"i": "42", "d": "1.5", "b": "true", "arr": '["a",1]', "kv": '{"inner":"x"}'}
+    await _insert_as_exporter(collector, [row])
+    typed = (await collector.get_trace(ours)).spans[0].attributes
+    assert (typed["i"], typed["d"], typed["b"], list(typed["arr"]), typed["kv"]["inner"]) == (42, 1.5, True, ["a", 1], "x")
+    strings = (await collector.get_trace(theirs)).spans[0].attributes
+    assert dict(strings) == {"i": "42", "d": "1.5", "b": "true", "arr": '["a",1]', "kv": '{"inner":"x"}'}
+    # Searching the string form finds both, as the exporter's users query them.
+    found = await collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
+        start_time=ts(start - NS), end_time=ts(start + NS), attributes={"i": "42", "b": "true"}),
+        metadata=collector.md())
+    assert sorted(t.trace_id for t in found.traces) == sorted([ours.hex(), theirs.hex()])

@@ -1,0 +1,47 @@
+"""The ClickHouse span store's schema and value forms, checked without a server: the exporter's DDL as
+rendered for one server and for a cluster, and pcommon.Value.AsString() of each OTLP value type."""
+from __future__ import annotations
+
+import re
+
+from services.tracecollector.clickhouse import INSERT_COLUMNS, Tables, as_string, schema_statements
+
+
+def test_as_string_matches_the_exporters_attribute_strings():
+    # pcommon.Value.AsString(): ints in decimal, bools lower case, doubles strconv 'f' -1, arrays and
+    # maps as compact JSON, empty as ''.
+    cases = [(42, "42"), (-7, "-7"), (True, "true"), (False, "false"), (1.5, "1.5"), (1.0, "1"),
+             (1e20, "100000000000000000000"), (0.0001, "0.0001"), (["a", 1], '["a",1]'),
+             ({"inner": "x"}, '{"inner":"x"}'), (None, ""), ("NaN", "NaN"), ("text", "text")]
+    for value, want in cases:
+        assert as_string(value) == want, value
+
+
+def test_single_server_schema_is_the_exporters_with_ttl_daily_partitions_and_bloom_filters():
+    stmts = schema_statements(Tables("otel", "otel_traces"), retention_days=14)
+    traces = stmts[0]
+    assert traces.startswith("CREATE TABLE IF NOT EXISTS `otel`.otel_traces")
+    assert "ENGINE = MergeTree()" in traces and "PARTITION BY toDate(Timestamp)" in traces
+    assert "TTL toDateTime(Timestamp) + toIntervalDay(14)" in traces and "ttl_only_drop_parts = 1" in traces
+    for idx in ("idx_trace_id TraceId TYPE bloom_filter(0.001)", "idx_span_attr_key mapKeys(SpanAttributes) TYPE bloom_filter",
+                "idx_span_attr_value mapValues(SpanAttributes) TYPE bloom_filter", "idx_res_attr_key", "idx_res_attr_value"):
+        assert idx in traces
+    # Every column the exporter's INSERT names is declared (nested ones as Events/Links).
+    for col in INSERT_COLUMNS:
+        assert re.search(rf"\b{col.split('.')[-1] if '.' in col else col}\b", traces), col
+    assert any("MATERIALIZED VIEW" in s and "otel_traces_trace_id_ts_mv" in s for s in stmts)
+    assert any("ADD COLUMN IF NOT EXISTS AgentFeedbackTypes" in s for s in stmts)
+    assert not any("Distributed" in s or "ON CLUSTER" in s for s in stmts)
+
+
+def test_cluster_schema_is_replicated_local_tables_under_distributed_ones_sharded_by_trace():
+    stmts = schema_statements(Tables("otel", "otel_traces", cluster="spans"), retention_days=7)
+    assert all("ON CLUSTER `spans`" in s for s in stmts)
+    assert "otel_traces_local" in stmts[0] and "ENGINE = ReplicatedMergeTree()" in stmts[0]
+    assert "toIntervalDay(7)" in stmts[0]
+    dist = [s for s in stmts if "ENGINE = Distributed" in s]
+    assert [d.split()[5] for d in dist] == ["`otel`.otel_traces", "`otel`.otel_traces_trace_id_ts",
+                                            "`otel`.otel_traces_dropped_days"]
+    assert "Distributed('spans', `otel`, otel_traces_local, cityHash64(TraceId))" in dist[0]
+    mv = next(s for s in stmts if "MATERIALIZED VIEW" in s)
+    assert "FROM `otel`.otel_traces_local" in mv and "TO `otel`.otel_traces_local_trace_id_ts" in mv
