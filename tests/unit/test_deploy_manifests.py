@@ -204,7 +204,9 @@ def test_references_resolve_inside_the_build(target):
     by_kind: dict[str, dict[str, dict]] = {}
     for o in objs:
         by_kind.setdefault(o["kind"], {})[o["metadata"]["name"]] = o
-    external_secrets = {"agentfeedback-database", "agentfeedback-jwt"} if target == "production" else set()
+    # Production: the operator creates these (overlays/production/kustomization.yaml says which keys).
+    external = {"agentfeedback-database", "agentfeedback-jwt", "agentfeedback-clickhouse"}
+    external_secrets = external if target == "production" else set()
     for w in workloads(objs):
         spec = pod_spec(w)
         for vol in spec.get("volumes", []):
@@ -219,14 +221,15 @@ def test_references_resolve_inside_the_build(target):
                         assert ref["name"] in external_secrets, (w["metadata"]["name"], ref)
                     else:
                         assert ref["key"] in {**secret.get("stringData", {}), **secret.get("data", {})}, ref
-    pod_labels = [(w, w["spec"]["template"]["metadata"]["labels"]) for w in workloads(objs) if w["kind"] == "Deployment"]
+    pod_labels = [(w, w["spec"]["template"]["metadata"]["labels"]) for w in workloads(objs)
+                  if w["kind"] in ("Deployment", "StatefulSet")]
 
     def matches(selector: dict[str, str]) -> list[dict]:
         return [w for w, labels in pod_labels if all(labels.get(k) == v for k, v in selector.items())]
 
     for svc in by_kind.get("Service", {}).values():
         targets = matches(svc["spec"]["selector"])
-        assert len(targets) == 1, f"Service {svc['metadata']['name']} selects {len(targets)} Deployments"
+        assert len(targets) == 1, f"Service {svc['metadata']['name']} selects {len(targets)} workloads"
         ports = {p["name"] for c in pod_spec(targets[0])["containers"] for p in c.get("ports", [])}
         for p in svc["spec"]["ports"]:
             assert p["targetPort"] in ports, f"Service {svc['metadata']['name']} → missing port {p['targetPort']}"
@@ -249,7 +252,7 @@ def test_stateless_services_autoscale_and_every_serving_workload_has_a_pdb():
     assert all(o["spec"]["minReplicas"] >= 2 for o in objs if o["kind"] == "HorizontalPodAutoscaler")
     pdbs = {o["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] for o in objs
             if o["kind"] == "PodDisruptionBudget"}
-    deployments = {o["metadata"]["name"] for o in objs if o["kind"] == "Deployment"}
+    deployments = {o["metadata"]["name"] for o in objs if o["kind"] in ("Deployment", "StatefulSet")}
     assert deployments <= pdbs, deployments - pdbs
 
 
