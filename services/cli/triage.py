@@ -1,4 +1,4 @@
-"""Triage commands: `feedback list|show|resolve|file|export` and `trace get`.
+"""Triage commands: `feedback list|show|resolve|file|export|watch` and `trace get`.
 
 Everything goes through the services' RPCs with the caller's token (owner-scoped where the data lives).
 Errors from the services are printed as `CODE: message` and exit with status 1.
@@ -191,6 +191,28 @@ async def export_cmd(c: Clients, output, page_size: int):
             if not token:
                 break
     click.echo(f"exported {n} rows", err=True)
+
+
+@feedback.command("watch")
+@click.option("--resume-token", default="", help="Resume after this token (printed with every event).")
+@click.option("--from-oldest", is_flag=True, help="Without a token: from the oldest event kept, not from now.")
+@click.option("--owner", default="", help="feedback:admin: one owner's changes only.")
+@click.option("--kind", type=click.Choice(["feedback", "rating"]), default=None, help="Only reports or only ratings.")
+@click.option("--aspect", default="", help="Only ratings of this aspect.")
+@click.option("--include-text", is_flag=True, help="feedback:admin: other owners' words too (audited).")
+@click.option("--heartbeats", is_flag=True, help="Print heartbeats too (their resume token).")
+@_run
+async def watch_cmd(c: Clients, resume_token: str, from_oldest: bool, owner: str, kind: str | None, aspect: str,
+                    include_text: bool, heartbeats: bool):
+    """The change feed (WatchFeedback) as JSON lines, one per event, flushed as they arrive; runs until
+    interrupted. Keep the last `resumeToken` and pass it as --resume-token to continue where it stopped."""
+    kinds = {None: 0, "feedback": feedback_pb2.FEEDBACK_EVENT_KIND_FEEDBACK, "rating": feedback_pb2.FEEDBACK_EVENT_KIND_RATING}
+    req = feedback_pb2.WatchFeedbackRequest(resume_token=resume_token, from_oldest=from_oldest, owner=owner,
+                                            kind=kinds[kind], aspect=aspect, include_text=include_text)
+    async for resp in c.feedback().WatchFeedback(req, metadata=c.md):  # no deadline: a stream that stays open
+        if resp.HasField("event") or heartbeats:
+            click.echo(json.dumps(MessageToDict(resp), ensure_ascii=False))
+            sys.stdout.flush()
 
 
 @click.group()

@@ -107,6 +107,13 @@ class FailedPrecondition(DomainError):
         super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.FAILED_PRECONDITION)
 
 
+class OutOfRange(DomainError):
+    """OUT_OF_RANGE: a position past what is kept (e.g. a change feed resume token older than retention)."""
+
+    def __init__(self, message: str, reason: str = "OUT_OF_RANGE", **md: str):
+        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.OUT_OF_RANGE)
+
+
 class Unavailable(DomainError):
     """UNAVAILABLE, retryable; `retry_after_s` becomes google.rpc.RetryInfo."""
 

@@ -375,6 +375,8 @@ class GrpcServer:
         self._grace_s = grace_s
         self._drain_delay_s = drain_delay_s
         self._on_stop: list[Callable[[], Awaitable[None]]] = []
+        # Called when stop() begins, before the drain delay (e.g. ending server streams that never end).
+        self.on_drain: list[Callable[[], None]] = []
         self._watch: DependencyWatch | None = None
         # The service's `services.common.metrics.ServiceMetrics` (its Prometheus port: `.metrics.port`).
         self.metrics: Any = None
@@ -432,6 +434,8 @@ class GrpcServer:
         if self._watch is not None:
             await self._watch.stop()
         await self.health.enter_graceful_shutdown()
+        for cb in self.on_drain:  # long-lived streams end now (their clients resume elsewhere)
+            cb()
         delay = self._drain_delay_s if drain_delay_s is None else drain_delay_s
         if delay > 0:
             await asyncio.sleep(delay)

@@ -77,6 +77,8 @@ class CaptureWorker:
         self._stopping = False
         # time.monotonic() before which this replica claims no client snapshot (chat unreachable).
         self._refresh_paused_until = 0.0
+        # Called after a pass that handled rows (the change feed's wake-up: feed_wakeups.FeedWakeups.poke).
+        self.on_written: Callable[[], None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="feedback-capture")
@@ -105,6 +107,8 @@ class CaptureWorker:
                     next_prune = time.monotonic() + ledger.PRUNE_INTERVAL_S
                     await self._repo.prune_requests(ledger.RETENTION_S)
                 busy = await self.run_once()
+                if busy and self.on_written is not None:
+                    self.on_written()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - the worker survives a bad pass (database restart, …)

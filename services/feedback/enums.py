@@ -113,8 +113,27 @@ class AuditAction(IntEnum):
 
 
 # model enum → proto enum name (agentfeedback.feedback.v1); the proto's values are `<UPPER_SNAKE>_<member>`.
+class EventKind(IntEnum):
+    """What a change feed event is about (also `feed_events.kind`, migration 0030)."""
+
+    UNSPECIFIED = 0
+    FEEDBACK = 1
+    RATING = 2
+
+
+class EventType(IntEnum):
+    """How it changed (also `feed_events.action`, migration 0030)."""
+
+    UNSPECIFIED = 0
+    CREATED = 1
+    UPDATED = 2
+    DELETED = 3
+    FILED = 4
+
+
 PROTO_ENUMS: dict[type[IntEnum], str] = {
     Surface: "Surface", Author: "Author", Sentiment: "Sentiment", Category: "Category", Status: "Status",
     SnapshotSource: "SnapshotSource", TraceState: "TraceSnapshotState", RatingScope: "RatingScope",
     RatingSentiment: "RatingSentiment", RatingOrigin: "RatingOrigin", AuditAction: "AuditAction",
+    EventKind: "FeedbackEventKind", EventType: "FeedbackEventType",
 }

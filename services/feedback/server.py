@@ -36,12 +36,17 @@ from services.feedback.traces_client import TracesClient
 from services.feedback.audit import Audit
 from services.feedback.defect_reports import DefectReports
 from services.feedback.tracker import make_sink
+from services.feedback.feed import Feed
+from services.feedback.feed_wakeups import FeedWakeups, PokeAfterWrites
+from services.feedback.repository.feed import FeedStore
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SERVICE_SUB = "svc:feedback"
 # Counted by the per-owner write quota (services/common/quota.py); deletes are never limited.
 WRITE_METHODS = ("CreateFeedback", "UpdateFeedback", "FileFeedback", "PutRating", "CopyRatings",
                  "ReportSuspectedDefect")
+# Every method that may change what the change feed shows: each call ends with a wake-up of the streams.
+FEED_WRITE_METHODS = frozenset(f"/{SERVICE}/{m}" for m in (*WRITE_METHODS, "DeleteFeedback", "DeleteRating"))
 
 
 class _ServiceToken(ServiceToken):
@@ -90,8 +95,15 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
                       TicketFields(body=settings.tracker_include_body, message_text=settings.tracker_include_message_text),
                       settings.filing_capture_wait_s, worker.wake if run_worker else None, authenticator)
     ratings = Ratings(repo, chat, settings.rating_check_cache_s, codec.rating_pb)
+    wakeups = FeedWakeups(url, pool)
+    await wakeups.start()
+    worker.on_written = wakeups.poke
+    audit = Audit(repo)
+    feed = Feed(FeedStore.of(pool), wakeups, audit, retention_days=settings.feed_retention_days,
+                heartbeat_s=settings.feed_heartbeat_s, page_size=settings.feed_page_size, clock=now)
+    server_feed = feed
     servicer = FeedbackServicer(reports, ratings, Stats(repo, now), settings.trace_retention_days,
-                                settings.rating_note_max_bytes, now, Audit(repo), DefectReports(chat, reports))
+                                settings.rating_note_max_bytes, now, audit, DefectReports(chat, reports), feed)
 
     if settings.max_reports_per_owner > 0:
         reports.cap = ReportCap(settings.max_reports_per_owner, settings.write_quota_per_minute)
@@ -103,20 +115,25 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     reports.on_created, ratings.on_written = fm.report_created, fm.rating_written
     server_refresh = fm.refresh
     server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer, metrics=RpcMetrics(metrics.meter)),
-                         quota],
+                         quota, PokeAfterWrites(wakeups, FEED_WRITE_METHODS)],
                         grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.metrics = metrics
     server.metrics_refresh = server_refresh  # type: ignore[attr-defined] - tests read the backlog now
+    server.on_drain.append(feed.close_streams)
+    server.feed = server_feed  # type: ignore[attr-defined] - tests run a retention pass with an aged clock
     server.watch_database(url)
     server.add(feedback_pb2_grpc.add_FeedbackServiceServicer_to_server, servicer, SERVICE)
     server.bind(settings.listen)
     await server.start()
     if run_worker:
         worker.start()
+    feed.start_pruning(settings.feed_prune_interval_s)
     fm.start()
 
     async def close() -> None:
         await worker.stop()
+        await feed.stop()
+        await wakeups.stop()
         await chat_channel.close()
         await traces_channel.close()
         await sink.close()

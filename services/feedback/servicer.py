@@ -55,6 +55,8 @@ from services.feedback.servicer_operator import OperatorMethods
 from services.feedback.statistics import Stats
 from services.feedback.audit import Audit
 from services.feedback.defect_reports import DefectReports
+from services.feedback import codec_feed, feed_domain
+from services.feedback.feed import Feed
 
 SERVICE = "agentfeedback.feedback.v1.FeedbackService"
 # Method → scope (docs/architecture.md "Contracts"; the proto's service comment).
@@ -68,6 +70,7 @@ METHOD_SCOPES: dict[str, str | None] = {
         "GetFeedbackStats": SCOPE_FEEDBACK_ADMIN, "ListRecentFeedback": SCOPE_FEEDBACK_ADMIN,
         "GetTurnFeedback": SCOPE_FEEDBACK_ADMIN, "ListAuditRecords": None,  # admin or read: Audit.list
         "ReportSuspectedDefect": SCOPE_FEEDBACK_WRITE,
+        "WatchFeedback": None,  # own events with feedback:read, every owner's with feedback:admin: Feed.scoped
     }.items()
 }
 
@@ -78,7 +81,9 @@ def _feedback_id(name: str, field_path: str) -> str:
 
 class FeedbackServicer(OperatorMethods, feedback_pb2_grpc.FeedbackServiceServicer):
     def __init__(self, reports: Reports, ratings: Ratings, stats: Stats, trace_retention_days: int,
-                 note_max_bytes: int, clock: Callable[[], dt.datetime], audit_: Audit, defects: DefectReports):
+                 note_max_bytes: int, clock: Callable[[], dt.datetime], audit_: Audit, defects: DefectReports,
+                 feed: Feed):
+        self._feed = feed
         self._audit, self._defects = audit_, defects
         self._reports = reports
         self._ratings = ratings
@@ -234,3 +239,12 @@ class FeedbackServicer(OperatorMethods, feedback_pb2_grpc.FeedbackServiceService
         n = await self._ratings.copy(current_principal(), request.source_conversation, request.target_conversation,
                                      request.through_turn_index, parse_request_id(request.request_id, "request_id"))
         return pb.CopyRatingsResponse(copied_count=n)
+
+    # ------------------------------------------------------------ change feed
+    async def WatchFeedback(self, request: pb.WatchFeedbackRequest, context):
+        """The change feed from a position (see the proto; Feed.start / Feed.watch have the rules)."""
+        p = current_principal()
+        f = self._feed.scoped(p, codec_feed.feed_filter(request), request.include_text)
+        start = await self._feed.start(feed_domain.position(request.resume_token), request.from_oldest)
+        async for item in self._feed.watch(p, f, start, request.include_text):
+            yield codec_feed.watch_response(item, self._clock(), self._retention_days)

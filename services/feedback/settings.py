@@ -68,6 +68,18 @@ class FeedbackSettings(CommonSettings):
     tracker_include_body: bool = False
     tracker_include_message_text: bool = False
 
+    # Change feed (WatchFeedback, issue 24): days its events are kept (at least 14); a resume token older
+    # than that is OUT_OF_RANGE naming the oldest position still available.
+    feed_retention_days: int = Field(default=14, ge=14)
+    # Change feed: seconds between two messages of an idle stream (a heartbeat keeps proxies from closing
+    # it: Envoy's stream_idle_timeout is 300 s here, load balancers often 60 s).
+    feed_heartbeat_s: float = Field(default=15.0, gt=0, le=240)
+    # Change feed: events one stream reads per query (its memory bound: one page).
+    feed_page_size: int = Field(default=100, ge=1, le=1000)
+    # Change feed: seconds between two retention passes (each replica runs them; one deletes, the others
+    # find nothing).
+    feed_prune_interval_s: float = Field(default=3600.0, gt=0)
+
     @model_validator(mode="after")
     def _github_needs_its_repository(self) -> FeedbackSettings:
         if self.tracker == "github" and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", self.tracker_github_repo):

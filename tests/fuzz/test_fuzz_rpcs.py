@@ -31,6 +31,8 @@ SERVICES = [(chat_pb2, "ChatService", "chat"), (pb, "FeedbackService", "feedback
 METHODS = [(port, f"/{mod.DESCRIPTOR.package}.{svc}/{m.name}", m.input_type, m.server_streaming)
            for mod, svc, port in SERVICES for m in mod.DESCRIPTOR.services_by_name[svc].methods]
 BAD_CODES = (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN)
+# Server streams that stay open until the client leaves (the change feed).
+ENDLESS = frozenset({"/agentfeedback.feedback.v1.FeedbackService/WatchFeedback"})
 
 
 async def _seed(s, sub: str) -> dict[str, str]:
@@ -71,8 +73,11 @@ async def _call(s, channels, port: str, path: str, streaming: bool, body: bytes,
     try:
         if streaming:
             call = ch.unary_stream(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)
-            async for _ in call(body, metadata=md, timeout=20):
-                pass
+            stream = call(body, metadata=md, timeout=20)
+            async for _ in stream:
+                if path in ENDLESS:  # its first message says it is open; it never ends by itself
+                    stream.cancel()
+                    break
         else:
             call = ch.unary_unary(path, request_serializer=lambda b: b, response_deserializer=lambda b: b)
             await call(body, metadata=md, timeout=20)

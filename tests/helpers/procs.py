@@ -3,8 +3,10 @@ and logged the port it got: no port picked free, released and bound later by som
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,3 +24,37 @@ async def reported_port(log: Path, proc: subprocess.Popen, pattern: str, timeout
             why = f"exited {proc.returncode}" if proc.returncode is not None else f"silent for {timeout_s} s"
             raise AssertionError(f"no port logged ({why}): {text[-2000:]}")
         await asyncio.sleep(0.05)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn_feedback_process(stack, port: int, log: Path, **extra_env: str) -> subprocess.Popen:
+    """`python -m services.feedback.main` as its own OS process on the stack's database and services
+    (`port` 0: it binds any free port and logs it, `reported_port`)."""
+    from tests.stack import TEST_JWT_SECRET  # noqa: PLC0415 - tests.stack imports the services
+
+    env = {
+        **os.environ,
+        "AGENTFEEDBACK_DATABASE_URL": stack.database_url,
+        "AGENTFEEDBACK_JWT_SECRET": TEST_JWT_SECRET,
+        "AGENTFEEDBACK_DATA_DIR": str(stack.data_dir / "second"),
+        "AGENTFEEDBACK_FEEDBACK_LISTEN": f"127.0.0.1:{port}",
+        "AGENTFEEDBACK_FEEDBACK_CHAT_TARGET": f"127.0.0.1:{stack.ports['chat']}",
+        "AGENTFEEDBACK_FEEDBACK_TRACES_TARGET": f"127.0.0.1:{stack.ports['query']}",
+        "OTEL_TRACES_EXPORTER": "none",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "gen")]),
+        **extra_env,
+    }
+    return subprocess.Popen([sys.executable, "-m", "services.feedback.main"], cwd=ROOT, env=env,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+async def wait_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:
+    """Until the child on `port` answers health SERVING; AssertionError with its log's tail otherwise."""
+    from services.common.server import wait_serving as common_wait_serving  # noqa: PLC0415
+
+    try:
+        await common_wait_serving(f"127.0.0.1:{port}", timeout_s, proc)
+    except (RuntimeError, TimeoutError) as e:
+        raise AssertionError(f"second feedback process: {e}: {log.read_text()[-2000:]}") from None

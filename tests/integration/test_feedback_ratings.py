@@ -5,11 +5,7 @@ separate OS process on the same database.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import grpc
 import pytest
@@ -17,14 +13,12 @@ from google.protobuf import field_mask_pb2
 
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
-from services.common.server import wait_serving as common_wait_serving
 from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info, status_details
 from tests.helpers.feedback import channel_to, expect_error, flag, new_instance, send
-from tests.helpers.procs import reported_port
-from tests.stack import TEST_JWT_SECRET, Stack
+from tests.helpers.procs import reported_port, spawn_feedback_process, wait_serving
+from tests.stack import Stack
 
-ROOT = Path(__file__).resolve().parents[2]
 POS, NEU, NEG = pb.RATING_SENTIMENT_POSITIVE, pb.RATING_SENTIMENT_NEUTRAL, pb.RATING_SENTIMENT_NEGATIVE
 
 
@@ -141,32 +135,6 @@ async def test_F22_other_user_rating_is_not_found_and_concurrent_same_etag_gives
     await expect_error(fb.PutRating(pb.PutRatingRequest(rating=rating(inst, 0))), grpc.StatusCode.UNAUTHENTICATED)
     await expect_error(put(fb, rating(inst, 0), stack.md("alice", (SCOPE_FEEDBACK_READ,))),
                        grpc.StatusCode.PERMISSION_DENIED)
-
-
-def spawn_feedback_process(stack: Stack, port: int, log: Path, **extra_env: str) -> subprocess.Popen:
-    """`python -m services.feedback.main` as its own OS process on the stack's database and services
-    (`port` 0: it binds any free port and logs it, `reported_port`)."""
-    env = {
-        **os.environ,
-        "AGENTFEEDBACK_DATABASE_URL": stack.database_url,
-        "AGENTFEEDBACK_JWT_SECRET": TEST_JWT_SECRET,
-        "AGENTFEEDBACK_DATA_DIR": str(stack.data_dir / "second"),
-        "AGENTFEEDBACK_FEEDBACK_LISTEN": f"127.0.0.1:{port}",
-        "AGENTFEEDBACK_FEEDBACK_CHAT_TARGET": f"127.0.0.1:{stack.ports['chat']}",
-        "AGENTFEEDBACK_FEEDBACK_TRACES_TARGET": f"127.0.0.1:{stack.ports['query']}",
-        "OTEL_TRACES_EXPORTER": "none",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "gen")]),
-        **extra_env,
-    }
-    return subprocess.Popen([sys.executable, "-m", "services.feedback.main"], cwd=ROOT, env=env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)
-
-
-async def wait_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:
-    try:
-        await common_wait_serving(f"127.0.0.1:{port}", timeout_s, proc)
-    except (RuntimeError, TimeoutError) as e:
-        raise AssertionError(f"second feedback process: {e}: {log.read_text()[-2000:]}") from None
 
 
 @pytest.mark.slow
