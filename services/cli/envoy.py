@@ -228,6 +228,7 @@ def start_envoy(
     ready_timeout_s: float = 20.0,
     rate_limit_per_s: int = DEFAULT_RATE_LIMIT_PER_S,
     rate_limit_burst: int = DEFAULT_RATE_LIMIT_BURST,
+    stream_idle_timeout_s: int = 300,
 ) -> EnvoyProcess:
     """Render + validate the config into `config_dir/envoy.yaml`, start Envoy, wait until
     `listen_address:ports.gateway` accepts TCP connections (blocking, at most `ready_timeout_s`).
@@ -241,7 +242,8 @@ def start_envoy(
     config_path = config_dir / "envoy.yaml"
     config_path.write_text(
         render(template, ports, allowed_origins, listen_address=listen_address, upstream_host=upstream_host,
-               rate_limit_per_s=rate_limit_per_s, rate_limit_burst=rate_limit_burst)
+               rate_limit_per_s=rate_limit_per_s, rate_limit_burst=rate_limit_burst,
+               stream_idle_timeout_s=stream_idle_timeout_s)
     )
     validate(config_path)
     log_path = config_dir / "envoy.log"
