@@ -222,6 +222,10 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         if not isinstance(err, DomainError) and (conflict := conflict_error(err)) is not None:
             log.warning("%s: %s rolled back (trace_id %s)", method, type(err).__name__, trace_id)
             err = conflict
+        elif expected and err.code == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
+            # A refusal while something is down or full (the collector's write queue, a dependency a
+            # handler mapped itself) comes in floods: counted in its incident, not a line per call.
+            INCIDENTS.failure(err.reason, f"{method}: UNAVAILABLE (trace_id {trace_id})")  # type: ignore[attr-defined]
         elif expected:  # one line, no client values (a dependency outage is counted by INCIDENTS instead)
             log.info("%s: %s %s", method, err.code.name, err.reason)  # type: ignore[attr-defined]
         if isinstance(err, DomainError):

@@ -4,7 +4,7 @@ Its own bounded queue (`queue_max` Export requests): `submit` never waits, so a 
 downstream never slows ingest; when the queue is full the oldest request is dropped and counted
 (`dropped`). One sender task retries a request on retryable codes (OTLP table: UNAVAILABLE,
 DEADLINE_EXCEEDED, …) with exponential backoff (honouring the server's RetryInfo delay when it is
-longer), up to `max_attempts`, then drops it.
+longer), up to `max_attempts`, then drops it. Drops are logged once per incident, not per request.
 Endpoint: `host:port` (plaintext) or `https://host:port` (TLS with the system roots).
 """
 from __future__ import annotations
@@ -17,9 +17,14 @@ from collections.abc import Callable
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from services.common.incidents import INCIDENTS
 from services.common.reconnect import RECONNECT_OPTIONS
 
 log = logging.getLogger(__name__)
+# Incident key of dropped requests: the first drop of an incident is a WARNING line, the next ones are
+# counted (services/common/incidents.py); a request sent again closes it. Drops are also counted in
+# the collector's metrics (`on_spans`).
+FORWARD_DROPS = "FORWARD_DROPPED"
 
 # OTLP specification, "OTLP/gRPC Response" → Failures: the retryable codes.
 RETRYABLE = frozenset({
@@ -52,7 +57,7 @@ class Forwarder:
             self._queue.task_done()
             self.dropped += 1
             self._count("dropped", oldest)
-            log.warning("forward queue full: dropped the oldest request (%d dropped so far)", self.dropped)
+            INCIDENTS.failure(FORWARD_DROPS, f"forward queue full: dropped the oldest request ({self.dropped} dropped so far)")
         self._queue.put_nowait(request)
 
     async def _send(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
@@ -62,12 +67,14 @@ class Forwarder:
                 await self._stub.Export(request, timeout=self._timeout_s, compression=grpc.Compression.Gzip)
                 self.sent += 1
                 self._count("sent", request)
+                INCIDENTS.resolved(FORWARD_DROPS)
                 return
             except grpc.aio.AioRpcError as e:
                 if e.code() not in RETRYABLE or attempt == self._attempts:
                     self.dropped += 1
                     self._count("dropped", request)
-                    log.warning("forwarding to downstream failed (%s): request dropped", e.code().name)
+                    INCIDENTS.failure(FORWARD_DROPS, f"forwarding to downstream failed ({e.code().name}): request dropped"
+                                      f" ({self.dropped} dropped so far)")
                     return
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, 30.0)

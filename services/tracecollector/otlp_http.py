@@ -8,6 +8,9 @@ Per the OTLP specification (opentelemetry-proto `docs/specification.md`, "OTLP/H
 - `Content-Encoding: gzip` (or deflate) is decompressed (aiohttp); the body limit (default 20 MiB)
   applies after decompression → 413 Content Too Large (the client must not retry). Another coding
   → 415; a body that is not in the coding it claims → 400.
+- Another path → 404, another method on it → 405 (Allow: POST), each with a google.rpc.Status; a
+  request refused before a handler ran (broken encoding, malformed request) is one incident in the
+  log, not a traceback per request (README "Logs").
 - 200 + ExportTraceServiceResponse (with `partial_success` when spans were rejected);
   400 + google.rpc.Status when the body cannot be decoded; 503 + `Retry-After` (seconds) when the
   write queue is full or storage failed (retryable). Error bodies are google.rpc.Status in the
@@ -30,6 +33,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from services.common.clip import clip
 from services.common.errors import http_status, to_status
+from services.common.incidents import INCIDENTS
 from services.tracecollector.ingest import Ingestor
 from services.tracecollector.writer import Overloaded
 from services.common.depfail import is_database_down
@@ -48,17 +52,23 @@ _BAD_ID = base64.b64encode(b"\xff").decode()
 _ENCODINGS = frozenset({"gzip", "x-gzip", "deflate", "identity"})
 
 
+# Incident key of requests refused before they reached a handler (see _ClientErrorsAsWarnings).
+CLIENT_ERRORS = "OTLP_HTTP_CLIENT_ERROR"
+
+
 class _ClientErrorsAsWarnings(logging.Filter):
     """aiohttp answers a request its parser refuses (an encoding it cannot decode, e.g. `br` without the
-    optional package; a malformed request line or header) with 400 itself and logs an ERROR with a
-    traceback: the client's mistake, not ours. This makes each one WARNING line, its message clipped."""
+    optional package; a malformed request line or header; a body whose gzip is broken, read after the
+    answer) itself and logs an ERROR with a traceback per request: the client's mistake, not ours, and
+    anyone could flood the log with it. Each becomes a failure of one incident (CLIENT_ERRORS,
+    services/common/incidents.py): the first a WARNING line, its message clipped, the next ones
+    counted in a summary line every 10 s."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, HttpProcessingError):
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-            record.msg, record.args = "OTLP/HTTP request refused (400): %s", (clip(" ".join(str(exc).split())),)
-            record.exc_info, record.exc_text = None, None
+        if isinstance(exc, HttpProcessingError | RequestPayloadError):
+            INCIDENTS.failure(CLIENT_ERRORS, f"OTLP/HTTP request refused: {clip(' '.join(str(exc).split()))}")
+            return False
         return True
 
 
@@ -173,6 +183,26 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float)
             return _error(None, to_status(err), reply_type, headers={"Retry-After": delay})
         return web.Response(status=200, body=_encode(export_response(result), reply_type), content_type=reply_type)
 
+    async def elsewhere(request: web.Request) -> web.Response:
+        """Any other path or method: 404 / 405 with a google.rpc.Status, the body read and dropped
+        first (aiohttp would otherwise read it after the answer, and a broken one logged a traceback
+        per request); a body that cannot be read closes the connection."""
+        unreadable = False
+        try:
+            await request.read()
+        except (RequestPayloadError, web.HTTPRequestEntityTooLarge):
+            request.content.feed_eof()
+            unreadable = True
+        wrong_method = request.path == PATH
+        st = status_pb2.Status(code=code_pb2.UNIMPLEMENTED if wrong_method else code_pb2.NOT_FOUND,
+                               message=f"only POST {PATH} is served here" if wrong_method else
+                               f"no such path: {clip(request.path)}; OTLP/HTTP traces are POST {PATH}")
+        resp = _error(405 if wrong_method else 404, st, PROTOBUF, headers={"Allow": "POST"} if wrong_method else None)
+        if unreadable:
+            resp.force_close()
+        return resp
+
     app = web.Application(client_max_size=max_body_bytes)
     app.router.add_post(PATH, export)
+    app.router.add_route("*", "/{tail:.*}", elsewhere)
     return app

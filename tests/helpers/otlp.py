@@ -115,6 +115,17 @@ class Collector:
         """Stored span rows (duplicates included), in whichever store the collector uses."""
         return await self.server.repo.span_count()
 
+    async def assert_http_stores_an_export(self) -> None:
+        """A valid two-span export over OTLP/HTTP is 200 and reads back (the listener still serves)."""
+        import aiohttp  # noqa: PLC0415 - only the HTTP tests need it
+
+        tid, spans = one_trace(2)
+        async with aiohttp.ClientSession() as http:
+            r = await http.post(self.http_url, data=request(spans).SerializeToString(),
+                                headers={"Content-Type": "application/x-protobuf"})
+            assert r.status == 200
+        assert len((await self.get_trace(tid)).spans) == 2
+
     async def close(self) -> None:
         for ch in self._channels:
             await ch.close()
