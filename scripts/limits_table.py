@@ -1,9 +1,12 @@
-"""Print deploy/README.md's "Measured single-machine limits" table from `.bench/results.json` (what the
-last `make bench` wrote), each figure next to its floor or baseline from the same run.
+"""Print deploy/README.md's "Measured single-machine limits" table from `.bench/results.json` (the
+one run the last `make bench` wrote, tests/bench/run.py), each figure next to its floor or baseline
+from the same run, under a line naming that run (id, start, commit, load average, complete or not).
 
 Usage: python scripts/limits_table.py [--write] [results.json]   (--write replaces the table in
-deploy/README.md: the lines from its `| figure |` header to the first line that is not a table row).
-A figure missing from the results shows as "not measured".
+deploy/README.md: its run line and the lines from its `| figure |` header to the first line that is not
+a table row). A figure missing from the results shows as "not measured".
+Refused (exit status 2, one line saying why): a file without its run's metadata (the flat format of
+before, whose figures carried no run), a figure of another run than the file's, a smoke run.
 """
 from __future__ import annotations
 
@@ -20,8 +23,9 @@ SECTION = "## Measured single-machine limits"
 ROWS: list[tuple[list[str], str, str, str]] = [
     (["collector_ingest_spans_per_s"], "spans/s",
      "COPY ceiling {copy_ceiling_rows_per_s} rows/s ({ingest_vs_copy_ceiling}×, rounds "
-     "{ingest_vs_copy_ceiling_min}–{ingest_vs_copy_ceiling_max}); Phoenix committed "
-     "{phoenix_committed_spans_per_s} spans/s ({ingest_vs_phoenix_committed}×)",
+     "{ingest_vs_copy_ceiling_min}–{ingest_vs_copy_ceiling_max}); Phoenix {phoenix_version} on the same payloads, "
+     "alternated: acknowledged {phoenix_ingest_spans_per_s}, committed {phoenix_committed_spans_per_s} spans/s "
+     "(ours {collector_same_payloads_spans_per_s}: {ingest_vs_phoenix}× / {ingest_vs_phoenix_committed}×)",
      "OTLP/gRPC Exports of 1000 realistic spans, 4 clients, acknowledged after commit; the ceiling is COPY into "
      "the same schema with the same indexes (attribute GIN included)"),
     (["get_trace_p50_ms", "get_trace_p99_ms"], "ms", "",
@@ -39,14 +43,18 @@ ROWS: list[tuple[list[str], str, str, str]] = [
      "{retention_unlink_floor_day_ms} / {retention_unlink_floor_big_day_ms} ms ({retention_unlink_floor_big_vs_small}×); "
      "the days' files on {retention_days_filesystem}",
      "dropping one day of {retention_drop_day_spans} / {retention_drop_big_day_spans} spans while Exports run"),
-    (["export_p99_ms", "export_p99_during_retention_ms"], "ms", "{export_p99_retention_vs_baseline}× the p99 without a pass",
-     "Export (1000 spans) p99 without / during retention passes"),
+    (["export_max_ms", "export_during_retention_max_ms"], "ms", "{export_max_retention_vs_baseline}× the max without a pass",
+     "Export (1000 spans) slowest of {export_samples_per_phase} without / during retention passes (too few for a p99)"),
     (["turn_overhead_p50_ms", "turn_overhead_p99_ms"], "ms", "floor {turn_floor_p50_ms} ms ({turn_overhead_vs_floor}×)",
-     "chat gateway time per turn minus the agent's own time"),
+     "chat gateway time per turn minus the agent's own time: SendMessage without a request id"),
+    (["turn_stream_rid_overhead_p50_ms", "turn_stream_rid_overhead_p99_ms"], "ms", "SendMessage {turn_overhead_p50_ms} ms",
+     "the same on the console's path: StreamMessage with a request id (the request ledger's statements)"),
     (["feedback_create_p50_ms", "feedback_create_p99_ms"], "ms", "chat GetMessage {feedback_chat_getmessage_p50_ms} ms",
      "CreateFeedback including the snapshot fetch from the chat service, 1 client"),
     (["rating_put_per_s"], "puts/s", "floor {rating_put_floor_per_s} puts/s ({rating_put_vs_floor}×)",
-     "PutRating with request ids, 4 clients on their own connections"),
+     "PutRating with request ids, 4 clients on their own connections, each re-rating one turn (ownership cached)"),
+    (["rating_first_put_per_s"], "puts/s", "p50 {rating_first_put_p50_ms} ms, p99 {rating_first_put_p99_ms} ms",
+     "first ratings of 1000 distinct turns, 4 clients (every put asks the chat service who owns the turn)"),
     (["fbread_list_1000000_p50_ms", "fbread_list_text_1000000_p50_ms", "fbread_list_status_instance_1000000_p50_ms"],
      "ms", "at 10k: {fbread_list_10000_p50_ms} / {fbread_list_text_10000_p50_ms} / "
      "{fbread_list_status_instance_10000_p50_ms} ms",
@@ -89,11 +97,44 @@ def table(results: dict[str, float]) -> list[str]:
     return out
 
 
+RUN_LINE = "Figures of bench run "
+
+
+class MixedRuns(ValueError):
+    """The results are not one whole run's (see the module docstring)."""
+
+
+def one_run(doc: dict) -> tuple[dict, dict[str, float]]:
+    """(the run's metadata, {figure: value}) of a results file; MixedRuns when its figures are not all
+    of its one run, or it is a smoke run or has no run metadata."""
+    run, figures = doc.get("run"), doc.get("figures")
+    if not isinstance(run, dict) or not isinstance(figures, dict) or not run.get("id"):
+        raise MixedRuns("no run metadata (id, start, commit, load): rerun `make bench` to get one run's figures")
+    if run.get("smoke"):
+        raise MixedRuns(f"run {run['id']} is a smoke run (tiny sizes): its figures measure nothing")
+    other = sorted(k for k, f in figures.items() if not isinstance(f, dict) or f.get("run") != run["id"])
+    if other:
+        raise MixedRuns(f"figures not of run {run['id']}: {', '.join(other[:10])}")
+    return run, {k: f["value"] for k, f in figures.items()}
+
+
+def run_line(run: dict) -> str:
+    """The line above the table naming the run its figures come from."""
+    whole = "the whole `make bench`" if run.get("complete") else (
+        f"a partial run (modules {', '.join(run.get('modules') or [])}"
+        + (f"; failed: {', '.join(run['failed'])}" if run.get("failed") else "") + ")")
+    return (f"{RUN_LINE}`{run['id']}`, {whole}: {run.get('start')} to {run.get('end') or 'interrupted'} UTC, "
+            f"commit `{str(run.get('commit'))[:12]}`, 1-minute load average {run.get('loadavg_1m_start')} at "
+            f"the start, {run.get('loadavg_1m_end')} at the end.")
+
+
 def write(lines: list[str]) -> None:
     text = README.read_text().splitlines()
     start = next(i for i, line in enumerate(text) if line.startswith(SECTION))
     head = next(i for i in range(start, len(text)) if text[i].startswith("| figure |"))
-    end = head
+    if head >= 2 and text[head - 2].startswith(RUN_LINE) and not text[head - 1].strip():
+        head -= 2  # the run line of the table it replaces
+    end = head + (2 if text[head].startswith(RUN_LINE) else 0)
     while end < len(text) and text[end].startswith("|"):
         end += 1
     README.write_text("\n".join(text[:head] + lines + text[end:]) + "\n")
@@ -101,8 +142,12 @@ def write(lines: list[str]) -> None:
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--write"]
-    results = json.loads(Path(args[0] if args else ROOT / ".bench" / "results.json").read_text())
-    lines = table(results)
+    try:
+        run, results = one_run(json.loads(Path(args[0] if args else ROOT / ".bench" / "results.json").read_text()))
+    except MixedRuns as e:
+        print(f"limits_table: refused: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    lines = [run_line(run), "", *table(results)]
     if "--write" in sys.argv:
         write(lines)
     else:

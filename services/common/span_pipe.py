@@ -168,6 +168,11 @@ class _ChildLink:
         """Batches the child has not confirmed yet."""
         return bool(self._unacked)
 
+    def unconfirmed_spans(self) -> int:
+        """Spans handed to the child (or waiting for the next one) that it has not confirmed (read from
+        another thread: a copy of the batches first)."""
+        return sum(len(b) for b in list(self._unacked.values()))
+
     def alive(self) -> bool:
         """Reaps a child that died (no zombie waits for the next batch)."""
         return self._child is not None and self._child.poll() is None
@@ -274,6 +279,11 @@ class ProcessSpanProcessor(SpanProcessor):
             self._queue.append(rec)
             if len(self._queue) == self._max_batch:
                 self._cond.notify()
+
+    def unconfirmed_spans(self) -> int:
+        """Spans sent to the export child that it has not confirmed exporting yet (its answers read so
+        far: a confirmed batch counts until the flusher thread reads the child's answer)."""
+        return self._link.unconfirmed_spans()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """True once the child confirmed every span ended before the call (False after the timeout)."""

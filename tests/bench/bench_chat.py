@@ -5,10 +5,14 @@ Set-up as deployed: the chat gateway and the reference agent run as their own pr
 database of the bench's embedded PostgreSQL. The collector runs as a process too; this one is only
 the client.
 
-Figure: a turn's time through the gateway (client-observed SendMessage latency over loopback gRPC)
-minus the agent's own time (its `agent.think` span, read back from the collector), with zero think
-time, over 1000 sequential turns on one instance after 50 warm-up turns.
-Target (issue 5): p50 ≤ 3 ms on the 2-core reference machine.
+Figure: a turn's time through the gateway (client-observed latency over loopback gRPC) minus the
+agent's own time (its `agent.think` span, read back from the collector), with zero think time, over
+1000 sequential turns on one instance after 50 warm-up turns, on both paths a turn takes:
+- `turn_overhead_*`: `SendMessage` without a request id (the CLI's and agents' plain call);
+- `turn_stream_rid_overhead_*`: `StreamMessage` with a request id, the console's path (the request
+  ledger adds two statements per turn), read to the end of its stream; alternated with the above.
+Target (issue 5): p50 ≤ 3 ms on the 2-core reference machine. A p99 needs ≥ 1,000 samples (it has
+1000 per path; with fewer, `tests.bench.stats.tail` names the figure `_max_`).
 Floor, same run: the same turns through `tests.bench.floor`'s gateway and agent (the same two SQL
 statements and one agent call carrying the same history, behind bare grpc.aio: no auth, spans, events,
 validation or deadline handling), alternating with the service: `turn_floor_p50_ms` (client-observed,
@@ -26,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 
 import grpc
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
@@ -35,11 +40,13 @@ from services.common.server import wait_serving
 from services.common.auth import mint_token
 from services.common.settings import PROJECT_ROOT
 from tests.bench.floor import start_floor
+from tests.bench.stats import tail
 from tests.stack import free_ports
 
 TURNS = 1000
 WARMUP = 50
 ROUNDS = 2  # alternating service / floor blocks of TURNS / ROUNDS turns each
+SMOKE = {"TURNS": 4, "WARMUP": 1}  # a smoke run's sizes (tests/bench/run.py --smoke)
 SECRET = "bench-secret-0123456789abcdef0123456789abcdef"
 
 
@@ -47,11 +54,6 @@ def _cpu_s(pid: int) -> float:
     """User + system CPU seconds used so far by process `pid` (Linux /proc; all its threads)."""
     fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115, PTH123
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 async def poll_trace(query, md, trace_id: str, done, deadline: float):
@@ -187,43 +189,62 @@ async def run(ctx) -> dict[str, float]:
             )
             return r.trace_id, (time.perf_counter() - t0) * 1000
 
+        async def stream_turn(i: int) -> tuple[str, float]:
+            """The console's turn: StreamMessage with a request id, read until the stored reply."""
+            t0 = time.perf_counter()
+            trace_id = ""
+            async for ev in stub.StreamMessage(chat_pb2.SendMessageRequest(
+                    instance=inst.name, content=f"hello there {i}", request_id=str(uuid.uuid4())), metadata=md):
+                trace_id = trace_id or ev.trace_id
+            return trace_id, (time.perf_counter() - t0) * 1000
+
         client_ms: dict[str, float] = {}
+        stream_ms: dict[str, float] = {}
         floor_ms: list[float] = []
         for i in range(WARMUP):
             await turn(stub, i)
+            await stream_turn(i)
             await turn(floor, i)
         cpu0 = {p.pid: _cpu_s(p.pid) for p in procs}
         cpu_s = dict.fromkeys(cpu0, 0.0)
-        # Service and floor alternate in ROUNDS blocks, so both see the same machine.
+        # Service and floor alternate in ROUNDS blocks, so both see the same machine; the stream path's
+        # turns alternate with the plain ones inside each block (the CPU figures: per turn of either).
         for r in range(ROUNDS):
             cpu0 = {p.pid: _cpu_s(p.pid) for p in procs}
             for i in range(TURNS // ROUNDS):
                 t, ms = await turn(stub, WARMUP + r * TURNS + i)
                 client_ms[t] = ms
+                t, ms = await stream_turn(WARMUP + r * TURNS + i)
+                stream_ms[t] = ms
             for p in procs:
                 cpu_s[p.pid] += _cpu_s(p.pid) - cpu0[p.pid]
             floor_ms += [(await turn(floor, i))[1] for i in range(TURNS // ROUNDS)]
         await floor_channel.close()
-        cpu_ms = {pid: v * 1000 / TURNS for pid, v in cpu_s.items()}
+        cpu_ms = {pid: v * 1000 / (len(client_ms) + len(stream_ms)) for pid, v in cpu_s.items()}
         for p in procs[1:3]:  # SIGTERM: drain, then each service flushes its spans to the collector
             p.send_signal(signal.SIGTERM)
             await asyncio.to_thread(p.wait, 30)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{query}") as qch:
-            spans = await _durations(traces_pb2_grpc.TraceQueryServiceStub(qch), md, list(client_ms))
+            spans = await _durations(traces_pb2_grpc.TraceQueryServiceStub(qch), md, [*client_ms, *stream_ms])
     finally:
         await channel.close()
         await stop_services(procs)
     overhead = [client_ms[t] - spans[t]["agent.think"] for t in client_ms]
+    stream_overhead = [stream_ms[t] - spans[t]["agent.think"] for t in stream_ms]
     return {
         "turn_overhead_p50_ms": statistics.median(overhead),
         # The same turns through the floor (tests/bench/floor.py: the two SQL statements + one bare
         # agent call behind bare grpc.aio, none of our features), alternating with the service.
         "turn_floor_p50_ms": statistics.median(floor_ms),
         "turn_overhead_vs_floor": statistics.median(overhead) / statistics.median(floor_ms),
-        "turn_overhead_p99_ms": _pct(overhead, 0.99),
+        **tail("turn_overhead", overhead),
+        # The console's path: StreamMessage with a request id (the ledger's two statements included).
+        "turn_stream_rid_overhead_p50_ms": statistics.median(stream_overhead),
+        **tail("turn_stream_rid_overhead", stream_overhead),
+        "turn_stream_rid_total_p50_ms": statistics.median(stream_ms.values()),
         "turn_total_p50_ms": statistics.median(client_ms.values()),
         "turn_agent_think_p50_ms": statistics.median(s["agent.think"] for s in spans.values()),
-        # CPU per turn of each process (less sensitive to a busy machine than the latencies above).
+        # CPU per turn (either path) of each process (less sensitive to a busy machine than the latencies above).
         "turn_gateway_cpu_ms": cpu_ms[procs[2].pid],
         "turn_agent_cpu_ms": cpu_ms[procs[1].pid],
         "turn_gateway_span_overhead_p50_ms": statistics.median(

@@ -17,16 +17,21 @@ Figures (issues 4, 17):
   `_search_queries`; targets 1 day common ≤ 50 ms, 14 days rare ≤ 100 ms); baseline in the same run:
   `search_*_full_scan_ms`, the one-statement search of before the attribute index, `*_vs_full_scan`.
 - Retention (`collector_retention.py`): drop of a 200k-span vs a 2M-span day, Export p99 during passes.
-- `phoenix_ingest_spans_per_s`: the same Export payloads, same client code, sent to Arize Phoenix's
-  OTLP/gRPC receiver (`phoenix serve`, installed only for this benchmark into `.bench/phoenix-venv`,
-  its own database on the same PostgreSQL). Phoenix acknowledges an Export before writing it (its
-  bulk inserter commits later), so `phoenix_committed_spans_per_s` (spans visible in its database
-  per second from the first Export) is reported too. `ingest_vs_phoenix` = our ingest / Phoenix's
-  acknowledged rate (the comparison most favourable to Phoenix).
+- `phoenix_ingest_spans_per_s`: Arize Phoenix PHOENIX_VERSION (pinned; `phoenix_version` in the
+  figures), installed only for this benchmark into `.bench/phoenix-venv`, `phoenix serve` with its own
+  fresh database on the same PostgreSQL, before the 3M-span load. Our collector (its own fresh
+  database) and Phoenix get the same Export payloads with the same client code, alternating in
+  PHOENIX_ROUNDS rounds (each round's payloads go to ours, then to Phoenix):
+  `collector_same_payloads_spans_per_s` is ours on exactly those payloads. Phoenix acknowledges an
+  Export before writing it (its bulk inserter commits later), so `phoenix_committed_spans_per_s`
+  (spans visible in its database per second from the round's first Export) is reported too.
+  `ingest_vs_phoenix` = the median of the rounds' ratios ours / Phoenix's acknowledged rate (the
+  comparison most favourable to Phoenix); `ingest_vs_phoenix_committed` the same against its commits.
 
 Environment: BENCH_COLLECTOR_PARTS=ingest,gettrace,phoenix (default: all; ingest includes the COPY ceiling);
 BENCH_COLLECTOR_GET_TRACE_SPANS (default 3_000_000); BENCH_COLLECTOR_EXPORTS (default 120);
-BENCH_COLLECTOR_PHOENIX_EXPORTS (default 12: Phoenix is measured on the first 12 of the same payloads).
+BENCH_COLLECTOR_PHOENIX_EXPORTS (default 12: the first 12 of the same payloads, split over the rounds).
+A smoke run (`SMOKE`) leaves Phoenix out (installing it takes minutes and the network).
 """
 from __future__ import annotations
 
@@ -57,7 +62,8 @@ from services.tracecollector.repository import SPAN_COLUMNS, Repository, partiti
 from services.tracecollector.retention import Retention
 from services.common.server import wait_serving
 from services.tracecollector.server import MIGRATIONS, SCHEMA
-from tests.bench.collector_retention import retention_figures, spans_tablespace
+from tests.bench.collector_retention import BIG, SMALL, retention_figures, spans_tablespace
+from tests.bench.stats import tail
 from tests.stack import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +74,17 @@ SPANS_PER_EXPORT = 1000
 EXPORTS = int(os.environ.get("BENCH_COLLECTOR_EXPORTS", "120"))
 CLIENTS = 4
 PHOENIX_EXPORTS = int(os.environ.get("BENCH_COLLECTOR_PHOENIX_EXPORTS", "12"))
+PHOENIX_VERSION = "20.26.1"  # pinned: a comparison names the version it ran against
+PHOENIX_ROUNDS = 3
+PARTS = os.environ.get("BENCH_COLLECTOR_PARTS", "ingest,gettrace,phoenix")
+GET_TRACE_SPANS = int(os.environ.get("BENCH_COLLECTOR_GET_TRACE_SPANS", "3000000"))
+GET_TRACE_CALLS = 2000  # after 200 warm-up calls
+SEARCH_REPS = 11
+RETENTION_DAY_SPANS = (SMALL, BIG)  # collector_retention's days: small, big
+RETENTION_EXPORTS_PER_ROUND = 60
+SMOKE = {"EXPORTS": 8, "INGEST_ROUNDS": 1, "PARTS": "ingest,gettrace", "GET_TRACE_SPANS": 15_000,
+         "GET_TRACE_CALLS": 20, "SEARCH_REPS": 2,
+         "RETENTION_DAY_SPANS": (2_000, 4_000), "RETENTION_EXPORTS_PER_ROUND": 6}
 NS = 1_000_000_000
 # Loading a day of spans (and VACUUM of a 2M-span day) runs longer than the services' 30 s statement timeout.
 LOAD_TIMEOUT_S = 3600.0
@@ -368,9 +385,10 @@ def _search_queries(now_ns: int, day_starts: list[int], rare_turn: int) -> dict[
     return queries
 
 
-async def _search_latencies(stub, md, now_ns: int, day_starts: list[int], rare_turn: int, reps: int = 11
-                            ) -> dict[str, float]:
-    """SearchTraces p50 / p99 (ms, `reps` calls each after one warm-up, page_size 50, first page)."""
+async def _search_latencies(stub, md, now_ns: int, day_starts: list[int], rare_turn: int) -> dict[str, float]:
+    """SearchTraces p50 and max (ms, SEARCH_REPS calls each after one warm-up, page_size 50, first
+    page: too few calls for a p99)."""
+    reps = SEARCH_REPS
     queries = _search_queries(now_ns, day_starts, rare_turn)
     out: dict[str, float] = {}
     for name, req in queries.items():
@@ -384,7 +402,7 @@ async def _search_latencies(stub, md, now_ns: int, day_starts: list[int], rare_t
             raise AssertionError(f"{name}: no trace found")
         lat.sort()
         out[f"{name}_p50_ms"] = lat[len(lat) // 2]
-        out[f"{name}_p99_ms"] = lat[-1]
+        out |= tail(name, lat)
     return out
 
 
@@ -417,7 +435,7 @@ async def _search_full_scan(pool, now_ns: int, day_starts: list[int], ours: dict
 
 
 async def bench_get_trace(ctx, now_ns: int, payloads: list[bytes]) -> dict[str, float]:
-    total = int(os.environ.get("BENCH_COLLECTOR_GET_TRACE_SPANS", "3000000"))
+    total = GET_TRACE_SPANS
     days = 15
     per_day = total // days // 5 * 5
     url = await ctx.new_database()
@@ -457,7 +475,7 @@ async def bench_get_trace(ctx, now_ns: int, payloads: list[bytes]) -> dict[str, 
                 stub = traces_pb2_grpc.TraceQueryServiceStub(ch)
                 rnd = random.Random(7)
                 lat: list[float] = []
-                for i in range(2200):
+                for i in range(200 + GET_TRACE_CALLS):
                     start = rnd.choice(day_starts)
                     day = time.strftime("%Y%m%d", time.gmtime(start // NS))
                     tid = _loaded_trace_id(day, rnd.randrange(per_day // 5)).hex()
@@ -469,10 +487,11 @@ async def bench_get_trace(ctx, now_ns: int, payloads: list[bytes]) -> dict[str, 
                         raise AssertionError(f"trace {tid}: {len(tr.spans)} spans")
                 search = await _search_latencies(stub, md, now_ns, day_starts, rare_turn=per_day // 5 // 2)
                 search |= await _search_full_scan(pool, now_ns, day_starts, search, rare_turn=per_day // 5 // 2)
-            kept = await retention_figures(pool, repo, LOAD_DAY, c.grpc_port, payloads, now_ns)
+            kept = await retention_figures(pool, repo, LOAD_DAY, c.grpc_port, payloads, now_ns, *RETENTION_DAY_SPANS,
+                                           RETENTION_EXPORTS_PER_ROUND)
         lat.sort()
         return {
-            "get_trace_p50_ms": lat[len(lat) // 2], "get_trace_p99_ms": lat[int(len(lat) * 0.99) - 1],
+            "get_trace_p50_ms": lat[len(lat) // 2], **tail("get_trace", lat),
             "get_trace_spans_stored": float(stored), "get_trace_load_s": load_s, **search, **kept,
             "retention_settle_pass_ms": settle_ms,
         }
@@ -487,17 +506,44 @@ def _date(ns: int):
 
 
 def _ensure_phoenix() -> Path:
+    """`.bench/phoenix-venv` holding arize-phoenix[pg]==PHOENIX_VERSION (installed when it holds another)."""
     exe = PHOENIX_VENV / "bin" / "phoenix"
     has_pg = any((PHOENIX_VENV / "lib").glob("python*/site-packages/asyncpg"))
-    if not exe.exists() or not has_pg:
+    if not exe.exists() or not has_pg or _phoenix_version() != PHOENIX_VERSION:
         subprocess.run([sys.executable, "-m", "venv", str(PHOENIX_VENV)], check=True)
-        subprocess.run([str(PHOENIX_VENV / "bin" / "pip"), "install", "-q", "arize-phoenix[pg]"], check=True)
+        subprocess.run([str(PHOENIX_VENV / "bin" / "pip"), "install", "-q", f"arize-phoenix[pg]=={PHOENIX_VERSION}"],
+                       check=True)
+    got = _phoenix_version()
+    if got != PHOENIX_VERSION:
+        raise RuntimeError(f"Phoenix {got} installed, {PHOENIX_VERSION} expected")
     return exe
 
 
+def _phoenix_version() -> str | None:
+    py = PHOENIX_VENV / "bin" / "python"
+    if not py.exists():
+        return None
+    r = subprocess.run([str(py), "-c", "import importlib.metadata as m; print(m.version('arize-phoenix'))"],
+                       capture_output=True, text=True, check=False)
+    return r.stdout.strip() or None
+
+
+async def _committed_rate(url: str, base: int, n: int, t0: float) -> float:
+    """Spans per second from `t0` until `base + n` spans are visible in Phoenix's database (300 s at most)."""
+    sql = "SELECT count(*) FROM public.spans"
+    deadline = time.perf_counter() + 300
+    committed = base
+    while committed < base + n and time.perf_counter() < deadline:
+        await asyncio.sleep(0.2)
+        committed = await _count(url, sql)
+    return (committed - base) / (time.perf_counter() - t0)
+
+
 async def bench_phoenix(ctx, payloads: list[bytes]) -> dict[str, float]:
+    """Ours and Phoenix on the same payloads, alternating (see the module docstring)."""
     exe = await asyncio.to_thread(_ensure_phoenix)
-    url = await ctx.new_database()
+    print(f"   Phoenix {PHOENIX_VERSION} (pinned) against our collector on the same payloads", flush=True)
+    url, ours_url = await ctx.new_database(), await ctx.new_database()
     grpc_port, http_port = free_ports(2)
     workdir = ctx.tmp / "phoenix"
     workdir.mkdir(exist_ok=True)
@@ -506,27 +552,27 @@ async def bench_phoenix(ctx, payloads: list[bytes]) -> dict[str, float]:
            "PHOENIX_TELEMETRY_ENABLED": "false"}
     log = (ctx.tmp / "phoenix.log").open("w")
     proc = subprocess.Popen([str(exe), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: ASYNC220
+    sql = "SELECT count(*) FROM public.spans"
+    ours, acked, committed = [], [], []
     try:
         await _wait_port(grpc_port, proc)
         await _wait_port(http_port, proc)
-        # Phoenix ingests ~2 orders of magnitude slower: a subset keeps `make bench` to minutes.
-        warm, measured = payloads[:2], payloads[2:2 + PHOENIX_EXPORTS]
-        await send_all(grpc_port, warm)
-        sql = "SELECT count(*) FROM public.spans"
-        while await _count(url, sql) < len(warm) * SPANS_PER_EXPORT:  # warm-up committed
-            await asyncio.sleep(0.2)
-        base = await _count(url, sql)
-        t0 = time.perf_counter()
-        secs = await send_all(grpc_port, measured)
-        n = len(measured) * SPANS_PER_EXPORT
-        deadline = time.perf_counter() + 300
-        committed = base
-        while committed < base + n and time.perf_counter() < deadline:
-            await asyncio.sleep(0.2)
-            committed = await _count(url, sql)
-        commit_s = time.perf_counter() - t0
-        return {"phoenix_ingest_spans_per_s": n / secs,
-                "phoenix_committed_spans_per_s": (committed - base) / commit_s}
+        async with CollectorProcess(ours_url, ctx.tmp) as c:
+            # Phoenix ingests ~2 orders of magnitude slower: a subset keeps `make bench` to minutes.
+            warm, measured = payloads[:2], payloads[2:2 + PHOENIX_EXPORTS]
+            await send_all(c.grpc_port, warm)
+            await send_all(grpc_port, warm)
+            while await _count(url, sql) < len(warm) * SPANS_PER_EXPORT:  # warm-up committed
+                await asyncio.sleep(0.2)
+            per_round = max(1, len(measured) // PHOENIX_ROUNDS)
+            for r in range(PHOENIX_ROUNDS):
+                chunk = measured[r * per_round:(r + 1) * per_round]
+                n = len(chunk) * SPANS_PER_EXPORT
+                ours.append(n / await send_all(c.grpc_port, chunk))
+                base = await _count(url, sql)
+                t0 = time.perf_counter()
+                acked.append(n / await send_all(grpc_port, chunk))
+                committed.append(await _committed_rate(url, base, n, t0))
     finally:
         proc.terminate()
         try:
@@ -534,20 +580,23 @@ async def bench_phoenix(ctx, payloads: list[bytes]) -> dict[str, float]:
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+    return {"phoenix_version": PHOENIX_VERSION,
+            "collector_same_payloads_spans_per_s": statistics.median(ours),
+            "phoenix_ingest_spans_per_s": statistics.median(acked),
+            "phoenix_committed_spans_per_s": statistics.median(committed),
+            "ingest_vs_phoenix": statistics.median(o / a for o, a in zip(ours, acked, strict=True)),
+            "ingest_vs_phoenix_committed": statistics.median(o / k for o, k in zip(ours, committed, strict=True))}
 
 
 async def run(ctx) -> dict[str, float]:
-    parts = set(os.environ.get("BENCH_COLLECTOR_PARTS", "ingest,gettrace,phoenix").split(","))
+    parts = set(PARTS.split(","))
     now_ns = time.time_ns()
     payloads = [make_payload(i, now_ns) for i in range(EXPORTS)]
     out: dict[str, float] = {}
     if "ingest" in parts:
         out.update(await bench_ingest_and_ceiling(ctx, payloads, now_ns))
+    if "phoenix" in parts:  # before the 3M-span load, each on a fresh database
+        out.update(await bench_phoenix(ctx, payloads))
     if "gettrace" in parts:
         out.update(await bench_get_trace(ctx, now_ns, payloads))
-    if "phoenix" in parts:
-        out.update(await bench_phoenix(ctx, payloads))
-    if "collector_ingest_spans_per_s" in out and "phoenix_ingest_spans_per_s" in out:
-        out["ingest_vs_phoenix"] = out["collector_ingest_spans_per_s"] / out["phoenix_ingest_spans_per_s"]
-        out["ingest_vs_phoenix_committed"] = out["collector_ingest_spans_per_s"] / out["phoenix_committed_spans_per_s"]
     return out

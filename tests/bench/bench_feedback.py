@@ -8,7 +8,11 @@ process is only the client. (Until 2026-11-30 chat, agent and collector ran in-p
 the client: the collector's ingest of each 512-span export batch and the bench process's full GC of
 that whole stack then stalled the chat calls CreateFeedback waits for by 20–40 ms, several times a
 run — the p99 measured the bench's own loop, not the services.)
-Figures: feedback_create_p50_ms, feedback_create_p99_ms, rating_put_per_s; also the chat service's
+Figures: feedback_create_p50_ms, feedback_create_p99_ms, rating_put_per_s (each client re-rates one
+turn: after the first put the ownership check is served from its 5 s cache), and the first ratings of
+FIRST_RATING_TURNS distinct turns, each rated once by the same 4 clients, so every put asks the chat
+service whether the caller owns the turn (`rating_first_put_per_s`, `rating_first_put_p50_ms`, its
+tail); also the chat service's
 own GetMessage p50 over the same loopback (`feedback_chat_getmessage_p50_ms`, the baseline the
 create path builds on: it makes two chat calls and two SQL statements).
 Also the feedback process's own CPU per call (`*_server_cpu_ms`, from /proc: independent of what
@@ -35,6 +39,7 @@ from agentfeedback.traces.v1 import traces_pb2_grpc
 from services.common.auth import mint_token
 from tests.bench.bench_chat import SECRET, poll_trace, service_env, start_services, stop_services
 from tests.bench.floor import start_floor
+from tests.bench.stats import tail
 from tests.stack import free_ports
 
 CREATE_CALLS = 1000
@@ -43,6 +48,9 @@ TURNS = 20
 RATING_CLIENTS = 4
 RATINGS_PER_CLIENT = 1000
 ROUNDS = 2  # alternating service / floor rounds of RATING_CLIENTS × RATINGS_PER_CLIENT puts
+FIRST_RATING_TURNS = 1000  # distinct turns, each rated once: the ownership check is never cached
+# RATINGS_PER_CLIENT stays even: each client alternates sentiments, and the floor answers only puts that change a row.
+SMOKE = {"CREATE_CALLS": 4, "WARMUP": 1, "TURNS": 4, "RATINGS_PER_CLIENT": 4, "FIRST_RATING_TURNS": 8}
 
 
 def _cpu_s(pid: int) -> float:
@@ -66,13 +74,30 @@ def _others_cpu_s(collector_pid: int) -> dict[str, float]:
     return {"client": _cpu_s(os.getpid()), "collector": _cpu_s(collector_pid), "postgres": pg}
 
 
-def _pct(sorted_ms: list[float], p: float) -> float:
-    return sorted_ms[min(len(sorted_ms) - 1, int(round(p / 100 * (len(sorted_ms) - 1))))]
-
-
 async def _wait_trace(query: traces_pb2_grpc.TraceQueryServiceStub, md, trace_id: str, min_spans: int) -> None:
     """Poll the collector until the trace has `min_spans` spans (60 s at most)."""
     await poll_trace(query, md, trace_id, lambda tr: len(tr.spans) >= min_spans, time.monotonic() + 60)
+
+
+async def _first_ratings(chat, raters, inst: str, md) -> tuple[float, list[float]]:
+    """FIRST_RATING_TURNS new turns of `inst`, then each rated once, the turns dealt round-robin to the
+    raters (concurrent): (puts per second, each put's latency in ms)."""
+    turns = [(await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst, content=f"to rate {i}",
+                                                                 request_id=str(uuid.uuid4())), metadata=md)
+              ).reply.turn_index for i in range(FIRST_RATING_TURNS)]
+    lat: list[float] = []
+
+    async def rater(stub, mine: list[int]) -> None:
+        for turn_index in mine:
+            t0 = time.perf_counter()
+            await stub.PutRating(pb.PutRatingRequest(rating=pb.Rating(
+                conversation=inst, turn_index=turn_index, scope=pb.RATING_SCOPE_MESSAGE, aspect="first",
+                sentiment=pb.RATING_SENTIMENT_POSITIVE), request_id=str(uuid.uuid4())), metadata=md)
+            lat.append((time.perf_counter() - t0) * 1000)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(rater(stub, turns[c::len(raters)]) for c, stub in enumerate(raters)))
+    return len(turns) / (time.perf_counter() - t0), lat
 
 
 async def run(ctx) -> dict[str, float]:
@@ -149,18 +174,23 @@ async def run(ctx) -> dict[str, float]:
             for k, v in _others_cpu_s(procs[0].pid).items():
                 others[k] += v - others0[k]
             floor_elapsed += await rate(floor_raters, RATINGS_PER_CLIENT)
+        first_per_s, first_ms = await _first_ratings(chat, raters, inst, md)
         puts = ROUNDS * RATING_CLIENTS * RATINGS_PER_CLIENT
         rating_cpu_ms = cpu_s * 1000 / puts
         others = {k: v * 1000 / puts for k, v in others.items()}
         rate_per_s, floor_per_s = puts / elapsed, puts / floor_elapsed
         return {
             "feedback_create_p50_ms": round(statistics.median(lat), 3),
-            "feedback_create_p99_ms": round(_pct(lat, 99), 3),
+            **{k: round(v, 3) for k, v in tail("feedback_create", lat).items()},
             "feedback_chat_getmessage_p50_ms": round(statistics.median(base), 3),
             "rating_put_per_s": round(rate_per_s, 1),
             # The same puts against the floor (tests/bench/floor.py: the UPSERT alone behind bare grpc.aio).
             "rating_put_floor_per_s": round(floor_per_s, 1),
             "rating_put_vs_floor": round(rate_per_s / floor_per_s, 3),
+            # First ratings of distinct turns (no cached ownership check: one chat call per put).
+            "rating_first_put_per_s": round(first_per_s, 1),
+            "rating_first_put_p50_ms": round(statistics.median(first_ms), 3),
+            **{k: round(v, 3) for k, v in tail("rating_first_put", first_ms).items()},
             # Load-independent: CPU the feedback process spent per call (the machine is shared).
             "feedback_create_server_cpu_ms": round(create_cpu_ms, 3),
             "rating_put_server_cpu_ms": round(rating_cpu_ms, 3),

@@ -27,6 +27,7 @@ from tests.stack import start_stack
 CALLS = 1000
 BLOCK = 100
 WARMUP = 50
+SMOKE = {"CALLS": 20, "BLOCK": 10, "WARMUP": 2}
 
 
 async def run(ctx) -> dict[str, float]:

@@ -18,9 +18,13 @@ from services.feedback.settings import FeedbackSettings
 from tests.fuzz.procs import make_procs, report_then_kill_chat, start_with_buffered_chat
 
 
+SETTLE_S: float | None = None  # the settle wait; None: the service's default
+SMOKE = {"SETTLE_S": 2.0}
+
+
 async def run(ctx) -> dict[str, float]:
-    procs = make_procs(await ctx.new_database(), ctx.tmp / "settle")
-    bound = FeedbackSettings.model_fields["capture_settle_s"].default
+    bound = SETTLE_S if SETTLE_S is not None else FeedbackSettings.model_fields["capture_settle_s"].default
+    procs = make_procs(await ctx.new_database(), ctx.tmp / "settle", AGENTFEEDBACK_FEEDBACK_CAPTURE_SETTLE_S=str(bound))
     try:
         await start_with_buffered_chat(procs)
         md = procs.md()

@@ -78,11 +78,21 @@ async def test_sigkill_of_chat_while_reports_arrive_settles_the_evidence_within_
         await asyncio.to_thread(procs.stop_all)
 
 
+async def _user_message_stored(chat, instance: str, md, timeout_s: float = 10.0) -> None:
+    """Returns once the chat service lists the turn's user message ("think hard") of `instance`."""
+
+    async def listed():
+        msgs = (await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=instance), metadata=md)).messages
+        return True if any(m.role == chat_pb2.ROLE_USER and m.content == "think hard" for m in msgs) else None
+
+    await _wait(listed, timeout_s, "the user message stored")
+
+
 @contextlib.asynccontextmanager
-async def _turn_killed_midway(procs, think_ms: int, victim: str, after_s: float):
+async def _turn_killed_midway(procs, think_ms: int, victim: str):
     """Collector (exporting nowhere), an agent thinking `think_ms` per turn and the chat gateway; a new
-    instance and a SendMessage ("think hard", a request id) and, `after_s` into it (the user message
-    stored, the agent thinking), SIGKILL of `victim`: the call must fail UNAVAILABLE.
+    instance and a SendMessage ("think hard", a request id) and, once its user message is stored (the
+    agent called next, thinking for `think_ms`), SIGKILL of `victim`: the call must fail UNAVAILABLE.
     Yields (chat stub on a channel kept open, instance, request)."""
     await procs.start("collector", OTEL_TRACES_EXPORTER="none")
     await procs.start("agent", AGENTFEEDBACK_AGENT_THINK_MS=str(think_ms))
@@ -94,7 +104,8 @@ async def _turn_killed_midway(procs, think_ms: int, victim: str, after_s: float)
             instance=chat_pb2.Instance(display_name="k", agent="reference")), metadata=md)
         req = chat_pb2.SendMessageRequest(instance=inst.name, content="think hard", request_id=str(uuid.uuid4()))
         first = asyncio.ensure_future(chat.SendMessage(req, metadata=md, timeout=30))
-        await asyncio.sleep(after_s)
+        await _user_message_stored(chat, inst.name, md)
+        assert not first.done(), "the turn ended before the kill: the agent's think time is too short"
         procs.kill(victim)
         try:
             await first
@@ -108,7 +119,7 @@ async def test_sigkill_of_the_agent_mid_turn_then_the_retry_with_the_same_reques
     procs = make_procs(database_url, tmp_path)
     try:
         md = procs.md()
-        async with _turn_killed_midway(procs, 4000, "agent", 1.0) as (chat, inst, req):
+        async with _turn_killed_midway(procs, 4000, "agent") as (chat, inst, req):
             await procs.start("agent", AGENTFEEDBACK_AGENT_THINK_MS="0")
 
             async def retry():
@@ -191,7 +202,7 @@ async def test_sigkill_of_chat_mid_turn_then_retries_with_the_same_request_id_co
                        AGENTFEEDBACK_CHAT_TURN_STALE_MARGIN_S="1")
     try:
         md = procs.md()
-        async with _turn_killed_midway(procs, 1500, "chat", 0.7) as (chat, inst, req):
+        async with _turn_killed_midway(procs, 1500, "chat") as (chat, inst, req):
             killed_at = time.monotonic()
             await procs.start("chat")
 

@@ -51,11 +51,30 @@ from tests.helpers.feedback import (
 
 PENDING, CAPTURED, EXPIRED = pb.TRACE_SNAPSHOT_STATE_PENDING, pb.TRACE_SNAPSHOT_STATE_CAPTURED, pb.TRACE_SNAPSHOT_STATE_EXPIRED
 
+# The SDK's batch delay for the stacks whose spans must stay in the exporters until a test flushes them
+# (`Stack.flush_spans`, which `wait_trace` calls): an hour, never reached by a test. With the default
+# (5 s) such a test depended on its first steps taking less than the delay.
+HOLD_SPANS_MS = "3600000"
 
-async def test_F05_pending_until_spans_land_then_captured_and_random_message_is_not_found(stack):
+
+@pytest.fixture
+async def held_stack(database_url, tmp_path, collector_store, monkeypatch):
+    """The stack (on this test's span store) whose services export their spans only when the test
+    flushes them."""
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", HOLD_SPANS_MS)
+    settings, kw = collector_store
+    s = await start_stack(database_url, tmp_path, collector_kw=kw, collector=settings)
+    try:
+        yield s
+    finally:
+        await s.stop()
+
+
+async def test_F05_pending_until_spans_land_then_captured_and_random_message_is_not_found(held_stack):
+    stack = held_stack
     inst = await new_instance(stack)
     turn = await send(stack, inst, "list your tools please")
-    # The exporters have not flushed yet (batch delay 5 s): the collector has nothing of the turn.
+    # The exporters hold the spans until flushed: the collector has nothing of the turn.
     await expect_error(stack.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=turn.trace_id), metadata=stack.md()),
                        grpc.StatusCode.NOT_FOUND)
     fb = await flag(stack, turn.reply.name, "tool output looks off")
@@ -89,7 +108,8 @@ async def test_F05_pending_until_spans_land_then_captured_and_random_message_is_
     assert [f.name for f in await list_all(stack)] == [third.name, second.name, fb.name]
 
 
-async def test_F18_spans_expired_feedback_keeps_words_snapshots_voice_and_frozen_tool_calls(stack, tmp_path):
+async def test_F18_spans_expired_feedback_keeps_words_snapshots_voice_and_frozen_tool_calls(held_stack, tmp_path):
+    stack = held_stack
     inst = await new_instance(stack)
     turn = await send(stack, inst, "how many agents?", channel=chat_pb2.CHANNEL_VOICE, audio_key="audio/k1",
                       dictation="how many ages")
@@ -126,8 +146,9 @@ async def test_F18_spans_expired_feedback_keeps_words_snapshots_voice_and_frozen
 
 
 async def test_F18_a_turn_never_captured_within_retention_is_marked_expired_by_the_worker(
-        database_url, tmp_path, collector_store):
+        database_url, tmp_path, collector_store, monkeypatch):
     # The stack's own replica never looks at its queue here; only the aged replica's worker does.
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", HOLD_SPANS_MS)
     store_settings, store_kw = collector_store
     stack = await start_stack(database_url, tmp_path, feedback={"capture_poll_s": 3600.0}, collector=store_settings,
                               collector_kw=store_kw)
@@ -152,7 +173,8 @@ async def test_F18_a_turn_never_captured_within_retention_is_marked_expired_by_t
         await stack.stop()
 
 
-async def test_capture_work_lives_in_the_database_and_survives_the_replica_that_took_the_report(stack, tmp_path):
+async def test_capture_work_lives_in_the_database_and_survives_the_replica_that_took_the_report(held_stack, tmp_path):
+    stack = held_stack
     inst = await new_instance(stack)
     turn = await send(stack, inst, "which tools did you use?")
     # A replica without a worker takes the report and is gone before the spans land.

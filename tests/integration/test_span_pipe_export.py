@@ -13,7 +13,10 @@ import grpc
 import pytest
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from services.common.span_pipe import WORKER_MODULE
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+
+from services.common.span_pipe import WORKER_MODULE, ProcessSpanProcessor
 from services.common.telemetry import setup_tracing
 
 
@@ -87,17 +90,24 @@ async def test_spans_arrive_whole_through_the_export_process_which_is_replaced_w
     assert _children() == []  # shutdown stopped the child
 
 
-async def test_a_batch_handed_to_a_child_that_dies_before_exporting_it_is_sent_again(otlp_env):
-    tp = setup_tracing("pipe-test")
+async def test_a_batch_handed_to_a_child_that_dies_before_exporting_it_is_sent_again(otlp_env, caplog):
+    # The processor setup_tracing installs, built here so the test can see its unconfirmed batches.
+    processor = ProcessSpanProcessor(Resource.create({"service.name": "pipe-test"}), "pipe-test")
+    tp = TracerProvider(resource=Resource.create({"service.name": "pipe-test"}))
+    tp.add_span_processor(processor)
     try:
         (pid,) = _children()
         os.kill(pid, signal.SIGSTOP)  # it takes the batch into its pipe but cannot export it
         with tp.get_tracer("agentfeedback.test").start_as_current_span("handed.over") as s:
             pass
-        await asyncio.sleep(0.5)  # several schedule delays: the batch went down the pipe
+        deadline = time.monotonic() + 10
+        while processor.unconfirmed_spans() != 1:  # the batch went down the pipe, unconfirmed
+            assert time.monotonic() < deadline, "the batch never left for the stopped child"
+            await asyncio.sleep(0.02)
         os.kill(pid, signal.SIGKILL)
         trace = await _arrived(otlp_env, s.get_span_context().trace_id, 1)
         assert [x.name for x in trace.spans] == ["handed.over"]  # the next child exported it
+        assert any("is gone; starting another (1 spans to resend)" in r.getMessage() for r in caplog.records)
     finally:
         await asyncio.to_thread(tp.shutdown)
 
