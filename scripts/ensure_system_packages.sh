@@ -11,7 +11,8 @@
 #     command that installs them, exit status 1 (make stops at once).
 # Who needs what: chromium (console browser tests, Playwright drives Debian's build); webkit2gtk-driver,
 # xvfb, gir1.2-webkit2-4.1, python3-gi (the WebKitGTK tests: WebKitWebDriver + our PyGObject browser,
-# tests/e2e/webkit_browser.py, under Xvfb); prometheus (the Prometheus tests: a real server scraping us).
+# tests/e2e/webkit_browser.py, under Xvfb); prometheus (the Prometheus tests: a real server scraping us);
+# iproute2 (tests/multihost: `ip netns`, veth pairs, a bridge).
 # Add a package by adding a line; keep one script for every system package the tests need.
 set -euo pipefail
 
@@ -23,6 +24,7 @@ PACKAGES=(
   "gir1.2-webkit2-4.1    test -e $ARCH_LIB/girepository-1.0/WebKit2-4.1.typelib"
   "python3-gi            test -e /usr/lib/python3/dist-packages/gi/__init__.py"
   "prometheus            command -v prometheus"
+  "iproute2              command -v ip"
 )
 
 missing() {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from services.common.settings import LISTEN_PATTERN, CommonSettings
+from services.common.settings import LISTEN_PATTERN, TARGET_PATTERN, CommonSettings
 
 
 class ChatSettings(CommonSettings):
@@ -16,9 +16,9 @@ class ChatSettings(CommonSettings):
     # Prometheus metrics endpoint (`host:port`, port 0 = any free port; empty = none): GET /metrics.
     metrics_listen: str = Field(default="127.0.0.1:9461", pattern=r"^$|" + LISTEN_PATTERN)
     # Address of the agent's AgentService.
-    agent_target: str = Field(default="127.0.0.1:50054", pattern=LISTEN_PATTERN)
+    agent_target: str = Field(default="127.0.0.1:50054", pattern=TARGET_PATTERN)
     # Address of FeedbackService (ForkConversation copies the caller's ratings there: CopyRatings).
-    feedback_target: str = Field(default="127.0.0.1:50052", pattern=LISTEN_PATTERN)
+    feedback_target: str = Field(default="127.0.0.1:50052", pattern=TARGET_PATTERN)
     # Longest user message, in Unicode code points.
     max_content_chars: int = Field(default=32000, ge=1)
     # Cap on the agent call's deadline in seconds, also used when the caller sent none.

@@ -101,6 +101,9 @@ class GatewayPorts:
     feedback: int = 50052
     traces: int = 50053
     admin: int | None = None
+    # The collector's OTLP/gRPC receiver behind the gateway (route /opentelemetry.proto.collector.trace.v1.
+    # TraceService/); None: not exposed (the default: OTLP Export needs no token).
+    otlp: int | None = None
 
 
 def _check_origins(allowed_origins: Sequence[str]) -> tuple[str, ...]:
@@ -126,17 +129,24 @@ def render(
     stream_idle_timeout_s: int = 300,
     rate_limit_per_s: int = DEFAULT_RATE_LIMIT_PER_S,
     rate_limit_burst: int = DEFAULT_RATE_LIMIT_BURST,
+    upstream_hosts: Sequence[str] = (),
+    upstream_header: bool = False,
 ) -> str:
     """The Envoy config (YAML text) for `ports` and the CORS allowlist `allowed_origins`.
 
     `template` is a path to the template or its text. Values are substituted as JSON (valid YAML),
     so they are always quoted. `upstream_host` may be an IP (STATIC clusters) or a DNS name
-    (STRICT_DNS). Raises ValueError naming the bad origin when an origin is not `scheme://host[:port]`.
+    (STRICT_DNS); `upstream_hosts` (IPs or names, all of one kind), when given, replaces it: every one
+    is an endpoint of every cluster (one per replica host). `upstream_header`: every response carries
+    `x-upstream-host` (the replica's address; tests, never a public gateway).
+    Raises ValueError naming the bad origin when an origin is not `scheme://host[:port]`.
     """
     origins = _check_origins(allowed_origins)
     text = template.read_text() if isinstance(template, Path) else template
+    hosts = tuple(upstream_hosts) or (upstream_host,)
     try:
-        ip_address(upstream_host)
+        for h in hosts:
+            ip_address(h)
         cluster_type = "STATIC"
     except ValueError:
         cluster_type = "STRICT_DNS"
@@ -151,8 +161,27 @@ def render(
         "chat_port": str(int(ports.chat)),
         "feedback_port": str(int(ports.feedback)),
         "traces_port": str(int(ports.traces)),
-        "upstream_host": json.dumps(upstream_host),
         "cluster_type": cluster_type,
+        **{f"{name}_endpoints": json.dumps(_endpoints(hosts, port))
+           for name, port in (("chat", ports.chat), ("feedback", ports.feedback), ("traces", ports.traces))},
+        "http2_options": json.dumps(HTTP2_OPTIONS),
+        "health_checks": json.dumps(HEALTH_CHECKS),
+        "outlier_detection": json.dumps(OUTLIER_DETECTION),
+        **{f"{cluster}_retry_policy": json.dumps(_SAFE_RETRY_POLICY if methods is None else UNSAFE_RETRY_POLICY)
+           for service, cluster in _CLUSTER_OF.items() for methods in [_safe_methods().get(service, ())]},
+        "safe_routes": "\n".join(f"{_ROUTE_INDENT}- {json.dumps(r)}" for r in _safe_routes()),
+        "retry_status_details": json.dumps(_retry_status_details()),
+        "upstream_header": (f"{_ROUTE_INDENT[:-2]}response_headers_to_add: " + json.dumps(
+            [{"header": {"key": "x-upstream-host", "value": "%UPSTREAM_REMOTE_ADDRESS%"}}]) + "\n"
+            if upstream_header else ""),
+        "otlp_route": "" if not ports.otlp else f"{_ROUTE_INDENT}- " + json.dumps(
+            {"name": "otlp", "match": {"prefix": "/opentelemetry.proto.collector.trace.v1.TraceService/"},
+             "route": {"cluster": "otlp", "timeout": "0s", "retry_policy": _SAFE_RETRY_POLICY}}) + "\n",
+        "otlp_cluster": "" if not ports.otlp else "    - " + json.dumps(
+            {"name": "otlp", "type": cluster_type, "connect_timeout": "2s",
+             "typed_extension_protocol_options": HTTP2_OPTIONS, "health_checks": HEALTH_CHECKS,
+             "outlier_detection": OUTLIER_DETECTION, "close_connections_on_host_health_failure": True,
+             "load_assignment": {"cluster_name": "otlp", "endpoints": [{"lb_endpoints": _endpoints(hosts, ports.otlp)}]}}),
         "stream_idle_timeout": json.dumps(f"{int(stream_idle_timeout_s)}s"),
         "allow_origin_string_match": json.dumps([{"exact": o} for o in origins]),
         "allowed_origins_regex": json.dumps("|".join(re.escape(o) for o in origins)),
@@ -161,6 +190,74 @@ def render(
         "rate_limit_burst": str(int(rate_limit_burst)),
     }
     return Template(text).substitute(values)
+
+
+# Every upstream connection is HTTP/2 with keepalive pings: a connection to a host that vanished
+# (cut: no RST, no FIN) is closed after `interval` + `timeout` (≈ 2 s) and its calls reset (then retried
+# when safe) instead of hanging until the caller's deadline.
+HTTP2_OPTIONS = {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+    "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+    "explicit_http_config": {"http2_protocol_options": {
+        "connection_keepalive": {"interval": "1s", "timeout": "1s"}}}}}
+# grpc.health.v1 Check("") (the services' readiness: follows the database, NOT_SERVING while draining)
+# every 1 s, 1 s to answer; unhealthy after 2 failures, healthy after 1 success. no_traffic_interval:
+# a cluster without calls is checked as often (Envoy's default, 60 s, would keep a replica that came
+# back out of rotation for a minute).
+HEALTH_CHECKS = [{"timeout": "1s", "interval": "1s", "no_traffic_interval": "1s", "unhealthy_threshold": 2,
+                  "healthy_threshold": 1, "grpc_health_check": {}}]
+# Passive: 3 gateway failures in a row (502/503/504: reset, connect failure) eject a replica for 5 s
+# (longer each time), at most half of the replicas; success-rate ejection is off (a database outage
+# fails every replica alike: ejecting them would fix nothing).
+OUTLIER_DETECTION = {"consecutive_gateway_failure": 3, "consecutive_5xx": 1000, "interval": "1s",
+                     "base_ejection_time": "5s", "max_ejection_percent": 50,
+                     "enforcing_consecutive_gateway_failure": 100, "enforcing_success_rate": 0}
+_RETRY_COMMON = {"num_retries": 2, "retry_host_predicate": [{"name": "envoy.retry_host_predicates.previous_hosts",
+                 "typed_config": {"@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"}}],
+                 "host_selection_retry_max_attempts": 3,
+                 "retry_back_off": {"base_interval": "0.05s", "max_interval": "0.5s"}}
+# Any method: only when the call never reached a replica's handler (nothing can have been done).
+UNSAFE_RETRY_POLICY = {"retry_on": "connect-failure,refused-stream", **_RETRY_COMMON}
+# The methods a repeat cannot duplicate (services/common/retry_policy.py): also when the connection
+# died mid-call (reset) or the replica answered UNAVAILABLE.
+_SAFE_RETRY_POLICY = {"retry_on": "connect-failure,refused-stream,reset,unavailable", **_RETRY_COMMON}
+_ROUTE_INDENT = " " * 24
+_CLUSTER_OF = {"agentfeedback.chat.v1.ChatService": "chat", "agentfeedback.feedback.v1.FeedbackService": "feedback",
+               "agentfeedback.traces.v1.TraceQueryService": "traces"}
+
+
+def _endpoints(hosts: Sequence[str], port: int) -> list[dict]:
+    return [{"endpoint": {"address": {"socket_address": {"address": h, "port_value": int(port)}}}} for h in hosts]
+
+
+def _safe_methods() -> dict[str, tuple[str, ...] | None]:
+    from services.common.retry_policy import safe_methods  # noqa: PLC0415
+
+    return safe_methods()
+
+
+def _safe_routes() -> list[dict]:
+    """One route per method safe to repeat (`services.common.retry_policy.safe_methods`), before each
+    service's prefix route (a service whose every method is safe has the safe policy on that route)."""
+    return [{"match": {"path": f"/{service}/{m}"},
+             "route": {"cluster": _CLUSTER_OF[service], "timeout": "0s", "retry_policy": _SAFE_RETRY_POLICY}}
+            for service, methods in _safe_methods().items() for m in (methods or ())]
+
+
+def _retry_status_details() -> str:
+    """base64 of the google.rpc.Status a local 503 carries: UNAVAILABLE, RetryInfo 1 s, ErrorInfo
+    GATEWAY_UPSTREAM_UNAVAILABLE (the services' own UNAVAILABLE shape; services/common/depfail.py)."""
+    import base64  # noqa: PLC0415
+
+    from google.protobuf import duration_pb2  # noqa: PLC0415
+    from google.rpc import code_pb2, error_details_pb2, status_pb2  # noqa: PLC0415
+
+    from services.common.errors import ERROR_DOMAIN  # noqa: PLC0415
+
+    st = status_pb2.Status(code=code_pb2.UNAVAILABLE, message="no replica of the service could answer; retry later")
+    st.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=1)))
+    st.details.add().Pack(error_details_pb2.ErrorInfo(reason="GATEWAY_UPSTREAM_UNAVAILABLE", domain=ERROR_DOMAIN,
+                                                      metadata={"dependency": "gateway-upstream"}))
+    return base64.b64encode(st.SerializeToString()).decode()
 
 
 def envoy_binary() -> Path:

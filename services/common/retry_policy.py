@@ -40,6 +40,12 @@ _SAFE: dict[str, tuple[str, ...] | None] = {
 }
 
 
+def safe_methods() -> dict[str, tuple[str, ...] | None]:
+    """Full service name → the methods safe to repeat (None: every method); the gateway's retries
+    (services/cli/envoy.py) follow the same table."""
+    return dict(_SAFE)
+
+
 def service_config(round_robin: bool = True) -> str:
     """The gRPC service config JSON: `round_robin` balancing (service-to-service channels) and the
     retry policy above for the safe methods."""

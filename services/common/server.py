@@ -30,7 +30,7 @@ from services.common.health import DependencyWatch, postgres_probe, wait_serving
 from services.common.incidents import INCIDENTS
 from services.common.lifecycle import freeze_startup_objects, run_service, serve_until_signal  # noqa: F401
 from services.common.metrics import RpcMetrics, status_code_of
-from services.common.reconnect import RECONNECT_OPTIONS
+from services.common.reconnect import RECONNECT_OPTIONS, SERVER_KEEPALIVE_OPTIONS
 from services.common.retry_policy import service_config
 from services.common.telemetry import REQUEST_TRACE_ID, record_exception
 
@@ -370,6 +370,7 @@ class GrpcServer:
             ("grpc.so_reuseport", 0),
             ("grpc.max_connection_age_ms", MAX_CONNECTION_AGE_MS),
             ("grpc.max_connection_age_grace_ms", MAX_CONNECTION_AGE_GRACE_MS),
+            *SERVER_KEEPALIVE_OPTIONS,
             *(extra_options or []),
         ]
         self.server = grpc.aio.server(interceptors=interceptors, options=options)

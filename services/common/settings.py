@@ -87,6 +87,9 @@ class CommonSettings(BaseSettings):
 
 # `host:port` or `[ipv6]:port` (gRPC listen addresses and targets); port 0 = any free port.
 LISTEN_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}$"
+# Where a service finds another: `host:port`, or a gRPC target URI naming several replicas
+# (`dns:///name:port`, `ipv4:10.0.0.1:50054,10.0.0.2:50054`; gRPC doc/naming.md), balanced round-robin.
+TARGET_PATTERN = r"^((\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):[0-9]{1,5}|(dns|ipv4|ipv6):[!-~]+)$"
 
 
 class SettingsError(SystemExit):

@@ -6,7 +6,7 @@ import re
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from services.common.settings import LISTEN_PATTERN, CommonSettings
+from services.common.settings import LISTEN_PATTERN, TARGET_PATTERN, CommonSettings
 
 
 class FeedbackSettings(CommonSettings):
@@ -17,9 +17,9 @@ class FeedbackSettings(CommonSettings):
     # Prometheus metrics endpoint (`host:port`, port 0 = any free port; empty = none): GET /metrics.
     metrics_listen: str = Field(default="127.0.0.1:9462", pattern=r"^$|" + LISTEN_PATTERN)
     # ChatService address (snapshots are resolved there with the caller's token).
-    chat_target: str = Field(default="127.0.0.1:50051", pattern=LISTEN_PATTERN)
+    chat_target: str = Field(default="127.0.0.1:50051", pattern=TARGET_PATTERN)
     # TraceQueryService address (the capture worker freezes the turn's spans from there).
-    traces_target: str = Field(default="127.0.0.1:50053", pattern=LISTEN_PATTERN)
+    traces_target: str = Field(default="127.0.0.1:50053", pattern=TARGET_PATTERN)
     # Seconds the snapshot fetch from the chat service may take before falling back.
     chat_timeout_s: float = Field(default=2.0, gt=0)
     # Reports one owner may have stored (services/feedback/report_cap.py); a CreateFeedback beyond it is

@@ -53,12 +53,20 @@ def test_envoy_config_renders_and_validates(tmp_path):
         "envoy.filters.http.cors", "envoy.filters.http.grpc_web", "envoy.filters.http.local_ratelimit",
         "envoy.filters.http.router"]
     (vhost,) = hcm["route_config"]["virtual_hosts"]
-    routes = {r["match"]["prefix"]: r["route"] for r in vhost["routes"] if "route" in r}
-    assert routes == {
-        "/agentfeedback.chat.v1.ChatService/": {"cluster": "chat", "timeout": "0s"},
-        "/agentfeedback.feedback.v1.FeedbackService/": {"cluster": "feedback", "timeout": "0s"},
-        "/agentfeedback.traces.v1.TraceQueryService/": {"cluster": "traces", "timeout": "0s"},
+    routes = {r["match"]["prefix"]: r["route"] for r in vhost["routes"] if "route" in r and "prefix" in r["match"]}
+    assert {k: (v["cluster"], v["timeout"]) for k, v in routes.items()} == {
+        "/agentfeedback.chat.v1.ChatService/": ("chat", "0s"),
+        "/agentfeedback.feedback.v1.FeedbackService/": ("feedback", "0s"),
+        "/agentfeedback.traces.v1.TraceQueryService/": ("traces", "0s"),
     }
+    # Any method is retried on another replica only when it never reached one; the methods safe to
+    # repeat (one route each, before their service's) also when a replica's connection died mid-call.
+    retry_on = {k: set(v["retry_policy"]["retry_on"].split(",")) for k, v in routes.items()}
+    assert retry_on["/agentfeedback.chat.v1.ChatService/"] == {"connect-failure", "refused-stream"}
+    assert retry_on["/agentfeedback.traces.v1.TraceQueryService/"] >= {"reset", "unavailable"}
+    safe = {r["match"]["path"]: r["route"] for r in vhost["routes"] if "path" in r.get("match", {})}
+    assert "reset" in safe["/agentfeedback.feedback.v1.FeedbackService/CreateFeedback"]["retry_policy"]["retry_on"]
+    assert "/agentfeedback.chat.v1.ChatService/SendMessage" not in safe
     cors = vhost["typed_per_filter_config"]["envoy.filters.http.cors"]
     assert cors["allow_origin_string_match"] == [{"exact": "http://127.0.0.1:8081"},
                                                  {"exact": "https://console.example.com"}]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from services.common.settings import LISTEN_PATTERN, CommonSettings
+from services.common.settings import LISTEN_PATTERN, TARGET_PATTERN, CommonSettings
 
 
 class AgentSettings(CommonSettings):
@@ -17,7 +17,7 @@ class AgentSettings(CommonSettings):
     # Prometheus metrics endpoint (`host:port`, port 0 = any free port; empty = none): GET /metrics.
     metrics_listen: str = Field(default="127.0.0.1:9464", pattern=r"^$|" + LISTEN_PATTERN)
     # FeedbackService address, used by the `record_feedback` tool.
-    feedback_target: str = Field(default="127.0.0.1:50052", pattern=LISTEN_PATTERN)
+    feedback_target: str = Field(default="127.0.0.1:50052", pattern=TARGET_PATTERN)
     # The agent's own service credential (AGENTFEEDBACK_AGENT_SERVICE_TOKEN), sent as metadata
     # `x-agentfeedback-actor` so its reports may carry author AGENT (scope `feedback:agent`). Empty:
     # minted from the HS256 dev secret (sub `svc:agent`); with RS256/JWKS it must be configured.
