@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 import uuid
 
@@ -207,14 +208,13 @@ async def test_cut_the_edge_link_to_a_host_while_a_turn_streams(world):
 
 
 async def test_write_quota_holds_across_hosts(world):
-    """One owner bursts past its write quota through the edge: both hosts serve it, and the owner's
-    acknowledged writes in the window never exceed the limit (services/common/quota.py)."""
+    """One owner bursts past its write quota through the edge: both hosts serve it, and the writes the
+    owner got accepted never exceed what the quota allows all replicas together (services/common/
+    quota.py: a burst of the limit, then the limit per minute, evenly spaced)."""
     from tests.helpers.multihost_load import Client  # noqa: PLC0415
 
     client = Client(world)
     sub = f"quota-{uuid.uuid4().hex[:6]}"
-    if time.time() % 60 > 50:  # one fixed window (a boundary allows up to 2 × the limit)
-        await asyncio.sleep(61 - time.time() % 60)
     sem = asyncio.Semaphore(16)
     codes: dict[str, int] = {}
 
@@ -228,15 +228,20 @@ async def test_write_quota_holds_across_hosts(world):
             except grpc.aio.AioRpcError as e:
                 codes[e.code().name] = codes.get(e.code().name, 0) + 1
 
+    t0 = time.monotonic()
     try:
-        await asyncio.gather(*(one() for _ in range(WRITE_QUOTA + 60)))
+        await asyncio.gather(*(one() for _ in range(WRITE_QUOTA + 80)))
+        took_s = time.monotonic() - t0
         hosts = {c.host.rsplit(":", 1)[0] for c in client.calls if c.ok}
     finally:
         await client.close()
-    report("quota_across_hosts", limit=WRITE_QUOTA, outcomes=codes, hosts=sorted(hosts))
+    allowed = WRITE_QUOTA + math.ceil(WRITE_QUOTA / 60 * took_s)  # the burst + what the burst's time earned
+    lease_cap = WRITE_QUOTA // 16
+    report("quota_across_hosts", limit=WRITE_QUOTA, burst_s=round(took_s, 2), allowed=allowed, outcomes=codes,
+           hosts=sorted(hosts))
     assert len(hosts) == 2, hosts
-    assert codes.get("OK", 0) <= WRITE_QUOTA
-    assert codes.get("OK", 0) >= WRITE_QUOTA - 2 * 64, codes  # at most a lease per replica unspent
+    assert codes.get("OK", 0) <= allowed, codes
+    assert codes.get("OK", 0) >= WRITE_QUOTA - lease_cap, codes  # at most one lease of the other replica unspent
     assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, codes
 
 
