@@ -296,11 +296,17 @@ class ClickHouseStore:
 
     async def create_schema(self, retention_days: int) -> None:
         """CREATE ... IF NOT EXISTS the exporter's tables and ours (idempotent: tables an exporter
-        already created are kept, our column is added to them)."""
-        await self._tx.command(f"CREATE DATABASE IF NOT EXISTS `{self._t.database}`"
-                               + (f" ON CLUSTER `{self._t.cluster}`" if self._t.cluster else ""))
+        already created are kept, our column is added to them, their TTL set to `retention_days`)."""
+        on_cluster = f" ON CLUSTER `{self._t.cluster}`" if self._t.cluster else ""
+        await self._tx.command(f"CREATE DATABASE IF NOT EXISTS `{self._t.database}`{on_cluster}")
         for stmt in schema_statements(self._t, retention_days):
             await self._tx.command(stmt)
+        # Tables made earlier (another retention_days, or the exporter's `ttl`): the TTL follows the
+        # setting; existing parts are not rewritten (they expire whole, by partition, as before).
+        for table, column in ((self._t.local, "Timestamp"), (f"{self._t.local}_trace_id_ts", "Start")):
+            await self._tx.command(
+                f"ALTER TABLE {self._t.q(table)}{on_cluster} MODIFY TTL toDateTime({column}) + "
+                f"toIntervalDay({int(retention_days)}) SETTINGS materialize_ttl_after_modify = 0")
 
     async def close(self) -> None:
         await self._tx.close()

@@ -25,6 +25,9 @@ NAMED = {
     "grpcweb": {"grpcweb_overhead_p50_ms"},
     "quota": {"quota_quiet_p99_ms", "quota_flood_other_p99_ms"},
     "settle": {"capture_settle_after_kill_s", "capture_settle_bound_s"},
+    "span_stores": {"span_store_pg_ingest_spans_per_s", "span_store_ch_ingest_spans_per_s",
+                    "span_store_ch_get_trace_p50_ms", "span_store_ch_search_14d_rare_p50_ms",
+                    "span_store_ch_search_1d_common_p50_ms", "span_store_ch_vs_pg_bytes"},
 }
 NAMES = {"retention_days_filesystem", "phoenix_version"}  # figures that are names, not numbers
 

@@ -126,3 +126,12 @@ async def test_attribute_types_the_exporter_does_not_keep_read_as_its_strings(co
         start_time=ts(start - NS), end_time=ts(start + NS), attributes={"i": "42", "b": "true"}),
         metadata=collector.md())
     assert sorted(t.trace_id for t in found.traces) == sorted([ours.hex(), theirs.hex()])
+
+
+async def test_the_table_ttl_follows_retention_days_on_tables_made_earlier(start_collector, collector_store):
+    first = await start_collector(retention_days=14)
+    store = first.server.repo
+    await start_collector(retention_days=7)
+    for table in ("otel_traces", "otel_traces_trace_id_ts"):
+        (ddl,), = await store._tx.query(f"SHOW CREATE TABLE {store._t.q(table)}")
+        assert "toIntervalDay(7)" in ddl and "toIntervalDay(14)" not in ddl, ddl
