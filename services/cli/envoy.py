@@ -127,7 +127,7 @@ def render(
     listen_address: str = "127.0.0.1",
     upstream_host: str = "127.0.0.1",
     stream_idle_timeout_s: int = 300,
-    rate_limit_per_s: int = DEFAULT_RATE_LIMIT_PER_S,
+    rate_limit_per_s: float = DEFAULT_RATE_LIMIT_PER_S,
     rate_limit_burst: int = DEFAULT_RATE_LIMIT_BURST,
     upstream_hosts: Sequence[str] = (),
     upstream_header: bool = False,
@@ -135,8 +135,9 @@ def render(
     """The Envoy config (YAML text) for `ports` and the CORS allowlist `allowed_origins`.
 
     `template` is a path to the template or its text. Values are substituted as JSON (valid YAML),
-    so they are always quoted. `upstream_host` may be an IP (STATIC clusters) or a DNS name
-    (STRICT_DNS); `upstream_hosts` (IPs or names, all of one kind), when given, replaces it: every one
+    so they are always quoted. `rate_limit_per_s` of 1 or more: that many tokens every second; below 1
+    (tests): one token every 1 / `rate_limit_per_s` seconds. `upstream_host` may be an IP (STATIC clusters)
+    or a DNS name (STRICT_DNS); `upstream_hosts` (IPs or names, all of one kind), when given, replaces it: every one
     is an endpoint of every cluster (one per replica host). `upstream_header`: every response carries
     `x-upstream-host` (the replica's address; tests, never a public gateway).
     Raises ValueError naming the bad origin when an origin is not `scheme://host[:port]`.
@@ -186,7 +187,9 @@ def render(
         "allow_origin_string_match": json.dumps([{"exact": o} for o in origins]),
         "allowed_origins_regex": json.dumps("|".join(re.escape(o) for o in origins)),
         "admin": admin,
-        "rate_limit_per_s": str(int(rate_limit_per_s)),
+        "rate_limit_per_s": str(int(rate_limit_per_s)) if rate_limit_per_s >= 1 else f"1/{round(1 / rate_limit_per_s)}",
+        "rate_limit_tokens_per_fill": str(int(rate_limit_per_s)) if rate_limit_per_s >= 1 else "1",
+        "rate_limit_fill_interval": "1s" if rate_limit_per_s >= 1 else f"{round(1 / rate_limit_per_s)}s",
         "rate_limit_burst": str(int(rate_limit_burst)),
     }
     return Template(text).substitute(values)
@@ -323,7 +326,7 @@ def start_envoy(
     upstream_host: str = "127.0.0.1",
     concurrency: int = 1,
     ready_timeout_s: float = 20.0,
-    rate_limit_per_s: int = DEFAULT_RATE_LIMIT_PER_S,
+    rate_limit_per_s: float = DEFAULT_RATE_LIMIT_PER_S,
     rate_limit_burst: int = DEFAULT_RATE_LIMIT_BURST,
     stream_idle_timeout_s: int = 300,
 ) -> EnvoyProcess:
