@@ -14,6 +14,7 @@ from agentfeedback.agent.v1 import agent_pb2, agent_pb2_grpc
 from services.chat import workspace as ws
 from services.chat.defects import ToolSignal, kinds_of
 from services.chat.domain import AgentCallError, AgentReply, Role, ThinkInput
+from services.common.upstream import upstream_detail
 
 _KINDS = {
     grpc.StatusCode.DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED",
@@ -83,7 +84,7 @@ def _reply(resp: agent_pb2.ThinkResponse) -> AgentReply:
 
 def _error(e: grpc.aio.AioRpcError) -> AgentCallError:
     kind = _KINDS.get(e.code(), "FAILED")
-    return AgentCallError(kind, f"{e.code().name}: {e.details() or ''}"[:500])
+    return AgentCallError(kind, upstream_detail(e, 480))
 
 
 class AgentClient:

@@ -11,6 +11,7 @@ import grpc
 from agentfeedback.feedback.v1 import feedback_pb2, feedback_pb2_grpc
 
 from services.common import deadlines
+from services.common.upstream import upstream_detail
 
 TIMEOUT_S = 5.0
 _TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
@@ -39,6 +40,6 @@ class RatingsClient:
             resp = await self._stub.CopyRatings(req, timeout=timeout, metadata=md)
         except grpc.aio.AioRpcError as e:
             if e.code() in _TRANSIENT:
-                raise RatingsUnavailable(f"{e.code().name}: {e.details() or ''}"[:300]) from None
+                raise RatingsUnavailable(upstream_detail(e)) from None
             raise
         return resp.copied_count

@@ -9,13 +9,16 @@
 - INTERNAL, UNKNOWN, DATA_LOSS, UNIMPLEMENTED and the rest → INTERNAL `<DEPENDENCY>_FAILED`: the
   dependency answered, it failed; retrying the same call is not expected to help.
 The upstream's ErrorInfo reason rides along as metadata `upstream_reason`; its message is not copied.
+`upstream_detail(err)` is the text of a failed call that may be kept or shown (a turn's failure, a
+log line): the upstream's own message when one of our services answered, never gRPC's own text.
 """
 from __future__ import annotations
 
 import grpc
 
+from services.common.clip import clip
 from services.common.depfail import upstream_unavailable
-from services.common.errors import DomainError, error_info
+from services.common.errors import DomainError, error_info, status_details
 
 _PASS_THROUGH = frozenset({
     grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.FAILED_PRECONDITION,
@@ -41,3 +44,17 @@ def from_upstream(err: grpc.aio.AioRpcError, dependency: str) -> DomainError:
                            reason=f"{dependency.upper()}_{code.name}", metadata=md)
     return DomainError(message=f"the {dependency} service failed ({code.name})", code=grpc.StatusCode.INTERNAL,
                        reason=f"{dependency.upper()}_FAILED", metadata=md)
+
+
+def upstream_detail(err: grpc.aio.AioRpcError, max_chars: int = 300) -> str:
+    """`CODE: message` of a failed call, the message only when the upstream wrote it: a status our
+    services answer carries google.rpc.Status details (ErrorInfo at least); one gRPC made up itself
+    (no connection, deadline) does not, and its text names addresses, ports and subchannel states
+    ("connections to all backends failing; last error: … ipv4:127.0.0.1:…"), which no client or
+    stored turn should show. Then: `CODE: no answer`."""
+    code = err.code().name
+    try:
+        ours = bool(status_details(err))
+    except Exception:  # noqa: BLE001 - a malformed status detail: not a message we wrote
+        ours = False
+    return f"{code}: {clip(err.details() or '', max_chars)}" if ours else f"{code}: no answer"

@@ -16,7 +16,7 @@ import grpc
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from services.common import deadlines
 from services.common.errors import InvalidArgument, NotFound, PermissionDenied
-from services.common.upstream import from_upstream
+from services.common.upstream import from_upstream, upstream_detail
 from services.feedback.domain import MessageView
 
 Metadata = tuple[tuple[str, str], ...]
@@ -54,7 +54,7 @@ class ChatClient:
     def _map(self, e: grpc.aio.AioRpcError, resource: str, field_path: str) -> Exception:
         code = e.code()
         if code in _UNREACHABLE:
-            return ChatUnreachable(f"chat service: {code.name}: {e.details()}")
+            return ChatUnreachable(f"chat service: {upstream_detail(e)}")
         if code == grpc.StatusCode.NOT_FOUND:
             return NotFound(resource)
         if code == grpc.StatusCode.PERMISSION_DENIED:

@@ -56,6 +56,13 @@ async def test_agent_unreachable_leaves_addressable_user_message_and_error_trace
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     assert error_info(e.value).reason == "AGENT_UNAVAILABLE"
     await assert_failed_turn_addressable(stack, parent, e.value)
+    # gRPC's own words about the dead channel (addresses, ports, subchannels) are no one's business.
+    assert_no_grpc_internals(e.value.details())
+
+
+def assert_no_grpc_internals(text: str) -> None:
+    for internal in ("ipv4:", "ipv6:", "127.0.0.1", "backends failing", "subchannel", "last error"):
+        assert internal not in text, text
 
 
 @pytest.mark.slow
@@ -299,3 +306,4 @@ async def test_streamed_turn_agent_unreachable_same_guarantees(stack: Stack):
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     trace_id = await assert_failed_turn_addressable(stack, parent, e.value)
     assert trace_id == first.trace_id
+    assert_no_grpc_internals(e.value.details())
