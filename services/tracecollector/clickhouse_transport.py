@@ -131,12 +131,17 @@ class ChdbTransport:
             cls._instances[path] = cls(path)
         return cls._instances[path]
 
-    def _run(self, sql: str, params: Mapping[str, Any] | None, fmt: str):
+    def raw(self, sql: str, fmt: str, params: Mapping[str, str]) -> bytes:
+        """Run `sql` with `params` already in text form (as an HTTP request carries them); the result in
+        `fmt`. Blocking. Raises ClickHouseError."""
         with self._lock:
             try:
-                return self._session.query(sql, fmt, params={k: param_text(v) for k, v in (params or {}).items()})
+                return self._session.query(sql, fmt, params=dict(params)).bytes()
             except Exception as e:  # chdb raises its ChdbError / RuntimeError with the engine's message
                 raise ClickHouseError(str(e)) from e
+
+    def _run(self, sql: str, params: Mapping[str, Any] | None, fmt: str) -> bytes:
+        return self.raw(sql, fmt, {k: param_text(v) for k, v in (params or {}).items()})
 
     async def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         await asyncio.to_thread(self._run, sql, params, "CSV")
@@ -145,7 +150,7 @@ class ChdbTransport:
         # 64-bit integers as JSON numbers (not strings), so rows carry the same types as HttpTransport's.
         sql = f"{sql}\nSETTINGS output_format_json_quote_64bit_integers = 0"
         res = await asyncio.to_thread(self._run, sql, params, "JSONCompactEachRow")
-        return [tuple(orjson.loads(line)) for line in res.bytes().splitlines() if line]
+        return [tuple(orjson.loads(line)) for line in res.splitlines() if line]
 
     async def insert_json(self, table: str, columns: Sequence[str], payload: bytes) -> None:
         cols = ", ".join(f"`{c}`" for c in columns)
