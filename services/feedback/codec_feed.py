@@ -13,6 +13,7 @@ from services.feedback.codec import enum_value
 from services.feedback.enums import EventKind, RatingScope
 from services.feedback.feed import FeedItem
 from services.feedback.model_feed import FeedFilter
+from services.feedback.model_webhooks import Delivery, WebhookSubscription
 
 
 def feed_filter(request: pb.WatchFeedbackRequest) -> FeedFilter:
@@ -55,4 +56,32 @@ def watch_response(item: FeedItem, now: dt.datetime, retention_days: int) -> pb.
         if not item.with_text:
             ev.rating.note = ""
             ev.text_omitted = True
+    return out
+
+
+def webhook_pb(s: WebhookSubscription, secret: str = "") -> pb.WebhookSubscription:
+    f = s.filter
+    out = pb.WebhookSubscription(name=s.name, url=s.url, owner=f.owner, kind=f.kind, scope=f.scope, aspect=f.aspect,
+                                 secret=secret, state=s.state, creator=s.creator,
+                                 delivered_event_id=s.delivered_event, failed_attempts=s.attempts)
+    out.create_time.FromDatetime(s.create_time)
+    if s.attempts:
+        out.next_attempt_time.FromDatetime(s.next_attempt_at)
+    return out
+
+
+def webhook_filter(s: pb.WebhookSubscription) -> FeedFilter:
+    """The subscription's filters (INVALID_ARGUMENT naming `webhook_subscription.<field>`)."""
+    req = pb.WatchFeedbackRequest(owner=s.owner, kind=s.kind, scope=s.scope, aspect=s.aspect)
+    try:
+        return feed_filter(req)
+    except InvalidArgument as e:
+        raise InvalidArgument(f"webhook_subscription.{e.field_path}", e.description) from None
+
+
+def delivery_pb(d: Delivery) -> pb.WebhookDelivery:
+    out = pb.WebhookDelivery(event_id=d.event_id, attempt=d.attempt, outcome=d.outcome, http_status=d.http_status,
+                             error=d.error, latency_ms=d.latency_ms)
+    if d.time is not None:
+        out.time.FromDatetime(d.time)
     return out

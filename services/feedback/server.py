@@ -14,7 +14,7 @@ import grpc
 from opentelemetry.sdk.trace import TracerProvider
 
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
-from services.common.auth import SCOPE_CHAT, SCOPE_TRACES_READ, Authenticator, ServiceToken, mint_token
+from services.common.auth import SCOPE_CHAT, SCOPE_TRACES_READ, Authenticator, ServiceToken, dev_secret, mint_token
 from services.common.db import close_pool, migrate, resolve_database_url
 from services.common.quota import write_quota_interceptor
 from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
@@ -36,7 +36,10 @@ from services.feedback.traces_client import TracesClient
 from services.feedback.audit import Audit
 from services.feedback.defect_reports import DefectReports
 from services.feedback.tracker import make_sink
+from services.feedback import codec_feed, webhook_secrets
 from services.feedback.feed import Feed
+from services.feedback.repository.webhooks import WebhookStore
+from services.feedback.webhooks import DeliveryPolicy, Webhooks
 from services.feedback.feed_wakeups import FeedWakeups, PokeAfterWrites
 from services.feedback.repository.feed import FeedStore
 
@@ -102,8 +105,15 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     feed = Feed(FeedStore.of(pool), wakeups, audit, retention_days=settings.feed_retention_days,
                 heartbeat_s=settings.feed_heartbeat_s, page_size=settings.feed_page_size, clock=now)
     server_feed = feed
+    key = settings.webhook_key.get_secret_value() or webhook_secrets.derived_key(dev_secret(settings))
+    webhooks = Webhooks(WebhookStore.of(pool), FeedStore.of(pool), wakeups, webhook_secrets.SecretBox(key),
+                        DeliveryPolicy(settings.webhook_timeout_s, settings.webhook_max_attempts,
+                                       settings.webhook_backoff_first_s, settings.webhook_backoff_max_s),
+                        lambda item: codec_feed.watch_response(item, now(), settings.trace_retention_days).event,
+                        settings.feed_retention_days)
     servicer = FeedbackServicer(reports, ratings, Stats(repo, now), settings.trace_retention_days,
-                                settings.rating_note_max_bytes, now, audit, DefectReports(chat, reports), feed)
+                                settings.rating_note_max_bytes, now, audit, DefectReports(chat, reports), feed,
+                                webhooks)
 
     if settings.max_reports_per_owner > 0:
         reports.cap = ReportCap(settings.max_reports_per_owner, settings.write_quota_per_minute)
@@ -128,11 +138,14 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     if run_worker:
         worker.start()
     feed.start_pruning(settings.feed_prune_interval_s)
+    if run_worker:
+        webhooks.start()
     fm.start()
 
     async def close() -> None:
         await worker.stop()
         await feed.stop()
+        await webhooks.stop()
         await wakeups.stop()
         await chat_channel.close()
         await traces_channel.close()

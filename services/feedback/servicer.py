@@ -27,6 +27,7 @@ from services.common.errors import InvalidArgument
 from services.common.etags import parse_etag
 from services.common.ids import (
     check_text,
+    page_token_int,
     page_size,
     page_token_text,
     parse_name,
@@ -57,6 +58,7 @@ from services.feedback.audit import Audit
 from services.feedback.defect_reports import DefectReports
 from services.feedback import codec_feed, feed_domain
 from services.feedback.feed import Feed
+from services.feedback.webhooks import Webhooks
 
 SERVICE = "agentfeedback.feedback.v1.FeedbackService"
 # Method → scope (docs/architecture.md "Contracts"; the proto's service comment).
@@ -71,6 +73,9 @@ METHOD_SCOPES: dict[str, str | None] = {
         "GetTurnFeedback": SCOPE_FEEDBACK_ADMIN, "ListAuditRecords": None,  # admin or read: Audit.list
         "ReportSuspectedDefect": SCOPE_FEEDBACK_WRITE,
         "WatchFeedback": None,  # own events with feedback:read, every owner's with feedback:admin: Feed.scoped
+        "CreateWebhookSubscription": SCOPE_FEEDBACK_ADMIN, "ListWebhookSubscriptions": SCOPE_FEEDBACK_ADMIN,
+        "DeleteWebhookSubscription": SCOPE_FEEDBACK_ADMIN, "ResumeWebhookSubscription": SCOPE_FEEDBACK_ADMIN,
+        "ListWebhookDeliveries": SCOPE_FEEDBACK_ADMIN,
     }.items()
 }
 
@@ -82,8 +87,8 @@ def _feedback_id(name: str, field_path: str) -> str:
 class FeedbackServicer(OperatorMethods, feedback_pb2_grpc.FeedbackServiceServicer):
     def __init__(self, reports: Reports, ratings: Ratings, stats: Stats, trace_retention_days: int,
                  note_max_bytes: int, clock: Callable[[], dt.datetime], audit_: Audit, defects: DefectReports,
-                 feed: Feed):
-        self._feed = feed
+                 feed: Feed, webhooks: Webhooks):
+        self._feed, self._webhooks = feed, webhooks
         self._audit, self._defects = audit_, defects
         self._reports = reports
         self._ratings = ratings
@@ -248,3 +253,53 @@ class FeedbackServicer(OperatorMethods, feedback_pb2_grpc.FeedbackServiceService
         start = await self._feed.start(feed_domain.position(request.resume_token), request.from_oldest)
         async for item in self._feed.watch(p, f, start, request.include_text):
             yield codec_feed.watch_response(item, self._clock(), self._retention_days)
+
+    # ------------------------------------------------------------ webhooks (feedback:admin)
+    async def CreateWebhookSubscription(self, request: pb.CreateWebhookSubscriptionRequest, context
+                                        ) -> pb.WebhookSubscription:
+        """A subscription from now on; its secret in this answer only (Webhooks.create)."""
+        w = request.webhook_subscription
+        f = codec_feed.webhook_filter(w)
+        rid = parse_request_id(request.request_id, "request_id")
+        sub, secret = await self._webhooks.create(current_principal(), w.url, f, rid)
+        return codec_feed.webhook_pb(sub, secret)
+
+    async def ListWebhookSubscriptions(self, request: pb.ListWebhookSubscriptionsRequest, context
+                                       ) -> pb.ListWebhookSubscriptionsResponse:
+        """Every subscription, oldest first, keyset paged (secrets never)."""
+        size = page_size(request.page_size, 50, 1000)
+        pos = pages.read(request.page_token, {})
+        after = (pages.page_token_time(pos.get("t")), page_token_text(pos.get("i"))) if pos else None
+        got = await self._webhooks.list(after, size)
+        out = pb.ListWebhookSubscriptionsResponse(webhook_subscriptions=[codec_feed.webhook_pb(w) for w in got[:size]])
+        if len(got) > size:
+            last = got[size - 1]
+            out.next_page_token = pages.issue({"t": last.create_time.isoformat(), "i": last.id}, {})
+        return out
+
+    async def DeleteWebhookSubscription(self, request: pb.DeleteWebhookSubscriptionRequest, context
+                                        ) -> empty_pb2.Empty:
+        """Nothing more is sent; NOT_FOUND when absent."""
+        (sid,) = parse_name(request.name, "webhookSubscriptions/{}", "name")
+        await self._webhooks.delete(sid)
+        return empty_pb2.Empty()
+
+    async def ResumeWebhookSubscription(self, request: pb.ResumeWebhookSubscriptionRequest, context
+                                        ) -> pb.WebhookSubscription:
+        """DEAD_LETTERED → ACTIVE, retrying the event it stopped at; NOT_FOUND when absent."""
+        (sid,) = parse_name(request.name, "webhookSubscriptions/{}", "name")
+        return codec_feed.webhook_pb(await self._webhooks.resume(sid))
+
+    async def ListWebhookDeliveries(self, request: pb.ListWebhookDeliveriesRequest, context
+                                    ) -> pb.ListWebhookDeliveriesResponse:
+        """The subscription's delivery attempts, newest first, keyset paged."""
+        (sid,) = parse_name(request.parent, "webhookSubscriptions/{}", "parent")
+        size = page_size(request.page_size, 50, 1000)
+        filters = {"parent": request.parent}
+        pos = pages.read(request.page_token, filters)
+        before = page_token_int(pos.get("i"), 1, 2**63 - 1) if pos else None
+        got = await self._webhooks.deliveries(sid, before, size)
+        out = pb.ListWebhookDeliveriesResponse(deliveries=[codec_feed.delivery_pb(d) for d in got[:size]])
+        if len(got) > size:
+            out.next_page_token = pages.issue({"i": got[size - 1].id}, filters)
+        return out

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from cryptography.fernet import Fernet
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -79,6 +80,19 @@ class FeedbackSettings(CommonSettings):
     # Change feed: seconds between two retention passes (each replica runs them; one deletes, the others
     # find nothing).
     feed_prune_interval_s: float = Field(default=3600.0, gt=0)
+
+    # Webhooks (issue 24): Fernet key (44 URL-safe base64 characters, `Fernet.generate_key()`) encrypting the
+    # subscriptions' signing secrets at rest; the same on every replica. Empty: derived from the HS256 dev
+    # secret (embedded / dev only; set it in production).
+    webhook_key: SecretStr = SecretStr("")
+    # Webhooks: seconds one delivery attempt may take (no 2xx by then: failed, retried).
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=60)
+    # Webhooks: attempts at one event before the subscription is DEAD_LETTERED (until ResumeWebhookSubscription).
+    webhook_max_attempts: int = Field(default=30, ge=1, le=1000)
+    # Webhooks: first retry delay in seconds; doubles per attempt up to webhook_backoff_max_s (defaults: 1 s
+    # to 5 min, 30 attempts ≈ 2 h, so a receiver down for an hour gets everything).
+    webhook_backoff_first_s: float = Field(default=1.0, gt=0)
+    webhook_backoff_max_s: float = Field(default=300.0, gt=0)
 
     @model_validator(mode="after")
     def _github_needs_its_repository(self) -> FeedbackSettings:

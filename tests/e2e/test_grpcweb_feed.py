@@ -10,8 +10,8 @@ import time
 import uuid
 
 import httpx
-
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
+
 from services.cli.envoy import GatewayPorts, start_envoy
 from services.common.auth import SCOPE_FEEDBACK_READ
 from tests.e2e.grpcweb_support import ALLOWED_ORIGIN, FEEDBACK, TRAILERS, frame

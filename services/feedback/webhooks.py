@@ -1,0 +1,227 @@
+"""Signed webhooks, the use case (issue 24; docs/architecture.md "The change feed"): subscriptions
+(`feedback:admin`) and the delivery worker that POSTs each change-feed event to them.
+
+Each event is one POST, signed per the Standard Webhooks specification with the `standardwebhooks`
+library (https://github.com/standard-webhooks/standard-webhooks/blob/main/spec/standard-webhooks.md):
+`webhook-id` = the event id (the same on every retry, so a receiver deduplicates on it),
+`webhook-timestamp` = the attempt's Unix time, `webhook-signature` = `v1,` + base64 HMAC-SHA256 of
+`id.timestamp.body` under the subscription's secret. The body is `{"type", "timestamp", "data"}` with
+`data` the WatchFeedback event (proto JSON), never an owner's words.
+
+Order and at least once: one worker at a time holds a subscription (a lease, repository/webhooks.py),
+sends its events in feed order and moves its position only after a 2xx; a failure stops the
+subscription at that event and retries it after `backoff_first_s` × 2^(attempt-1) (at most
+`backoff_max_s`); after `max_attempts` it is DEAD_LETTERED and sends nothing until resumed. The defaults
+(1 s doubling to 5 min, 30 attempts ≈ 2 h) carry a receiver that is down for an hour. Workers wake on the
+change feed's wake-ups and on the next retry's time, never on a polling loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import ipaddress
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from urllib.parse import urlsplit
+
+import httpx
+from google.protobuf.json_format import MessageToDict
+from standardwebhooks.webhooks import Webhook
+
+from services.common.auth import Principal
+from services.common.clip import clip
+from services.common.errors import InvalidArgument, NotFound
+from services.common.ids import new_id
+from services.feedback import webhook_secrets
+from services.feedback.enums import EventKind
+from services.feedback.feed import FeedItem
+from services.feedback.feed_wakeups import FeedWakeups
+from services.feedback.model_feed import FeedEvent, FeedFilter
+from services.feedback.model_webhooks import Delivery, DeliveryOutcome, WebhookSubscription
+from services.feedback.repository.feed import FeedStore
+from services.feedback.repository.webhooks import WebhookStore
+from services.feedback.webhook_secrets import SecretBox
+
+log = logging.getLogger(__name__)
+
+URL_FIELD = "webhook_subscription.url"
+URL_MAX_CHARS = 2048
+LOOPBACK_NAMES = frozenset({"localhost"})
+# Events one worker sends a subscription per lease, and subscriptions it serves at once.
+PAGE = 20
+CLAIM_LIMIT = 32
+PRUNE_INTERVAL_S = 3600.0
+
+
+def check_url(url: str) -> str:
+    """An https URL, or http to a loopback address (tests, a sidecar); INVALID_ARGUMENT naming the field."""
+    if not url or len(url) > URL_MAX_CHARS or "\x00" in url:
+        raise InvalidArgument(URL_FIELD, f"must be an absolute URL of at most {URL_MAX_CHARS} characters")
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme == "https" and host:
+        return url
+    if parts.scheme == "http" and host:
+        if host in LOOPBACK_NAMES:
+            return url
+        with contextlib.suppress(ValueError):
+            if ipaddress.ip_address(host).is_loopback:
+                return url
+    raise InvalidArgument(URL_FIELD, "must be https://, or http:// to a loopback address")
+
+
+def event_type(e: FeedEvent) -> str:
+    """The Standard Webhooks `type`: `feedback.created`, `rating.updated`, `feedback.filed`, …"""
+    return f"{'feedback' if e.kind == EventKind.FEEDBACK else 'rating'}.{e.type.name.lower()}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryPolicy:
+    timeout_s: float
+    max_attempts: int
+    backoff_first_s: float
+    backoff_max_s: float
+
+    def retry_in(self, attempt: int) -> float:
+        return min(self.backoff_first_s * 2 ** max(0, attempt - 1), self.backoff_max_s)
+
+
+class Webhooks:
+    """Subscriptions and delivery. `encode(item) -> proto event` renders an event like WatchFeedback's."""
+
+    def __init__(self, store: WebhookStore, feed: FeedStore, wakeups: FeedWakeups, box: SecretBox,
+                 policy: DeliveryPolicy, encode: Callable[[FeedItem], object], retention_days: int):
+        self._store, self._feed, self._wakeups, self._box = store, feed, wakeups, box
+        self._policy, self._encode, self._retention_days = policy, encode, retention_days
+        self._http = httpx.AsyncClient(timeout=policy.timeout_s, follow_redirects=False, trust_env=False)
+        self._task: asyncio.Task | None = None
+        self._stopping = False
+
+    # ------------------------------------------------------------ subscriptions (feedback:admin)
+    async def create(self, p: Principal, url: str, f: FeedFilter, request_id: uuid.UUID | None
+                     ) -> tuple[WebhookSubscription, str]:
+        """A new subscription from now on, and its secret (shown once). A retry with the same request id
+        returns the first subscription and the same secret."""
+        secret = webhook_secrets.new_secret()
+        sub, _created = await self._store.create_subscription(new_id(), check_url(url), self._box.seal(secret), f,
+                                                              p.sub, request_id)
+        self._wakeups.wake()
+        return sub, self._box.open(sub.secret_encrypted)
+
+    async def list(self, after: tuple[dt.datetime, str] | None, size: int) -> list[WebhookSubscription]:
+        return await self._store.list_subscriptions(after, size + 1)
+
+    async def delete(self, sid: str) -> None:
+        if not await self._store.delete_subscription(sid):
+            raise NotFound(f"webhookSubscriptions/{sid}")
+
+    async def resume(self, sid: str) -> WebhookSubscription:
+        got = await self._store.resume_subscription(sid)
+        if got is None:
+            raise NotFound(f"webhookSubscriptions/{sid}")
+        self._wakeups.wake()
+        return got
+
+    async def deliveries(self, sid: str, before_id: int | None, size: int) -> list[Delivery]:
+        return await self._store.list_deliveries(sid, before_id, size + 1)
+
+    # ------------------------------------------------------------ the delivery worker
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="feedback-webhooks")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wakeups.wake()
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._task, self._policy.timeout_s + 1)
+        await self._http.aclose()
+
+    async def _loop(self) -> None:
+        idle_too, next_prune = True, 0.0
+        while not self._stopping:
+            woken = self._wakeups.changed()  # before the pass: a commit during it makes another pass
+            timeout: float | None = None
+            try:
+                if time.monotonic() >= next_prune:
+                    next_prune = time.monotonic() + PRUNE_INTERVAL_S
+                    await self._store.prune_deliveries(dt.datetime.now(dt.UTC) - dt.timedelta(days=self._retention_days))
+                if await self.run_once(idle_too):
+                    timeout = 0.05  # committed events wait behind a running transaction
+                due = await self._store.next_retry()
+                if due is not None:
+                    wait = max(0.01, (due - dt.datetime.now(dt.UTC)).total_seconds())
+                    timeout = wait if timeout is None else min(timeout, wait)
+            except Exception:
+                log.warning("webhook delivery pass failed", exc_info=True)
+                timeout = 1.0
+            try:
+                await asyncio.wait_for(woken.wait(), timeout)
+                idle_too = True
+            except TimeoutError:
+                idle_too = False
+
+    async def run_once(self, idle_too: bool = True) -> bool:
+        """One pass over the due subscriptions (each in order, all at once); True when one stopped at
+        committed events still behind a running transaction."""
+        lease_s = PAGE * (self._policy.timeout_s + 1) + 30
+        subs = await self._store.claim_subscriptions(idle_too, lease_s, CLAIM_LIMIT)
+        return any(await asyncio.gather(*(self._serve(s) for s in subs)))
+
+    async def _serve(self, s: WebhookSubscription) -> bool:
+        try:
+            secret = self._box.open(s.secret_encrypted)
+        except ValueError:
+            log.error("webhook %s: its secret cannot be read with this replica's key", s.id)
+            return False
+        signer = Webhook(secret)
+        pos = s.position
+        while True:
+            page = await self._feed.feed_page(pos, s.filter, PAGE)
+            if page.events:
+                reports, ratings = await self._feed.feed_resources(page.events)
+            for e in page.events:
+                item = FeedItem(e.position, e, reports.get(e.resource_id) if e.kind == EventKind.FEEDBACK else None,
+                                ratings.get(e.resource_id) if e.kind == EventKind.RATING else None, with_text=False)
+                d = await self._post(s, signer, e, item)
+                if d.outcome != DeliveryOutcome.DELIVERED:
+                    dead = d.attempt >= self._policy.max_attempts
+                    await self._store.failed(s, replace(d, outcome=DeliveryOutcome.DEAD_LETTERED) if dead else d,
+                                             self._policy.retry_in(d.attempt), dead)
+                    if dead:
+                        log.warning("webhook %s dead-lettered at event %s after %d attempts", s.id, e.id, d.attempt)
+                    return False
+                if not await self._store.delivered(s, e.position, d):
+                    return False  # the lease ran out meanwhile: another worker carries on
+                s, pos = replace(s, attempts=0), e.position
+            if len(page.events) < PAGE:
+                await self._store.release(s, page.through)
+                return page.pending
+
+    async def _post(self, s: WebhookSubscription, signer: Webhook, e: FeedEvent, item: FeedItem) -> Delivery:
+        event = self._encode(item)
+        body = json.dumps({"type": event_type(e), "timestamp": _rfc3339(e.change_time),
+                           "data": MessageToDict(event)}, separators=(",", ":"), ensure_ascii=False)
+        now = dt.datetime.now(dt.UTC)
+        headers = {"content-type": "application/json", "webhook-id": e.id,
+                   "webhook-timestamp": str(int(now.timestamp())), "webhook-signature": signer.sign(e.id, now, body)}
+        attempt = s.attempts + 1
+        t0 = time.perf_counter()
+        try:
+            r = await self._http.post(s.url, content=body.encode(), headers=headers)
+            ms = (time.perf_counter() - t0) * 1000
+            ok = 200 <= r.status_code < 300
+            return Delivery(e.id, attempt, DeliveryOutcome.DELIVERED if ok else DeliveryOutcome.FAILED, r.status_code,
+                            "" if ok else clip(f"HTTP {r.status_code} {r.reason_phrase}"), ms)
+        except httpx.HTTPError as err:
+            return Delivery(e.id, attempt, DeliveryOutcome.FAILED, 0, type(err).__name__,
+                            (time.perf_counter() - t0) * 1000)
+
+
+def _rfc3339(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
