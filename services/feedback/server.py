@@ -102,11 +102,11 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     await wakeups.start()
     worker.on_written = wakeups.poke
     audit = Audit(repo)
-    feed = Feed(FeedStore.of(pool), wakeups, audit, retention_days=settings.feed_retention_days,
+    feed = Feed(FeedStore(pool), wakeups, audit, retention_days=settings.feed_retention_days,
                 heartbeat_s=settings.feed_heartbeat_s, page_size=settings.feed_page_size, clock=now)
     server_feed = feed
     key = settings.webhook_key.get_secret_value() or webhook_secrets.derived_key(dev_secret(settings))
-    webhooks = Webhooks(WebhookStore.of(pool), FeedStore.of(pool), wakeups, webhook_secrets.SecretBox(key),
+    webhooks = Webhooks(WebhookStore(pool), FeedStore(pool), wakeups, webhook_secrets.SecretBox(key),
                         DeliveryPolicy(settings.webhook_timeout_s, settings.webhook_max_attempts,
                                        settings.webhook_backoff_first_s, settings.webhook_backoff_max_s),
                         lambda item: codec_feed.watch_response(item, now(), settings.trace_retention_days).event,

@@ -68,13 +68,8 @@ def _event(r: asyncpg.Record) -> FeedEvent:
 class FeedStore:
     """Reads of the change feed over `self.pool` (one statement each; no connection is held between)."""
 
-    pool: asyncpg.Pool
-
-    @classmethod
-    def of(cls, pool: asyncpg.Pool) -> FeedStore:
-        store = cls()
-        store.pool = pool
-        return store
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
 
     async def feed_page(self, after: Position, f: FeedFilter, limit: int) -> FeedPage:
         """At most `limit` events after `after` in feed order, matching `f`, below the safe horizon."""

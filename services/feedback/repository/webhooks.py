@@ -77,13 +77,8 @@ def _subscription(r: asyncpg.Record) -> WebhookSubscription:
 class WebhookStore:
     """Subscriptions and deliveries over `self.pool`."""
 
-    pool: asyncpg.Pool
-
-    @classmethod
-    def of(cls, pool: asyncpg.Pool) -> WebhookStore:
-        store = cls()
-        store.pool = pool
-        return store
+    def __init__(self, pool: asyncpg.Pool):
+        self.pool = pool
 
     async def create_subscription(self, sid: str, url: str, sealed: bytes, f: FeedFilter, creator: str,
                                   request_id: uuid.UUID | None) -> tuple[WebhookSubscription, bool]:
