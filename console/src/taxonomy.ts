@@ -5,7 +5,7 @@ import { Category, RatingScope, RatingSentiment } from "./gen/agentfeedback/feed
 import raw from "./taxonomy.json";
 
 export interface Reason { slug: string; label: string }
-export interface Choice { slug: string; label: string; sentiment: string; reasons: Reason[] }
+export interface Choice { slug: string; label: string; sentiment: string; reasons: Reason[]; note_prompt?: string }
 export interface Question {
   aspect: string;
   scope: string;
@@ -13,7 +13,10 @@ export interface Question {
   choices: Choice[];
   sentiments?: string[];
   min_turns?: number;
+  /** When it is asked: exists | changed | revised | paths | forked (taxonomy.json's $comment). */
   when?: string;
+  /** `workspace`: a component question (the modal's workspace section), never a trajectory one. */
+  section?: string;
 }
 
 export const TAXONOMY = raw as unknown as {
@@ -60,7 +63,9 @@ export function allChoices(): { slug: string; label: string; aspect: string }[] 
 /** The reply, trajectory and artifact sections' questions (by scope), in taxonomy order. */
 export const REACTION = TAXONOMY.stats.reaction_aspect;
 export const REPLY_QUESTIONS = TAXONOMY.questions.filter((q) => q.scope === "MESSAGE" && q.aspect !== REACTION);
-export const TRAJECTORY_QUESTIONS = TAXONOMY.questions.filter((q) => q.scope === "CONVERSATION" || q.scope === "OBJECTIVE");
+export const TRAJECTORY_QUESTIONS = TAXONOMY.questions.filter((q) => (q.scope === "CONVERSATION" || q.scope === "OBJECTIVE") && q.section !== "workspace");
+/** The workspace components' questions (objective, plan, preferences), in taxonomy order. */
+export const WORKSPACE_QUESTIONS = TAXONOMY.questions.filter((q) => q.section === "workspace");
 export const ARTIFACT_QUESTIONS = TAXONOMY.questions.filter((q) => q.scope === "ARTIFACT");
 /** The live document's artifact id (proto: Rating.artifact_id `0`). */
 export const LIVE_DOCUMENT = "0";

@@ -5,15 +5,18 @@
 // feedback exists for the turn (any scope, or a report): the liked half green or the disliked half red.
 // The ⋯ menu holds Open the trace, Branch from here (ForkConversation) and Delete turn. After the latest
 // reply a small check-in routes into the modal; it records nothing and never blocks the next message.
+// Beside the conversation (below it on a phone) the workspace panels (workspacePanels.ts) show the
+// workspace as of the viewed turn: the latest, or the turn of the message the owner clicked.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, errorText, lastSegment, uuid4 } from "../api";
 import { h, mount, timeEl } from "../dom";
-import { Channel, Role, type Instance, type Message } from "../gen/agentfeedback/chat/v1/chat_pb";
+import { Channel, Role, type Instance, type Message, type Workspace } from "../gen/agentfeedback/chat/v1/chat_pb";
 import { RatingScope, RatingSentiment } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { RatingStore, StaleWrite } from "../ratings";
 import { go } from "../router";
 import { REACTION } from "../taxonomy";
 import { openFeedbackModal, type Section } from "./feedbackModal";
+import { loadWorkspace, WorkspacePanels } from "./workspacePanels";
 
 interface ChatState {
   instance: string; // instances/<id>
@@ -22,12 +25,15 @@ interface ChatState {
   messages: Message[];
   store: RatingStore;
   reported: Set<number>; // turn indexes with a report of the caller
+  panels?: WorkspacePanels;
+  paths: boolean; // the conversation has more than one path (a fork, or forked since)
 }
 
 const reactionKey = (turnIndex: number) => ({ turnIndex, scope: RatingScope.MESSAGE, aspect: REACTION });
 
 export async function chatTab(panel: HTMLElement, instance: string, query: URLSearchParams, info: Instance | null = null): Promise<void> {
-  const state: ChatState = { instance, id: lastSegment(instance), info, messages: [], store: new RatingStore(instance), reported: new Set() };
+  const state: ChatState = { instance, id: lastSegment(instance), info, messages: [], store: new RatingStore(instance), reported: new Set(),
+    paths: !!info?.forkSource };
   const log = h("section", { class: "messages", "aria-live": "polite", "aria-label": "Conversation" });
   const error = h("p", { class: "error", role: "alert" });
   const input = h("textarea", { id: "chat-input", rows: 2, placeholder: "Message the agent…", "aria-label": "Message" });
@@ -61,7 +67,23 @@ export async function chatTab(panel: HTMLElement, instance: string, query: URLSe
     ? h("p", { class: "fork-banner" }, "Branched from ", h("a", { href: `#/agents/${encodeURIComponent(lastSegment(info.forkSource))}/chat` }, lastSegment(info.forkSource)),
         ` after turn ${info.forkTurnIndex + 1}. Ratings marked “copy” came with the branch until you change them.`)
     : null;
-  mount(panel, banner, log, error, composer);
+  const panels = new WorkspacePanels({
+    instance, store: state.store,
+    openModal: (turn, section) => {
+      const m = [...state.messages].reverse().find((x) => x.turnIndex === turn && x.role === Role.ASSISTANT)
+        ?? state.messages.find((x) => x.turnIndex === turn);
+      if (m) openModal(state, log, m, section);
+    },
+    onRated: (turn) => state.messages.filter((x) => x.turnIndex === turn).forEach((x) => refreshMessage(state, log, x)),
+  });
+  state.panels = panels;
+  log.addEventListener("click", (ev) => {
+    const t = ev.target as HTMLElement;
+    const art = t.closest<HTMLElement>("article.msg");
+    if (!art || t.closest("button, a, .menu")) return;
+    void panels.show(Number(art.dataset.turn), latestTurn(state));
+  });
+  mount(panel, banner, h("div", { class: "chat-layout" }, h("div", { class: "chat-main" }, log, error, composer), panels.el));
   try {
     await reload(state, log);
   } catch (e) {
@@ -99,8 +121,20 @@ async function reload(state: ChatState, log: HTMLElement): Promise<void> {
   } while (pageToken);
   state.messages = messages;
   // Ratings and reports are decoration here: the conversation still shows without them.
-  await Promise.allSettled([state.store.load(), loadReported(state)]);
+  await Promise.allSettled([state.store.load(), loadReported(state), loadPaths(state)]);
   mount(log, messages.length ? messages.map((m) => messageEl(state, log, m)) : h("p", { class: "muted empty" }, "No messages yet."));
+  await state.panels?.show(undefined, latestTurn(state));
+}
+
+function latestTurn(state: ChatState): number {
+  return state.messages.reduce((n, m) => Math.max(n, m.turnIndex), -1);
+}
+
+/** Whether another path exists: this conversation is a fork, or one of the owner's instances was forked from it. */
+async function loadPaths(state: ChatState): Promise<void> {
+  if (state.info?.forkSource) { state.paths = true; return; }
+  const r = await api().chat.listInstances({ pageSize: 1000 });
+  state.paths = r.instances.some((i) => i.forkSource === state.instance);
 }
 
 async function streamTurn(state: ChatState, log: HTMLElement, content: string): Promise<void> {
@@ -127,6 +161,7 @@ async function streamTurn(state: ChatState, log: HTMLElement, content: string): 
         pending = null;
         log.after(checkIn(state, log, r.event.value));
         el.scrollIntoView({ block: "end" });
+        void state.panels?.show(undefined, r.event.value.turnIndex); // the next turn arrived: pings start over
         break;
       }
     }
@@ -139,11 +174,19 @@ function turnsOf(state: ChatState): number {
 }
 
 function openModal(state: ChatState, log: HTMLElement, m: Message, section: Section): void {
+  const shown = state.panels?.workspace;
+  if (shown && shown.turnIndex === m.turnIndex) { openModalWith(state, log, m, section, shown); return; }
+  // The workspace as of the turn decides which component questions apply; the modal opens without it on failure.
+  loadWorkspace(state.instance, m.turnIndex).then((ws) => openModalWith(state, log, m, section, ws), () => openModalWith(state, log, m, section, null));
+}
+
+function openModalWith(state: ChatState, log: HTMLElement, m: Message, section: Section, workspace: Workspace | null): void {
   const status = log.querySelector(`article.msg[data-name="${CSS.escape(m.name)}"] .msg-status`);
   openFeedbackModal({
     instance: state.instance, message: m, turns: turnsOf(state), forked: !!state.info?.forkSource, artifacts: [],
+    workspace, paths: state.paths,
     store: state.store,
-    onChange: () => refreshMessage(state, log, m),
+    onChange: () => { refreshMessage(state, log, m); state.panels?.render(); },
     onReported: (name) => {
       state.reported.add(m.turnIndex);
       const fresh = refreshMessage(state, log, m);

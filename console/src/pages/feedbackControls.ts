@@ -93,7 +93,8 @@ export function choiceQuestion(q: Question, ctx: ControlContext, opts: { withRea
         h("span", { class: "muted reasons-title" }, "Why? (any that apply)"),
         inputs.map(({ rs, cb }) => h("label", { class: "reason", dataset: { reason: rs.slug } }, cb, h("span", {}, rs.label)))), reasonStatus);
     }
-    if (opts.withNote && r) parts.push(noteControl(q, ctx, r, noteStatus, renderLater));
+    if (picked?.note_prompt && r) parts.push(noteControl(q, ctx, r, noteStatus, renderLater, picked.note_prompt));
+    else if (opts.withNote && r) parts.push(noteControl(q, ctx, r, noteStatus, renderLater));
     mount(box, parts);
   };
   // Re-render after the current event (a radio's change handler must finish before its DOM goes).
@@ -102,9 +103,14 @@ export function choiceQuestion(q: Question, ctx: ControlContext, opts: { withRea
   return box;
 }
 
-function noteControl(q: Question, ctx: ControlContext, r: Rating, status: HTMLElement, refresh: () => void): HTMLElement {
-  const note = h("textarea", { rows: 2, class: "note", "aria-label": `A note (${q.label})`, placeholder: "Anything to add? (optional)" }, r.note);
-  const saveBtn = h("button", { type: "button", class: "save-note" }, "Save note");
+/** The rating's note; with `prompt` (a choice's `note_prompt`, e.g. rejecting the objective) a box asking
+ *  for the owner's own words, stored as the note. */
+function noteControl(q: Question, ctx: ControlContext, r: Rating, status: HTMLElement, refresh: () => void,
+                     prompt?: string): HTMLElement {
+  const note = h("textarea", { rows: prompt ? 3 : 2, class: prompt ? "note emerging-goal-text" : "note",
+    "aria-label": prompt ?? `A note (${q.label})`, placeholder: prompt ?? "Anything to add? (optional)" }, r.note);
+  const saveBtn = h("button", { type: "button", class: "save-note" }, prompt ? "Save" : "Save note");
   saveBtn.addEventListener("click", () => void save(ctx, q, { note: note.value }, ["note"], status, refresh));
-  return h("div", { class: "note-box" }, note, h("div", { class: "row-end" }, saveBtn), status);
+  return h("div", { class: prompt ? "note-box emerging-goal" : "note-box" }, prompt ? h("p", { class: "emerging-goal-prompt" }, prompt) : null, note,
+    h("div", { class: "row-end" }, saveBtn), status);
 }

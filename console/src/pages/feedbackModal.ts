@@ -5,19 +5,23 @@
 //               and ownership (from `min_turns` turns on), the overall assessment (reason + note), and
 //               the branch question on a forked conversation
 //   report      a technical issue: one of the six categories + a description (CreateFeedback)
-//   artifacts   one card per artifact the turn reports, else the live document (artifact_id 0)
+//   workspace   the objective, plan and preferences as of the turn (workspaceQuestions.ts), each marked
+//               "Just updated" when the turn changed it; delta questions only then
+//   artifacts   one card per artifact the turn produced or changed, else the live document (artifact_id 0)
 // The header quotes the message (role, time, first line) so the owner sees what they are judging.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, Code, errorCode, errorText, uuid4 } from "../api";
 import { h, mount, timeEl } from "../dom";
-import type { Message } from "../gen/agentfeedback/chat/v1/chat_pb";
+import type { Message, Workspace } from "../gen/agentfeedback/chat/v1/chat_pb";
 import { Sentiment, Surface } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import type { RatingStore } from "../ratings";
-import { ARTIFACT_QUESTIONS, categoryOf, LIVE_DOCUMENT, REPLY_QUESTIONS, TAXONOMY, TRAJECTORY_QUESTIONS, type Question } from "../taxonomy";
+import { categoryOf, REPLY_QUESTIONS, TAXONOMY, TRAJECTORY_QUESTIONS, type Question } from "../taxonomy";
 import { choiceQuestion, type ControlContext } from "./feedbackControls";
+import { artifactCards, workspaceSection } from "./workspaceQuestions";
 
-export type Section = "reply" | "trajectory" | "report" | "artifacts";
-const SECTIONS: [Section, string][] = [["reply", "This reply"], ["trajectory", "Whole trajectory"], ["report", "Report an issue"], ["artifacts", "Artifacts"]];
+export type Section = "reply" | "trajectory" | "report" | "workspace" | "artifacts";
+const SECTIONS: [Section, string][] = [["reply", "This reply"], ["trajectory", "Whole trajectory"], ["report", "Report an issue"],
+  ["workspace", "Workspace"], ["artifacts", "Artifacts"]];
 /** The feedback service's limit (feedback.proto: body ≤ 4000 characters); shown, never enforced by clipping. */
 const BODY_LIMIT = 4000;
 
@@ -26,7 +30,9 @@ export interface TurnContext {
   message: Message; // the assistant reply of the turn (or the user message when there is none)
   turns: number; // turns in the conversation so far
   forked: boolean; // this conversation is a branch of another
-  artifacts: string[]; // artifact ids the turn reports (none today: the live document is rated)
+  artifacts: string[]; // unused when `workspace` is given (its artifacts produced or changed in the turn are)
+  workspace?: Workspace | null; // the workspace as of the turn (ChatService.GetWorkspace)
+  paths?: boolean; // the conversation has more than one path (it is a fork, or was forked)
   store: RatingStore;
   onChange: () => void; // a rating or report was stored
   onReported: (feedbackName: string) => void;
@@ -35,6 +41,7 @@ export interface TurnContext {
 function applies(q: Question, t: TurnContext): boolean {
   if (q.min_turns && t.turns < q.min_turns) return false;
   if (q.when === "forked" && !t.forked) return false;
+  if (q.when === "paths" && !(t.paths || t.forked)) return false;
   return true;
 }
 
@@ -50,11 +57,7 @@ function trajectorySection(t: TurnContext, ctx: ControlContext): HTMLElement {
 }
 
 function artifactSection(t: TurnContext, ctx: ControlContext): HTMLElement {
-  const ids = t.artifacts.length ? t.artifacts : [LIVE_DOCUMENT];
-  return h("div", { class: "artifact-cards" }, ids.map((id) =>
-    h("section", { class: "card artifact-card", dataset: { artifact: id } },
-      h("h3", {}, id === LIVE_DOCUMENT ? "The live document" : `Artifact ${id}`),
-      ARTIFACT_QUESTIONS.map((q) => choiceQuestion(q, { ...ctx, artifactId: id }, { withNote: true })))));
+  return artifactCards(t.workspace, ctx);
 }
 
 function reportSection(t: TurnContext, close: () => void): HTMLElement {
@@ -127,7 +130,7 @@ export function openFeedbackModal(t: TurnContext, section: Section): HTMLDialogE
     }
     panel.dataset.section = s;
     mount(panel, s === "reply" ? replySection(ctx) : s === "trajectory" ? trajectorySection(t, ctx)
-      : s === "report" ? reportSection(t, close) : artifactSection(t, ctx));
+      : s === "report" ? reportSection(t, close) : s === "workspace" ? workspaceSection(t.workspace, ctx) : artifactSection(t, ctx));
   };
   mount(tabs, SECTIONS.map(([s, label]) => {
     const b = h("button", { type: "button", role: "tab", class: "tab", dataset: { section: s } }, label);

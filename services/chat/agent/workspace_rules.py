@@ -42,9 +42,12 @@ _NOT_A_THING = re.compile(r"^(it|that|this|them|sure|sense|progress|a (mistake|n
 MAX_TITLE = 80
 
 
+def _without_preferences(content: str) -> list[str]:
+    return [s for s in _SENTENCES.split(content.strip()) if s and not _PREFERENCE.search(s)]
+
+
 def _objective(content: str) -> str:
-    kept = [s for s in _SENTENCES.split(content.strip()) if s and not _PREFERENCE.search(s)]
-    return " ".join(kept).strip()[:1000]
+    return " ".join(_without_preferences(content)).strip()[:1000]
 
 
 def _media_type(title: str) -> str:
@@ -99,7 +102,7 @@ def propose(content: str, turn_index: int, workspace: agent_pb2.WorkspaceView, r
     objective = _objective(content)
     if objective and (not workspace.objective or _REDIRECT.search(content)):
         out.append(("set_objective", {"text": objective}))
-    steps = _plan_steps(content)
+    steps = _plan_steps("\n".join(_without_preferences(content)))
     if steps:
         out.append(("set_plan", {"steps": [{"text": s, "state": "doing" if i == 0 else "pending"}
                                            for i, s in enumerate(steps)]}))
