@@ -114,6 +114,30 @@ class ChatClient:
         except grpc.aio.AioRpcError as e:
             raise self._map(e, name, field_path) from None
 
+    async def has_artifact(self, conversation: str, artifact_id: int, md: Metadata, field_path: str) -> bool:
+        """GetArtifact(`conversation`/artifacts/`artifact_id`): whether the conversation has that artifact
+        (any version). NotFound when the conversation is unknown or not the caller's (checked first)."""
+        await self.check_instance(conversation, md, field_path)
+        name = f"{conversation}/artifacts/{artifact_id}"
+        try:
+            await self._stub.GetArtifact(chat_pb2.GetArtifactRequest(name=name), metadata=md,
+                                         timeout=deadlines.timeout(self._timeout_s))
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.NOT_FOUND:
+                return False
+            raise self._map(e, name, field_path) from None
+        return True
+
+    async def get_workspace(self, conversation: str, turn_index: int, md: Metadata,
+                            field_path: str) -> chat_pb2.Workspace:
+        """GetWorkspace as of `turn_index`: NotFound when the conversation is unknown, another owner's, or the
+        turn not reached."""
+        req = chat_pb2.GetWorkspaceRequest(name=f"{conversation}/workspace", turn_index=turn_index)
+        try:
+            return await self._stub.GetWorkspace(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
+        except grpc.aio.AioRpcError as e:
+            raise self._map(e, f"{conversation} turn {turn_index}", field_path) from None
+
     async def check_instance(self, name: str, md: Metadata, field_path: str) -> None:
         """GetInstance(name): NotFound when unknown or not the caller's."""
         try:

@@ -15,7 +15,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from services.common.auth import Principal
-from services.common.errors import Aborted, NotFound, Unavailable
+from services.common.errors import Aborted, InvalidArgument, NotFound, Unavailable
 from services.common.ids import check_same_request, new_id
 from services.feedback import domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
@@ -48,6 +48,23 @@ class TtlCache:
         self._d[key] = (time.monotonic() + self._ttl_s, value)
 
 
+# ARTIFACT scope: `0` rates the live document (no artifact of the workspace; feedback.proto Rating.artifact_id).
+LIVE_DOCUMENT = "0"
+MAX_ARTIFACT_ID = 2**62
+
+
+def artifact_number(key: RatingKey) -> int:
+    """The workspace artifact an ARTIFACT rating names: 0 for the live document; INVALID_ARGUMENT naming
+    `rating.artifact_id` (UNKNOWN_ARTIFACT) for an id that is not a decimal ≥ 1 (no artifact has it)."""
+    aid = key.artifact_id
+    if aid == LIVE_DOCUMENT:
+        return 0
+    if not (aid.isascii() and aid.isdigit()) or aid.startswith("0") or int(aid) > MAX_ARTIFACT_ID:
+        raise InvalidArgument("rating.artifact_id", "must be 0 (the live document) or the id of an artifact of "
+                              "the conversation", reason="UNKNOWN_ARTIFACT")
+    return int(aid)
+
+
 class Ratings:
     """The rating use cases. `current_pb`: the proto of a rating, for ABORTED's details."""
 
@@ -70,9 +87,12 @@ class Ratings:
         scopes, conversation, turn), so a burst of clicks on one turn asks the chat service once, and a
         token the chat service would refuse (no `chat` scope) never rides on another token's answer;
         negative answers are never cached. Trade-off: a turn deleted in that window can still be rated
-        for those seconds."""
+        for those seconds. An ARTIFACT rating's `artifact_id` other than `0` (the live document) must name
+        an artifact of the conversation (ChatService.GetArtifact): INVALID_ARGUMENT naming
+        `rating.artifact_id` (reason UNKNOWN_ARTIFACT) otherwise."""
         message_scope = key.scope == RatingScope.MESSAGE
-        cache_key = (p.sub, p.scopes, key.conversation, key.turn_index if message_scope else None)
+        artifact = artifact_number(key) if key.scope == RatingScope.ARTIFACT else 0
+        cache_key = (p.sub, p.scopes, key.conversation, key.turn_index if message_scope else None, artifact)
         hit = self._checked.get(cache_key)
         if hit is not None:
             return hit
@@ -85,6 +105,11 @@ class Ratings:
                     raise NotFound(f"{key.conversation} turn {key.turn_index} assistant message",
                                    reason="NO_ASSISTANT_MESSAGE")
                 name = reply.name
+            elif artifact:
+                if not await self._chat.has_artifact(key.conversation, artifact, p.metadata, "rating.conversation"):
+                    raise InvalidArgument("rating.artifact_id", "is not an artifact of the conversation "
+                                          "(0 rates the live document)", reason="UNKNOWN_ARTIFACT")
+                name = ""
             else:
                 await self._chat.check_instance(key.conversation, p.metadata, "rating.conversation")
                 name = ""

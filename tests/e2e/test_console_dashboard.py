@@ -43,7 +43,9 @@ async def seed(stack) -> dict[str, str]:
                                    metadata=stack.md(sub))
         return inst.name
 
-    a = await instance("alice", ["How many agents do you have in total?", "List my subordinates please"])
+    # Turn 1 also writes the nine artifacts (ids 1..9) alice rates below: a rated artifact id must be real.
+    memos = ", ".join(f"a memo {i}" for i in range(1, ARTIFACTS + 1))
+    a = await instance("alice", ["How many agents do you have in total?", f"List my subordinates please, and write {memos}."])
     b = await instance("bob", ["what is the weather?"])
     await put(stack, "alice", a, 0, MSG, "reaction", POS)
     await put(stack, "alice", a, 1, MSG, "reaction", NEG)

@@ -83,7 +83,10 @@ async def test_a_four_state_completion_answer_aggregates_by_the_sentiment_it_map
 
 
 async def test_the_live_document_and_each_artifact_of_a_turn_are_rated_independently(stack: Stack):
-    inst, _ = await new_conversation(stack)
+    inst, _ = await new_conversation(stack, turns=0)
+    # A turn that writes two artifacts (ids 1 and 2): an artifact id must name one of the conversation's.
+    await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
+        instance=inst, content="Write a summary and a checklist.", request_id=rid()), metadata=stack.md())
     key = dict(conversation=inst, turn_index=0, scope=pb.RATING_SCOPE_ARTIFACT, aspect="artifact_quality")
     live = await put(stack, artifact_id="0", sentiment=POS, **key)
     a1 = await put(stack, artifact_id="1", sentiment=NEG, **key)

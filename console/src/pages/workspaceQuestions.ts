@@ -20,6 +20,7 @@ export function componentApplies(q: Question, ws: Workspace, c: Component): bool
 export function artifactApplies(q: Question, a: Artifact | null): boolean {
   if (q.when === "revised") return !!a && a.changed && a.version > 1;
   if (q.when === "changed") return !!a && a.changed;
+  if (q.when === "exists") return !!a; // a workspace artifact, not the live document
   return true;
 }
 
