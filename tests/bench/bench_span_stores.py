@@ -9,8 +9,9 @@ HTTP hop, and the engine shares this process's CPU with the collector, so its fi
   through each store's own write path): `_get_trace_p99_ms` (+ p50; 1000 GetTrace calls through
   query.TraceReader; fewer calls report `_get_trace_max_ms`, tests/bench/stats.py), `_search_14d_rare_p50_ms` (one attribute value on 1 span in 7 payloads, whole
   window), `_search_1d_common_p50_ms` (`gen_ai.tool.name=search`, on every trace, last day), first page
-  of 50; `_bytes_per_span` (PostgreSQL: spans partitions with their indexes; ClickHouse: otel_traces and
-  its lookup table after merges, skip indexes included).
+  of 50, after each store's background maintenance (PostgreSQL ANALYZE; ClickHouse OPTIMIZE ... FINAL,
+  the merges a server does within minutes); `_bytes_per_span` (PostgreSQL: spans partitions with their
+  indexes; ClickHouse: otel_traces and its lookup table after merges, skip indexes included).
 - `span_store_ch_vs_pg_ingest`, `_bytes`: ratios (issue 26's targets: ingest ≥ 2, bytes ≤ 0.3; GetTrace
   p99 ≤ 10 ms and both searches ≤ 50 ms p50 on ClickHouse).
 
@@ -81,11 +82,14 @@ async def _latencies(fn, reps: int) -> list[float]:
     return sorted(lat)
 
 
-async def query_figures(prefix: str, store, batches, trace_ids, now_ns: int) -> dict[str, float]:
+async def query_figures(prefix: str, store, batches, trace_ids, now_ns: int, settle) -> dict[str, float]:
+    """Load `batches` through the store's write path, `await settle()` (what each store's background
+    maintenance does in steady state: PostgreSQL's ANALYZE, ClickHouse's merges), then time the reads."""
     t0 = time.perf_counter()
     for rows in batches:
         await store.copy_spans(rows)
     load_s = time.perf_counter() - t0
+    await settle()
     reader = TraceReader(store, lambda: Window.at(now_ns, 14, 3600), max_search_days=14)
     rnd = random.Random(26)
     picks = [rnd.choice(trace_ids) for _ in range(GET_TRACE_CALLS)]
@@ -147,7 +151,11 @@ async def run(ctx) -> dict[str, float]:
     try:
         pg = Repository(pool)
         await Retention(pg, retention_days=14, ahead_days=1, interval_s=3600, clock=lambda: now_ns).run_once()
-        out.update(await query_figures("span_store_pg", pg, batches, trace_ids, now_ns))
+        async def analyze() -> None:
+            async with pool.acquire() as conn:
+                await conn.execute("ANALYZE traces.spans")
+
+        out.update(await query_figures("span_store_pg", pg, batches, trace_ids, now_ns, analyze))
         async with pool.acquire() as conn:
             size = await conn.fetchval(
                 "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
@@ -157,9 +165,11 @@ async def run(ctx) -> dict[str, float]:
         await close_pool(pool)
     ch = ClickHouseStore(chdb, Tables("bench_query", "otel_traces"))
     await ch.create_schema(14)
-    out.update(await query_figures("span_store_ch", ch, batches, trace_ids, now_ns))
-    for table in ("otel_traces", "otel_traces_trace_id_ts"):
-        await chdb.command(f"OPTIMIZE TABLE bench_query.{table} FINAL")
+    async def merge() -> None:
+        for table in ("otel_traces", "otel_traces_trace_id_ts"):
+            await chdb.command(f"OPTIMIZE TABLE bench_query.{table} FINAL")
+
+    out.update(await query_figures("span_store_ch", ch, batches, trace_ids, now_ns, merge))
     rows = await chdb.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'bench_query'"
                             " AND table IN ('otel_traces', 'otel_traces_trace_id_ts') AND active")
     out["span_store_ch_bytes_per_span"] = int(rows[0][0]) / await ch.span_count()

@@ -71,3 +71,14 @@ async def test_search_orders_by_the_earliest_matching_span_even_when_a_trace_spa
     ]))
     got = await _all_pages(collector, start_time=ts(now - 10 * NS), end_time=ts(now), attributes={"n": "3"})
     assert got == [tid.hex()]
+
+
+async def test_an_empty_value_filter_matches_only_spans_that_have_the_key_set_to_it(collector):
+    now = time.time_ns()
+    with_empty, without = new_trace_id(), new_trace_id()
+    await collector.otlp().Export(request([
+        span(with_empty, new_span_id(), start_ns=now - 3 * NS, attrs={"k": "", "other": "x"}),
+        span(without, new_span_id(), start_ns=now - 2 * NS, attrs={"other": ""}),
+    ]))
+    assert await _all_pages(collector, start_time=ts(now - 10 * NS), end_time=ts(now), attributes={"k": ""}) == [
+        with_empty.hex()]
