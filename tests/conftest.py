@@ -9,6 +9,7 @@ import asyncio
 import io
 import itertools
 import os
+import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -95,9 +96,13 @@ def span_store(request) -> str:
 
 
 @pytest.fixture(scope="session")
-def chdb_path() -> str:
-    """Data directory of the session's in-process ClickHouse engine (chdb: one per process)."""
-    return tempfile.mkdtemp(prefix="af-test-chdb-")
+def chdb_path():
+    """Data directory of the session's in-process ClickHouse engine (chdb: one per process), closed
+    at the session's end."""
+    path = tempfile.mkdtemp(prefix="af-test-chdb-")
+    yield path
+    ChdbTransport.shutdown_all()
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -159,3 +159,12 @@ class ChdbTransport:
 
     async def close(self) -> None:
         """The engine stays (one per process, shared); nothing to close per store."""
+
+    @classmethod
+    def shutdown_all(cls) -> None:
+        """Close every engine of this process (call once at the end: leaving one open to interpreter
+        exit can crash the process while it tears down)."""
+        for t in cls._instances.values():
+            with t._lock:
+                t._session.close()
+        cls._instances.clear()

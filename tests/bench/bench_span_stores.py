@@ -132,6 +132,13 @@ def _settings(**kw) -> CollectorSettings:
 
 
 async def run(ctx) -> dict[str, float]:
+    try:
+        return await _run(ctx)
+    finally:
+        ChdbTransport.shutdown_all()  # an engine left open to interpreter exit can crash the process
+
+
+async def _run(ctx) -> dict[str, float]:
     now_ns = time.time_ns()
     payloads = [make_payload(i, now_ns) for i in range(EXPORTS)]
     batches, trace_ids = dataset(now_ns)
