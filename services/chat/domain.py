@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 
 from services.chat.workspace import Op, State
-from services.common import pages
+from services.common import deadlines, pages
 from services.common.errors import InvalidArgument
 from services.common.ids import (
     check_text,
@@ -37,12 +37,6 @@ DEFAULT_AGENT = "reference"
 MAX_DISPLAY_NAME_CHARS = 200
 # audio_key is a storage key, dictation a transcript: bounded like any user-supplied text.
 MAX_AUDIO_KEY_CHARS = 1024
-# Share of the caller's remaining time the gateway keeps for itself (bounded below and above, in
-# seconds), so that on expiry it can still mark the turn failed and answer DEADLINE_EXCEEDED with the
-# trace id before the caller gives up.
-DEADLINE_RESERVE_FRACTION = 0.1
-DEADLINE_RESERVE_MIN_S = 0.02
-DEADLINE_RESERVE_MAX_S = 0.25
 # The replacement for U+0000 in an agent reply (Unicode's REPLACEMENT CHARACTER).
 NUL_REPLACEMENT = "\ufffd"
 
@@ -232,7 +226,7 @@ def validate_turn(
 
 def agent_timeout(caller_remaining_s: float | None, cap_s: float) -> float:
     """Seconds the agent call may take: the caller's remaining time less the gateway's reserve
-    (10 % of it, between 20 ms and 250 ms), at most `cap_s`.
+    (10 % of it, between 20 ms and 250 ms: `services.common.deadlines.reserved`), at most `cap_s`.
 
     No caller deadline (None) → `cap_s` (docs/architecture.md "The turn" step 3: none forwarded from the
     caller, a configured cap applies). Never below 1 ms (an expired caller still gets a real
@@ -240,10 +234,7 @@ def agent_timeout(caller_remaining_s: float | None, cap_s: float) -> float:
     """
     if caller_remaining_s is None:
         return cap_s
-    reserve = min(
-        DEADLINE_RESERVE_MAX_S, max(DEADLINE_RESERVE_MIN_S, DEADLINE_RESERVE_FRACTION * caller_remaining_s)
-    )
-    return max(0.001, min(cap_s, caller_remaining_s - reserve))
+    return deadlines.reserved(cap_s, caller_remaining_s)
 
 
 def sanitize_reply(text: str) -> tuple[str, int]:

@@ -3,18 +3,32 @@
 `resolve_database_url(settings)` returns a URL; with none configured it starts (or reuses) the
 embedded cluster in `<data_dir>/pg` (kept between runs; it listens on a Unix socket only).
 `create_pool(url, schema, ...)` opens an asyncpg pool whose connections use `search_path = schema`.
+
+Every wait on the database is bounded (issue 25: with PostgreSQL frozen by SIGSTOP, calls without a
+deadline hung 40-44 s of a 45 s freeze, those with one got DEADLINE_EXCEEDED without RetryInfo): a
+pool acquire (`BoundedPool`) and the statements run on the connection it gave (`BoundedConnection`)
+wait at most the command timeout together (AGENTFEEDBACK_DB_COMMAND_TIMEOUT_S, 30 s), less when the
+RPC being handled has a nearer
+deadline (`deadlines.reserved`: its failure still reaches the caller as UNAVAILABLE
+DATABASE_UNAVAILABLE with RetryInfo, not as the caller's DEADLINE_EXCEEDED); a connection whose
+statement ran out is terminated at once (asyncpg would wait for its cancellation on the frozen server
+when it goes back to the pool, then reset it: a second and third wait); giving a connection back
+waits at most RELEASE_TIMEOUT_S.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
+from services.common import deadlines
+from services.common.depfail import DatabaseTimeout
 from services.common.migrate import apply_migrations
 from services.common.settings import CommonSettings
 
@@ -56,13 +70,97 @@ def resolve_database_url(settings: CommonSettings) -> str:
 COMMAND_TIMEOUT_S = 30.0
 
 
+# Seconds a connection may take to go back to the pool (asyncpg's reset query, a cancellation to wait
+# for); past it the connection is terminated and a new one made later.
+RELEASE_TIMEOUT_S = 1.0
+
+
+def wait_s(cap_s: float | None) -> float | None:
+    """Seconds one wait on the database may take: `cap_s` (None: no bound of its own), less when the
+    RPC being handled has a nearer deadline (`deadlines.reserved`)."""
+    r = deadlines.remaining()
+    if r is None:
+        return cap_s
+    return deadlines.reserved(cap_s if cap_s is not None else r, r)
+
+
+class BoundedConnection(asyncpg.Connection):
+    """An asyncpg connection whose statements without an explicit timeout wait at most `wait_s(command
+    timeout)`; one that runs out raises DatabaseTimeout (UNAVAILABLE DATABASE_UNAVAILABLE) and
+    terminates the connection (its server may be frozen: nothing more is sent on it)."""
+
+    # Monotonic time the current use of this connection (its pool acquire and the statements run on
+    # it until it is released) must end by: the acquire's bound (BoundedPool._acquire). Otherwise an
+    # acquire that got a connection late and a statement on it could each wait their whole bound.
+    use_until: float | None = None
+
+    async def _bounded(self, call, timeout: float | None):
+        bound = wait_s(self._config.command_timeout) if timeout is None else timeout
+        if timeout is None and self.use_until is not None:
+            bound = max(deadlines.MIN_TIMEOUT_S, min(bound, self.use_until - time.monotonic()))
+        try:
+            return await call(bound)
+        except TimeoutError as e:
+            self.terminate()
+            raise DatabaseTimeout(f"no answer from the database within {bound:.2f} s") from e
+
+    async def execute(self, query: str, *args, timeout: float | None = None) -> str:
+        return await self._bounded(lambda t: super(BoundedConnection, self).execute(query, *args, timeout=t), timeout)
+
+    async def executemany(self, command: str, args, *, timeout: float | None = None):
+        return await self._bounded(lambda t: super(BoundedConnection, self).executemany(command, args, timeout=t),
+                                   timeout)
+
+    async def fetch(self, query: str, *args, timeout: float | None = None, **kw):
+        return await self._bounded(lambda t: super(BoundedConnection, self).fetch(query, *args, timeout=t, **kw),
+                                   timeout)
+
+    async def fetchrow(self, query: str, *args, timeout: float | None = None, **kw):
+        return await self._bounded(lambda t: super(BoundedConnection, self).fetchrow(query, *args, timeout=t, **kw),
+                                   timeout)
+
+    async def fetchval(self, query: str, *args, column: int = 0, timeout: float | None = None):
+        return await self._bounded(
+            lambda t: super(BoundedConnection, self).fetchval(query, *args, column=column, timeout=t), timeout)
+
+    async def copy_records_to_table(self, table_name: str, *, timeout: float | None = None, **kw):
+        return await self._bounded(
+            lambda t: super(BoundedConnection, self).copy_records_to_table(table_name, timeout=t, **kw), timeout)
+
+
+class BoundedPool(asyncpg.Pool):
+    """An asyncpg pool whose acquire waits at most `wait_s(command timeout)` when no timeout is given
+    (a pool whose connections all wait on a frozen server would otherwise queue every call for ever:
+    asyncpg raises TimeoutError, which `depfail` maps to DATABASE_UNAVAILABLE), and whose release
+    waits at most RELEASE_TIMEOUT_S."""
+
+    def __init__(self, *args, command_timeout_s: float, **kw):
+        super().__init__(*args, command_timeout=command_timeout_s, **kw)
+        self.command_timeout_s = command_timeout_s
+
+    def acquire(self, *, timeout: float | None = None):
+        return super().acquire(timeout=wait_s(self.command_timeout_s) if timeout is None else timeout)
+
+    async def _acquire(self, timeout: float | None):
+        # asyncpg's own acquire (PoolAcquireContext and Pool.fetch & co. call it: asyncpg is pinned),
+        # then the connection learns when this use of it must end.
+        until = None if timeout is None else time.monotonic() + timeout
+        proxy = await super()._acquire(timeout)
+        proxy._con.use_until = until
+        return proxy
+
+    async def release(self, connection, *, timeout: float | None = None) -> None:
+        return await super().release(connection, timeout=RELEASE_TIMEOUT_S if timeout is None else timeout)
+
+
 async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 10, init=None,
                       reset=None, command_timeout_s: float = COMMAND_TIMEOUT_S) -> asyncpg.Pool:
     """A pool bound to `schema` (search_path), UTC session time zone, statement cache on.
 
     min_size/max_size: connections kept open / at most (asyncpg defaults 10/10).
-    command_timeout_s: asyncpg's `command_timeout`, the longest one statement may run (then it is
-    cancelled and the call fails: a stuck query never holds an RPC or a connection forever).
+    command_timeout_s: asyncpg's `command_timeout`, the longest one statement or pool acquire may wait
+    (then it fails with DatabaseTimeout / TimeoutError, UNAVAILABLE DATABASE_UNAVAILABLE: a stuck
+    query never holds an RPC or a connection forever); less when the RPC's deadline is nearer.
     init: optional `async (conn) -> None` run on every new connection (e.g. type codecs).
     reset: optional `async (conn) -> None` run when a connection goes back to the pool, instead of
     asyncpg's default reset query (`pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`, one
@@ -74,13 +172,19 @@ async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 
     last: Exception | None = None
     for _ in range(10):
         try:
-            return await asyncpg.create_pool(
+            # asyncpg.create_pool with its defaults, building our pool and connection classes.
+            return await BoundedPool(
                 url,
+                connection_class=BoundedConnection,
+                record_class=asyncpg.Record,
                 min_size=min_size,
                 max_size=max_size,
+                max_queries=50000,
+                max_inactive_connection_lifetime=300.0,
+                loop=None,
                 init=init,
                 reset=reset,
-                command_timeout=command_timeout_s,
+                command_timeout_s=command_timeout_s,
                 server_settings={"search_path": f"{schema},public", "TimeZone": "UTC",
                                  "application_name": f"agentfeedback-{schema}"},
             )

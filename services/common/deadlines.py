@@ -4,6 +4,9 @@
 call starts; a client of another service asks `timeout(cap_s)` for the seconds its own call may take:
 the caller's remaining time when that is shorter than the cap, the cap when the caller set none. So a
 caller that gives up after 1 s never leaves a 5 s call to the chat service running behind it.
+`reserved(cap_s, remaining_s)` is the same less a reserve for answering: what a wait may take when
+its failure must still reach the caller as a status of ours (the agent call, every database wait)
+rather than the caller's own DEADLINE_EXCEEDED.
 """
 from __future__ import annotations
 
@@ -16,6 +19,13 @@ import grpc
 NO_DEADLINE_S = 10**7
 # The smallest timeout handed to a call: an expired caller still gets a real DEADLINE_EXCEEDED.
 MIN_TIMEOUT_S = 0.001
+
+# Share of the caller's remaining time kept for answering (bounded below and above, in seconds), so
+# that when a wait on the caller's behalf runs out the service can still say why before the caller
+# gives up.
+RESERVE_FRACTION = 0.1
+RESERVE_MIN_S = 0.02
+RESERVE_MAX_S = 0.25
 
 _deadline: ContextVar[float | None] = ContextVar("agentfeedback_caller_deadline", default=None)
 
@@ -55,3 +65,14 @@ def timeout(cap_s: float, remaining_s: float | None = None) -> float:
     time (`remaining_s`, else that of the RPC being handled) is shorter; never below 1 ms."""
     r = remaining() if remaining_s is None else remaining_s
     return cap_s if r is None else max(MIN_TIMEOUT_S, min(cap_s, r))
+
+
+def reserved(cap_s: float, remaining_s: float | None = None) -> float:
+    """Seconds a wait on the caller's behalf may take and still leave time to answer: the caller's
+    remaining time (`remaining_s`, else that of the RPC being handled) less 10 % of it (between 20 ms
+    and 250 ms), at most `cap_s`; `cap_s` when the caller set no deadline; never below 1 ms."""
+    r = remaining() if remaining_s is None else remaining_s
+    if r is None:
+        return cap_s
+    reserve = min(RESERVE_MAX_S, max(RESERVE_MIN_S, RESERVE_FRACTION * r))
+    return max(MIN_TIMEOUT_S, min(cap_s, r - reserve))

@@ -5,7 +5,8 @@
   rejected; `OperatorInterventionError`: admin shutdown, crash, "cannot connect now" while starting
   or stopping; `TooManyConnectionsError`; `InternalClientError`, what a connection closed by the
   server mid-statement raises), and any `OSError` raised inside asyncpg (the socket is
-  missing: `FileNotFoundError`; `ConnectionRefusedError`; a connect `TimeoutError`)
+  missing: `FileNotFoundError`; `ConnectionRefusedError`; a connect `TimeoutError`; a pool acquire
+  that timed out), and `DatabaseTimeout` (a statement past its bound, services/common/db.py)
   → `Unavailable(reason="DATABASE_UNAVAILABLE", metadata dependency=postgresql)`;
 - a `grpc.aio.AioRpcError` UNAVAILABLE / DEADLINE_EXCEEDED from a call to another service that no
   client mapped → `UPSTREAM_UNAVAILABLE`; any other `ConnectionError` → `DEPENDENCY_UNAVAILABLE`;
@@ -24,7 +25,13 @@ from services.common.errors import Aborted, Unavailable
 # returning database within 0.25 s and reconnecting takes milliseconds, so 1 s is never too short.
 RETRY_AFTER_S = 1.0
 
+class DatabaseTimeout(TimeoutError):
+    """No answer from PostgreSQL within a bounded wait (a statement, a pool acquire): the server is
+    frozen, overloaded or unreachable (services/common/db.py bounds every wait)."""
+
+
 DATABASE_CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    DatabaseTimeout,
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.exceptions.TooManyConnectionsError,

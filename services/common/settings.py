@@ -52,7 +52,9 @@ class CommonSettings(BaseSettings):
     # asyncpg pool size per service process.
     db_pool_min: int = Field(default=2, ge=1, validation_alias=AliasChoices("AGENTFEEDBACK_DB_POOL_MIN"))
     db_pool_max: int = Field(default=10, ge=1, validation_alias=AliasChoices("AGENTFEEDBACK_DB_POOL_MAX"))
-    # Seconds one SQL statement may run before asyncpg cancels it (the RPC then fails instead of hanging).
+    # Seconds one use of a database connection may wait — the pool acquire and the statements on it
+    # together, less when the RPC's deadline is nearer — before the RPC fails UNAVAILABLE
+    # DATABASE_UNAVAILABLE with RetryInfo instead of hanging (services/common/db.py).
     db_command_timeout_s: float = Field(default=30.0, gt=0,
                                         validation_alias=AliasChoices("AGENTFEEDBACK_DB_COMMAND_TIMEOUT_S"))
     # Writes per owner per minute, all replicas of a service together (services/common/quota.py);
