@@ -17,13 +17,8 @@ from datetime import datetime
 from enum import IntEnum
 
 from services.common import pages
-from services.common.ids import (
-    clip,
-    page_token_text,
-    page_token_us,
-    parse_name,
-    parse_trace_id,
-)
+from services.common.clip import truncate
+from services.common.ids import parse_name, parse_trace_id
 
 DEFECT_PATTERN = "instances/{}/suspectedDefects/{}"
 ALL_INSTANCES = "-"
@@ -97,7 +92,7 @@ class SuspectedDefect:
 
     @property
     def clipped_text(self) -> tuple[str, bool]:
-        return clip(self.user_text, USER_TEXT_MAX_CHARS)
+        return truncate(self.user_text, USER_TEXT_MAX_CHARS)
 
 
 def parse_parent(parent: str) -> str | None:
@@ -125,4 +120,4 @@ def parse_page(token: str, filters: str) -> tuple[datetime, str] | None:
     pos = pages.read(token, filters)
     if pos is None:
         return None
-    return from_us(page_token_us(pos.get("t"))), page_token_text(pos.get("id"))
+    return from_us(pages.page_token_us(pos.get("t"))), pages.page_token_text(pos.get("id"))

@@ -22,8 +22,6 @@ from services.common import deadlines, pages
 from services.common.errors import InvalidArgument
 from services.common.ids import (
     check_text,
-    page_token_text,
-    page_token_us,
     parse_name,
     parse_request_id,
     parse_trace_id,
@@ -271,7 +269,7 @@ class MessagePage:
         pos = pages.read(token, filters)
         if pos is None:
             return None
-        return MessagePage(page_token_us(pos.get("t")), page_token_text(pos.get("id")))
+        return MessagePage(pages.page_token_us(pos.get("t")), pages.page_token_text(pos.get("id")))
 
     @property
     def after_time(self) -> datetime:
@@ -304,7 +302,7 @@ def parse_instance_page(token: str) -> tuple[datetime, str] | None:
     pos = pages.read(token, INSTANCE_FILTERS)
     if pos is None:
         return None
-    return from_us(page_token_us(pos.get("t"))), page_token_text(pos.get("id"))
+    return from_us(pages.page_token_us(pos.get("t"))), pages.page_token_text(pos.get("id"))
 
 
 def time_from_ns(t_ns: int) -> datetime:

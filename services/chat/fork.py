@@ -26,7 +26,8 @@ from services.chat.repository import InstanceExists, Repository
 from services.chat.ratings_client import RatingsUnavailable
 from services.common.auth import SCOPE_FEEDBACK_WRITE, Principal
 from services.common.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
-from services.common.ids import check_text, clip, new_id, parse_request_id
+from services.common.clip import truncate
+from services.common.ids import check_text, new_id, parse_request_id
 
 MAX_DISPLAY_NAME_CHARS = 200
 FORK_SUFFIX = " (fork)"
@@ -54,7 +55,7 @@ def copy_request_id(owner: str, fork_id: str) -> str:
 
 
 def fork_display_name(parent_name: str) -> str:
-    return clip(parent_name, MAX_DISPLAY_NAME_CHARS - len(FORK_SUFFIX))[0] + FORK_SUFFIX
+    return truncate(parent_name, MAX_DISPLAY_NAME_CHARS - len(FORK_SUFFIX))[0] + FORK_SUFFIX
 
 
 class Forker:

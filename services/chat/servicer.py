@@ -27,7 +27,7 @@ from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_ADMIN, current_princ
 from services.common.deadlines import caller_remaining
 from services.common.errors import AlreadyExists, InvalidArgument, NotFound
 from services.common import pages
-from services.common.ids import new_id, page_size, request_fingerprint
+from services.common.ids import new_id, request_fingerprint
 from services.common.server import extract_context
 
 SERVICE = "agentfeedback.chat.v1.ChatService"
@@ -131,7 +131,7 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
 
     async def ListInstances(self, request, context):  # noqa: N802
         owner = current_principal().sub
-        size = page_size(request.page_size, default=100)
+        size = pages.page_size(request.page_size, default=100)
         after = domain.parse_instance_page(request.page_token)
         rows = await self._repo.list_instances(owner, after, size + 1)
         items = [instance_pb(i) for i in rows[:size]]
@@ -173,7 +173,7 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         when negative), `turn_of_message` (INVALID_ARGUMENT when it is not a message name of `parent`)."""
         owner = current_principal().sub
         instance_id = domain.parse_instance_name(request.parent, "parent")
-        size = page_size(request.page_size, default=100)
+        size = pages.page_size(request.page_size, default=100)
         trace_id = domain.filter_trace_id(request.trace_id)
         turn_index = request.turn_index if request.HasField("turn_index") else None
         if turn_index is not None and turn_index < 0:
@@ -225,7 +225,7 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         """Newest first; `instances/-` across owners needs `feedback:admin` (services.chat.defects)."""
         instance_id = defects.parse_parent(request.parent)
         owner = _defect_reader(instance_id is None)
-        size = page_size(request.page_size, default=50)
+        size = pages.page_size(request.page_size, default=50)
         after = defects.parse_page(request.page_token, request.parent)
         if instance_id is not None and await self._repo.get_instance(owner, instance_id) is None:
             raise NotFound(request.parent)

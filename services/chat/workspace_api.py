@@ -12,7 +12,7 @@ from services.chat.domain import parse_instance_name
 from services.chat.workspace_store import WorkspaceStore
 from services.common import pages
 from services.common.errors import InvalidArgument, NotFound
-from services.common.ids import page_size, page_token_int, parse_name
+from services.common.ids import parse_name
 
 MAX_ARTIFACT_ID = 2**62
 
@@ -88,19 +88,20 @@ class WorkspaceReads:
         """chat.proto ListArtifacts (errors there). Keyset on artifact id, the token bound to the filters."""
         instance_id = parse_instance_name(request.parent, "parent")
         turn_index = _turn_index(request)
-        size = page_size(request.page_size, default=100)
+        size = pages.page_size(request.page_size, default=100)
         filters = f"artifacts|{instance_id}|{'' if turn_index is None else turn_index}"
-        pos = pages.read(request.page_token, filters)
-        after = page_token_int(pos.get("a"), 0, MAX_ARTIFACT_ID) if pos is not None else 0
-        rows = await self._store.list_artifacts(owner, instance_id, turn_index, after, size + 1)
-        if rows is None:
-            raise NotFound(request.parent)
-        items = [artifact_pb(v, changed=turn_index is not None) for v in rows[:size]]
-        n = pages.fit(items)
-        resp = chat_pb2.ListArtifactsResponse(artifacts=items[:n])
-        if len(rows) > n:
-            resp.next_page_token = pages.issue({"a": rows[n - 1].artifact_id}, filters)
-        return resp
+
+        async def fetch(after: int | None, n: int) -> list:
+            rows = await self._store.list_artifacts(owner, instance_id, turn_index, after or 0, n + 1)
+            if rows is None:
+                raise NotFound(request.parent)
+            return rows
+
+        got = await pages.page(request.page_token, size, filters,
+                               lambda pos: pages.page_token_int(pos.get("a"), 0, MAX_ARTIFACT_ID), fetch,
+                               lambda v: artifact_pb(v, changed=turn_index is not None),
+                               lambda v: {"a": v.artifact_id})
+        return chat_pb2.ListArtifactsResponse(artifacts=got.items, next_page_token=got.next_page_token)
 
     async def get_artifact(self, owner: str, request: chat_pb2.GetArtifactRequest) -> chat_pb2.Artifact:
         """chat.proto GetArtifact (errors there)."""

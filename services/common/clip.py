@@ -33,3 +33,11 @@ def clip(value: object, limit: int = ECHO_MAX_CHARS) -> str:
 def clip_message(value: object) -> str:
     """`clip` at the whole-message bound (`MESSAGE_MAX_CHARS`)."""
     return clip(value, MESSAGE_MAX_CHARS)
+
+
+def truncate(value: str, max_chars: int) -> tuple[str, bool]:
+    """A copy kept for evidence (a snapshot of a turn, not the owner's words and not an echo) cut to
+    `max_chars` code points without a marker; returns (text, whether it was cut)."""
+    if len(value) <= max_chars:
+        return value, False
+    return value[:max_chars], True

@@ -7,7 +7,9 @@ Every error carries a machine-readable `reason` (UPPER_SNAKE) in ErrorInfo with 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
@@ -17,6 +19,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from services.common.clip import clip, clip_message
 
 ERROR_DOMAIN = "agentfeedback.dev"
+T = TypeVar("T")
 # A google.rpc.Status travels base64-encoded in the `grpc-status-details-bin` trailer; gRPC clients
 # refuse trailers over 16 KiB (8 KiB soft): extra details beyond this many bytes are left out.
 DETAILS_MAX_BYTES = 6 * 1024
@@ -38,31 +41,73 @@ class DomainError(Exception):
 
 
 class InvalidArgument(DomainError):
-    """INVALID_ARGUMENT; `field` is the request field path (e.g. `feedback.body`)."""
+    """INVALID_ARGUMENT; `field` is the request field path (e.g. `feedback.body`). `violations`: every
+    bad field of the request as (field path, description), this one first (`Violations` builds them);
+    each becomes one google.rpc.BadRequest field violation."""
 
-    def __init__(self, field_path: str, description: str, reason: str = "INVALID_ARGUMENT", **md: str):
+    def __init__(self, field_path: str, description: str, reason: str = "INVALID_ARGUMENT",
+                 violations: tuple[tuple[str, str], ...] = (), **md: str):
+        others = [v for v in violations if v != (field_path, description)]
         super().__init__(
-            message=f"{field_path}: {description}",
+            message="; ".join(f"{f}: {d}" for f, d in [(field_path, description), *others]),
             reason=reason,
             metadata={"field": field_path, **md},
             code=grpc.StatusCode.INVALID_ARGUMENT,
         )
         self.field_path = field_path
         self.description = description
+        self.violations = ((field_path, description), *others)
+
+
+class Violations:
+    """A request's bad fields, gathered so one INVALID_ARGUMENT names every one of them (AIP-193:
+    one BadRequest with a violation per field). `check(fn, …)` runs one field's check and returns its
+    value, or None after recording its InvalidArgument; `raise_any()` raises them as one error: the
+    first's reason and metadata, every violation in request order.
+
+        v = Violations()
+        body = v.check(check_body, f.body)
+        rid = v.check(parse_request_id, request.request_id, "request_id", required=True)
+        v.raise_any()   # nothing below runs on a bad request
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[InvalidArgument] = []
+
+    def check(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+        try:
+            return fn(*args, **kwargs)
+        except InvalidArgument as e:
+            self.errors.append(e)
+            return None
+
+    def add(self, field_path: str, description: str) -> None:
+        self.errors.append(InvalidArgument(field_path, description))
+
+    def raise_any(self) -> None:
+        if not self.errors:
+            return
+        first = self.errors[0]
+        if len(self.errors) == 1:
+            raise first
+        md = {k: v for k, v in first.metadata.items() if k != "field"}
+        raise InvalidArgument(first.field_path, first.description, first.reason,
+                              tuple(v for e in self.errors for v in e.violations), **md)
 
 
 class NotFound(DomainError):
-    """NOT_FOUND naming `resource`; `explanation` is appended to the message, `details` (e.g. a
-    ResourceInfo) ride in the status."""
+    """NOT_FOUND naming `resource`; `explanation` is appended to the message. `resource_type` (a type
+    URL) adds a google.rpc.ResourceInfo naming the resource, with `description` (e.g. why it is gone)."""
 
     def __init__(self, resource: str, reason: str = "NOT_FOUND", explanation: str = "",
-                 details: list[Message] | None = None, **md: str):
+                 resource_type: str = "", description: str = "", **md: str):
         super().__init__(
             message=f"{resource} not found" + (f": {explanation}" if explanation else ""),
             reason=reason,
             metadata={"resource": resource, **md},
             code=grpc.StatusCode.NOT_FOUND,
-            details=list(details or ()),
+            details=[error_details_pb2.ResourceInfo(resource_type=resource_type, resource_name=resource,
+                                                    description=description)] if resource_type else [],
         )
 
 
@@ -173,12 +218,9 @@ def to_status(err: DomainError) -> status_pb2.Status:
         info.metadata[clip(k)] = clip(v)
     st.details.append(_pack(info))
     if isinstance(err, InvalidArgument):
-        br = error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(field=clip(err.field_path),
-                                                            description=clip_message(err.description))
-            ]
-        )
+        br = error_details_pb2.BadRequest(field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=clip(f), description=clip_message(d))
+            for f, d in err.violations])
         st.details.append(_pack(br))
     retry_after_s = getattr(err, "retry_after_s", None)
     if isinstance(err, Unavailable | ResourceExhausted) and retry_after_s is not None:

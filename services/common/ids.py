@@ -1,15 +1,14 @@
-"""Identifiers, resource names, request ids and page tokens shared by the services."""
+"""Identifiers, resource names, request ids, timestamps and the text policy shared by the services
+(page tokens and page sizes: `services.common.pages`)."""
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import hashlib
-import json
 import re
 import uuid
 from typing import Any
 
-from services.common.clip import clip as clip_echo
+from services.common.clip import clip
 from services.common.errors import InvalidArgument
 
 HEX32 = re.compile(r"^[0-9a-f]{32}\Z")  # \Z: "$" would also accept a final newline
@@ -33,7 +32,7 @@ def parse_request_id(value: str, field_path: str = "request_id", required: bool 
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise InvalidArgument(field_path, f"must be a UUID (got {clip_echo(value, 40)!r})") from None
+        raise InvalidArgument(field_path, f"must be a UUID (got {clip(value, 40)!r})") from None
 
 
 def request_id_of(request: Any) -> uuid.UUID | None:
@@ -71,57 +70,10 @@ def parse_name(value: str, pattern: str, field_path: str) -> tuple[str, ...]:
     return tuple(ids)
 
 
-_NOT_OURS = "is not a token this service issued"
-
-
-def encode_page_token(position: dict[str, Any]) -> str:
-    """An opaque keyset page token (the last row's sort key), never an offset (AIP-158)."""
-    return base64.urlsafe_b64encode(json.dumps(position, separators=(",", ":")).encode()).decode().rstrip("=")
-
-
-def decode_page_token(token: str, field_path: str = "page_token") -> dict[str, Any] | None:
-    if not token:
-        return None
-    try:
-        pad = "=" * (-len(token) % 4)
-        out = json.loads(base64.urlsafe_b64decode(token + pad))
-        if not isinstance(out, dict):
-            raise ValueError
-        return out
-    except (ValueError, json.JSONDecodeError):
-        raise InvalidArgument(field_path, _NOT_OURS) from None
-
-
 # google.protobuf.Timestamp's documented range: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59.999999999Z
 # (timestamp.proto), i.e. seconds in [-62135596800, 253402300799] and 0 <= nanos < 1e9.
 TIMESTAMP_MIN_SECONDS = -62_135_596_800
 TIMESTAMP_MAX_SECONDS = 253_402_300_799
-
-# Longest id a page token may carry (ours are 32 hex characters; client-chosen ids are shorter).
-PAGE_TOKEN_ID_MAX_CHARS = 128
-
-
-def page_token_int(value: Any, low: int, high: int, field_path: str = "page_token") -> int:
-    """A whole number read back from a page token, within [low, high]. Page tokens are opaque but not
-    signed: a client can edit one, so every value is checked before it reaches SQL (a forged one is
-    INVALID_ARGUMENT naming `field_path`, never INTERNAL)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidArgument(field_path, _NOT_OURS)
-    return value
-
-
-def page_token_us(value: Any, field_path: str = "page_token") -> int:
-    """Microseconds since the epoch read back from a page token: within google.protobuf.Timestamp's range."""
-    return page_token_int(value, TIMESTAMP_MIN_SECONDS * 10**6, TIMESTAMP_MAX_SECONDS * 10**6, field_path)
-
-
-def page_token_text(value: Any, field_path: str = "page_token") -> str:
-    """An id (or other key text) read back from a page token: a string of at most
-    PAGE_TOKEN_ID_MAX_CHARS characters without NUL (PostgreSQL text cannot hold NUL)."""
-    if not isinstance(value, str) or len(value) > PAGE_TOKEN_ID_MAX_CHARS or "\x00" in value:
-        raise InvalidArgument(field_path, _NOT_OURS)
-    return value
-
 
 def parse_timestamp(ts: Any, field_path: str) -> dt.datetime:
     """A google.protobuf.Timestamp → timezone-aware UTC datetime (microsecond precision).
@@ -142,13 +94,6 @@ def parse_timestamp(ts: Any, field_path: str) -> dt.datetime:
     return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds, microseconds=nanos // 1000)
 
 
-def page_size(value: int, default: int = 50, maximum: int = 1000, field_path: str = "page_size") -> int:
-    """AIP-158: 0 → default, negative → INVALID_ARGUMENT, above maximum → maximum."""
-    if value < 0:
-        raise InvalidArgument(field_path, "must not be negative")
-    return default if value == 0 else min(value, maximum)
-
-
 def check_text(value: str, field_path: str, max_chars: int | None = None, required: bool = False) -> str:
     """Text policy for user-supplied strings (case F12): NUL bytes are rejected with
     INVALID_ARGUMENT naming the field (PostgreSQL `text` cannot store U+0000, and silently
@@ -165,13 +110,6 @@ def check_text(value: str, field_path: str, max_chars: int | None = None, requir
             limit=str(max_chars),
         )
     return value
-
-
-def clip(value: str, max_chars: int) -> tuple[str, bool]:
-    """Clip a snapshot (not the owner's words) to `max_chars` code points; returns (text, clipped)."""
-    if len(value) <= max_chars:
-        return value, False
-    return value[:max_chars], True
 
 
 def request_fingerprint(request: Any, request_id_field: str = "request_id") -> bytes:

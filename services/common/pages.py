@@ -1,44 +1,65 @@
-"""Page tokens of every List RPC (AIP-158): one helper, one binding to the request's filters.
+"""Paging of every List RPC (AIP-158): page size, page tokens and the one read → fetch → fit → issue
+block (`page`).
 
 A token is the URL-safe base64 of a small JSON object: the keyset position of the last item returned
 (fields chosen by the list, e.g. `{"t": …, "i": …}`) plus `f`, a digest of the filters it was issued
 for. Tokens are opaque but not signed: a client can decode, edit and send one back, so `read` checks
 the digest and every caller checks each position value (`page_token_int` / `_text` / `_us` /
-`page_token_time`) before it reaches SQL — a forged token is INVALID_ARGUMENT naming `page_token`,
-never INTERNAL. A token sent with other filters is INVALID_ARGUMENT too (start again without one).
+`page_token_time`) before it reaches SQL — a forged token is INVALID_ARGUMENT naming `page_token`, never
+INTERNAL. A token sent with other filters is INVALID_ARGUMENT too (start again without one).
 """
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from google.protobuf.message import Message
 
 from services.common.errors import InvalidArgument
-from services.common.ids import decode_page_token, encode_page_token
+from services.common.ids import TIMESTAMP_MAX_SECONDS, TIMESTAMP_MIN_SECONDS
 
 FIELD = "page_token"
 # A page's items stop before their encoded size passes this (AIP-158 lets a page be shorter than
 # page_size): below gRPC's 4 MiB default receive limit of every client, with room for the token.
 RESPONSE_MAX_BYTES = 3 * 1024 * 1024
 NOT_OURS = "is not a token this service issued"
+# Longest id a page token may carry (ours are 32 hex characters; client-chosen ids are shorter).
+PAGE_TOKEN_ID_MAX_CHARS = 128
+
+Row = TypeVar("Row")
+Item = TypeVar("Item", bound=Message)
+Position = TypeVar("Position")
 
 
-def fit(items: Sequence[Message], max_bytes: int | None = None) -> int:
-    """How many of a page's `items` (protos, in page order) fit in one response of at most `max_bytes`
-    (default RESPONSE_MAX_BYTES, read per call; at least one: a single item is bounded by the service's
-    own field limits). The caller issues the next page's token after the last item kept, so every
-    advertised page size works. Every List RPC applies it."""
-    max_bytes = RESPONSE_MAX_BYTES if max_bytes is None else max_bytes
-    total = 0
-    for i, m in enumerate(items):
-        total += m.ByteSize() + 8  # the field's tag and length prefix
-        if total > max_bytes and i > 0:
-            return i
-    return len(items)
+def page_size(value: int, default: int = 50, maximum: int = 1000, field_path: str = "page_size") -> int:
+    """AIP-158: 0 → default, negative → INVALID_ARGUMENT, above maximum → maximum."""
+    if value < 0:
+        raise InvalidArgument(field_path, "must not be negative")
+    return default if value == 0 else min(value, maximum)
+
+
+def encode_page_token(position: Mapping[str, Any]) -> str:
+    """An opaque keyset page token (the last row's sort key), never an offset (AIP-158)."""
+    return base64.urlsafe_b64encode(json.dumps(position, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def decode_page_token(token: str, field_path: str = FIELD) -> dict[str, Any] | None:
+    """The JSON object a token carries; None for no token; INVALID_ARGUMENT naming `field_path` when
+    it is not base64 of a JSON object."""
+    if not token:
+        return None
+    try:
+        out = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        if not isinstance(out, dict):
+            raise ValueError
+        return out
+    except (ValueError, json.JSONDecodeError):
+        raise InvalidArgument(field_path, NOT_OURS) from None
 
 
 def filters_digest(filters: Any) -> str:
@@ -63,6 +84,63 @@ def read(token: str, filters: Any) -> dict[str, Any] | None:
     return pos
 
 
+def fit(items: Sequence[Message], max_bytes: int | None = None) -> int:
+    """How many of a page's `items` (protos, in page order) fit in one response of at most `max_bytes`
+    (default RESPONSE_MAX_BYTES, read per call; at least one: a single item is bounded by the service's
+    own field limits). The next page's token is issued after the last item kept, so every advertised
+    page size works."""
+    max_bytes = RESPONSE_MAX_BYTES if max_bytes is None else max_bytes
+    total = 0
+    for i, m in enumerate(items):
+        total += m.ByteSize() + 8  # the field's tag and length prefix
+        if total > max_bytes and i > 0:
+            return i
+    return len(items)
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[Row, Item]):
+    """One page: the rows kept, their protos (same order) and the next page's token ('' on the last)."""
+
+    rows: Sequence[Row]
+    items: list[Item]
+    next_page_token: str
+
+
+async def page(token: str, size: int, filters: Any, position: Callable[[dict[str, Any]], Position],
+               fetch: Callable[[Position | None, int], Awaitable[Sequence[Row]]], to_pb: Callable[[Row], Item],
+               key: Callable[[Row], Mapping[str, Any]]) -> Page[Row, Item]:
+    """The List block every List RPC runs: read `token` (bound to `filters`; `position` checks its
+    values), `fetch(after, size)` (at most `size` + 1 rows: one more says there is a next page), turn
+    the first `size` into protos, keep those that `fit` one response, and issue the token after the
+    last kept (`key(row)`, its keyset position). `size` comes from `page_size`."""
+    pos = read(token, filters)
+    got = await fetch(position(pos) if pos is not None else None, size)
+    items = [to_pb(r) for r in got[:size]]
+    n = fit(items)
+    return Page(got[:n], items[:n], issue(key(got[n - 1]), filters) if len(got) > n else "")
+
+
+def page_token_int(value: Any, low: int, high: int, field_path: str = FIELD) -> int:
+    """A whole number read back from a page token, within [low, high] (INVALID_ARGUMENT otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(field_path, NOT_OURS)
+    return value
+
+
+def page_token_us(value: Any, field_path: str = FIELD) -> int:
+    """Microseconds since the epoch read back from a page token: within google.protobuf.Timestamp's range."""
+    return page_token_int(value, TIMESTAMP_MIN_SECONDS * 10**6, TIMESTAMP_MAX_SECONDS * 10**6, field_path)
+
+
+def page_token_text(value: Any, field_path: str = FIELD) -> str:
+    """An id (or other key text) read back from a page token: a string of at most PAGE_TOKEN_ID_MAX_CHARS
+    characters without NUL (PostgreSQL text cannot hold NUL)."""
+    if not isinstance(value, str) or len(value) > PAGE_TOKEN_ID_MAX_CHARS or "\x00" in value:
+        raise InvalidArgument(field_path, NOT_OURS)
+    return value
+
+
 def page_token_time(value: Any) -> dt.datetime:
     """An ISO 8601 time read back from a page token, as an aware UTC datetime; INVALID_ARGUMENT for
     anything else — naive, or outside year 1..9999 once in UTC (PostgreSQL would refuse it)."""
@@ -73,3 +151,13 @@ def page_token_time(value: Any) -> dt.datetime:
         return parsed.astimezone(dt.UTC)
     except (TypeError, ValueError, OverflowError):
         raise InvalidArgument(FIELD, NOT_OURS) from None
+
+
+def time_id(pos: Mapping[str, Any]) -> tuple[dt.datetime, str]:
+    """The (time, id) keyset of a `time_id_key` position, each value checked."""
+    return page_token_time(pos.get("t")), page_token_text(pos.get("i"))
+
+
+def time_id_key(time: dt.datetime, id_: str) -> dict[str, str]:
+    """The position of a list sorted by (time, id): `{"t": ISO 8601, "i": id}`."""
+    return {"t": time.isoformat(), "i": id_}

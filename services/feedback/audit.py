@@ -13,8 +13,10 @@ import datetime as dt
 from collections.abc import Iterable
 
 from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_READ, Principal
-from services.feedback.model import AuditAction, AuditEntry, AuditRecord, Report, Status
-from services.feedback.repository import Repository
+from services.feedback.model.audit import AuditEntry, AuditRecord
+from services.feedback.model.enums import AuditAction, Status
+from services.feedback.model.report import Report
+from services.feedback.repository.audit import AuditStore
 
 METHOD_PREFIX = "/agentfeedback.feedback.v1.FeedbackService/"
 # Metadata the MCP server sends with the UpdateFeedback its `resolve_feedback` tool makes.
@@ -48,7 +50,7 @@ def entry(p: Principal, action: AuditAction, report_id: str, owner: str, before:
 
 
 class Audit:
-    def __init__(self, repo: Repository):
+    def __init__(self, repo: AuditStore):
         self._repo = repo
 
     async def read_bodies(self, p: Principal, reports: Iterable[Report], method: str) -> None:

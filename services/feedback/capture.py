@@ -36,8 +36,10 @@ from services.common.errors import DomainError, NotFound
 from services.feedback import domain, evidence
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.events import emit_created
-from services.feedback.model import Anchor, CaptureJob, TraceState, VerifyJob
-from services.feedback.repository import Repository
+from services.feedback.model.capture import CaptureJob, VerifyJob
+from services.feedback.model.enums import TraceState
+from services.feedback.model.report import Anchor
+from services.feedback.repository.capture import CaptureStore
 from services.feedback.settings import FeedbackSettings
 from services.feedback.traces_client import TracesClient, TracesUnreachable
 
@@ -56,7 +58,7 @@ class CaptureWorker:
 
     def __init__(
         self,
-        repo: Repository,
+        repo: CaptureStore,
         traces: TracesClient,
         chat: ChatClient,
         settings: FeedbackSettings,

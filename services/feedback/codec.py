@@ -1,5 +1,6 @@
 """Proto ↔ model for the feedback service: the one place `feedback_pb2` messages are built or read
-into `model.py` dataclasses (the servicer translates with these; nothing else touches the protos).
+into the model's dataclasses (`services/feedback/model/`); the servicer translates with these, nothing
+else touches the protos. Each RPC's request is checked here in one call (the "requests" section).
 
 Fields are copied directly (json_format is ~50× slower on the List paths). Request enums are read
 with `enum_value`, which names the field on an unknown number (INVALID_ARGUMENT).
@@ -7,52 +8,57 @@ with `enum_value`, which names the field on an unknown number (INVALID_ARGUMENT)
 from __future__ import annotations
 
 import datetime as dt
-from enum import IntEnum
+import uuid
+from collections.abc import Iterable
 from dataclasses import asdict
+from enum import IntEnum
 from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
-from services.common.errors import InvalidArgument
 from services.common import pages
+from services.common.errors import InvalidArgument, Violations
+from services.common.etags import parse_etag
 from services.common.ids import (
     check_text,
-    page_token_int,
-    page_token_text,
     parse_name,
+    parse_request_id,
     parse_timestamp,
     parse_trace_id,
     request_fingerprint,
 )
-from services.feedback import domain
-from services.feedback.judgements import check_slug
-from services.feedback.statistics import WindowStats
-from services.feedback.model import (
-    Anchor,
+from services.feedback import audit, domain
+from services.feedback.judgements import check_reasons, check_slug
+from services.feedback.model.audit import AuditRecord
+from services.feedback.model.enums import (
     Author,
     Category,
+    RatingScope,
+    RatingSentiment,
+    Sentiment,
+    SnapshotSource,
+    Status,
+    Surface,
+    TraceState,
+)
+from services.feedback.model.rating import Rating, RatingKey, RatingPut, RatingWrite
+from services.feedback.model.report import (
+    Anchor,
+    Change,
     Context,
     FrozenEvent,
     FrozenSpan,
     FrozenTrace,
-    Rating,
-    RatingKey,
-    RecentFilter,
-    ReportFilter,
-    RatingScope,
-    RatingSentiment,
     Report,
-    Sentiment,
+    ReportDraft,
+    ReportFilter,
     Snapshot,
-    SnapshotSource,
-    Status,
-    Surface,
     ToolCall,
     TraceSnapshot,
-    TraceState,
 )
+from services.feedback.model.statistics import RecentFilter, Vocabulary, WindowStats
 
 E = TypeVar("E", bound=IntEnum)
 
@@ -241,29 +247,105 @@ def report_from_pb(fb: pb.Feedback) -> Report:
     )
 
 
-def rating_key(r: pb.Rating) -> RatingKey:
-    """PutRating's key (the scope checked: INVALID_ARGUMENT `rating.scope` on an unknown number)."""
-    return RatingKey(r.conversation, r.turn_index, enum_value(r.scope, RatingScope, "rating.scope"), r.aspect,
-                     r.artifact_id)
-
-
 # ---------------------------------------------------------------- requests
-def anchor_from_pb(f: pb.Feedback) -> Anchor:
+# One function per RPC: the request checked into the model in one call. Every bad field is named:
+# one INVALID_ARGUMENT whose BadRequest has a violation per field (errors.Violations), nothing
+# written before it passes. Checks that need an earlier field's value run only once that one passed.
+def feedback_id(name: str, field_path: str = "name") -> str:
+    """`feedback/{id}` → id (INVALID_ARGUMENT naming `field_path` otherwise)."""
+    return parse_name(name, "feedback/{}", field_path)[0]
+
+
+def create_feedback(request: pb.CreateFeedbackRequest, actor: str | None) -> ReportDraft:
+    """CreateFeedback: body, request_id (required), target (one of message / trace_id + instance /
+    coding), author (not PLATFORM), context_trace_id (AUTHOR_AGENT only), sentiment, category, surface
+    (default from the target), client_snapshot. `actor`: the `x-agentfeedback-actor` metadata value,
+    checked by `Reports.create` for AUTHOR_AGENT."""
+    f, v = request.feedback, Violations()
+    body = v.check(domain.check_body, f.body)
+    rid = v.check(parse_request_id, request.request_id, "request_id", required=True)
     kind = f.WhichOneof("target")
+    if kind is None:
+        v.add("feedback.target", "one of message, trace_id or coding is required")
+    author = v.check(enum_value, f.author, Author, "feedback.author")
+    if author == Author.PLATFORM:
+        v.add("feedback.author", "AUTHOR_PLATFORM is set only by ReportSuspectedDefect")
+    if f.context_trace_id and author != Author.AGENT:
+        v.add("feedback.context_trace_id", "is only for AUTHOR_AGENT reports")
+    sentiment = v.check(enum_value, f.sentiment, Sentiment, "feedback.sentiment")
+    category = v.check(enum_value, f.category, Category, "feedback.category")
+    surface = v.check(enum_value, f.surface, Surface, "feedback.surface")
+    anchor = v.check(_anchor, f, kind) if kind is not None else None
+    has_client = request.HasField("client_snapshot")
+    client_version = v.check(check_text, request.client_snapshot.context.client_version if has_client else "",
+                             "client_snapshot.context.client_version", 200)
+    client = v.check(_client_snapshot, request.client_snapshot) if has_client else None
+    context_trace_id = v.check(parse_trace_id, f.context_trace_id, "feedback.context_trace_id") \
+        if f.context_trace_id and author == Author.AGENT else ""
+    v.raise_any()
+    return ReportDraft(rid, request_fingerprint(request), anchor, surface or (
+        Surface.CODING if kind == "coding" else Surface.CHAT), author or Author.USER, body, sentiment, category,
+        client_version, client, actor, context_trace_id)
+
+
+def _anchor(f: pb.Feedback, kind: str) -> Anchor:
     if kind == "message":
         parse_name(f.message, "instances/{}/messages/{}", "feedback.message")
         return Anchor("message", message=f.message, instance=domain.instance_of(f.message))
     if kind == "trace_id":
-        trace_id = parse_trace_id(f.trace_id, "feedback.trace_id")
+        v = Violations()
+        trace_id = v.check(parse_trace_id, f.trace_id, "feedback.trace_id")
         if not f.instance:
-            raise InvalidArgument("feedback.instance", "is required with a trace_id target (the turn's instance)")
-        parse_name(f.instance, "instances/{}", "feedback.instance")
+            v.add("feedback.instance", "is required with a trace_id target (the turn's instance)")
+        else:
+            v.check(parse_name, f.instance, "instances/{}", "feedback.instance")
+        v.raise_any()
         return Anchor("trace", instance=f.instance, trace_id=trace_id)
     check_text(f.coding.session, "feedback.coding.session", 256, required=True)
     return Anchor("coding", coding_session=f.coding.session, coding_seq=f.coding.timeline_seq)
 
 
-def update_fingerprint(request: pb.UpdateFeedbackRequest) -> bytes:
+def _client_snapshot(s: pb.Snapshot) -> Snapshot:
+    """CreateFeedback's `client_snapshot`, checked (NUL, target_time range) and clipped, source CLIENT."""
+    return domain.client_snapshot(snapshot_from_pb(s, "client_snapshot"), "client_snapshot")
+
+
+def list_feedback(request: pb.ListFeedbackRequest) -> tuple[ReportFilter, int]:
+    """ListFeedback: the filters and the page size. A timestamp outside google.protobuf.Timestamp's
+    range, start_time after end_time, an unknown enum, a bad instance / trace_id / text are named."""
+    v = Violations()
+    size = v.check(pages.page_size, request.page_size, 50, 1000)
+    if request.instance:
+        v.check(parse_name, request.instance, "instances/{}", "instance")
+    status = v.check(enum_value, request.status, Status, "status")
+    author = v.check(enum_value, request.author, Author, "author")
+    sentiment = v.check(enum_value, request.sentiment, Sentiment, "sentiment")
+    category = v.check(enum_value, request.category, Category, "category")
+    start = v.check(parse_timestamp, request.start_time, "start_time") if request.HasField("start_time") else None
+    end = v.check(parse_timestamp, request.end_time, "end_time") if request.HasField("end_time") else None
+    text = v.check(check_text, request.text, "text", 200)
+    trace_id = v.check(parse_trace_id, request.trace_id, "trace_id") if request.trace_id else ""
+    if start and end and start > end:
+        v.add("start_time", "must not be after end_time")
+    v.raise_any()
+    return ReportFilter(request.instance, status, author, sentiment, category, start, end, text, trace_id), size
+
+
+def update_feedback(request: pb.UpdateFeedbackRequest, metadata: Iterable[tuple[str, str]] | None
+                    ) -> tuple[str, Change]:
+    """UpdateFeedback: the report's id and the change (the mask's fields only; `status` not 0); the
+    audit action from the metadata (RESOLVE when the MCP server's `resolve_feedback` sent it)."""
+    v, new = Violations(), request.feedback
+    fid = v.check(feedback_id, new.name, "feedback.name")
+    paths = v.check(domain.check_update_mask, request.update_mask.paths) or frozenset()
+    status = v.check(enum_value, new.status, Status, "feedback.status", allow_zero=False) if "status" in paths else None
+    rid = v.check(parse_request_id, request.request_id, "request_id")
+    v.raise_any()
+    return fid, Change(new.etag, status, new.issue_url if "issue_url" in paths else None, rid,
+                       _update_fingerprint(request) if rid is not None else None, audit.update_action(metadata))
+
+
+def _update_fingerprint(request: pb.UpdateFeedbackRequest) -> bytes:
     """ids.request_fingerprint without `feedback.etag` (a precondition, not content: a retry may carry
     the etag it re-read)."""
     copy = pb.UpdateFeedbackRequest()
@@ -272,26 +354,155 @@ def update_fingerprint(request: pb.UpdateFeedbackRequest) -> bytes:
     return request_fingerprint(copy)
 
 
+def name_and_request_id(request: pb.DeleteFeedbackRequest | pb.FileFeedbackRequest
+                        ) -> tuple[str, uuid.UUID | None]:
+    """DeleteFeedback / FileFeedback: the report's id (`name`) and the optional request_id."""
+    v = Violations()
+    fid = v.check(feedback_id, request.name)
+    rid = v.check(parse_request_id, request.request_id, "request_id")
+    v.raise_any()
+    return fid, rid
+
+
+def put_rating(request: pb.PutRatingRequest, note_max_bytes: int) -> RatingPut:
+    """PutRating: the key (conversation, turn_index ≥ 0, scope set, aspect a slug, artifact_id for
+    ARTIFACT only), note (≤ `note_max_bytes` UTF-8 bytes), sentiment, category, reasons, choice, the
+    update mask, the etag and the request_id."""
+    r, v = request.rating, Violations()
+    v.check(parse_name, r.conversation, "instances/{}", "rating.conversation")
+    scope = v.check(enum_value, r.scope, RatingScope, "rating.scope")
+    key = RatingKey(r.conversation, r.turn_index, scope, r.aspect, r.artifact_id) if scope is not None else None
+    if key is not None:
+        v.check(domain.check_rating, key, r.note, note_max_bytes)
+    write = RatingWrite(v.check(enum_value, r.sentiment, RatingSentiment, "rating.sentiment"),
+                        v.check(enum_value, r.category, Category, "rating.category"), r.note,
+                        v.check(domain.rating_mask, request.update_mask.paths), "", v.check(check_reasons, r.reasons),
+                        v.check(check_slug, r.choice, "rating.choice"))
+    rid = v.check(parse_request_id, request.request_id, "request_id")
+    version = v.check(parse_etag, r.etag, "rating.etag") if r.etag else None
+    v.raise_any()
+    return RatingPut(key, write, version, r.etag, rid, request_fingerprint(request) if rid is not None else None)
+
+
+def rating_id(request: pb.DeleteRatingRequest) -> str:
+    """DeleteRating: `ratings/{id}` → id."""
+    return parse_name(request.name, "ratings/{}", "name")[0]
+
+
+def list_ratings(request: pb.ListRatingsRequest) -> tuple[str, int | None, int]:
+    """ListRatings: the conversation, the turn filter (None: every turn; negative → INVALID_ARGUMENT)
+    and the page size."""
+    v = Violations()
+    v.check(parse_name, request.conversation, "instances/{}", "conversation")
+    size = v.check(pages.page_size, request.page_size, 100, 1000)
+    turn = request.turn_index if request.HasField("turn_index") else None
+    if turn is not None and turn < 0:
+        v.add("turn_index", "must be 0 or more (turns count from 0)")
+    v.raise_any()
+    return request.conversation, turn, size
+
+
 def rating_position(pos: dict[str, Any]) -> tuple[int, int, str, str]:
     """A ListRatings page token's keyset (turn_index int4, scope smallint, aspect, artifact_id), each
     checked before it reaches SQL (INVALID_ARGUMENT naming `page_token` otherwise)."""
     k = pos.get("k")
     if not (isinstance(k, list) and len(k) == 4):
-        raise InvalidArgument("page_token", pages.NOT_OURS)
-    return (page_token_int(k[0], -(2**31), 2**31 - 1), page_token_int(k[1], 0, 2**15 - 1),
-            page_token_text(k[2]), page_token_text(k[3]))
+        raise InvalidArgument(pages.FIELD, pages.NOT_OURS)
+    return (pages.page_token_int(k[0], -(2**31), 2**31 - 1), pages.page_token_int(k[1], 0, 2**15 - 1),
+            pages.page_token_text(k[2]), pages.page_token_text(k[3]))
 
 
-def recent_filter(r: pb.ListRecentFeedbackRequest) -> RecentFilter:
-    """ListRecentFeedback's filters; INVALID_ARGUMENT naming an unknown enum or a bad `text`."""
-    return RecentFilter(
-        scope=enum_value(r.scope, RatingScope, "scope"), aspect=r.aspect,
-        sentiment=enum_value(r.sentiment, RatingSentiment, "sentiment"),
-        category=enum_value(r.category, Category, "category"), text=check_text(r.text, "text", 200),
-        negative_only=r.negative_only, reason=check_slug(r.reason, "reason"), choice=check_slug(r.choice, "choice"),
+def rating_position_key(r: Rating) -> dict[str, Any]:
+    k = r.key
+    return {"k": [k.turn_index, k.scope, k.aspect, k.artifact_id]}
+
+
+def copy_ratings(request: pb.CopyRatingsRequest) -> tuple[str, str, int, uuid.UUID | None]:
+    """CopyRatings: source, target (another conversation), through_turn_index (≥ 0), request_id."""
+    v = Violations()
+    v.check(parse_name, request.source_conversation, "instances/{}", "source_conversation")
+    v.check(parse_name, request.target_conversation, "instances/{}", "target_conversation")
+    if request.source_conversation == request.target_conversation:
+        v.add("target_conversation", "must differ from source_conversation")
+    if request.through_turn_index < 0:
+        v.add("through_turn_index", "must not be negative")
+    rid = v.check(parse_request_id, request.request_id, "request_id")
+    v.raise_any()
+    return request.source_conversation, request.target_conversation, request.through_turn_index, rid
+
+
+def stats_words(request: pb.GetFeedbackStatsRequest) -> Vocabulary:
+    """GetFeedbackStats' words (each '' → the taxonomy's default, else a slug)."""
+    v = Violations()
+    words = [v.check(check_slug, getattr(request, k), k) or getattr(Vocabulary, k)
+             for k in ("reaction_aspect", "completion_aspect", "complete_choice")]
+    v.raise_any()
+    return Vocabulary(*words)
+
+
+def list_recent(r: pb.ListRecentFeedbackRequest) -> tuple[RecentFilter, int]:
+    """ListRecentFeedback: the filters (unknown enums, a non-slug aspect / reason / choice, a bad
+    `text` are named) and the page size."""
+    v = Violations()
+    size = v.check(pages.page_size, r.page_size, 50, 500)
+    if r.aspect and not domain.ASPECT_SLUG.match(r.aspect):
+        v.add("aspect", "must be a slug [a-z][a-z0-9_]{0,63}")
+    f = RecentFilter(
+        scope=v.check(enum_value, r.scope, RatingScope, "scope"), aspect=r.aspect,
+        sentiment=v.check(enum_value, r.sentiment, RatingSentiment, "sentiment"),
+        category=v.check(enum_value, r.category, Category, "category"), text=v.check(check_text, r.text, "text", 200),
+        negative_only=r.negative_only, reason=v.check(check_slug, r.reason, "reason"),
+        choice=v.check(check_slug, r.choice, "choice"),
     )
+    v.raise_any()
+    return f, size
+
+
+def turn_feedback(request: pb.GetTurnFeedbackRequest) -> tuple[str, int, str]:
+    """GetTurnFeedback: the conversation, the turn (≥ 0) and the user (required)."""
+    v = Violations()
+    v.check(parse_name, request.conversation, "instances/{}", "conversation")
+    if request.turn_index < 0:
+        v.add("turn_index", "must not be negative")
+    user = v.check(check_text, request.user, "user", 256, required=True)
+    v.raise_any()
+    return request.conversation, request.turn_index, user
+
+
+def list_audit(request: pb.ListAuditRecordsRequest) -> tuple[str, int]:
+    """ListAuditRecords: the report filter ('' = every report the caller may see) and the page size."""
+    v = Violations()
+    size = v.check(pages.page_size, request.page_size, 50, 1000)
+    fid = v.check(feedback_id, request.feedback, "feedback") if request.feedback else ""
+    v.raise_any()
+    return fid, size
+
+
+def report_defect(request: pb.ReportSuspectedDefectRequest) -> tuple[str, Anchor, uuid.UUID, bytes]:
+    """ReportSuspectedDefect: the defect's name (`instances/{i}/suspectedDefects/{trace_id}`), the
+    anchor it names (its turn's trace), the request_id (required) and the request's fingerprint."""
+    v = Violations()
+    rid = v.check(parse_request_id, request.request_id, "request_id", required=True)
+    anchor = v.check(_defect_anchor, request.suspected_defect)
+    v.raise_any()
+    return request.suspected_defect, anchor, rid, request_fingerprint(request)
+
+
+def _defect_anchor(name: str) -> Anchor:
+    instance_id, trace_id = parse_name(name, "instances/{}/suspectedDefects/{}", "suspected_defect")
+    return Anchor("trace", instance=f"instances/{instance_id}", trace_id=parse_trace_id(trace_id, "suspected_defect"))
 
 
 def filters(f: ReportFilter | RecentFilter) -> dict[str, Any]:
     """A list call's filters as the JSON-able mapping its page tokens are bound to."""
     return asdict(f)
+
+
+def audit_pb(r: AuditRecord) -> pb.AuditRecord:
+    e = r.entry
+    out = pb.AuditRecord(name=f"auditRecords/{r.id}", actor=e.actor, action=e.action, feedback=f"feedback/{e.feedback_id}",
+                         owner=e.owner, method=e.method)
+    out.time.FromDatetime(r.time)
+    for f, old, new in e.changes:
+        out.changes.add(field=f, old_value=old, new_value=new)
+    return out

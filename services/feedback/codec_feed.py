@@ -3,17 +3,19 @@ The reports and ratings inside are built by `codec.feedback_pb` / `codec.rating_
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 
-from services.common.errors import InvalidArgument
-from services.common.ids import check_text
+from services.common import pages
+from services.common.errors import InvalidArgument, Violations
+from services.common.ids import check_text, parse_name, parse_request_id
 from services.feedback import codec, domain, feed_domain
 from services.feedback.codec import enum_value
-from services.feedback.enums import EventKind, RatingScope
+from services.feedback.model.enums import EventKind, RatingScope
 from services.feedback.feed import FeedItem
-from services.feedback.model_feed import FeedFilter
-from services.feedback.model_webhooks import Delivery, WebhookSubscription
+from services.feedback.model.feed import FeedFilter
+from services.feedback.model.webhooks import Delivery, WebhookSubscription
 
 
 def feed_filter(request: pb.WatchFeedbackRequest) -> FeedFilter:
@@ -77,6 +79,33 @@ def webhook_filter(s: pb.WebhookSubscription) -> FeedFilter:
         return feed_filter(req)
     except InvalidArgument as e:
         raise InvalidArgument(f"webhook_subscription.{e.field_path}", e.description) from None
+
+
+def create_webhook(request: pb.CreateWebhookSubscriptionRequest) -> tuple[str, FeedFilter, uuid.UUID | None]:
+    """CreateWebhookSubscription: the URL (checked by Webhooks.create), the filters, the request_id."""
+    v = Violations()
+    f = v.check(webhook_filter, request.webhook_subscription)
+    rid = v.check(parse_request_id, request.request_id, "request_id")
+    v.raise_any()
+    return request.webhook_subscription.url, f, rid
+
+
+def subscription_id(name: str, field_path: str = "name") -> str:
+    """`webhookSubscriptions/{id}` → id."""
+    return parse_name(name, "webhookSubscriptions/{}", field_path)[0]
+
+
+def list_deliveries(request: pb.ListWebhookDeliveriesRequest) -> tuple[str, int]:
+    """ListWebhookDeliveries: the subscription (`parent`) and the page size."""
+    v = Violations()
+    sid = v.check(subscription_id, request.parent, "parent")
+    size = v.check(pages.page_size, request.page_size, 50, 1000)
+    v.raise_any()
+    return sid, size
+
+
+def delivery_position(pos: dict) -> int:
+    return pages.page_token_int(pos.get("i"), 1, 2**63 - 1)
 
 
 def delivery_pb(d: Delivery) -> pb.WebhookDelivery:

@@ -12,23 +12,16 @@ import uuid
 from agentfeedback.chat.v1 import chat_pb2
 from services.common.auth import Principal
 from services.common.errors import Unavailable
-from services.common.ids import parse_name, parse_trace_id
 from services.feedback.chat_client import ChatClient, ChatUnreachable
-from services.feedback.model import Anchor, Author, Category, Report, Sentiment, Surface
-from services.feedback.reports import ReportDraft, Reports
+from services.feedback.model.enums import Author, Category, Sentiment, Surface
+from services.feedback.model.report import Anchor, Report, ReportDraft
+from services.feedback.reports import Reports
 
 _CATEGORIES = {
     chat_pb2.DEFECT_KIND_TRUNCATED: Category.TOOL_FAILURE, chat_pb2.DEFECT_KIND_TOOL_ERROR: Category.TOOL_FAILURE,
     chat_pb2.DEFECT_KIND_INVENTED_RESULT: Category.BROKEN_RESPONSE,
     chat_pb2.DEFECT_KIND_TURN_ERROR: Category.BROKEN_RESPONSE,
 }
-
-
-def parse_defect_name(name: str) -> tuple[str, str]:
-    """`instances/{i}/suspectedDefects/{trace_id}` → (`instances/{i}`, trace id); INVALID_ARGUMENT
-    naming `suspected_defect` otherwise."""
-    instance_id, trace_id = parse_name(name, "instances/{}/suspectedDefects/{}", "suspected_defect")
-    return f"instances/{instance_id}", parse_trace_id(trace_id, "suspected_defect")
 
 
 def body_of(d: chat_pb2.SuspectedDefect) -> str:
@@ -43,17 +36,17 @@ class DefectReports:
         self._chat = chat
         self._reports = reports
 
-    async def report(self, p: Principal, name: str, request_id: uuid.UUID, fingerprint: bytes) -> Report:
-        """The report of the caller's suspected defect `name` (a retry with `request_id` returns the
-        first). NOT_FOUND when the chat service has no such defect for the caller; UNAVAILABLE when
-        it cannot be reached."""
-        instance, trace_id = parse_defect_name(name)
+    async def report(self, p: Principal, name: str, anchor: Anchor, request_id: uuid.UUID,
+                     fingerprint: bytes) -> Report:
+        """The report of the caller's suspected defect `name` (its turn: `anchor`, from the codec); a
+        retry with `request_id` returns the first. NOT_FOUND when the chat service has no such defect for
+        the caller; UNAVAILABLE when it cannot be reached."""
         try:
             d = await self._chat.get_defect(name, p.metadata)
         except ChatUnreachable:
             raise Unavailable("the chat service cannot be reached to read the suspected defect",
                               retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
         category = _CATEGORIES.get(d.kinds[0], Category.OTHER) if d.kinds else Category.OTHER
-        draft = ReportDraft(request_id, fingerprint, Anchor("trace", instance=instance, trace_id=trace_id),
-                            Surface.CHAT, Author.PLATFORM, body_of(d)[:4000], Sentiment.BAD, category)
+        draft = ReportDraft(request_id, fingerprint, anchor, Surface.CHAT, Author.PLATFORM, body_of(d)[:4000],
+                            Sentiment.BAD, category)
         return await self._reports.create(p, draft)

@@ -2,7 +2,7 @@
 report needs from the capture worker, rating checks and statistics windows.
 
 No gRPC, no SQL here: the use cases (`reports.py`, `ratings.py`, `statistics.py`, `capture.py`) call
-these on the model (`model.py`); the frozen copy of a turn's spans is `evidence.py`, the ticket
+these on the model (`model/`); the frozen copy of a turn's spans is `evidence.py`, the ticket
 draft `ticket.py`. Sources of the numbers: docs/architecture.md and the proto's comments.
 """
 from __future__ import annotations
@@ -14,23 +14,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from services.common.clip import clip as echo
-from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.clip import truncate
+from services.common.errors import Aborted, FailedPrecondition, InvalidArgument
 from services.common.etags import etag, etag_matches
-from services.common.ids import check_text, clip
-from services.feedback.model import (
+from services.common.ids import check_text
+from services.feedback.model.enums import (
     Author,
-    Context,
-    DailyCount,
-    RatingKey,
     RatingOrigin,
     RatingScope,
     RatingSentiment,
     Sentiment,
-    Snapshot,
     SnapshotSource,
     Status,
     TraceState,
 )
+from services.feedback.model.rating import Rating, RatingKey
+from services.feedback.model.report import Context, Report, Snapshot
+from services.feedback.model.statistics import DailyCount
 
 __all__ = ["RatingKey", "etag", "etag_matches"]
 
@@ -66,6 +66,15 @@ UPDATABLE_PATHS = frozenset({"status", "issue_url"})
 RATING_MASK_PATHS = frozenset({"sentiment", "category", "note"})
 RATING_OWNABLE_PATHS = RATING_MASK_PATHS | {"reasons", "choice"}
 ASPECT_SLUG = re.compile(r"^[a-z][a-z0-9_]{0,63}\Z")
+
+
+class Stale(Aborted):
+    """ABORTED on a stale etag (AIP-154). `item`: the stored report or rating as it is now (the model's),
+    which the servicer puts in the error's details as its proto."""
+
+    def __init__(self, etag_sent: str, item: Report | Rating):
+        super().__init__(f"etag {echo(etag_sent)} is stale; the current one is {etag(item.version)}")
+        self.item = item
 
 
 # ---------------------------------------------------------------- reports
@@ -114,8 +123,8 @@ def build_snapshot(target: MessageView, turn: Sequence[MessageView], client_vers
     voice provenance. Clipped texts say so.
     """
     user = target if target.role == "ROLE_USER" else next((m for m in turn if m.role == "ROLE_USER"), None)
-    text, text_clipped = clip(target.content, TARGET_TEXT_MAX_CHARS)
-    prev, prev_clipped = clip(user.content if user else "", PRECEDING_TEXT_MAX_CHARS)
+    text, text_clipped = truncate(target.content, TARGET_TEXT_MAX_CHARS)
+    prev, prev_clipped = truncate(user.content if user else "", PRECEDING_TEXT_MAX_CHARS)
     voice = user or target
     return Snapshot(
         source=SOURCE_CHAT, target_role=target.role, target_text=text, target_text_clipped=text_clipped,
@@ -136,8 +145,8 @@ def client_snapshot(snap: Snapshot, field_path: str = "client_snapshot") -> Snap
     """A client-supplied snapshot (chat service unreachable): texts checked for NUL and clipped,
     marked SNAPSHOT_SOURCE_CLIENT. Raises InvalidArgument naming the field on NUL bytes.
     """
-    target, target_clipped = clip(check_text(snap.target_text, f"{field_path}.target_text"), TARGET_TEXT_MAX_CHARS)
-    prev, prev_clipped = clip(check_text(snap.preceding_user_text, f"{field_path}.preceding_user_text"),
+    target, target_clipped = truncate(check_text(snap.target_text, f"{field_path}.target_text"), TARGET_TEXT_MAX_CHARS)
+    prev, prev_clipped = truncate(check_text(snap.preceding_user_text, f"{field_path}.preceding_user_text"),
                               PRECEDING_TEXT_MAX_CHARS)
     return replace(snap, source=SOURCE_CLIENT, target_text=target,
                    target_text_clipped=snap.target_text_clipped or target_clipped, preceding_user_text=prev,

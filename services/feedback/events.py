@@ -13,7 +13,7 @@ import random
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
-from services.feedback.model import CreatedEvent
+from services.feedback.model.report import CreatedEvent
 
 
 def emit_created(tracer: trace.Tracer, r: CreatedEvent) -> None:

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from services.common import toolcalls
-from services.common.ids import clip
-from services.feedback.model import FrozenEvent, FrozenSpan, FrozenTrace, ToolCall, TraceState
+from services.common.clip import truncate
+from services.feedback.model.enums import TraceState
+from services.feedback.model.report import FrozenEvent, FrozenSpan, FrozenTrace, ToolCall
 
 # Caps on the frozen copy so one pathological trace cannot bloat a row.
 MAX_FROZEN_SPANS = 500
@@ -85,8 +86,8 @@ def freeze_trace(spans: Sequence[SpanView]) -> FrozenTrace:
                 call_id=toolcalls.call_id(s.attributes),
                 status=s.status,
                 duration_ms=_ms(s.end_unix_nano - s.start_unix_nano),
-                arguments=clip(str(toolcalls.first(s.attributes, toolcalls.ARGUMENT_KEYS)), PREVIEW_MAX_CHARS)[0],
-                result=clip(str(toolcalls.first(s.attributes, toolcalls.RESULT_KEYS)), PREVIEW_MAX_CHARS)[0],
+                arguments=truncate(str(toolcalls.first(s.attributes, toolcalls.ARGUMENT_KEYS)), PREVIEW_MAX_CHARS)[0],
+                result=truncate(str(toolcalls.first(s.attributes, toolcalls.RESULT_KEYS)), PREVIEW_MAX_CHARS)[0],
                 result_size_bytes=_int(toolcalls.first(s.attributes, toolcalls.RESULT_SIZE_KEYS, 0)),
                 span_id=s.span_id,
             ))

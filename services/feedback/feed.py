@@ -22,10 +22,11 @@ from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_READ, Prin
 from services.common.errors import OutOfRange, PermissionDenied, Unavailable
 from services.feedback import feed_domain
 from services.feedback.audit import Audit
-from services.feedback.enums import EventKind
+from services.feedback.model.enums import EventKind
 from services.feedback.feed_wakeups import FeedWakeups
-from services.feedback.model import Rating, Report
-from services.feedback.model_feed import FeedEvent, FeedFilter, Position
+from services.feedback.model.rating import Rating
+from services.feedback.model.report import Report
+from services.feedback.model.feed import FeedEvent, FeedFilter, Position
 from services.feedback.repository.feed import FeedStore
 
 log = logging.getLogger(__name__)

@@ -1,18 +1,18 @@
 """Pure rules of the change feed (issue 24): resume tokens and how a watcher's retry waits.
 
-A resume token is the URL-safe base64 of `{"x": xid, "s": seq}`, a `model_feed.Position`. It is opaque
+A resume token is the URL-safe base64 of `{"x": xid, "s": seq}`, a `model.feed.Position`. It is opaque
 but not signed: a position reveals nothing (every read is scoped to the caller anyway), and a forged one
 can only skip or repeat the forger's own events. Anything else is INVALID_ARGUMENT naming the field.
 """
 from __future__ import annotations
 
 from services.common.errors import InvalidArgument
-from services.common.ids import decode_page_token, encode_page_token
-from services.feedback.model_feed import Position
+from services.common.pages import decode_page_token, encode_page_token
+from services.feedback.model.feed import Position
 
 TOKEN_FIELD = "resume_token"
 _MAX = 2**63 - 1
-# Looking again while committed events wait behind a transaction that is still running (model_feed.FeedPage
+# Looking again while committed events wait behind a transaction that is still running (model.feed.FeedPage
 # `pending`): 10 ms, doubling, at most 1 s; a transaction's end sends no wake-up of its own when it wrote
 # no event (another service's, or a long one of ours that has not committed yet).
 PENDING_FIRST_S, PENDING_MAX_S = 0.01, 1.0

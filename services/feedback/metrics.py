@@ -18,6 +18,7 @@ from typing import Any
 from opentelemetry.metrics import Meter, Observation
 
 from services.common.incidents import log_failure
+from services.feedback.repository.capture import CaptureStore
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ BACKLOG_EVERY_S = 5.0
 
 
 class FeedbackMetrics:
-    def __init__(self, meter: Meter, repo: Any, every_s: float = BACKLOG_EVERY_S):
+    def __init__(self, meter: Meter, repo: CaptureStore, every_s: float = BACKLOG_EVERY_S):
         self._reports = meter.create_counter("agentfeedback.feedback.reports_created", unit="{report}",
                                              description="Reports stored, by author.")
         self._ratings = meter.create_counter("agentfeedback.feedback.ratings_written", unit="{rating}",

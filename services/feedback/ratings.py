@@ -12,15 +12,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from google.protobuf.message import Message
-
 from services.common.auth import Principal
-from services.common.errors import Aborted, InvalidArgument, NotFound, Unavailable
+from services.common.errors import InvalidArgument, NotFound, Unavailable
 from services.common.ids import check_same_request, new_id
 from services.feedback import domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
-from services.feedback.model import Rating, RatingKey, RatingScope, RatingWrite
-from services.feedback.repository import Repository
+from services.feedback.model.enums import RatingScope
+from services.feedback.model.rating import Rating, RatingKey, RatingPut
+from services.feedback.repository.ratings import RatingStore
 
 
 class TtlCache:
@@ -66,11 +65,9 @@ def artifact_number(key: RatingKey) -> int:
 
 
 class Ratings:
-    """The rating use cases. `current_pb`: the proto of a rating, for ABORTED's details."""
+    """The rating use cases over the ratings store and the chat service."""
 
-    def __init__(self, repo: Repository, chat: ChatClient, check_cache_s: float,
-                 current_pb: Callable[[Rating], Message]):
-        self._current_pb = current_pb
+    def __init__(self, repo: RatingStore, chat: ChatClient, check_cache_s: float):
         # Optional `(scope)` hook called once per rating written (the service's metrics).
         self.on_written: Callable[[Any], None] | None = None
         self._repo = repo
@@ -119,16 +116,15 @@ class Ratings:
         self._checked.put(cache_key, name)
         return name
 
-    async def put(self, p: Principal, key: RatingKey, w: RatingWrite, version: int | None, etag: str,
-                  request_id: uuid.UUID | None, fingerprint: bytes | None) -> Rating:
-        """Idempotent upsert (`version` None) or strict compare-and-swap (AIP-154 etag). A retry with the
-        same request id writes nothing and answers with the rating as it is now (NOT_FOUND if deleted
-        since); ABORTED (the current rating in the details) on a stale etag; NOT_FOUND when there is no
-        such rating to CAS or the rated turn is not the caller's."""
-        message = await self._rated_message(p, key)
-        w = replace(w, message=message)
-        got = await self._repo.put_rating(key, p.sub, w, new_id=new_id(), version=version, request_id=request_id,
-                                          fingerprint=fingerprint)
+    async def put(self, p: Principal, put: RatingPut) -> Rating:
+        """Idempotent upsert (`put.version` None) or strict compare-and-swap (AIP-154 etag). A retry with
+        the same request id writes nothing and answers with the rating as it is now (NOT_FOUND if deleted
+        since); ABORTED (`domain.Stale`, carrying the current rating) on a stale etag; NOT_FOUND when there
+        is no such rating to CAS or the rated turn is not the caller's."""
+        key, version, fingerprint = put.key, put.version, put.fingerprint
+        w = replace(put.write, message=await self._rated_message(p, key))
+        got = await self._repo.put_rating(key, p.sub, w, new_id=new_id(), version=version,
+                                          request_id=put.request_id, fingerprint=fingerprint)
         if got.written is not None:
             if self.on_written is not None:
                 self.on_written(key.scope)
@@ -145,7 +141,7 @@ class Ratings:
             return cur
         if cur is None:
             raise NotFound(what)
-        raise Aborted(f"etag {etag} is stale; the current one is {domain.etag(cur.version)}", current=self._current_pb(cur))
+        raise domain.Stale(put.etag, cur)
 
     async def delete(self, p: Principal, rid: str) -> None:
         """Deleting an absent (or another owner's) rating succeeds and changes nothing."""

@@ -2,7 +2,7 @@
 
 Counting and inserting in two statements let concurrent creates of one owner overshoot the cap (six
 arriving at once all counted the same stored reports and all inserted). Near the cap, the count and
-the insert therefore run together under the owner's lock (`Repository.insert_report(…, cap=n)`: a
+the insert therefore run together under the owner's lock (`ReportStore.insert_report(…, cap=n)`: a
 transaction advisory lock keyed on the owner, held by one replica at a time), and the request id is
 looked up again under it, so a concurrent duplicate of a request is answered with the report its twin
 stored, never refused. Within one replica, the capped creates of an owner also queue here, before

@@ -1,7 +1,7 @@
 """Reports, the use case (like `services/chat/turn.py`): create, get, list, update, delete, file.
 
-Inputs arrive validated into the model by the servicer (`ReportDraft`, `ReportFilter`); outputs are
-`model.Report`s. Ownership: every read and write is filtered by the caller's `sub`; another owner's
+Inputs arrive validated into the model by the codec (`ReportDraft`, `Change`, `ReportFilter`);
+outputs are `model.report.Report`s; no proto is built here. Ownership: every read and write is filtered by the caller's `sub`; another owner's
 report is NOT_FOUND and nothing is written. The life of a report: docs/architecture.md.
 """
 from __future__ import annotations
@@ -11,10 +11,8 @@ import datetime as dt
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from google.protobuf.message import Message
-from google.rpc import error_details_pb2
 from opentelemetry import trace
 
 from services.common import ledger
@@ -32,25 +30,22 @@ from services.common.ids import check_same_request, new_id, parse_trace_id
 from services.feedback import audit, domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.events import emit_created
-from services.feedback.model import (
+from services.feedback.model.enums import AuditAction, Author, Status
+from services.feedback.model.report import (
     Anchor,
-    AuditAction,
-    Author,
-    Category,
+    Change,
     CreatedEvent,
     DeletedCreate,
     NewReport,
     OverCap,
     Report,
+    ReportDraft,
     ReportFilter,
-    Sentiment,
     Snapshot,
-    Status,
     Stored,
-    Surface,
 )
 from services.feedback.report_cap import ReportCap
-from services.feedback.repository import Repository
+from services.feedback.repository.reports import ReportStore
 from services.feedback.ticket import TicketFields, check_server_ids, render_ticket
 from services.feedback.tracker import TrackerSink
 
@@ -62,51 +57,19 @@ FILING_WAIT_S = 30.0
 REQUEST_RETENTION_S = ledger.RETENTION_S
 
 
-@dataclass(frozen=True)
-class ReportDraft:
-    """A CreateFeedback request, validated. `client_snapshot`: the client's copy of the turn (used only
-    when the chat service cannot be reached), checked and clipped; its trace id parsed."""
-
-    request_id: uuid.UUID
-    fingerprint: bytes
-    anchor: Anchor
-    surface: Surface
-    author: Author
-    body: str
-    sentiment: Sentiment
-    category: Category
-    client_version: str = ""
-    client_snapshot: Snapshot | None = None
-    actor: str | None = None  # the `x-agentfeedback-actor` metadata value (AUTHOR_AGENT needs it)
-    context_trace_id: str = ""  # AUTHOR_AGENT: the turn in which the complaint was spoken
-
-
-@dataclass(frozen=True)
-class Change:
-    """An UpdateFeedback request, validated: the fields the mask names (None: not in the mask)."""
-
-    etag: str
-    status: Status | None
-    issue_url: str | None
-    request_id: uuid.UUID | None
-    fingerprint: bytes | None
-
-
 def _deleted(feedback_id: str, request_id: uuid.UUID) -> NotFound:
     name = f"feedback/{feedback_id}"
     return NotFound(name, reason="FEEDBACK_DELETED",
                     explanation="the report this request_id created was deleted; a retry writes nothing "
                                 "(use a new request_id to report again)",
-                    details=[error_details_pb2.ResourceInfo(
-                        resource_type="type.googleapis.com/agentfeedback.feedback.v1.Feedback",
-                        resource_name=name, description="deleted by DeleteFeedback")],
-                    request_id=str(request_id))
+                    resource_type="type.googleapis.com/agentfeedback.feedback.v1.Feedback",
+                    description="deleted by DeleteFeedback", request_id=str(request_id))
 
 
 class Reports:
     """The report use cases over one repository, the chat service and the ticket sink."""
 
-    def __init__(self, repo: Repository, chat: ChatClient, sink: TrackerSink, tracer: trace.Tracer,
+    def __init__(self, repo: ReportStore, chat: ChatClient, sink: TrackerSink, tracer: trace.Tracer,
                  ticket_fields: TicketFields, filing_capture_wait_s: float, wake_worker: Callable[[], None] | None,
                  authenticator: Authenticator | None = None):
         self._repo = repo
@@ -122,7 +85,7 @@ class Reports:
         self._wake = wake_worker
         self._auth = authenticator  # None: AUTHOR_AGENT is never accepted
 
-    def check_agent_actor(self, actor: str | None) -> None:
+    def _check_agent_actor(self, actor: str | None) -> None:
         """AUTHOR_AGENT needs the agent's own credential next to the user's token: metadata
         `x-agentfeedback-actor: Bearer <JWT>` verified like any token, with scope `feedback:agent`.
         PERMISSION_DENIED (reason MISSING_ACTOR_CREDENTIAL, metadata `actor` naming the key) otherwise."""
@@ -152,7 +115,7 @@ class Reports:
         is emitted here when the trace id is the chat service's (else by the capture worker once it
         verified the client's), once per report either way: the mark is in the row."""
         if d.author == Author.AGENT:
-            self.check_agent_actor(d.actor)
+            self._check_agent_actor(d.actor)
         # The retry lookup and the chat fetch run together (a retry pays one wasted chat read; a first
         # call saves a round trip).
         lookup = asyncio.ensure_future(self._repo.get_by_request_id(p.sub, d.request_id))
@@ -262,13 +225,12 @@ class Reports:
         `after`; at most `size` + 1 (one more tells the caller there is a next page)."""
         return await self._repo.list_reports(p.sub, f, after, size + 1)
 
-    async def update(self, p: Principal, fid: str, c: Change, current_pb: Callable[[Report], Message],
-                     action: AuditAction = AuditAction.UPDATE_FEEDBACK) -> Report:
+    async def update(self, p: Principal, fid: str, c: Change) -> Report:
         """Status / issue_url change under an etag precondition (AIP-154). A retry with the same
         request id answers with the report as it is and writes nothing; the same request id on another
-        report → INVALID_ARGUMENT (REQUEST_ID_REUSED). ABORTED (the current report in the details,
-        built by `current_pb`) on a stale etag; FAILED_PRECONDITION on a forbidden status move. A change
-        is recorded in the audit trail as `action` (UPDATE, or RESOLVE from the MCP server)."""
+        report → INVALID_ARGUMENT (REQUEST_ID_REUSED). ABORTED (`domain.Stale`, carrying the current
+        report) on a stale etag; FAILED_PRECONDITION on a forbidden status move. A change is recorded in
+        the audit trail as `c.action` (UPDATE, or RESOLVE from the MCP server)."""
 
         def decide(cur: Report, earlier) -> tuple[Status, str] | None:
             if earlier is not None:  # a retry: answer with the report as it is, write nothing
@@ -278,8 +240,7 @@ class Reports:
                 check_same_request(earlier.fingerprint, c.fingerprint)
                 return None
             if not domain.etag_matches(c.etag, cur.version):
-                raise Aborted(f"etag {c.etag} is stale; the current one is {domain.etag(cur.version)}",
-                              current=current_pb(cur))
+                raise domain.Stale(c.etag, cur)
             status = c.status if c.status is not None else cur.status
             url = c.issue_url if c.issue_url is not None else cur.issue_url
             if url != cur.issue_url:
@@ -292,7 +253,7 @@ class Reports:
             return status, url
 
         r = await self._repo.update_report(fid, p.sub, decide, c.request_id, c.fingerprint, REQUEST_RETENTION_S,
-                                           lambda before, after: audit.entry(p, action, fid, p.sub, before, after))
+                                           lambda before, after: audit.entry(p, c.action, fid, p.sub, before, after))
         if r is None:
             raise NotFound(f"feedback/{fid}")
         return r

@@ -20,10 +20,10 @@ from typing import Any
 from services.common import ledger
 from services.common.errors import InvalidArgument
 from services.common.ids import parse_name, request_id_of
-from services.feedback.repository import Repository
+from services.feedback.repository.reports import ReportStore
 
 
-def answered_checks(repo: Repository) -> dict[str, Callable[[str, Any], Awaitable[bool]]]:
+def answered_checks(repo: ReportStore) -> dict[str, Callable[[str, Any], Awaitable[bool]]]:
     """Method short name → `(owner, request) → bool` (True: a retry whose answer is stored)."""
 
     async def created(owner: str, request: Any) -> bool:

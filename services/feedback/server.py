@@ -20,13 +20,17 @@ from services.common.quota import write_quota_interceptor
 from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
 from services.common.telemetry import setup_tracing
-from services.feedback import codec, repository, retries
+from services.feedback import repository, retries
 from services.feedback.capture import CaptureWorker
 from services.feedback.chat_client import ChatClient
 from services.feedback.ratings import Ratings
 from services.feedback.report_cap import ReportCap
 from services.feedback.reports import Reports
-from services.feedback.repository import Repository
+from services.feedback.repository.audit import AuditStore
+from services.feedback.repository.capture import CaptureStore
+from services.feedback.repository.ratings import RatingStore
+from services.feedback.repository.reports import ReportStore
+from services.feedback.repository.statistics import StatisticsStore
 from services.feedback.servicer import METHOD_SCOPES, SERVICE, FeedbackServicer
 from services.feedback.metrics import FeedbackMetrics
 from services.feedback.settings import FeedbackSettings
@@ -86,22 +90,22 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     if chat_channel is None:
         chat_channel = client_channel(settings.chat_target)
     traces_channel = client_channel(settings.traces_target)
-    repo = Repository(pool)
+    report_store, capture_store = ReportStore(pool), CaptureStore(pool)
     chat = ChatClient(chat_channel, settings.chat_timeout_s)
     tokens = _ServiceToken(settings)
-    worker = CaptureWorker(repo, TracesClient(traces_channel, tokens), chat, settings, tokens.owner_token, clock,
+    worker = CaptureWorker(capture_store, TracesClient(traces_channel, tokens), chat, settings, tokens.owner_token, clock,
                            tracer=tracer)
     sink = make_sink(settings)
     authenticator = Authenticator(settings)
     now = clock or (lambda: dt.datetime.now(dt.UTC))
-    reports = Reports(repo, chat, sink, tracer,
+    reports = Reports(report_store, chat, sink, tracer,
                       TicketFields(body=settings.tracker_include_body, message_text=settings.tracker_include_message_text),
                       settings.filing_capture_wait_s, worker.wake if run_worker else None, authenticator)
-    ratings = Ratings(repo, chat, settings.rating_check_cache_s, codec.rating_pb)
+    ratings = Ratings(RatingStore(pool), chat, settings.rating_check_cache_s)
     wakeups = FeedWakeups(url, pool)
     await wakeups.start()
     worker.on_written = wakeups.poke
-    audit = Audit(repo)
+    audit = Audit(AuditStore(pool))
     feed = Feed(FeedStore(pool), wakeups, audit, retention_days=settings.feed_retention_days,
                 heartbeat_s=settings.feed_heartbeat_s, page_size=settings.feed_page_size, clock=now)
     server_feed = feed
@@ -111,17 +115,17 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
                                        settings.webhook_backoff_first_s, settings.webhook_backoff_max_s),
                         lambda item: codec_feed.watch_response(item, now(), settings.trace_retention_days).event,
                         settings.feed_retention_days)
-    servicer = FeedbackServicer(reports, ratings, Stats(repo, now), settings.trace_retention_days,
-                                settings.rating_note_max_bytes, now, audit, DefectReports(chat, reports), feed,
-                                webhooks)
+    servicer = FeedbackServicer(reports, ratings, Stats(StatisticsStore(pool), now), audit,
+                                DefectReports(chat, reports), feed, webhooks, settings.trace_retention_days,
+                                settings.rating_note_max_bytes, now)
 
     if settings.max_reports_per_owner > 0:
         reports.cap = ReportCap(settings.max_reports_per_owner, settings.write_quota_per_minute)
     quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
-                                          answered=retries.answered_checks(repo), burst=settings.write_quota_burst)
+                                          answered=retries.answered_checks(report_store), burst=settings.write_quota_burst)
     metrics = await ServiceMetrics("feedback", settings.metrics_listen).start()
     pool_gauges(metrics.meter, pool, "feedback")
-    fm = FeedbackMetrics(metrics.meter, repo)
+    fm = FeedbackMetrics(metrics.meter, capture_store)
     reports.on_created, ratings.on_written = fm.report_created, fm.rating_written
     server_refresh = fm.refresh
     server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer, metrics=RpcMetrics(metrics.meter)),

@@ -7,76 +7,24 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from services.feedback import domain
-from services.feedback.model import AspectCount, DailyCount, Rating, RecentFilter, Report, Statistics
-from services.feedback.repository import Repository
-
-
-@dataclass(frozen=True)
-class Dimension:
-    """One dimension (scope + aspect): its sentiment split and one DailyCount per day of the window."""
-
-    count: AspectCount
-    daily: tuple[DailyCount, ...]
-
-
-@dataclass(frozen=True)
-class Funnel:
-    """Conversations (conversation, user) engaged → with a completion answer → marked complete, and
-    the distribution of each answered conversation's latest choice (most frequent first)."""
-
-    engaged: int = 0
-    latest_state: tuple[tuple[str, int], ...] = ()
-    complete_choice: str = ""
-
-    @property
-    def answered(self) -> int:
-        return sum(n for _, n in self.latest_state)
-
-    @property
-    def complete(self) -> int:
-        return next((n for c, n in self.latest_state if c == self.complete_choice), 0)
-
-
-@dataclass(frozen=True)
-class WindowStats:
-    """GetFeedbackStats of issue 13: the per-aspect totals (`base`), each dimension's series, the
-    completion funnel, the headline's likes / dislikes, the window used and its end."""
-
-    base: Statistics
-    dimensions: tuple[Dimension, ...]
-    funnel: Funnel
-    likes: int
-    dislikes: int
-    window_days: int
-    end_time: dt.datetime
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """The words of the headline and the funnel: from the request, defaulting to the taxonomy's
-    `stats` block (console/src/taxonomy.json). The server knows shapes, not words."""
-
-    reaction_aspect: str = "reaction"
-    completion_aspect: str = "task_completion"
-    complete_choice: str = "complete"
-
-
-@dataclass(frozen=True)
-class RecentItem:
-    """One entry of the feed: a rating or a report, at `time` (a rating's update_time, a report's
-    create_time)."""
-
-    time: dt.datetime
-    id: str
-    rating: Rating | None = None
-    report: Report | None = None
+from services.feedback.model.rating import Rating
+from services.feedback.model.report import Report
+from services.feedback.model.statistics import (
+    Dimension,
+    Funnel,
+    RecentFilter,
+    RecentItem,
+    Statistics,
+    Vocabulary,
+    WindowStats,
+)
+from services.feedback.repository.statistics import StatisticsStore
 
 
 class Stats:
-    def __init__(self, repo: Repository, clock: Callable[[], dt.datetime]):
+    def __init__(self, repo: StatisticsStore, clock: Callable[[], dt.datetime]):
         self._repo = repo
         self._clock = clock
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.common.errors import FailedPrecondition
-from services.feedback.model import Author, Report, Sentiment, SnapshotSource, TraceState
+from services.feedback.model.enums import Author, Sentiment, SnapshotSource, TraceState
+from services.feedback.model.report import Report
 
 CATEGORY_NAMES = {
     0: "unspecified", 1: "broken response", 2: "network", 3: "tool failure", 4: "rendering",

@@ -38,11 +38,11 @@ from services.common.clip import clip
 from services.common.errors import InvalidArgument, NotFound
 from services.common.ids import new_id
 from services.feedback import webhook_secrets
-from services.feedback.enums import EventKind
+from services.feedback.model.enums import EventKind
 from services.feedback.feed import FeedItem
 from services.feedback.feed_wakeups import FeedWakeups
-from services.feedback.model_feed import FeedEvent, FeedFilter
-from services.feedback.model_webhooks import Delivery, DeliveryOutcome, WebhookSubscription
+from services.feedback.model.feed import FeedEvent, FeedFilter
+from services.feedback.model.webhooks import Delivery, DeliveryOutcome, WebhookSubscription
 from services.feedback.repository.feed import FeedStore
 from services.feedback.repository.webhooks import WebhookStore
 from services.feedback.webhook_secrets import SecretBox

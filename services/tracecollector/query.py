@@ -26,7 +26,6 @@ from services.common import pages
 from services.common.errors import InvalidArgument, NotFound
 from services.common.ids import (
     check_text,
-    page_size,
     parse_timestamp,
     parse_trace_id,
 )
@@ -150,7 +149,7 @@ class SearchParams:
         if req.status_code not in traces_pb2.StatusCode.values():
             raise InvalidArgument("status_code",
                                   f"unknown StatusCode {req.status_code} (0 UNSET, 1 OK, 2 ERROR)")
-        size = page_size(req.page_size, default=50, maximum=1000)
+        size = pages.page_size(req.page_size, default=50, maximum=1000)
         after = None
         tok = pages.read(req.page_token, cls.filters(req))
         if tok is not None:

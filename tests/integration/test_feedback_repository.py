@@ -1,4 +1,4 @@
-"""Every SQL constant of services/feedback/repository.py prepares against the migrated schema (real
+"""Every SQL constant of services/feedback/repository/ prepares against the migrated schema (real
 PostgreSQL), so a typo or an ambiguous parameter type fails here, not in the middle of an RPC; and the
 concurrency the repository promises (create vs delete, once-only span event) holds in PostgreSQL."""
 from __future__ import annotations
@@ -11,19 +11,11 @@ import asyncpg
 from services.common.db import migrate
 from services.feedback import domain as d
 from services.feedback import repository
-from services.feedback.model import (
-    Anchor,
-    Author,
-    Category,
-    DeletedCreate,
-    NewReport,
-    Sentiment,
-    Snapshot,
-    SnapshotSource,
-    Stored,
-    Surface,
-    TraceState,
-)
+from services.feedback.repository import audit, capture, ratings, reports, statistics, text_search
+from services.feedback.repository.capture import CaptureStore
+from services.feedback.repository.reports import ReportStore
+from services.feedback.model.enums import Author, Category, Sentiment, SnapshotSource, Surface, TraceState
+from services.feedback.model.report import Anchor, DeletedCreate, NewReport, Snapshot, Stored
 from services.feedback.server import MIGRATIONS
 
 
@@ -31,13 +23,15 @@ async def test_every_statement_prepares(database_url):
     await migrate(database_url, "feedback", MIGRATIONS)
     conn = await asyncpg.connect(database_url, server_settings={"search_path": "feedback,public"})
     try:
-        names = [n for n in dir(repository) if n.isupper() and isinstance(getattr(repository, n), str)
-                 and getattr(repository, n).lstrip().split(None, 1)[0].upper() in ("SELECT", "INSERT", "UPDATE",
-                                                                                  "DELETE", "WITH")]
-        assert len(names) >= 20
-        for n in names:
+        statements = {f"{m.__name__}.{n}": getattr(m, n)
+                      for m in (audit, capture, ratings, reports, statistics, text_search) for n in dir(m)
+                      if n.isupper() and not n.startswith("_") and isinstance(getattr(m, n), str)
+                      and getattr(m, n).lstrip().split(None, 1)[0].upper() in ("SELECT", "INSERT", "UPDATE",
+                                                                               "DELETE", "WITH")}
+        assert len(statements) >= 20
+        for n, sql in statements.items():
             try:
-                await conn.prepare(str(getattr(repository, n)))  # NamedSQL: asyncpg wants an exact str
+                await conn.prepare(str(sql))  # NamedSQL: asyncpg wants an exact str
             except asyncpg.PostgresError as e:
                 raise AssertionError(f"{n}: {e}") from None
     finally:
@@ -92,12 +86,12 @@ async def test_a_create_racing_the_delete_of_its_first_row_writes_nothing(databa
     pool = await repository.create_pool(database_url, 1, 4)
     conn = await asyncpg.connect(database_url, server_settings={"search_path": "feedback,public"})
     try:
-        repo = repository.Repository(pool)
+        repo = ReportStore(pool)
         rid = uuid.uuid4()
         first = (await repo.insert_report(_client_row(rid, source=1), 86400)).report
         tx = conn.transaction()
         await tx.start()
-        assert await conn.fetchval(repository.DELETE_FEEDBACK, first.id, "alice") == first.id
+        assert await conn.fetchval(reports.DELETE_FEEDBACK, first.id, "alice") == first.id
         retry = asyncio.ensure_future(repo.insert_report(_client_row(rid, source=1), 86400))
         await asyncio.sleep(0.3)
         assert not retry.done()  # waiting on the row the open delete holds
@@ -117,18 +111,18 @@ async def test_a_client_rows_created_event_is_claimed_once_however_many_workers_
     await migrate(database_url, "feedback", MIGRATIONS)
     pool = await repository.create_pool(database_url, 1, 4)
     try:
-        repo = repository.Repository(pool)
+        repo, worker = ReportStore(pool), CaptureStore(pool)
         client = await repo.insert_report(_client_row(uuid.uuid4()), 86400)
         chat = await repo.insert_report(_client_row(uuid.uuid4(), source=1), 86400)
         assert not client.event_due and chat.event_due
         verified = Anchor("message", message="instances/a/messages/m", instance="instances/a", trace_id="cd" * 16)
         plan = d.capture_plan(SnapshotSource.CHAT_SERVICE, "cd" * 16)
         snap = Snapshot(source=SnapshotSource.CHAT_SERVICE, target_text="t")
-        done = await asyncio.gather(*(repo.refresh_done(client.report.id, snap, plan.trace_state, plan.capture_due,
+        done = await asyncio.gather(*(worker.refresh_done(client.report.id, snap, plan.trace_state, plan.capture_due,
                                                         plan.authoritative, None, verified) for _ in range(4)))
         emitted = [e for e in done if e is not None]
         assert len(emitted) == 1 and emitted[0].trace_id == "cd" * 16 and emitted[0].sentiment == 2
-        assert await repo.refresh_done(client.report.id, Snapshot(source=SnapshotSource.CHAT_SERVICE),
+        assert await worker.refresh_done(client.report.id, Snapshot(source=SnapshotSource.CHAT_SERVICE),
                                        plan.trace_state, plan.capture_due, plan.authoritative, None,
                                        Anchor("message", trace_id="cd" * 16)) is None
     finally:
@@ -154,7 +148,7 @@ async def test_reports_stored_before_the_ledger_claim_their_request_ids(database
                    VALUES ($1, 'alice', $2, 'message', 1, 'words', '{}', 1, $3, now(), now())""",
                 row.id, rid, row.fingerprint)
         await migrate(database_url, "feedback", MIGRATIONS)
-        repo = repository.Repository(pool)
+        repo = ReportStore(pool)
         again = _client_row(rid, source=1)
         stored = await repo.insert_report(again, 86400)
         assert isinstance(stored, Stored) and stored.report.id == row.id

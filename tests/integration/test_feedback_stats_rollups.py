@@ -10,7 +10,7 @@ import random
 import asyncpg
 
 from services.common.db import create_pool, migrate
-from services.feedback.repository import Repository
+from services.feedback.repository.statistics import StatisticsStore
 from services.feedback.server import MIGRATIONS
 
 NOW = dt.datetime.now(dt.UTC)
@@ -98,7 +98,7 @@ async def test_stats_from_rollups_equal_a_count_of_the_rows(database_url):
     await asyncio.gather(*(_write(database_url, s) for s in range(4)))
     pool = await create_pool(database_url, "feedback", 1, 2)
     try:
-        repo = Repository(pool)
+        repo = StatisticsStore(pool)
         conn = await asyncpg.connect(database_url)
         try:
             on_the_hour = NOW.replace(minute=0, second=0, microsecond=0)

@@ -11,8 +11,11 @@ import random
 import asyncpg
 
 from services.common.db import migrate
-from services.feedback.model import RecentFilter, ReportFilter
-from services.feedback.repository import Repository, create_pool
+from services.feedback.model.report import ReportFilter
+from services.feedback.model.statistics import RecentFilter
+from services.feedback.repository import create_pool
+from services.feedback.repository.reports import ReportStore
+from services.feedback.repository.statistics import StatisticsStore
 from services.feedback.repository import text_search
 from services.feedback.server import MIGRATIONS
 
@@ -95,15 +98,15 @@ def _chunks(ids: list[str], size: int) -> list[list[str]]:
 
 
 
-async def _assert_feed_pages(repo, word: str, size: int, want_ratings: list[str], want_reports: list[str],
+async def _assert_feed_pages(feed: StatisticsStore, word: str, size: int, want_ratings: list[str], want_reports: list[str],
                              label: tuple) -> None:
     """The admin feed's ratings and reports for `word`, paged by `size`, are `want_*` in that order."""
     async def ratings(after, n):
-        got, _ = await repo.recent(RecentFilter(text=word), after, n, ratings=True, reports=False)
+        got, _ = await feed.recent(RecentFilter(text=word), after, n, ratings=True, reports=False)
         return [(r.update_time, r.id) for r in got]
 
     async def reports(after, n):
-        _, got = await repo.recent(RecentFilter(text=word), after, n, ratings=False, reports=True)
+        _, got = await feed.recent(RecentFilter(text=word), after, n, ratings=False, reports=True)
         return [(r.create_time, r.id) for r in got]
     assert await _pages(ratings, size) == _chunks(want_ratings, size), label
     assert await _pages(reports, size) == _chunks(want_reports, size), label
@@ -114,7 +117,7 @@ async def test_text_search_pages_equal_one_query_over_every_match(database_url, 
     await _seed(database_url)
     pool = await create_pool(database_url, 1, 2)
     try:
-        repo = Repository(pool)
+        reports, feed = ReportStore(pool), StatisticsStore(pool)
         truth = await asyncpg.connect(database_url)
         try:
             ranges = [(None, None), (NOW - dt.timedelta(days=20), None), (None, NOW - dt.timedelta(hours=3)),
@@ -126,14 +129,14 @@ async def test_text_search_pages_equal_one_query_over_every_match(database_url, 
                         assert len(want) > (4 if word == "gem" or start else 10)
                         for size in (1, 7, 50):
                             async def fetch(after, n, owner=owner, start=start, end=end, word=word):
-                                got = await repo.list_reports(owner, ReportFilter(text=word, start_time=start,
+                                got = await reports.list_reports(owner, ReportFilter(text=word, start_time=start,
                                                                                   end_time=end), after, n)
                                 return [(r.create_time, r.id) for r in got]
                             assert await _pages(fetch, size) == _chunks(want, size), (word, owner, start, end, size)
                 want_ratings = [r["id"] for r in await truth.fetch(RECENT_RATING_TRUTH, word)]
                 want_reports = [r["id"] for r in await truth.fetch(RECENT_REPORT_TRUTH, word)]
                 for size in (1, 9, 50):
-                    await _assert_feed_pages(repo, word, size, want_ratings, want_reports, (word, size))
+                    await _assert_feed_pages(feed, word, size, want_ratings, want_reports, (word, size))
         finally:
             await truth.close()
     finally:
@@ -162,7 +165,7 @@ async def test_day_windows_pages_equal_one_query_over_every_match(database_url, 
     await truth.execute("ANALYZE feedback.feedback, feedback.ratings")  # step 2 sizes days from row counts
     pool = await create_pool(database_url, 1, 2)
     try:
-        repo = Repository(pool)
+        feed = StatisticsStore(pool)
         for window_rows in (0.001, 0.01, 0.05, 0.2, 5):
             monkeypatch.setattr(text_search, "WINDOW_ROWS", window_rows)
             for word in ("needle", "gem", "absent", "e"):
@@ -170,7 +173,7 @@ async def test_day_windows_pages_equal_one_query_over_every_match(database_url, 
                 want_reports = [r["id"] for r in await truth.fetch(RECENT_REPORT_TRUTH, word)]
                 assert word == "absent" or (want_ratings and want_reports)
                 for size in (1, 7, 50) if word in ("gem", "absent") else (7, 50):
-                    await _assert_feed_pages(repo, word, size, want_ratings, want_reports, (window_rows, word, size))
+                    await _assert_feed_pages(feed, word, size, want_ratings, want_reports, (window_rows, word, size))
     finally:
         await truth.close()
         await pool.close()

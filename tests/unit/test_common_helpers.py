@@ -152,3 +152,32 @@ def test_otlp_http_statuses_come_from_one_table_like_the_collectors_otlpreceiver
     assert http_status(code_pb2.RESOURCE_EXHAUSTED) == 429 and http_status(code_pb2.INVALID_ARGUMENT) == 400
     assert http_status(code_pb2.UNAUTHENTICATED) == 401 and http_status(code_pb2.PERMISSION_DENIED) == 403
     assert http_status(code_pb2.INTERNAL) == 500 and http_status(code_pb2.NOT_FOUND) == 500
+
+
+async def test_the_paging_block_walks_every_row_once_and_stops_a_page_at_the_size_bound(monkeypatch):
+    """pages.page: rows fetched after the token's position, a page cut where its protos pass the
+    response bound (the next token after the last row kept), the last page without a token."""
+    from google.protobuf import wrappers_pb2  # noqa: PLC0415
+
+    rows = [(dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=i), f"r{i}") for i in range(7)]
+    big = {"r2"}  # one row whose proto alone fills a response: its page ends with it
+
+    async def fetch(after, n):
+        return [r for r in rows if after is None or r > after][: n + 1]
+
+    def to_pb(r):
+        return wrappers_pb2.StringValue(value="x" * (600 if r[1] in big else 10))
+
+    monkeypatch.setattr(pages, "RESPONSE_MAX_BYTES", 500)
+    seen, token, sizes = [], "", []
+    for _ in range(10):
+        got = await pages.page(token, 3, {"f": 1}, pages.time_id, fetch, to_pb, lambda r: pages.time_id_key(*r))
+        seen += [r[1] for r in got.rows]
+        sizes.append(len(got.items))
+        token = got.next_page_token
+        if not token:
+            break
+    assert seen == [f"r{i}" for i in range(7)] and sizes == [2, 1, 3, 1]
+    with pytest.raises(InvalidArgument):
+        await pages.page(pages.issue(pages.time_id_key(*rows[0]), {"f": 2}), 3, {"f": 1}, pages.time_id, fetch,
+                         to_pb, lambda r: pages.time_id_key(*r))

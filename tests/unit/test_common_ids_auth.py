@@ -12,15 +12,13 @@ from services.common.errors import InvalidArgument, PermissionDenied, Unauthenti
 from services.common.ids import (
     check_same_request,
     check_text,
-    clip,
-    decode_page_token,
-    encode_page_token,
-    page_size,
     parse_name,
     parse_request_id,
     parse_trace_id,
     request_fingerprint,
 )
+from services.common.clip import truncate
+from services.common.pages import decode_page_token, encode_page_token, page_size
 from services.common.settings import CommonSettings
 from google.rpc import error_details_pb2
 
@@ -50,7 +48,7 @@ def test_text_policy_counts_code_points_and_rejects_nul():
     with pytest.raises(InvalidArgument) as e:
         check_text("ok\x00bad", "content")
     assert e.value.reason == "NUL_CHARACTER"
-    assert clip("abcdef", 3) == ("abc", True) and clip("ab", 3) == ("ab", False)
+    assert truncate("abcdef", 3) == ("abc", True) and truncate("ab", 3) == ("ab", False)
 
 
 def test_page_tokens_roundtrip_and_reject_garbage():

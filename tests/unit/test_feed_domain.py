@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.common.ids import encode_page_token
+from services.common.pages import encode_page_token
 from services.feedback import feed_domain
-from services.feedback.model_feed import Position
+from services.feedback.model.feed import Position
 
 
 def test_a_token_names_its_position_and_positions_order_like_the_feed():

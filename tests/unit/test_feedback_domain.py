@@ -12,7 +12,8 @@ from google.protobuf import json_format
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.feedback import codec, evidence, ticket
 from services.feedback import domain as d
-from services.feedback.model import Context, DailyCount, Snapshot, ToolCall
+from services.feedback.model.report import Context, Snapshot, ToolCall
+from services.feedback.model.statistics import DailyCount
 from tests.helpers.domain import msg, span
 
 T0 = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)

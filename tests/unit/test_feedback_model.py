@@ -6,7 +6,8 @@ import pytest
 
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.feedback import domain
-from services.feedback.model import PROTO_ENUMS, TraceState
+from services.feedback.model.enums import PROTO_ENUMS
+from services.feedback.model.enums import TraceState
 
 
 def _upper_snake(name: str) -> str:
@@ -39,7 +40,7 @@ def test_an_unknown_category_filter_is_bound_to_page_tokens_on_every_python():
     import pickle  # noqa: PLC0415
 
     from services.feedback import codec  # noqa: PLC0415
-    from services.feedback.enums import Category  # noqa: PLC0415
+    from services.feedback.model.enums import Category
 
     assert copy.deepcopy(Category(23)) == 23 and pickle.loads(pickle.dumps(Category(23))) == 23
-    assert codec.filters(codec.recent_filter(pb.ListRecentFeedbackRequest(category=23)))["category"] == 23
+    assert codec.filters(codec.list_recent(pb.ListRecentFeedbackRequest(category=23))[0])["category"] == 23

@@ -14,7 +14,7 @@ from services.common.ids import parse_timestamp
 from services.feedback import domain as d
 from services.feedback import evidence
 from services.feedback.codec import snapshot_into, trace_into
-from services.feedback.model import TraceSnapshot
+from services.feedback.model.report import TraceSnapshot
 from services.feedback.repository.rows import frozen_from_json, frozen_json, snapshot_from_json, snapshot_json
 from tests.helpers.domain import msg, span
 

@@ -3,7 +3,7 @@ there once `capture_settle_s` passed, marked incomplete naming what is missing, 
 from __future__ import annotations
 
 from services.feedback.evidence import SpanView, decide_capture
-from services.feedback.model import TraceState
+from services.feedback.model.enums import TraceState
 
 AGENT = SpanView("a1", "r1", "agent.think", "agent", "OK", 10, 20)
 TOOL = SpanView("t1", "a1", "tool.call", "agent", "OK", 11, 12, {"gen_ai.tool.name": "lookup"})

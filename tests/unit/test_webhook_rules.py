@@ -8,8 +8,8 @@ from cryptography.fernet import Fernet
 from standardwebhooks.webhooks import Webhook
 
 from services.common.errors import InvalidArgument
-from services.feedback.enums import EventKind, EventType, RatingScope
-from services.feedback.model_feed import FeedEvent, Position
+from services.feedback.model.enums import EventKind, EventType, RatingScope
+from services.feedback.model.feed import FeedEvent, Position
 from services.feedback.webhook_secrets import SecretBox, derived_key, new_secret
 from services.feedback.webhooks import DeliveryPolicy, check_url, event_type
 

@@ -1,10 +1,11 @@
-"""All SQL of the feedback service (schema `feedback`) and the one `Repository` that runs it over an
-asyncpg pool, returning the model's dataclasses (`services/feedback/model.py`), never records.
+"""All SQL of the feedback service (schema `feedback`): one store per use case, each over the pool,
+returning the model's dataclasses (`services/feedback/model/`), never records.
 
-One package, one module per table family: `reports` (reports and their request ledgers), `capture`
-(the capture worker's queues), `ratings` (ratings, statistics, the operator feed), `statistics` (the
-funnel and per-dimension series), `audit` (the audit trail, the per-turn view); `rows` maps rows
-and `jsonb` columns to the model. No rule is decided here: the use cases decide, this stores.
+`reports.ReportStore` (reports and their request ledgers), `ratings.RatingStore` (ratings),
+`statistics.StatisticsStore` (the statistics, the operator feed, the per-turn view), `audit.AuditStore`
+(the audit trail), `capture.CaptureStore` (the capture worker's queues, the ledgers' prune); `rows` maps
+rows and `jsonb` columns to the model, `text_search` runs the bounded text searches. No rule is
+decided here: the use cases decide, the stores store.
 """
 from __future__ import annotations
 
@@ -12,18 +13,8 @@ import json
 
 import asyncpg
 
-from services.common.db import create_pool as common_create_pool
 from services.common.db import COMMAND_TIMEOUT_S, skip_reset
-from services.feedback.repository.capture import *  # noqa: F403 - the SQL constants, one namespace
-from services.feedback.repository.capture import CaptureStore
-from services.feedback.repository.ratings import *  # noqa: F403
-from services.feedback.repository.ratings import RatingStore
-from services.feedback.repository.reports import *  # noqa: F403
-from services.feedback.repository.reports import ReportStore, like_pattern
-from services.feedback.repository.statistics import StatisticsStore
-from services.feedback.repository.audit import AuditStore
-
-__all__ = ["Repository", "create_pool", "like_pattern"]
+from services.common.db import create_pool as common_create_pool
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
@@ -37,10 +28,3 @@ async def create_pool(url: str, min_size: int, max_size: int,
     transaction), so connections go back to the pool without asyncpg's RESET round trip."""
     return await common_create_pool(url, "feedback", min_size=min_size, max_size=max_size, init=_init_connection,
                                     reset=skip_reset, command_timeout_s=command_timeout_s)
-
-
-class Repository(ReportStore, CaptureStore, RatingStore, StatisticsStore, AuditStore):
-    """The feedback schema's reads and writes over one pool."""
-
-    def __init__(self, pool: asyncpg.Pool):
-        self.pool = pool

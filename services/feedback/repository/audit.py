@@ -9,12 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import asyncpg
 
 from services.common.db import NamedSQL
 from services.common.ids import new_id
-from services.feedback.model import AuditAction, AuditEntry, AuditRecord
+from services.feedback.model.audit import AuditEntry, AuditRecord
+from services.feedback.model.enums import AuditAction
 
 INSERT_AUDIT = """
 INSERT INTO audit_records (id, actor, time, action, feedback_id, owner, changes, method)
@@ -48,8 +50,9 @@ def _record(r: asyncpg.Record) -> AuditRecord:
                                                       r["owner"], changes, r["method"]))
 
 
+@dataclass
 class AuditStore:
-    """The audit trail over `self.pool` (mixed into `Repository`)."""
+    """The audit trail over `pool` (the Audit use case's store)."""
 
     pool: asyncpg.Pool
 

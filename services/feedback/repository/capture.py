@@ -8,24 +8,17 @@ concurrent writer); the states to write arrive decided (`evidence.decide_capture
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
 import asyncpg
 
+from services.common import ledger
 from services.common.db import NamedSQL
-from services.feedback.model import (
-    Anchor,
-    Author,
-    CaptureJob,
-    Category,
-    CreatedEvent,
-    FrozenTrace,
-    Sentiment,
-    Snapshot,
-    SnapshotSource,
-    TraceState,
-    VerifyJob,
-)
+from services.feedback.model.capture import CaptureJob, VerifyJob
+from services.feedback.model.enums import Author, Category, Sentiment, SnapshotSource, TraceState
+from services.feedback.model.report import Anchor, CreatedEvent, FrozenTrace, Snapshot
 from services.feedback.repository import rows
+from services.feedback.repository.reports import PRUNE_DELETED_CREATES
 
 # Claim due PENDING rows (and CAPTURED copies frozen incomplete, looked at again: next_capture_at set) whose anchor the chat service gave: lease them by pushing next_capture_at forward.
 CLAIM_CAPTURE = NamedSQL("""
@@ -127,8 +120,9 @@ def _count(status: str) -> int:
     return int(status.rsplit(" ", 1)[-1])
 
 
+@dataclass
 class CaptureStore:
-    """The worker's reads and writes over `self.pool` (mixed into `Repository`)."""
+    """The capture worker's reads and writes over `pool`, and the hourly prune of the request ledgers."""
 
     pool: asyncpg.Pool
 
@@ -192,3 +186,10 @@ class CaptureStore:
         """Stop verifying: no spans ever (trace UNAVAILABLE); `not_found` marks the snapshot unverified."""
         values = {**_GUARDS, "id": fid, "mark": {"unverified": True} if not_found else {}}
         await self.pool.execute(*REFRESH_GIVE_UP.bind(values))
+
+    async def prune_requests(self, retention_s: float) -> int:
+        """The hourly pass of the one prune policy: request-ledger records and create-ledger deletion
+        stamps older than `retention_s`; returns how many records went."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(PRUNE_DELETED_CREATES, retention_s)
+            return await ledger.prune(conn, retention_s)

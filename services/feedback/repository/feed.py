@@ -15,9 +15,10 @@ from collections.abc import Sequence
 import asyncpg
 
 from services.common.db import NamedSQL
-from services.feedback.enums import EventKind, EventType, RatingScope
-from services.feedback.model import Rating, Report
-from services.feedback.model_feed import FeedEvent, FeedFilter, FeedPage, Position
+from services.feedback.model.enums import EventKind, EventType, RatingScope
+from services.feedback.model.rating import Rating
+from services.feedback.model.report import Report
+from services.feedback.model.feed import FeedEvent, FeedFilter, FeedPage, Position
 from services.feedback.repository import rows
 from services.feedback.repository.ratings import RATING_COLUMNS
 from services.feedback.repository.reports import FEEDBACK_COLUMNS

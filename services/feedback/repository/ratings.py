@@ -1,5 +1,5 @@
-"""Ratings, statistics and the operator feed: SQL of table `ratings` (and the feed's reads of
-`feedback`), and the store that runs it.
+"""Ratings: SQL of table `ratings` (and the per-aspect / per-day counts the statistics sum), and the
+store that runs it.
 
 Rating compare-and-swap is a conditional `UPDATE … WHERE version = :version` (holds across processes);
 a PutRating request id is recorded in the same statement as the write (the request ledger). Enum
@@ -7,30 +7,23 @@ values are bound by name (`RatingOrigin.USER`, `RatingSentiment.NEGATIVE`), neve
 """
 from __future__ import annotations
 
-import datetime as dt
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
 from services.common import ledger
-from services.common.db import NamedSQL, fetch_custom_plan
+from services.common.db import NamedSQL
 from services.common.ledger import Ledger
-from services.feedback.model import (
-    PutOutcome,
-    Rating,
-    RatingKey,
+from services.feedback.model.enums import (
     RatingOrigin,
     RatingScope,
     RatingSentiment,
-    RatingWrite,
-    RecentFilter,
-    Report,
     Sentiment,
-    SnapshotSource,
 )
-from services.feedback.repository import rows, text_search
-from services.feedback.repository.reports import FEEDBACK_COLUMNS, like_pattern
+from services.feedback.model.rating import PutOutcome, Rating, RatingKey, RatingWrite
+from services.feedback.repository import rows
 
 RATING_COLUMNS = """id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
     message, version, create_time, update_time, reasons, choice"""
@@ -161,45 +154,6 @@ REPORT_DAYS = f"""{_REPORT_COUNTS}
 SELECT category, (t AT TIME ZONE 'UTC')::date AS day, sum(n)::bigint AS count FROM c GROUP BY 1, 2 HAVING sum(n) > 0
 ORDER BY 1, 2"""
 
-_RECENT_RATINGS_WHERE = """origin = :user_origin
-  AND (:scope::smallint = 0 OR scope = :scope) AND (:aspect = '' OR aspect = :aspect)
-  AND (:sentiment::smallint = 0 OR sentiment = :sentiment)
-  AND (:category::smallint = 0 OR category = :category)
-  AND (NOT :negative_only OR sentiment = :negative)
-  AND (:reason = '' OR reasons @> ARRAY[:reason::text]) AND (:choice = '' OR choice = :choice)
-  AND (:after_time::timestamptz IS NULL OR (update_time, id) < (:after_time, :after_id))"""
-RECENT_RATINGS = NamedSQL(f"""
-SELECT {RATING_COLUMNS} FROM ratings WHERE {_RECENT_RATINGS_WHERE}
-ORDER BY update_time DESC, id DESC LIMIT :limit""")
-
-_RECENT_FEEDBACK_WHERE = """(:category::smallint = 0 OR category = :category)
-  AND (NOT :negative_only OR sentiment = :bad)
-  AND (:after_time::timestamptz IS NULL OR (create_time, id) < (:after_time, :after_id))"""
-RECENT_FEEDBACK = NamedSQL(f"""
-SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {_RECENT_FEEDBACK_WHERE}
-ORDER BY create_time DESC, id DESC LIMIT :limit""")
-
-# With `text` (the note / the body contains it): repository/text_search.py.
-# Both with the last days first (migration 0017's day-keyed trigram indexes).
-RECENT_RATINGS_TEXT = text_search.statements(
-    RATING_COLUMNS, "ratings", _RECENT_RATINGS_WHERE, "note ILIKE :text ESCAPE '\\'", "update_time",
-    text_search.Days("day_trigrams(update_time, note)", "note <> ''", "ratings_note_time",
-                     "SELECT min(update_time) FROM ratings WHERE origin = :user_origin AND note <> ''"))
-RECENT_FEEDBACK_TEXT = text_search.statements(
-    FEEDBACK_COLUMNS, "feedback", _RECENT_FEEDBACK_WHERE, "body ILIKE :text ESCAPE '\\'", "create_time",
-    text_search.Days("day_trigrams(create_time, body)", "", "feedback",
-                     "SELECT min(create_time) FROM feedback"))
-
-# The per-turn view (GetTurnFeedback): one owner's ratings (any origin) and reports of one turn.
-TURN_RATINGS = f"""
-SELECT {RATING_COLUMNS} FROM ratings WHERE owner = $1 AND conversation = $2 AND turn_index = $3
-ORDER BY scope, aspect, artifact_id"""
-TURN_REPORTS = f"""
-SELECT {FEEDBACK_COLUMNS} FROM feedback
-WHERE owner = $1 AND instance = $2 AND COALESCE((snapshot->>'turn_index')::int, 0) = $3
-  AND snapshot_source <> $4
-ORDER BY create_time, id"""
-
 # The request ledger's methods this module records (services/common/ledger.py).
 PUTS, COPIES = Ledger("PutRating"), Ledger("CopyRatings")
 
@@ -217,8 +171,9 @@ def _key_values(key: RatingKey, owner: str) -> dict[str, Any]:
             "aspect": key.aspect, "artifact_id": key.artifact_id}
 
 
+@dataclass
 class RatingStore:
-    """Reads and writes of ratings, statistics and the operator feed over `self.pool`."""
+    """Reads and writes of ratings over `pool` (the Ratings use case's store)."""
 
     pool: asyncpg.Pool
 
@@ -258,29 +213,3 @@ class RatingStore:
         values = {**_NAMED, "owner": owner, "target": target, "source": source, "through": through, "turns": turns,
                   "messages": [target_replies[t] for t in turns], **COPIES.params(owner, request_id)}
         return int((await self.pool.execute(*COPY_RATINGS.bind(values))).rsplit(" ", 1)[-1])
-
-    async def recent(self, f: RecentFilter, after: tuple[dt.datetime, str] | None, limit: int, ratings: bool,
-                     reports: bool) -> tuple[list[Rating], list[Report]]:
-        values = {**_NAMED, "scope": f.scope, "aspect": f.aspect, "sentiment": f.sentiment, "category": f.category,
-                  "text": like_pattern(f.text), "needle": f.text, "negative_only": f.negative_only,
-                  "reason": f.reason, "choice": f.choice,
-                  "after_time": after[0] if after else None, "after_id": after[1] if after else "", "limit": limit}
-        r = [rows.rating(x) for x in await self._recent(RECENT_RATINGS, RECENT_RATINGS_TEXT, values)] \
-            if ratings else []
-        fb = [rows.report(x) for x in await self._recent(RECENT_FEEDBACK, RECENT_FEEDBACK_TEXT, values)] \
-            if reports else []
-        return r, fb
-
-    async def _recent(self, plain: NamedSQL, text: text_search.Search, values: dict[str, Any]
-                      ) -> list[asyncpg.Record]:
-        """One table's part of the feed; with a text, in bounded steps (`text_search.fetch_matches`)."""
-        if not values["text"]:
-            return await fetch_custom_plan(self.pool, *plain.bind(values))
-        return await text_search.fetch_matches(self.pool, text, values)
-
-    async def turn_feedback(self, owner: str, conversation: str, turn_index: int) -> tuple[list[Rating], list[Report]]:
-        """Every rating (any origin) and report of `owner` about one turn."""
-        async with self.pool.acquire() as conn:
-            ratings = await conn.fetch(TURN_RATINGS, owner, conversation, turn_index)
-            reports = await conn.fetch(TURN_REPORTS, owner, conversation, turn_index, SnapshotSource.NONE)
-        return [rows.rating(r) for r in ratings], [rows.report(r) for r in reports]

@@ -12,26 +12,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import asyncpg
 
 from services.common.db import NamedSQL, fetch_custom_plan
-from services.common import ledger
 from services.common.ledger import Ledger
-from services.feedback.model import (
-    AuditEntry,
-    DeletedCreate,
-    NewReport,
-    OverCap,
-    Report,
-    ReportFilter,
-    SnapshotSource,
-    Status,
-    Stored,
-    TraceState,
-)
+from services.feedback.model.audit import AuditEntry
+from services.feedback.model.enums import SnapshotSource, Status, TraceState
+from services.feedback.model.report import DeletedCreate, NewReport, OverCap, Report, ReportFilter, Stored
 from services.feedback.repository import rows, text_search
 from services.feedback.repository.audit import insert_audit
 
@@ -177,8 +167,9 @@ def _stored(r: asyncpg.Record) -> Stored:
     return Stored(rows.report(r), r["request_fingerprint"], r["created_event_time"] is not None)
 
 
+@dataclass
 class ReportStore:
-    """Reads and writes of reports over `self.pool` (mixed into `Repository`)."""
+    """Reads and writes of reports and their request ledgers over `pool` (the Reports use case's store)."""
 
     pool: asyncpg.Pool
 
@@ -313,13 +304,6 @@ class ReportStore:
             if request_id is not None and earlier is None:
                 await ledger.record(conn, owner, request_id, fid, fingerprint)
             return out
-
-    async def prune_requests(self, retention_s: float) -> int:
-        """The hourly pass of the one prune policy: request-ledger records and create-ledger deletion
-        stamps older than `retention_s`; returns how many records went."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(PRUNE_DELETED_CREATES, retention_s)
-            return await ledger.prune(conn, retention_s)
 
     async def claim_filing(self, fid: str, owner: str, lease_s: float) -> Report | None:
         return _report(await self.pool.fetchrow(CLAIM_FILING, fid, owner, lease_s))

@@ -9,28 +9,29 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from services.feedback.model import (
-    Anchor,
+from services.feedback.model.enums import (
     Author,
     Category,
+    RatingOrigin,
+    RatingScope,
+    RatingSentiment,
+    Sentiment,
+    SnapshotSource,
+    Status,
+    Surface,
+    TraceState,
+)
+from services.feedback.model.rating import Rating, RatingKey
+from services.feedback.model.report import (
+    Anchor,
     Context,
     FrozenEvent,
     FrozenSpan,
     FrozenTrace,
-    Rating,
-    RatingKey,
-    RatingOrigin,
-    RatingScope,
-    RatingSentiment,
     Report,
-    Sentiment,
     Snapshot,
-    SnapshotSource,
-    Status,
-    Surface,
     ToolCall,
     TraceSnapshot,
-    TraceState,
 )
 
 _CONTEXT_KEYS = ("agent", "model", "audio_key", "dictation", "client_version", "channel")

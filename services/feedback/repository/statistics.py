@@ -1,16 +1,23 @@
-"""Statistics beyond the per-aspect totals (issue 13): the per-dimension daily series and the
-completion funnel. Every read counts USER-origin ratings only (a BRANCH_COPY never moves a figure)
+"""Statistics and the operator feed: the per-dimension daily series, the completion funnel, the feed
+of every owner's ratings and reports and the per-turn view. Every read counts USER-origin ratings only (a BRANCH_COPY never moves a figure)
 updated since `:since`, and reports created since then; enum values bound by name.
 """
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
-from services.common.db import NamedSQL
-from services.feedback.repository.ratings import _RATING_COUNTS, _SENTIMENT_COUNTS, REPORT_DAYS
-from services.feedback.model import AspectCount, Category, DailyCount, RatingOrigin, RatingScope, RatingSentiment
+from services.common.db import NamedSQL, fetch_custom_plan
+from services.feedback.model.enums import Category, RatingOrigin, RatingScope, RatingSentiment, Sentiment, SnapshotSource
+from services.feedback.model.rating import Rating
+from services.feedback.model.report import Report
+from services.feedback.model.statistics import AspectCount, DailyCount, RecentFilter
+from services.feedback.repository import rows, text_search
+from services.feedback.repository.ratings import _RATING_COUNTS, _SENTIMENT_COUNTS, RATING_COLUMNS, REPORT_DAYS
+from services.feedback.repository.reports import FEEDBACK_COLUMNS, like_pattern
 
 # Per (scope, aspect, UTC day): the split of that day's ratings (hourly rollups, migration 0010). The
 # per-aspect totals and the daily trend are its sums (one pass over the rollups instead of three).
@@ -50,8 +57,48 @@ WITH c AS (
 SELECT choice, sum(n)::bigint AS count FROM c
 GROUP BY choice HAVING sum(n) > 0 ORDER BY count DESC, choice""")
 
+# The operator feed (ListRecentFeedback): every owner's USER ratings and reports, newest first.
+_RECENT_RATINGS_WHERE = """origin = :user_origin
+  AND (:scope::smallint = 0 OR scope = :scope) AND (:aspect = '' OR aspect = :aspect)
+  AND (:sentiment::smallint = 0 OR sentiment = :sentiment)
+  AND (:category::smallint = 0 OR category = :category)
+  AND (NOT :negative_only OR sentiment = :negative)
+  AND (:reason = '' OR reasons @> ARRAY[:reason::text]) AND (:choice = '' OR choice = :choice)
+  AND (:after_time::timestamptz IS NULL OR (update_time, id) < (:after_time, :after_id))"""
+RECENT_RATINGS = NamedSQL(f"""
+SELECT {RATING_COLUMNS} FROM ratings WHERE {_RECENT_RATINGS_WHERE}
+ORDER BY update_time DESC, id DESC LIMIT :limit""")
+
+_RECENT_FEEDBACK_WHERE = """(:category::smallint = 0 OR category = :category)
+  AND (NOT :negative_only OR sentiment = :bad)
+  AND (:after_time::timestamptz IS NULL OR (create_time, id) < (:after_time, :after_id))"""
+RECENT_FEEDBACK = NamedSQL(f"""
+SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {_RECENT_FEEDBACK_WHERE}
+ORDER BY create_time DESC, id DESC LIMIT :limit""")
+
+# With `text` (the note / the body contains it): repository/text_search.py.
+# Both with the last days first (migration 0017's day-keyed trigram indexes).
+RECENT_RATINGS_TEXT = text_search.statements(
+    RATING_COLUMNS, "ratings", _RECENT_RATINGS_WHERE, "note ILIKE :text ESCAPE '\\'", "update_time",
+    text_search.Days("day_trigrams(update_time, note)", "note <> ''", "ratings_note_time",
+                     "SELECT min(update_time) FROM ratings WHERE origin = :user_origin AND note <> ''"))
+RECENT_FEEDBACK_TEXT = text_search.statements(
+    FEEDBACK_COLUMNS, "feedback", _RECENT_FEEDBACK_WHERE, "body ILIKE :text ESCAPE '\\'", "create_time",
+    text_search.Days("day_trigrams(create_time, body)", "", "feedback",
+                     "SELECT min(create_time) FROM feedback"))
+
+# The per-turn view (GetTurnFeedback): one owner's ratings (any origin) and reports of one turn.
+TURN_RATINGS = f"""
+SELECT {RATING_COLUMNS} FROM ratings WHERE owner = $1 AND conversation = $2 AND turn_index = $3
+ORDER BY scope, aspect, artifact_id"""
+TURN_REPORTS = f"""
+SELECT {FEEDBACK_COLUMNS} FROM feedback
+WHERE owner = $1 AND instance = $2 AND COALESCE((snapshot->>'turn_index')::int, 0) = $3
+  AND snapshot_source <> $4
+ORDER BY create_time, id"""
+
 _NAMED = {"user_origin": RatingOrigin.USER, "positive": RatingSentiment.POSITIVE,
-          "neutral": RatingSentiment.NEUTRAL, "negative": RatingSentiment.NEGATIVE}
+          "neutral": RatingSentiment.NEUTRAL, "negative": RatingSentiment.NEGATIVE, "bad": Sentiment.BAD}
 
 
 def _dimensions(got: list[asyncpg.Record]) -> list[tuple[AspectCount, DailyCount]]:
@@ -63,8 +110,10 @@ def _dimensions(got: list[asyncpg.Record]) -> list[tuple[AspectCount, DailyCount
     return out
 
 
+@dataclass
 class StatisticsStore:
-    """The funnel and per-dimension reads over `self.pool` (mixed into `Repository`)."""
+    """The statistics' and the operator feed's reads over `pool` (the Stats use case's store): every
+    owner's USER ratings and reports."""
 
     pool: asyncpg.Pool
 
@@ -105,3 +154,29 @@ class StatisticsStore:
             engaged = await conn.fetchval(*ENGAGED.bind(values))
             states = await conn.fetch(*LATEST_STATES.bind(values))
         return engaged, [(s["choice"], s["count"]) for s in states]
+
+    async def recent(self, f: RecentFilter, after: tuple[dt.datetime, str] | None, limit: int, ratings: bool,
+                     reports: bool) -> tuple[list[Rating], list[Report]]:
+        values = {**_NAMED, "scope": f.scope, "aspect": f.aspect, "sentiment": f.sentiment, "category": f.category,
+                  "text": like_pattern(f.text), "needle": f.text, "negative_only": f.negative_only,
+                  "reason": f.reason, "choice": f.choice,
+                  "after_time": after[0] if after else None, "after_id": after[1] if after else "", "limit": limit}
+        r = [rows.rating(x) for x in await self._recent(RECENT_RATINGS, RECENT_RATINGS_TEXT, values)] \
+            if ratings else []
+        fb = [rows.report(x) for x in await self._recent(RECENT_FEEDBACK, RECENT_FEEDBACK_TEXT, values)] \
+            if reports else []
+        return r, fb
+
+    async def _recent(self, plain: NamedSQL, text: text_search.Search, values: dict[str, Any]
+                      ) -> list[asyncpg.Record]:
+        """One table's part of the feed; with a text, in bounded steps (`text_search.fetch_matches`)."""
+        if not values["text"]:
+            return await fetch_custom_plan(self.pool, *plain.bind(values))
+        return await text_search.fetch_matches(self.pool, text, values)
+
+    async def turn_feedback(self, owner: str, conversation: str, turn_index: int) -> tuple[list[Rating], list[Report]]:
+        """Every rating (any origin) and report of `owner` about one turn."""
+        async with self.pool.acquire() as conn:
+            ratings = await conn.fetch(TURN_RATINGS, owner, conversation, turn_index)
+            reports = await conn.fetch(TURN_REPORTS, owner, conversation, turn_index, SnapshotSource.NONE)
+        return [rows.rating(r) for r in ratings], [rows.report(r) for r in reports]

@@ -12,9 +12,9 @@ import uuid
 import asyncpg
 
 from services.common.db import NamedSQL
-from services.feedback.enums import EventKind, RatingScope
-from services.feedback.model_feed import FeedFilter, Position
-from services.feedback.model_webhooks import Delivery, DeliveryOutcome, WebhookState, WebhookSubscription
+from services.feedback.model.enums import EventKind, RatingScope
+from services.feedback.model.feed import FeedFilter, Position
+from services.feedback.model.webhooks import Delivery, DeliveryOutcome, WebhookState, WebhookSubscription
 
 _COLUMNS = """id, url, secret_encrypted, owner_filter, kind, scope, aspect, state, position_xid, position_seq,
     delivered_event, attempts, next_attempt_at, creator, create_time, lease_token"""

@@ -1,7 +1,6 @@
 """The feedback service's enums, with the proto's numbers (`agentfeedback.feedback.v1`):
-`tests/unit/test_feedback_model.py` ties each to its proto enum, member by member. Import them from
-`services.feedback.model` (which re-exports them); this module exists so the model's parts can share
-them without importing each other.
+`tests/unit/test_feedback_model.py` ties each to its proto enum, member by member. Shared by every
+aggregate of the model.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass
 from enum import IntEnum
 
-from services.feedback.model_feed import FeedFilter, Position
+from services.feedback.model.feed import FeedFilter, Position
 
 
 class WebhookState(IntEnum):

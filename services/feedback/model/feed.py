@@ -1,11 +1,11 @@
 """The change feed's part of the feedback model (issue 24): positions, events and a watcher's filter.
-Its enums (`EventKind`, `EventType`) live with the others in `enums.py`."""
+Its enums (`EventKind`, `EventType`) live with the others in `model/enums.py`."""
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
 
-from services.feedback.enums import EventKind, EventType, RatingScope
+from services.feedback.model.enums import EventKind, EventType, RatingScope
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -1,10 +1,5 @@
-"""The feedback service's data model: enums and frozen dataclasses every layer shares.
-
-The repository returns these (never `asyncpg.Record`), the use cases decide on them, `codec.py`
-turns them into protos and back. Enum numbers are the proto's (`agentfeedback.feedback.v1`);
-`tests/unit/test_feedback_model.py` ties each enum to its proto enum, member by member, so a
-number can never drift. Field names follow the proto's, so a reader can hold the two side by side.
-"""
+"""A report (CreateFeedback … FileFeedback): the report, its anchor, its snapshot of the turn and its
+frozen trace; the validated requests (`ReportDraft`, `Change`, `ReportFilter`); the store's answers."""
 from __future__ import annotations
 
 import datetime as dt
@@ -13,24 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-
-from services.feedback.enums import (  # noqa: F401 - the model's enums, one import for every layer
-    PROTO_ENUMS,
-    AuditAction,
-    Author,
-    Category,
-    RatingOrigin,
-    RatingScope,
-    RatingSentiment,
-    Sentiment,
-    SnapshotSource,
-    Status,
-    Surface,
-    TraceState,
-)
+from services.feedback.model.enums import AuditAction, Author, Category, Sentiment, SnapshotSource, Status, Surface, TraceState
 
 
-# ---------------------------------------------------------------- reports
 @dataclass(frozen=True, slots=True)
 class Context:
     """proto `FeedbackContext`: agent, model and voice provenance of the turn."""
@@ -191,7 +171,7 @@ class NewReport:
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """`Repository.insert_report`'s answer: the row stored under the request id (`report.id` is the new
+    """`ReportStore.insert_report`'s answer: the row stored under the request id (`report.id` is the new
     id unless a concurrent call with that request id stored first), with its request fingerprint and
     whether this insert made its `feedback.created` event due."""
 
@@ -203,7 +183,7 @@ class Stored:
 
 @dataclass(frozen=True, slots=True)
 class OverCap:
-    """`Repository.insert_report(…, cap=n)`'s answer when the owner already has n reports stored:
+    """`ReportStore.insert_report(…, cap=n)`'s answer when the owner already has n reports stored:
     nothing was written."""
 
     cap: int
@@ -245,59 +225,32 @@ class ReportFilter:
     trace_id: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    """One audit record to write (issue 13): who did what to which report; `changes`: (field, old, new)
-    of status / issue_url only, never the body. `method`: the full gRPC method name."""
+@dataclass(frozen=True)
+class ReportDraft:
+    """A CreateFeedback request, validated. `client_snapshot`: the client's copy of the turn (used only
+    when the chat service cannot be reached), checked and clipped; its trace id parsed."""
 
-    actor: str
-    action: AuditAction
-    feedback_id: str
-    owner: str
-    changes: tuple[tuple[str, str, str], ...] = ()
-    method: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class AuditRecord:
-    id: str
-    time: dt.datetime
-    entry: AuditEntry
-
-
-# ---------------------------------------------------------------- capture worker
-@dataclass(frozen=True, slots=True)
-class CaptureJob:
-    """A PENDING row the worker claimed: look at its trace once."""
-
-    id: str
-    owner: str
-    trace_id: str
-    turn_time: dt.datetime | None
-    attempts: int
-    span_count: int
-    # CAPTURED: a copy frozen incomplete, looked at again in case its missing spans arrive.
-    state: TraceState = TraceState.PENDING
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyJob:
-    """A CLIENT-snapshot row the worker claimed: verify its anchor with the chat service as the owner."""
-
-    id: str
-    owner: str
+    request_id: uuid.UUID
+    fingerprint: bytes
     anchor: Anchor
+    surface: Surface
+    author: Author
+    body: str
+    sentiment: Sentiment
+    category: Category
+    client_version: str = ""
+    client_snapshot: Snapshot | None = None
+    actor: str | None = None  # the `x-agentfeedback-actor` metadata value (AUTHOR_AGENT needs it)
+    context_trace_id: str = ""  # AUTHOR_AGENT: the turn in which the complaint was spoken
 
 
-# The ratings and statistics part of the model lives next door (one file would pass the 450-line bound),
-# re-exported: `from services.feedback.model import Rating` keeps working.
-from services.feedback.model_ratings import (  # noqa: E402, F401
-    AspectCount,
-    DailyCount,
-    PutOutcome,
-    Rating,
-    RatingKey,
-    RatingWrite,
-    RecentFilter,
-    Statistics,
-)
+@dataclass(frozen=True)
+class Change:
+    """An UpdateFeedback request, validated: the fields the mask names (None: not in the mask)."""
+
+    etag: str
+    status: Status | None
+    issue_url: str | None
+    request_id: uuid.UUID | None
+    fingerprint: bytes | None
+    action: AuditAction = AuditAction.UPDATE_FEEDBACK  # RESOLVE when the MCP server's resolve_feedback sent it
