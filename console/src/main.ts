@@ -2,6 +2,7 @@
 //   #/signin                      sign in with a token
 //   #/agents                      the owner's agents
 //   #/agents/<id>/chat|feedback|trace[?trace=<id>&feedback=<name>]
+//   #/queue[?agent=&category=&author=&status=&age=&text=&item=]  the review queue (pages/queue.ts)
 //   #/feedback[?status=OPEN]      everything the owner flagged, across agents
 //   #/defects[?all=1]             suspected defects the platform caught (all=1: every owner, feedback:admin)
 //   #/stats[?window=N]            the operator dashboard (scope feedback:admin)
@@ -12,6 +13,7 @@ import { agentPage } from "./pages/agent";
 import { agentsPage } from "./pages/agents";
 import { defectsPage } from "./pages/defects";
 import { feedbackPage } from "./pages/feedback";
+import { queuePage } from "./pages/queue";
 import { signInPage } from "./pages/signin";
 import { statsPage } from "./pages/stats";
 import { go, parseRoute } from "./router";
@@ -22,14 +24,16 @@ function nav(active: string) {
   const p = principal();
   const link = (href: string, label: string, key: string) =>
     h("a", { href, class: active === key ? "active" : "", "aria-current": active === key ? "page" : undefined }, label);
+  // Signed out there is nowhere to go: the brand only, no navigation.
   return h(
     "header",
     { class: "top" },
     h("strong", { class: "brand" }, "agent-feedback"),
-    h(
+    p && h(
       "nav",
       {},
       link("#/agents", "Agents", "agents"),
+      p.scopes.has("feedback:triage") ? link("#/queue", "Review queue", "queue") : null,
       link("#/feedback", "Feedback", "feedback"),
       link("#/defects", "Suspected defects", "defects"),
       p?.scopes.has("feedback:admin") ? link("#/stats", "Statistics", "stats") : null,
@@ -58,6 +62,8 @@ async function render(): Promise<void> {
       return signInPage(main);
     case "agents":
       return route.path[1] ? agentPage(main, route.path[1], route.path[2] ?? "chat", route.query) : agentsPage(main);
+    case "queue":
+      return queuePage(main, route.query);
     case "feedback":
       return feedbackPage(main, route.query);
     case "defects":

@@ -88,7 +88,10 @@ def render_feedback(fb: feedback_pb2.Feedback) -> str:
         f"  category={feedback_pb2.Category.Name(fb.category).removeprefix('CATEGORY_')}",
         f"  created:   {fb.create_time.ToJsonString()}",
         f"  target:    {target} = {getattr(fb, target) if target else ''}",
-        f"  trace id:  {snap.trace_id or (fb.trace_id if target == 'trace_id' else '')}  (turn {snap.turn_index})",
+        (f"  trace id:  {snap.trace_id or (fb.trace_id if target == 'trace_id' else '')}"
+         f"  (turn {snap.turn_index + 1}, turn_index {snap.turn_index})"),
+        *([f"  complaint turn: trace {fb.context_trace_id}  (where the owner spoke it; recorded by the agent)"]
+          if fb.context_trace_id else []),
         "  owner's words:",
         *[f"    > {line}" for line in fb.body.splitlines() or [""]],
         f"  quoted target ({snap.target_role}, {snap.target_time.ToJsonString() if snap.HasField('target_time') else '?'}"

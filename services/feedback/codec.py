@@ -244,6 +244,7 @@ def report_from_pb(fb: pb.Feedback) -> Report:
         issue_url=fb.issue_url, version=0,
         create_time=_dt(fb.create_time, fb.HasField("create_time")) or epoch,
         update_time=_dt(fb.update_time, fb.HasField("update_time")) or epoch,
+        context_trace_id=fb.context_trace_id,
     )
 
 

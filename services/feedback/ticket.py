@@ -86,7 +86,8 @@ def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[st
     if coding:
         anchor = f"timeline seq {a.coding_seq} of coding session {coding}"
     elif instance and (snap.target_role or snap.turn_index):
-        anchor = f"turn {snap.turn_index} of {instance}"
+        # People count turns from 1; the API's turn_index from 0 (docs/architecture.md "Turn numbers").
+        anchor = f"turn {snap.turn_index + 1} of {instance}"
     else:
         anchor = message or (f"trace {trace_id}" if trace_id else "") or instance or "unanchored report"
     title = f"[feedback] {category}: {anchor}"
@@ -110,7 +111,11 @@ def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[st
         ("instance", f"`{instance}`" if instance else ""),
         ("message", f"`{message}`" if message else ""),
         ("trace id", f"`{trace_id}`" if trace_id else ""),
+        ("turn", str(snap.turn_index + 1) if anchor.startswith("turn ") else ""),
         ("turn index", str(snap.turn_index) if anchor.startswith("turn ") else ""),
+        # An agent-recorded report: the turn in which the owner spoke the complaint (a trace id, checked
+        # as 32 hex on create), next to the reply it is about.
+        ("complaint turn (trace id)", f"`{fb.context_trace_id}`" if fb.context_trace_id else ""),
         ("created", _rfc3339(fb.create_time)),
         # The model the agent reported; the agent slug and the audio key (a client's) only when asked.
         ("agent / model", " / ".join(x for x in (ctx.agent if fields.client_values else "", ctx.model) if x)),

@@ -30,6 +30,9 @@ def boxes_intersect(a: dict, b: dict) -> bool:
 async def assert_timestamps_uncovered(page: Page) -> None:
     """No visible control of a message overlaps that message's timestamp."""
     for msg in await page.locator("article.msg").all():
+        # Looked at where a person reads it: scrolled to the middle of the window (the composer is sticky
+        # and covers whatever scrolls under it, as layout_checks.MEASURE_JS also scrolls first).
+        await msg.locator(".msg-time").evaluate("e => e.scrollIntoView({block: 'center'})")
         t = await msg.locator(".msg-time").bounding_box()
         assert t and t["width"] > 0
         for ctl in await msg.locator("button:visible, a:visible, select:visible, textarea:visible").all():
@@ -77,7 +80,9 @@ async def flag_a_reply_and_follow_it(stack: Stack, page: Page, site: str, gatewa
         assert b and b["height"] >= 44, (await item.inner_text(), b)
     await assert_timestamps_uncovered(page)
     if narrow:
-        assert not await reply.locator(".act-report .act-text").is_visible(), "labels give way to glyphs at 320 px"
+        # At 320 px the long label gives way to the glyph over a short one (touch has no hover to explain it).
+        assert not await reply.locator(".act-report .act-long").is_visible(), "the long label stays at 320 px"
+        await expect(reply.locator(".act-report .act-short")).to_have_text("Report")
         await shot(page, f"{tag}-2-menu")
     await more.click()  # closes the menu
     await reply.locator(".act-report").click()
@@ -100,6 +105,8 @@ async def flag_a_reply_and_follow_it(stack: Stack, page: Page, site: str, gatewa
 
     # The account-wide Feedback page.
     await page.locator("header.top").get_by_role("link", name="Feedback").click()
+    # One table row per report; its Details open the whole report.
+    await page.locator("tr.fb-tr", has_text=sentence).locator(".fb-expand").click()
     row = page.locator(".feedback-row", has_text=sentence)
     await expect(row).to_have_count(1)
     await expect(row.locator(".fb-quote")).to_contain_text(reply_text[:80])
@@ -230,6 +237,7 @@ async def test_console_marks_a_quote_the_chat_service_did_not_confirm(stack, tmp
                 await page.click("button[type=submit]")
                 await expect(page.get_by_role("heading", name="Agents")).to_be_visible()
                 await page.locator("header.top").get_by_role("link", name="Feedback").click()
+                await page.locator("tr.fb-tr", has_text="It said sunny; it was pouring.").locator(".fb-expand").click()
                 row = page.locator(".feedback-row", has_text="It said sunny; it was pouring.")
                 await expect(row).to_have_count(1)
                 await expect(row.locator(".badge.unverified")).to_have_text("quote not confirmed")

@@ -46,7 +46,7 @@ async def test_suspected_defects_listed_apart_per_owner_and_for_an_operator(stac
                 await expect(page.locator("#defects-all")).to_have_count(0)  # not an operator
                 # Apart from what people said: the Feedback page has nothing.
                 await page.locator("header.top").get_by_role("link", name="Feedback").click()
-                await expect(page.locator(".feedback-list .empty")).to_have_text("Nothing flagged yet.")
+                await expect(page.locator(".fb-table .empty")).to_have_text("Nothing flagged yet.")
                 await shot(page, "console-defects-owner")
                 # One action turns it into a report anchored to that turn (the server writes the words).
                 await page.locator("header.top").get_by_role("link", name="Suspected defects").click()

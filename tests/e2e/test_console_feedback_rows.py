@@ -103,7 +103,7 @@ async def _rows_flow(stack, tmp_path, tracker_calls) -> None:
         async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
             async with browser_page(1024, 900) as page:
                 await sign_in(page, site, envoy.url, stack.token("alice", OWNER_SCOPES))
-                await page.goto(f"{site}/#/feedback")
+                await page.goto(f"{site}/#/feedback?expand=all")
 
                 row = page.locator(".feedback-row", has_text="It miscounted my agents.")
                 await expect(row.locator(".voice-heard")).to_have_text(HEARD)

@@ -29,7 +29,7 @@ async def test_console_trace_not_recorded_and_cleared_chat(stack, tmp_path):
         async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
             async with browser_page(1024, 800) as page:
                 await sign_in(page, site, envoy.url, stack.token())
-                await page.goto(f"{site}/#/feedback")
+                await page.goto(f"{site}/#/feedback?expand=all")
                 row = page.locator(".feedback-row", has_text="Cleared later.")
                 await expect(row.locator(".conv-link")).to_contain_text("conversation unavailable")
                 await expect(row.locator("a.open-conversation")).to_have_count(0)
@@ -48,7 +48,7 @@ async def test_console_triage_and_status_filter(stack, tmp_path):
         async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
             async with browser_page(1024, 800) as page:
                 await sign_in(page, site, envoy.url, stack.token())
-                await page.goto(f"{site}/#/feedback")
+                await page.goto(f"{site}/#/feedback?expand=all")
                 row = page.locator(".feedback-row", has_text="Needs a ticket.")
                 await row.locator("select.triage-status").select_option(label="triaged")
                 await row.locator("input.triage-issue").fill("https://tracker.example/issues/42")
@@ -77,7 +77,7 @@ async def test_console_stale_etag_shows_current_row(stack, tmp_path):
         async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
             async with browser_page(1024, 800) as page:
                 await sign_in(page, site, envoy.url, stack.token())
-                await page.goto(f"{site}/#/feedback")
+                await page.goto(f"{site}/#/feedback?expand=all")
                 row = page.locator(".feedback-row", has_text="Raced.")
                 await expect(row).to_be_visible()
                 await stack.feedback().UpdateFeedback(feedback_pb2.UpdateFeedbackRequest(
@@ -120,7 +120,7 @@ async def test_console_reaction_and_statistics(stack, tmp_path):
                 await page.locator("header.top").get_by_role("link", name="Statistics").click()
                 await expect(page.locator("[data-stat=ratings] .stat-value")).to_have_text("1")
                 await expect(page.locator("[data-stat=negative] .stat-value")).to_have_text("1")
-                aspect = page.locator("table.aspects tbody tr", has_text="reaction")
+                aspect = page.locator("table.aspects tbody tr[data-dimension='message/reaction']")
                 await expect(aspect.locator("td").nth(4)).to_have_text("1")  # negative column
                 days = page.locator("table.chart-data[data-chart=trend] tbody tr")
                 await expect(days).to_have_count(30)  # one row per day of the default 30-day window

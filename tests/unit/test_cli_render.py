@@ -1,9 +1,10 @@
 """The CLI's waterfall (`agentfeedback trace get`, the demo's evidence): the turn keeps the axis."""
 from __future__ import annotations
 
+from agentfeedback.feedback.v1 import feedback_pb2
 from agentfeedback.traces.v1 import traces_pb2
 
-from services.cli.render import render_waterfall
+from services.cli.render import render_feedback, render_waterfall
 
 MS = 1_000_000
 T0 = 1_790_000_000_000 * MS
@@ -40,3 +41,12 @@ def test_a_turn_alone_spans_the_whole_axis():
     lines = render_waterfall(trace).splitlines()
     assert "(2 spans, 9.0 ms)" in lines[0]  # a child that ends after its root still fits
     assert _bar(next(x for x in lines if "agent.think" in x)).endswith("█")
+
+
+def test_feedback_show_numbers_the_turn_from_one_and_names_the_complaint_turn():
+    fb = feedback_pb2.Feedback(name="feedback/f", author=feedback_pb2.AUTHOR_AGENT, context_trace_id="ef" * 16,
+                               snapshot=feedback_pb2.Snapshot(trace_id="ab" * 16, turn_index=2))
+    text = render_feedback(fb)
+    assert "(turn 3, turn_index 2)" in text
+    assert f"complaint turn: trace {'ef' * 16}" in text
+    assert "complaint turn" not in render_feedback(feedback_pb2.Feedback(name="feedback/g"))

@@ -217,4 +217,17 @@ def test_ticket_of_a_trace_report_names_the_trace_and_of_turn_zero_names_the_tur
     assert ("cd" * 16) in title and "instance:" not in body and "turn" not in title
     title, body = render({"name": "feedback/f4", "instance": "instances/i", "message": "instances/i/messages/m",
                                    "snapshot": {"target_role": "ROLE_ASSISTANT", "trace_id": "ab" * 16}})
-    assert title.endswith("turn 0 of instances/i") and "- turn index: 0" in body
+    # People's numbering in the title (Turn 1 = turn_index 0), the API's index next to it.
+    assert title.endswith("turn 1 of instances/i") and "- turn: 1" in body and "- turn index: 0" in body
+
+
+def test_ticket_of_an_agent_report_names_the_complaint_turn():
+    """An agent-recorded report carries the turn in which the owner spoke the complaint (context_trace_id)."""
+    title, body = render({"name": "feedback/f5", "instance": "instances/i", "message": "instances/i/messages/m",
+                          "author": 2, "context_trace_id": "ef" * 16,
+                          "snapshot": {"target_role": "ROLE_ASSISTANT", "trace_id": "ab" * 16, "turn_index": 2}})
+    assert title.endswith("turn 3 of instances/i")
+    assert f"- complaint turn (trace id): `{'ef' * 16}`" in body and "- author: agent" in body
+    _, plain = render({"name": "feedback/f6", "instance": "instances/i", "message": "instances/i/messages/m",
+                       "snapshot": {"target_role": "ROLE_ASSISTANT", "trace_id": "ab" * 16}})
+    assert "complaint turn" not in plain

@@ -20,7 +20,8 @@ export async function agentPage(main: HTMLElement, id: string, tab: string, quer
     TABS.map(([key, label]) =>
       h("a", { href: `#/agents/${encodeURIComponent(id)}/${key}`, role: "tab", "aria-selected": String(key === tab), class: key === tab ? "active" : "" }, label)));
   const panel = h("section", { class: "tab-panel", role: "tabpanel" });
-  mount(main, h("p", {}, h("a", { href: "#/agents", class: "back" }, "← Agents")), title, sub, tabs, panel);
+  // One compact row (back link, name, agent slug) so the conversation starts high on a phone.
+  mount(main, h("div", { class: "agent-head" }, h("a", { href: "#/agents", class: "back", "aria-label": "Back to Agents" }, "← Agents"), title, sub), tabs, panel);
   let info: Instance | null = null;
   if (id !== "_") {
     try {

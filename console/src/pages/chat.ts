@@ -14,6 +14,7 @@ import { Channel, Role, type Instance, type Message, type Workspace } from "../g
 import { RatingScope, RatingSentiment } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { RatingStore, StaleWrite } from "../ratings";
 import { go } from "../router";
+import { turnLabel } from "../names";
 import { REACTION } from "../taxonomy";
 import { openFeedbackModal, type Section } from "./feedbackModal";
 import { loadWorkspace, WorkspacePanels } from "./workspacePanels";
@@ -65,7 +66,7 @@ export async function chatTab(panel: HTMLElement, instance: string, query: URLSe
   );
   const banner = info?.forkSource
     ? h("p", { class: "fork-banner" }, "Branched from ", h("a", { href: `#/agents/${encodeURIComponent(lastSegment(info.forkSource))}/chat` }, lastSegment(info.forkSource)),
-        ` after turn ${info.forkTurnIndex + 1}. Ratings marked “copy” came with the branch until you change them.`)
+        ` after ${turnLabel(info.forkTurnIndex).toLowerCase()}. Ratings marked “copy” came with the branch until you change them.`)
     : null;
   const panels = new WorkspacePanels({
     instance, store: state.store,
@@ -186,8 +187,9 @@ function openModalWith(state: ChatState, log: HTMLElement, m: Message, section: 
     instance: state.instance, message: m, turns: turnsOf(state), forked: !!state.info?.forkSource, artifacts: [],
     workspace, paths: state.paths,
     store: state.store,
-    onChange: () => { refreshMessage(state, log, m); state.panels?.render(); },
+    onChange: () => { dropCheckIn(log); refreshMessage(state, log, m); state.panels?.render(); },
     onReported: (name) => {
+      dropCheckIn(log);
       state.reported.add(m.turnIndex);
       const fresh = refreshMessage(state, log, m);
       mount(fresh?.querySelector(".msg-status") ?? status ?? h("p"), "Reported. ", h("a", { href: `#/feedback?highlight=${encodeURIComponent(name)}` }, "See it on the Feedback page"), ".");
@@ -195,7 +197,13 @@ function openModalWith(state: ChatState, log: HTMLElement, m: Message, section: 
   }, section);
 }
 
-/** After the latest reply: a check-in that routes into the modal. Records nothing; dismissable. */
+/** The check-in asks for feedback: once any was given on this page it has done its job. */
+function dropCheckIn(log: HTMLElement): void {
+  log.parentElement?.querySelector(".checkin")?.remove();
+}
+
+/** After the latest reply: a check-in that routes into the modal. Records nothing; dismissable; gone
+ *  once the owner gives any feedback (a rating from the glyph or the modal, or a report). */
 function checkIn(state: ChatState, log: HTMLElement, m: Message): HTMLElement {
   log.parentElement?.querySelector(".checkin")?.remove();
   const box = h("aside", { class: "checkin", "aria-label": "Check-in" });
@@ -237,7 +245,7 @@ function glyph(state: ChatState, log: HTMLElement, m: Message, status: HTMLEleme
   const half = (key: "like" | "dislike", sentiment: RatingSentiment, label: string, sign: string) => {
     const b = h("button", {
       type: "button", class: `act half act-${key}`, title: label, "aria-label": label, "aria-pressed": String(lit === key),
-    }, h("span", { "aria-hidden": "true" }, sign));
+    }, h("span", { "aria-hidden": "true", class: "glyph" }, sign), h("span", { class: "act-text act-short", "aria-hidden": "true" }, label));
     b.addEventListener("click", () => void react(state, log, m, sentiment, status));
     return b;
   };
@@ -254,9 +262,12 @@ function messageEl(state: ChatState, log: HTMLElement, m: Message): HTMLElement 
     dataset: { name: m.name, trace: m.traceId, turn: String(m.turnIndex) },
   });
   const status = h("p", { class: "msg-status", role: "status" });
-  const button = (key: string, label: string, sign: string, run: () => void) => {
+  // At narrow widths a control shows its glyph over a short label (touch has no hover to explain it).
+  const button = (key: string, label: string, sign: string, run: () => void, short = label) => {
     const b = h("button", { type: "button", class: `act act-${key}`, title: label, "aria-label": label },
-      sign ? h("span", { "aria-hidden": "true", class: "glyph" }, sign) : null, h("span", { class: sign ? "act-text" : "" }, label));
+      sign ? h("span", { "aria-hidden": "true", class: "glyph" }, sign) : null,
+      sign ? h("span", { class: "act-text act-long", "aria-hidden": "true" }, label) : h("span", {}, label),
+      sign ? h("span", { class: "act-text act-short", "aria-hidden": "true" }, short) : null);
     b.addEventListener("click", run);
     return b;
   };
@@ -264,9 +275,9 @@ function messageEl(state: ChatState, log: HTMLElement, m: Message): HTMLElement 
   const controls: HTMLElement[] = [copy];
   if (assistant) {
     controls.push(
-      button("trajectory", "Whole trajectory", "⤳", () => openModal(state, log, m, "trajectory")),
+      button("trajectory", "Whole trajectory", "⤳", () => openModal(state, log, m, "trajectory"), "Task"),
       glyph(state, log, m, status),
-      button("report", "Report a problem", "⚑", () => openModal(state, log, m, "report")),
+      button("report", "Report a problem", "⚑", () => openModal(state, log, m, "report"), "Report"),
     );
   }
   const menuItems: [string, string, () => void][] = [
@@ -275,7 +286,8 @@ function messageEl(state: ChatState, log: HTMLElement, m: Message): HTMLElement 
     ["delete", "Delete turn", () => void deleteTurn(state, log, m, status)],
   ];
   const menu = h("div", { class: "menu", role: "menu", hidden: true });
-  const more = h("button", { type: "button", class: "act more", "aria-haspopup": "menu", "aria-expanded": "false", "aria-label": "More actions", title: "More actions" }, "⋯");
+  const more = h("button", { type: "button", class: "act more", "aria-haspopup": "menu", "aria-expanded": "false", "aria-label": "More actions", title: "More actions" },
+    h("span", { class: "glyph", "aria-hidden": "true" }, "⋯"), h("span", { class: "act-text act-short", "aria-hidden": "true" }, "More"));
   const closeMenu = () => { menu.hidden = true; more.setAttribute("aria-expanded", "false"); };
   more.addEventListener("click", () => {
     const open = menu.hidden;
@@ -324,6 +336,7 @@ async function react(state: ChatState, log: HTMLElement, m: Message, sentiment: 
       return;
     }
     await state.store.put(key, { sentiment }, ["sentiment"]);
+    dropCheckIn(log);
   } catch (e) {
     if (!(e instanceof StaleWrite)) {
       status.textContent = errorText(e);

@@ -3,7 +3,7 @@
 // with File issue (FeedbackService.ListRecentFeedback), and a read-only viewer of everything one user said
 // about one turn (GetTurnFeedback; reading another owner's report bodies there is audited server-side).
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { api, errorText, lastSegment, principal } from "../api";
+import { api, errorText, principal } from "../api";
 import { h, mount, timeEl } from "../dom";
 import {
   Category, RatingOrigin, RatingScope, RatingSentiment, Sentiment, type Feedback, type Rating, type RecentItem,
@@ -16,6 +16,8 @@ import { clamped } from "./evidence";
 import { statusName } from "./feedbackList";
 import { fileControl } from "./rowActions";
 import { enumLabel } from "./stats";
+import { agentName, aspectLabel, plural, turnLabel } from "../names";
+import { complaintTurnLink } from "../components/queueItem";
 
 type Open = (conversation: string, turnIndex: number, user: string) => void;
 
@@ -35,13 +37,13 @@ export function ratingRow(r: Rating, open?: Open): HTMLElement {
     h("div", { class: "fb-head" },
       timeEl(r.updateTime ? timestampDate(r.updateTime) : undefined),
       h("span", { class: "fb-agent" }, r.user),
-      h("span", { class: "feed-dim" }, `${scopeName(r.scope)} · ${r.aspect}${r.artifactId ? ` · artifact ${r.artifactId}` : ""}`),
+      h("span", { class: "feed-dim", title: `${scopeName(r.scope)} · ${r.aspect}` }, `${aspectLabel(r.aspect)}${r.artifactId ? ` · artifact ${r.artifactId}` : ""}`),
       sentimentBadge(r.sentiment),
       r.choice ? h("span", { class: "badge feed-choice" }, labelOf(r.choice)) : null,
       r.origin === RatingOrigin.BRANCH_COPY ? h("span", { class: "badge copy" }, "branch copy") : null),
     r.reasons.length ? h("p", { class: "feed-reasons" }, r.reasons.map((x) => h("span", { class: "badge reason-badge" }, labelOf(x)))) : null,
     r.note ? clamped("feed-note", 3, r.note) : null,
-    h("div", { class: "feed-foot muted" }, `${lastSegment(r.conversation)} · turn ${r.turnIndex + 1} `, open ? viewButton(open, r.conversation, r.turnIndex, r.user) : null));
+    h("div", { class: "feed-foot muted" }, `${agentName(r.conversation)} · ${turnLabel(r.turnIndex)} `, open ? viewButton(open, r.conversation, r.turnIndex, r.user) : null));
 }
 
 export function reportItem(fb: Feedback, open?: Open): HTMLElement {
@@ -50,11 +52,12 @@ export function reportItem(fb: Feedback, open?: Open): HTMLElement {
       timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined),
       h("span", { class: "fb-agent" }, fb.owner),
       h("span", { class: "badge" }, "report"),
-      h("span", { class: "badge feed-category" }, categoryLabel(fb.category)),
+      fb.category ? h("span", { class: "badge feed-category" }, categoryLabel(fb.category)) : null,
       fb.sentiment === Sentiment.BAD ? h("span", { class: "badge sent-negative" }, "bad") : null,
       h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status))),
     clamped("feed-body", 3, fb.body),
-    h("div", { class: "feed-foot muted" }, fb.instance ? `${lastSegment(fb.instance)} · turn ${(fb.snapshot?.turnIndex ?? 0) + 1} ` : "",
+    complaintTurnLink(fb),
+    h("div", { class: "feed-foot muted" }, fb.instance ? `${agentName(fb.instance)} · ${turnLabel(fb.snapshot?.turnIndex ?? 0)} ` : "",
       open ? viewButton(open, fb.instance, fb.snapshot?.turnIndex ?? 0, fb.owner) : null));
 }
 
@@ -102,7 +105,7 @@ export function recentFeed(open: Open): HTMLElement {
     h("label", {}, `${label} `, h("select", { id, "aria-label": label }, h("option", { value: "" }, "any"), options.map(([v, l]) => h("option", { value: v }, l))));
   const scopes = Object.entries(RatingScope).filter(([, v]) => typeof v === "number" && v !== 0)
     .map(([k, v]) => [String(v), k.toLowerCase()] as [string, string]);
-  const aspects = [...new Set(TAXONOMY.questions.map((q) => q.aspect))].map((a) => [a, a] as [string, string]);
+  const aspects = [...new Set(TAXONOMY.questions.map((q) => q.aspect))].map((a) => [a, aspectLabel(a)] as [string, string]);
   const sentiments: [string, string][] = [[String(RatingSentiment.POSITIVE), "positive"], [String(RatingSentiment.NEUTRAL), "neutral"], [String(RatingSentiment.NEGATIVE), "negative"]];
   const categories = TAXONOMY.report_categories.map((c) => [String(categoryOf(c.category)), c.label] as [string, string]);
   const reasons = allReasons().map((r) => [r.slug, r.label] as [string, string]);
@@ -159,7 +162,7 @@ export function turnViewer(): { el: HTMLElement; open: Open } {
     try {
       const t = await api().feedback.getTurnFeedback({ conversation: conv.value.trim(), turnIndex: Math.max(0, Number(turn.value) - 1), user: user.value.trim() });
       mount(out,
-        h("p", { class: "muted" }, `${t.user} on ${lastSegment(t.conversation)}, turn ${t.turnIndex + 1}: ${t.ratings.length} rating(s), ${t.feedback.length} report(s). Read-only.`),
+        h("p", { class: "muted" }, `${t.user} on ${agentName(t.conversation)}, ${turnLabel(t.turnIndex).toLowerCase()}: ${plural(t.ratings.length, "rating")}, ${plural(t.feedback.length, "report")}. Read-only.`),
         h("ul", { class: "feed tv-ratings" }, t.ratings.map((r) => ratingRow(r))),
         h("ul", { class: "feed tv-reports" }, t.feedback.map((f) => reportItem(f))));
     } catch (e) {

@@ -8,6 +8,8 @@ import { api, Code, errorCode, errorText, lastSegment, principal, uuid4 } from "
 import { append, h, mount, timeEl } from "../dom";
 import { Author, SnapshotSource, Status, TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { categoryLabel } from "../taxonomy";
+import { agentName, loadAgentNames, turnLabel } from "../names";
+import { claimBadge, complaintTurnLink, turnIndexOf } from "../components/queueItem";
 import { clamped, frozenToolCalls, voiceProvenance } from "./evidence";
 import { deleteControl, fileControl, historyControl } from "./rowActions";
 
@@ -38,7 +40,7 @@ export async function feedbackList(container: HTMLElement, opts: ListOptions): P
   const more = h("button", { type: "button", hidden: true }, "Load more");
   mount(container, list, error, more);
   let pageToken = "";
-  await loadDisplayNames();
+  await loadAgentNames();
   const load = async () => {
     try {
       const r = await api().feedback.listFeedback({ pageSize: 50, pageToken, instance: opts.instance ?? "", status: opts.status ?? Status.UNSPECIFIED });
@@ -57,30 +59,12 @@ export async function feedbackList(container: HTMLElement, opts: ListOptions): P
   container.querySelector(".feedback-row.focused")?.scrollIntoView({ block: "center" });
 }
 
-// instance name → the agent's display name, from ChatService.ListInstances (filled by feedbackList).
-const displayNames = new Map<string, string>();
-
-/** The caller's agents' display names (up to 1000 agents); a failure leaves the ids as labels. */
-async function loadDisplayNames(): Promise<void> {
-  let pageToken = "";
-  try {
-    for (let page = 0; page < 5; page++) {
-      const r = await api().chat.listInstances({ pageSize: 200, pageToken });
-      for (const i of r.instances) displayNames.set(i.name, i.displayName);
-      pageToken = r.nextPageToken;
-      if (!pageToken) break;
-    }
-  } catch {
-    // Labels fall back to the instance id: the feedback itself still loads.
-  }
-}
-
 /** The agent a report is about: its display name ("Ops desk"), else its instance id; the slug
  *  (`reference`) in parentheses; id and slug in the tooltip. */
 function agentLabel(fb: Feedback): HTMLElement {
   const ctxAgent = fb.snapshot?.context?.agent ?? "";
   const inst = fb.instance ? lastSegment(fb.instance) : "";
-  const name = displayNames.get(fb.instance) || inst;
+  const name = fb.instance ? agentName(fb.instance) : "";
   const text = name && ctxAgent ? `${name} (${ctxAgent})` : name || ctxAgent || "—";
   return h("span", { class: "fb-agent", title: [inst, ctxAgent].filter(Boolean).join(" · ") }, text);
 }
@@ -197,13 +181,16 @@ export function feedbackRow(fb: Feedback, focused = false): HTMLElement {
     h("header", { class: "fb-head" },
       timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined),
       agentLabel(fb),
+      turnIndexOf(fb) !== null ? h("span", { class: "fb-turn" }, turnLabel(turnIndexOf(fb)!)) : null,
       h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)),
       fb.category ? h("span", { class: "badge fb-category" }, categoryLabel(fb.category)) : null,
+      claimBadge(fb),
       fb.author === Author.AGENT ? h("span", { class: "badge" }, "recorded by the agent") : null,
       fb.author === Author.PLATFORM ? h("span", { class: "badge" }, "caught by the platform") : null,
       quoteBadge(fb),
     ),
     clamped("fb-words-box", 6, h("span", { class: "fb-words" }, fb.body)),
+    complaintTurnLink(fb),
     target
       ? h("blockquote", { class: "fb-quote", cite: fb.target.case === "message" ? fb.target.value : undefined },
           clamped("fb-quote-text", QUOTE_LINES, h("span", { class: "muted" }, `On ${role}: `), target,

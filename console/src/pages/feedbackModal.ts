@@ -20,8 +20,9 @@ import { choiceQuestion, type ControlContext } from "./feedbackControls";
 import { artifactCards, workspaceSection } from "./workspaceQuestions";
 
 export type Section = "reply" | "trajectory" | "report" | "workspace" | "artifacts";
-const SECTIONS: [Section, string][] = [["reply", "This reply"], ["trajectory", "Whole trajectory"], ["report", "Report an issue"],
-  ["workspace", "Workspace"], ["artifacts", "Artifacts"]];
+// Each tab's label, and the short one a phone shows (the row scrolls sideways when it still does not fit).
+const SECTIONS: [Section, string, string][] = [["reply", "This reply", "Reply"], ["trajectory", "Whole trajectory", "Task"],
+  ["report", "Report an issue", "Report"], ["workspace", "Workspace", "Workspace"], ["artifacts", "Artifacts", "Artifacts"]];
 /** The feedback service's limit (feedback.proto: body ≤ 4000 characters); shown, never enforced by clipping. */
 const BODY_LIMIT = 4000;
 
@@ -132,9 +133,10 @@ export function openFeedbackModal(t: TurnContext, section: Section): HTMLDialogE
     mount(panel, s === "reply" ? replySection(ctx) : s === "trajectory" ? trajectorySection(t, ctx)
       : s === "report" ? reportSection(t, close) : s === "workspace" ? workspaceSection(t.workspace, ctx) : artifactSection(t, ctx));
   };
-  mount(tabs, SECTIONS.map(([s, label]) => {
-    const b = h("button", { type: "button", role: "tab", class: "tab", dataset: { section: s } }, label);
-    b.addEventListener("click", () => show(s));
+  mount(tabs, SECTIONS.map(([s, label, short]) => {
+    const b = h("button", { type: "button", role: "tab", class: "tab", "aria-label": label, dataset: { section: s } },
+      h("span", { class: "tab-long" }, label), h("span", { class: "tab-short", "aria-hidden": "true" }, short));
+    b.addEventListener("click", () => { show(s); b.scrollIntoView({ block: "nearest", inline: "nearest" }); });
     return b;
   }));
   dialog.append(header, tabs, panel);

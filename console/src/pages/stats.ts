@@ -10,6 +10,7 @@ import { h, mount } from "../dom";
 import { RatingScope, type FeedbackStats } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { go } from "../router";
 import { labelOf, TAXONOMY } from "../taxonomy";
+import { aspectLabel, plural } from "../names";
 import { negativeSignals, recentFeed, reportsTable, turnViewer } from "./dashboardFeed";
 
 const WINDOWS = [1, 7, 30, 90, 365];
@@ -28,31 +29,33 @@ function windowPicker(days: number): HTMLElement {
 
 function headline(s: FeedbackStats): HTMLElement {
   const hl = s.headline;
-  const stat = (label: string, v: bigint | undefined, key: string) =>
-    h("div", { class: "stat", dataset: { stat: key } }, h("span", { class: "stat-value" }, (v ?? 0n).toString()), h("span", { class: "muted" }, label));
+  // The label follows the number's plural ("1 dislike", "2 dislikes").
+  const stat = (one: string, other: string, v: bigint | undefined, key: string) =>
+    h("div", { class: "stat", dataset: { stat: key } }, h("span", { class: "stat-value" }, (v ?? 0n).toString()),
+      h("span", { class: "muted" }, plural(v ?? 0n, one, other).replace(/^\d+ /, "")));
   return h("div", {},
     h("div", { class: "stats-head" },
-      stat("likes", hl?.likes, "likes"), stat("dislikes", hl?.dislikes, "dislikes"),
-      stat("reports", hl?.reports, "reports"), stat("tasks marked complete", hl?.tasksCompleted, "tasks-completed")),
+      stat("like", "likes", hl?.likes, "likes"), stat("dislike", "dislikes", hl?.dislikes, "dislikes"),
+      stat("report", "reports", hl?.reports, "reports"), stat("task marked complete", "tasks marked complete", hl?.tasksCompleted, "tasks-completed")),
     h("p", { class: "muted" },
-      h("span", { dataset: { stat: "ratings" } }, h("span", { class: "stat-value" }, s.totalRatings.toString())), " ratings in all, ",
-      h("span", { dataset: { stat: "negative" } }, h("span", { class: "stat-value" }, s.negativeRatings.toString())), " of them negative."));
+      h("span", { dataset: { stat: "ratings" } }, h("span", { class: "stat-value" }, s.totalRatings.toString())), s.totalRatings === 1n ? " rating in all, " : " ratings in all, ",
+      h("span", { dataset: { stat: "negative" } }, h("span", { class: "stat-value" }, s.negativeRatings.toString())), s.totalRatings === 1n ? " of it negative." : " of them negative."));
 }
 
 function splitTable(s: FeedbackStats): HTMLElement {
   if (!s.dimensions.length) return h("p", { class: "muted" }, "No ratings in the window.");
-  return h("table", { class: "aspects" },
+  return h("div", { class: "table-wrap" }, h("table", { class: "aspects" },
     h("thead", {}, h("tr", {}, ["scope", "aspect", "positive", "neutral", "negative", "split"].map((c) => h("th", {}, c)))),
     h("tbody", {}, s.dimensions.map((a) => {
       const tot = Number(a.positive + a.neutral + a.negative) || 1;
       const pct = (n: bigint) => `${(Number(n) / tot) * 100}%`;
       return h("tr", { dataset: { dimension: `${enumLabel(RatingScope, a.scope)}/${a.aspect}` } },
-        h("td", {}, enumLabel(RatingScope, a.scope)), h("td", {}, a.aspect),
+        h("td", {}, enumLabel(RatingScope, a.scope)), h("td", { title: a.aspect }, aspectLabel(a.aspect)),
         h("td", {}, a.positive.toString()), h("td", {}, a.neutral.toString()), h("td", {}, a.negative.toString()),
         h("td", {}, h("div", { class: "split", "aria-hidden": "true" },
           h("span", { class: "pos", style: `width:${pct(a.positive)}` }), h("span", { class: "neu", style: `width:${pct(a.neutral)}` }),
           h("span", { class: "neg", style: `width:${pct(a.negative)}` }))));
-    })));
+    }))));
 }
 
 function charts(s: FeedbackStats): HTMLElement[] {
@@ -63,7 +66,7 @@ function charts(s: FeedbackStats): HTMLElement[] {
     { label: "reports", color: COLORS.accent(), values: s.trend.map((d) => Number(d.reports)) },
   ]);
   const multiples = h("div", { class: "multiples" }, s.dimensions.map((d) =>
-    dailyChart(`dim-${enumLabel(RatingScope, d.scope)}-${d.aspect}`, `${enumLabel(RatingScope, d.scope)} · ${d.aspect}`, d.daily.map((x) => x.day), [
+    dailyChart(`dim-${enumLabel(RatingScope, d.scope)}-${d.aspect}`, `${enumLabel(RatingScope, d.scope)} · ${aspectLabel(d.aspect)}`, d.daily.map((x) => x.day), [
       { label: "positive", color: COLORS.good(), values: d.daily.map((x) => Number(x.positive)) },
       { label: "neutral", color: COLORS.neutral(), values: d.daily.map((x) => Number(x.neutral)) },
       { label: "negative", color: COLORS.bad(), values: d.daily.map((x) => Number(x.negative)) },

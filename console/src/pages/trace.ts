@@ -8,6 +8,7 @@ import { Role } from "../gen/agentfeedback/chat/v1/chat_pb";
 import { TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { StatusCode, type Span } from "../gen/agentfeedback/traces/v1/traces_pb";
 import type { JsonObject } from "@bufbuild/protobuf";
+import { turnLabel } from "../names";
 
 const NS_PER_MS = 1_000_000n;
 
@@ -52,7 +53,7 @@ async function turnPicker(el: HTMLElement, instance: string, current: string): P
         location.hash = `#/agents/${encodeURIComponent(lastSegment(instance))}/trace?trace=${(ev.target as HTMLSelectElement).value}`;
       } },
         h("option", { value: "" }, "choose a turn…"),
-        turns.map((m) => h("option", { value: m.traceId, selected: m.traceId === current }, `turn ${m.turnIndex}: ${m.content.slice(0, 60)}`))));
+        turns.map((m) => h("option", { value: m.traceId, selected: m.traceId === current }, `${turnLabel(m.turnIndex)}: ${m.content.slice(0, 60)}`))));
   } catch {
     // The picker is a convenience; the trace view does not depend on it.
   }
@@ -61,6 +62,12 @@ async function turnPicker(el: HTMLElement, instance: string, current: string): P
 function attr(a: JsonObject | undefined, key: string): string {
   const v = a?.[key];
   return v === undefined || v === null ? "" : typeof v === "string" ? v : JSON.stringify(v);
+}
+
+/** An event's attributes as a key / value table (strings as they are, other values as JSON). */
+function attributeTable(a: JsonObject): HTMLElement {
+  return h("table", { class: "attr-table" }, h("tbody", {}, Object.keys(a).sort().map((k) =>
+    h("tr", { dataset: { key: k } }, h("th", { scope: "row" }, k), h("td", {}, h("code", {}, attr(a, k)))))));
 }
 
 function depthOf(spans: Span[]): Map<string, number> {
@@ -129,7 +136,7 @@ export function waterfall(spans: Span[]): HTMLElement {
         s.events.length
           ? h("ul", { class: "wf-events" }, s.events.map((ev) =>
               h("li", { class: "wf-event", dataset: { event: ev.name } }, h("code", {}, ev.name), ` +${ms(ev.timeUnixNano - t0).toFixed(1)} ms `,
-                ev.attributes && Object.keys(ev.attributes).length ? h("span", { class: "muted" }, JSON.stringify(ev.attributes)) : null)))
+                ev.attributes && Object.keys(ev.attributes).length ? attributeTable(ev.attributes) : null)))
           : null,
         s.statusMessage ? h("p", { class: "error" }, s.statusMessage) : null);
     }));
