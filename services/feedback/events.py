@@ -13,6 +13,7 @@ import random
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
+from services.feedback import evaluation_events
 from services.feedback.model.report import CreatedEvent
 
 
@@ -21,7 +22,8 @@ def emit_created(tracer: trace.Tracer, r: CreatedEvent) -> None:
     with attributes feedback.id / sentiment / category / author (proto enum names) / target.message /
     instance — never the body. Its parent is a remote SpanContext built from the trace id with a random span id (the
     turn's own span ids are not known here), sampled; when called inside a span (the CreateFeedback
-    server span) it links to it so both traces lead to each other. No-op without a trace id."""
+    server span) it links to it so both traces lead to each other. No-op without a trace id.
+    Then the report's `gen_ai.evaluation.result` / OpenInference carrier span (evaluation_events)."""
     if not r.trace_id:
         return
     parent = SpanContext(trace_id=int(r.trace_id, 16), span_id=random.getrandbits(64) or 1, is_remote=True,
@@ -36,3 +38,4 @@ def emit_created(tracer: trace.Tracer, r: CreatedEvent) -> None:
                              kind=SpanKind.INTERNAL, links=[Link(current)] if current.is_valid else None)
     span.add_event("feedback.created", attrs)
     span.end()
+    evaluation_events.emit(tracer, evaluation_events.of_report(r))

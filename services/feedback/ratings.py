@@ -70,15 +70,18 @@ class Ratings:
     def __init__(self, repo: RatingStore, chat: ChatClient, check_cache_s: float):
         # Optional `(scope)` hook called once per rating written (the service's metrics).
         self.on_written: Callable[[Any], None] | None = None
+        # Optional `(rating, turn trace id)` hook per rating written (its telemetry: evaluation_events).
+        self.on_evaluated: Callable[[Rating, str], None] | None = None
         self._repo = repo
         self._chat = chat
         # (sub, scopes, conversation, turn or None) → rated message name: positive chat checks, briefly kept.
         self._checked = TtlCache(check_cache_s)
 
-    async def _rated_message(self, p: Principal, key: RatingKey) -> str:
+    async def _rated_message(self, p: Principal, key: RatingKey) -> tuple[str, str]:
         """Ownership / target check at the chat service (caller's token): MESSAGE scope needs a stored
         non-empty assistant message in that turn (its name is returned); other scopes need the
         conversation to be the caller's. NOT_FOUND otherwise; UNAVAILABLE when chat is down.
+        Returns (the rated message's name, its turn's trace id); ('', '') for the other scopes.
 
         A positive answer is remembered for `rating_check_cache_s` seconds per (caller, the token's
         scopes, conversation, turn), so a burst of clicks on one turn asks the chat service once, and a
@@ -101,15 +104,15 @@ class Ratings:
                 if reply is None:
                     raise NotFound(f"{key.conversation} turn {key.turn_index} assistant message",
                                    reason="NO_ASSISTANT_MESSAGE")
-                name = reply.name
+                name = (reply.name, reply.trace_id)
             elif artifact:
                 if not await self._chat.has_artifact(key.conversation, artifact, p.metadata, "rating.conversation"):
                     raise InvalidArgument("rating.artifact_id", "is not an artifact of the conversation "
                                           "(0 rates the live document)", reason="UNKNOWN_ARTIFACT")
-                name = ""
+                name = ("", "")
             else:
                 await self._chat.check_instance(key.conversation, p.metadata, "rating.conversation")
-                name = ""
+                name = ("", "")
         except ChatUnreachable:
             raise Unavailable("the chat service cannot be reached to check the rated conversation",
                               retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
@@ -122,12 +125,15 @@ class Ratings:
         since); ABORTED (`domain.Stale`, carrying the current rating) on a stale etag; NOT_FOUND when there
         is no such rating to CAS or the rated turn is not the caller's."""
         key, version, fingerprint = put.key, put.version, put.fingerprint
-        w = replace(put.write, message=await self._rated_message(p, key))
+        message, trace_id = await self._rated_message(p, key)
+        w = replace(put.write, message=message)
         got = await self._repo.put_rating(key, p.sub, w, new_id=new_id(), version=version,
                                           request_id=put.request_id, fingerprint=fingerprint)
         if got.written is not None:
             if self.on_written is not None:
                 self.on_written(key.scope)
+            if self.on_evaluated is not None:
+                self.on_evaluated(got.written, trace_id)
             return got.written
         cur = await self._repo.get_rating(key, p.sub)
         what = f"rating {key.conversation} turn {key.turn_index} {key.aspect}"

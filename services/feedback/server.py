@@ -40,7 +40,7 @@ from services.feedback.traces_client import TracesClient
 from services.feedback.audit import Audit
 from services.feedback.defect_reports import DefectReports
 from services.feedback.tracker import make_sink
-from services.feedback import codec_feed, webhook_secrets
+from services.feedback import codec_feed, evaluation_events, webhook_secrets
 from services.feedback.feed import Feed
 from services.feedback.repository.webhooks import WebhookStore
 from services.feedback.webhooks import DeliveryPolicy, Webhooks
@@ -127,6 +127,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     pool_gauges(metrics.meter, pool, "feedback")
     fm = FeedbackMetrics(metrics.meter, capture_store)
     reports.on_created, ratings.on_written = fm.report_created, fm.rating_written
+    ratings.on_evaluated = lambda r, trace_id: evaluation_events.emit(tracer, evaluation_events.of_rating(r, trace_id))
     server_refresh = fm.refresh
     server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer, metrics=RpcMetrics(metrics.meter)),
                          quota, PokeAfterWrites(wakeups, FEED_WRITE_METHODS)],
