@@ -150,11 +150,12 @@ async def run(settings: ClientSettings, no_demo: bool, exit_after_demo: bool) ->
         stack.stop()
 
 
-from services.cli import triage, webhooks  # noqa: E402  - registers the feedback/trace/webhook command groups
+from services.cli import export, triage, webhooks  # noqa: E402  - registers the command groups
 
 cli.add_command(triage.feedback)
 cli.add_command(triage.trace)
 cli.add_command(webhooks.webhook)
+cli.add_command(export.export)
 
 
 def main() -> None:

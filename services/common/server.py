@@ -303,6 +303,11 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
                     try:
                         async for item in behavior(request, context):
                             yield item
+                    except GeneratorExit:
+                        # The client left: grpc closes this generator from another context, where
+                        # this call's context variables cannot be reset (their context goes with it).
+                        call.closed_elsewhere, ctx_token = True, None
+                        raise
                     finally:
                         if ctx_token is not None:
                             otel_context.detach(ctx_token)
@@ -332,13 +337,16 @@ class _CallScope:
         self._deadline = deadlines.enter(context)
         self._trace_id = REQUEST_TRACE_ID.set(None)  # log lines of this RPC name its trace
         self.span = None
+        # A server stream the client left is closed by grpc from another context (see _wrap_stream).
+        self.closed_elsewhere = False
 
     def close(self) -> None:
         if self.span is not None:
             self.span.end()
-        deadlines.leave(self._deadline)
-        REQUEST_TRACE_ID.reset(self._trace_id)
-        _current.reset(self._principal)
+        if not self.closed_elsewhere:
+            deadlines.leave(self._deadline)
+            REQUEST_TRACE_ID.reset(self._trace_id)
+            _current.reset(self._principal)
         self._record(self.method, self.code, self.t0, self.context)
 
 

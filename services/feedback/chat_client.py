@@ -85,12 +85,11 @@ class ChatClient:
             raise self._map(e, turn_of_message or parent, field_path) from None
         return [to_view(m) for m in resp.messages]
 
-    async def replies_through(self, parent: str, md: Metadata, through_turn_index: int,
-                              field_path: str) -> dict[int, str]:
-        """turn index → name of the stored non-empty assistant message, for `parent`'s turns ≤
-        `through_turn_index` (pages of 1000, oldest first; stops past the last wanted turn).
-        NotFound when `parent` is unknown or not the caller's."""
-        out: dict[int, str] = {}
+    async def messages_through(self, parent: str, md: Metadata, through_turn_index: int,
+                               field_path: str = "conversation") -> list[MessageView]:
+        """`parent`'s messages of turns ≤ `through_turn_index`, oldest first (pages of 1000; stops past
+        it). NotFound when `parent` is unknown or not the caller's."""
+        out: list[MessageView] = []
         req = chat_pb2.ListMessagesRequest(parent=parent, page_size=1000)
         while True:
             try:
@@ -100,11 +99,18 @@ class ChatClient:
             for m in resp.messages:
                 if m.turn_index > through_turn_index:
                     return out
-                if m.role == chat_pb2.ROLE_ASSISTANT and m.content.strip():
-                    out[m.turn_index] = m.name
+                out.append(to_view(m))
             if not resp.next_page_token:
                 return out
             req.page_token = resp.next_page_token
+
+    async def replies_through(self, parent: str, md: Metadata, through_turn_index: int,
+                              field_path: str) -> dict[int, str]:
+        """turn index → name of the stored non-empty assistant message, for `parent`'s turns ≤
+        `through_turn_index` (pages of 1000, oldest first; stops past the last wanted turn).
+        NotFound when `parent` is unknown or not the caller's."""
+        return {m.turn_index: m.name for m in await self.messages_through(parent, md, through_turn_index, field_path)
+                if m.role == "ROLE_ASSISTANT" and m.content.strip()}
 
     async def get_defect(self, name: str, md: Metadata, field_path: str = "suspected_defect") -> chat_pb2.SuspectedDefect:
         """GetSuspectedDefect(name): NotFound when unknown, clean, or not the caller's."""

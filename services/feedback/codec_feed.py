@@ -9,11 +9,12 @@ from agentfeedback.feedback.v1 import feedback_pb2 as pb
 
 from services.common import pages
 from services.common.errors import InvalidArgument, Violations
-from services.common.ids import check_text, parse_name, parse_request_id
+from services.common.ids import check_text, parse_name, parse_request_id, parse_timestamp
 from services.feedback import codec, domain, feed_domain
 from services.feedback.codec import enum_value
-from services.feedback.model.enums import EventKind, RatingScope
+from services.feedback.dataset import DatasetFilter, LabelledTurn
 from services.feedback.feed import FeedItem
+from services.feedback.model.enums import EventKind, RatingScope, RatingSentiment
 from services.feedback.model.feed import FeedFilter
 from services.feedback.model.webhooks import Delivery, WebhookSubscription
 
@@ -113,4 +114,53 @@ def delivery_pb(d: Delivery) -> pb.WebhookDelivery:
                              error=d.error, latency_ms=d.latency_ms)
     if d.time is not None:
         out.time.FromDatetime(d.time)
+    return out
+
+
+_ROLES = {"ROLE_USER": "user", "ROLE_ASSISTANT": "assistant"}
+
+
+def _aspect(value: str, field_path: str = "aspect") -> str:
+    if value and not domain.ASPECT_SLUG.match(value):
+        raise InvalidArgument(field_path, "must be a slug [a-z][a-z0-9_]{0,63}")
+    return value
+
+
+def _dataset_position(resume_token: str) -> tuple[str, int]:
+    """Where an export resumes: after (conversation, turn); ("", -1) from the start."""
+    pos = pages.decode_page_token(resume_token, "resume_token")
+    if pos is None:
+        return "", -1
+    return (pages.page_token_text(pos.get("c"), "resume_token"),
+            pages.page_token_int(pos.get("t"), 0, 2**31 - 1, "resume_token"))
+
+
+def export_dataset(request: pb.ExportDatasetRequest) -> tuple[DatasetFilter, tuple[str, int]]:
+    """ExportDataset: the filters and where to resume (one INVALID_ARGUMENT naming every bad field)."""
+    v = Violations()
+    if request.conversation:
+        v.check(parse_name, request.conversation, "instances/{}", "conversation")
+    aspect = v.check(_aspect, request.aspect)
+    sentiment = v.check(enum_value, request.sentiment, RatingSentiment, "sentiment")
+    start = v.check(parse_timestamp, request.start_time, "start_time") if request.HasField("start_time") else None
+    end = v.check(parse_timestamp, request.end_time, "end_time") if request.HasField("end_time") else None
+    if start and end and start > end:
+        v.add("start_time", "must not be after end_time")
+    after = v.check(_dataset_position, request.resume_token)
+    v.raise_any()
+    return DatasetFilter(request.conversation, aspect, sentiment, start, end, request.include_branch_copies), after
+
+
+def dataset_record(t: LabelledTurn, now: dt.datetime, retention_days: int) -> pb.DatasetRecord:
+    out = pb.DatasetRecord(conversation=t.conversation, turn_index=t.turn_index, trace_id=t.reply.trace_id,
+                           reply_name=t.reply.name,
+                           resume_token=pages.encode_page_token({"c": t.conversation, "t": t.turn_index}))
+    for m in t.prompt:
+        out.messages.add(role=_ROLES.get(m.role, "user"), content=m.content)
+    out.completion.role, out.completion.content = "assistant", t.reply.content
+    out.ratings.extend(codec.rating_pb(r) for r in t.ratings)
+    for r in t.reports:
+        fb = out.feedback.add()
+        fb.CopyFrom(codec.feedback_pb(r, now, retention_days))
+        out.tool_calls.extend(fb.trace_snapshot.tool_calls)
     return out

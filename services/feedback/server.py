@@ -41,7 +41,9 @@ from services.feedback.audit import Audit
 from services.feedback.defect_reports import DefectReports
 from services.feedback.tracker import make_sink
 from services.feedback import codec_feed, evaluation_events, webhook_secrets
+from services.feedback.dataset import Datasets
 from services.feedback.feed import Feed
+from services.feedback.repository.dataset import DatasetStore
 from services.feedback.repository.webhooks import WebhookStore
 from services.feedback.webhooks import DeliveryPolicy, Webhooks
 from services.feedback.feed_wakeups import FeedWakeups, PokeAfterWrites
@@ -116,7 +118,8 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
                         lambda item: codec_feed.watch_response(item, now(), settings.trace_retention_days).event,
                         settings.feed_retention_days)
     servicer = FeedbackServicer(reports, ratings, Stats(StatisticsStore(pool), now), audit,
-                                DefectReports(chat, reports), feed, webhooks, settings.trace_retention_days,
+                                DefectReports(chat, reports), feed, webhooks, Datasets(DatasetStore(pool), chat),
+                                settings.trace_retention_days,
                                 settings.rating_note_max_bytes, now)
 
     if settings.max_reports_per_owner > 0:

@@ -27,6 +27,7 @@ from services.common.auth import (
 from services.common.errors import Aborted
 from services.feedback import codec, codec_feed, domain, feed_domain
 from services.feedback.audit import METHOD_PREFIX, Audit
+from services.feedback.dataset import Datasets
 from services.feedback.defect_reports import DefectReports
 from services.feedback.feed import Feed
 from services.feedback.webhooks import Webhooks
@@ -50,15 +51,15 @@ METHOD_SCOPES: dict[str, str | None] = {
         "WatchFeedback": None,  # own events with feedback:read, every owner's with feedback:admin: Feed.scoped
         "CreateWebhookSubscription": SCOPE_FEEDBACK_ADMIN, "ListWebhookSubscriptions": SCOPE_FEEDBACK_ADMIN,
         "DeleteWebhookSubscription": SCOPE_FEEDBACK_ADMIN, "ResumeWebhookSubscription": SCOPE_FEEDBACK_ADMIN,
-        "ListWebhookDeliveries": SCOPE_FEEDBACK_ADMIN,
+        "ListWebhookDeliveries": SCOPE_FEEDBACK_ADMIN, "ExportDataset": SCOPE_FEEDBACK_READ,
     }.items()
 }
 
 
 class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     def __init__(self, reports: Reports, ratings: Ratings, stats: Stats, audit: Audit, defects: DefectReports,
-                 feed: Feed, webhooks: Webhooks, trace_retention_days: int, note_max_bytes: int,
-                 clock: Callable[[], dt.datetime]):
+                 feed: Feed, webhooks: Webhooks, datasets: Datasets, trace_retention_days: int,
+                 note_max_bytes: int, clock: Callable[[], dt.datetime]):
         self._reports = reports
         self._ratings = ratings
         self._stats = stats
@@ -66,6 +67,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         self._defects = defects
         self._feed = feed
         self._webhooks = webhooks
+        self._datasets = datasets
         self._retention_days = trace_retention_days
         self._note_max = note_max_bytes
         self._clock = clock
@@ -235,3 +237,10 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                                lambda before, n: self._webhooks.deliveries(sid, before, n), codec_feed.delivery_pb,
                                lambda d: {"i": d.id})
         return pb.ListWebhookDeliveriesResponse(deliveries=got.items, next_page_token=got.next_page_token)
+
+    # ------------------------------------------------------------ datasets
+    async def ExportDataset(self, request: pb.ExportDatasetRequest, context):  # noqa: N802
+        """The caller's labelled turns as records (Datasets.export has the rules)."""
+        f, after = codec_feed.export_dataset(request)
+        async for t in self._datasets.export(current_principal(), f, after):
+            yield codec_feed.dataset_record(t, self._clock(), self._retention_days)

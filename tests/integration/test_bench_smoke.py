@@ -21,6 +21,7 @@ NAMED = {
                   "search_1d_attr_p50_ms", "retention_drop_day_ms", "export_max_ms", "export_during_retention_max_ms"},
     "feedback": {"feedback_create_p50_ms", "feedback_create_max_ms", "rating_put_per_s", "rating_put_floor_per_s",
                  "rating_first_put_per_s", "rating_first_put_max_ms"},
+    "feed": {"feed_latency_1_subscriber_p50_ms", "feed_latency_1_subscriber_max_ms", "rating_put_outbox_ratio"},
     "feedback_reads": {"fbread_list_40000_p50_ms", "fbread_list_40000_max_ms", "fbread_stats_40000_p50_ms"},
     "grpcweb": {"grpcweb_overhead_p50_ms"},
     "quota": {"quota_quiet_p99_ms", "quota_flood_other_p99_ms"},

@@ -44,7 +44,7 @@ FROM h LEFT JOIN LATERAL (
 ORDER BY ev.xid, ev.seq""")
 
 
-# Two statements so that an owner's stream reads its own index range (feed_events_owner).
+# Two statements: an owner's stream binds its owner (no `:owner = ''` disjunction in its plan).
 PAGE_ALL = _page_sql("true")
 PAGE_OWNER = _page_sql("e.owner = :owner")
 HORIZON = f"SELECT {_XMIN}"

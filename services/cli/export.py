@@ -1,0 +1,77 @@
+"""`agentfeedback export dataset` (issue 24): the caller's labelled turns as JSON lines, one per turn, in
+the OpenAI chat-messages shape that fine-tuning and evaluation tools read:
+
+    {"messages": [{"role": "user", "content": …}, …, {"role": "assistant", "content": <the rated reply>}],
+     "conversation", "turn_index", "trace_id", "reply", "ratings": [...], "reports": [...],
+     "tool_calls": [...], "resume_token"}
+
+Streamed (ExportDataset) and flushed line by line; `--resume-token` continues a cut export after its last line.
+"""
+from __future__ import annotations
+
+import json
+
+import click
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from google.protobuf.json_format import MessageToDict
+
+from services.cli.client import Clients
+from services.cli.triage import _run
+
+SENTIMENTS = {"positive": pb.RATING_SENTIMENT_POSITIVE, "neutral": pb.RATING_SENTIMENT_NEUTRAL,
+              "negative": pb.RATING_SENTIMENT_NEGATIVE}
+
+
+def _dict(m) -> dict:
+    return MessageToDict(m, always_print_fields_with_no_presence=True)
+
+
+def dataset_line(r: pb.DatasetRecord) -> dict:
+    """One JSONL row (see the module docstring); every row has the same keys."""
+    return {
+        "messages": [{"role": m.role, "content": m.content} for m in r.messages]
+        + [{"role": "assistant", "content": r.completion.content}],
+        "conversation": r.conversation, "turn_index": r.turn_index, "trace_id": r.trace_id, "reply": r.reply_name,
+        "ratings": [{"scope": pb.RatingScope.Name(x.scope), "aspect": x.aspect, "artifact_id": x.artifact_id,
+                     "sentiment": pb.RatingSentiment.Name(x.sentiment), "choice": x.choice, "reasons": list(x.reasons),
+                     "note": x.note, "origin": pb.RatingOrigin.Name(x.origin),
+                     "update_time": x.update_time.ToJsonString()} for x in r.ratings],
+        "reports": [{"name": f.name, "body": f.body, "sentiment": pb.Sentiment.Name(f.sentiment),
+                     "category": pb.Category.Name(f.category), "status": pb.Status.Name(f.status)} for f in r.feedback],
+        "tool_calls": [_dict(c) for c in r.tool_calls],
+        "resume_token": r.resume_token,
+    }
+
+
+@click.group()
+def export() -> None:
+    """Labelled data out (JSONL)."""
+
+
+@export.command("dataset")
+@click.option("--output", "-o", type=click.File("w"), default="-", help="JSONL file (default stdout).")
+@click.option("--instance", "conversation", default="", help="One conversation (`instances/{id}`).")
+@click.option("--aspect", default="", help="Only turns rated on this aspect.")
+@click.option("--sentiment", type=click.Choice(sorted(SENTIMENTS)), default=None)
+@click.option("--since", default="", help="Ratings updated at or after this RFC 3339 time.")
+@click.option("--until", default="", help="…and before this one.")
+@click.option("--include-branch-copies", is_flag=True, help="Count ratings copied onto forks as labels too.")
+@click.option("--resume-token", default="", help="Continue after the line that carried this token.")
+@_run
+async def dataset_cmd(c: Clients, output, conversation: str, aspect: str, sentiment: str | None, since: str, until: str,
+                      include_branch_copies: bool, resume_token: str):
+    """The caller's labelled turns: the conversation before each, the rated reply, its ratings, reports
+    and frozen tool calls."""
+    req = pb.ExportDatasetRequest(conversation=conversation, aspect=aspect,
+                                  sentiment=SENTIMENTS[sentiment] if sentiment else 0,
+                                  include_branch_copies=include_branch_copies, resume_token=resume_token)
+    if since:
+        req.start_time.FromJsonString(since)
+    if until:
+        req.end_time.FromJsonString(until)
+    n = 0
+    async for r in c.feedback().ExportDataset(req, metadata=c.md):
+        output.write(json.dumps(dataset_line(r), ensure_ascii=False) + "\n")
+        output.flush()
+        n += 1
+    click.echo(f"exported {n} labelled turns", err=True)

@@ -1,0 +1,92 @@
+"""Datasets out (issue 24): `agentfeedback export dataset` over the real ExportDataset stream writes the
+caller's labelled turns as JSONL that Hugging Face `datasets` loads (its `json` builder, offline), in the
+OpenAI chat-messages shape, with every rating of the turn, the reports and their frozen tool calls;
+filters and the resume token work; branch copies are not labels unless asked for."""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+
+from tests.helpers.cli import _cli
+from tests.helpers.feedback import flag, new_instance, rid, send, wait_state
+
+CAPTURED = pb.TRACE_SNAPSHOT_STATE_CAPTURED
+
+
+async def _rate(stack, inst: str, turn: int, aspect: str, sentiment: int, mask=(), **kw) -> pb.Rating:
+    req = pb.PutRatingRequest(rating=pb.Rating(
+        conversation=inst, turn_index=turn, scope=pb.RATING_SCOPE_MESSAGE, aspect=aspect, sentiment=sentiment, **kw),
+        request_id=rid())
+    req.update_mask.paths.extend(mask)
+    return await stack.feedback().PutRating(req, metadata=stack.md())
+
+
+def _load(path):
+    import datasets
+
+    return datasets.load_dataset("json", data_files=str(path), split="train")
+
+
+@pytest.fixture
+def hf_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+
+
+async def test_labelled_turns_export_as_jsonl_that_datasets_loads(stack, tmp_path, hf_offline):
+    inst = await new_instance(stack)
+    turns = [await send(stack, inst, f"question {i}") for i in range(3)]
+    await _rate(stack, inst, turns[0].reply.turn_index, "accuracy", pb.RATING_SENTIMENT_POSITIVE, note="spot on")
+    await _rate(stack, inst, turns[2].reply.turn_index, "accuracy", pb.RATING_SENTIMENT_NEGATIVE)
+    await _rate(stack, inst, turns[2].reply.turn_index, "tone", pb.RATING_SENTIMENT_POSITIVE, choice="friendly",
+                mask=("sentiment", "choice"))
+    report = await flag(stack, turns[2].reply.name, "wrong answer", sentiment=pb.SENTIMENT_BAD)
+    await stack.aflush_spans()
+    frozen = await wait_state(stack, report.name, CAPTURED)
+    # A fork of turn 0: its copy of the turn-0 rating is not a label.
+    await stack.chat().ForkConversation(chat_pb2.ForkConversationRequest(
+        parent=inst, turn_index=turns[0].reply.turn_index, request_id=str(uuid.uuid4())), metadata=stack.md())
+    # Another owner's ratings never appear.
+    bob = await new_instance(stack, "bob")
+    bt = await send(stack, bob, "bob's question", sub="bob")
+    await stack.feedback().PutRating(pb.PutRatingRequest(rating=pb.Rating(
+        conversation=bob, turn_index=bt.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE, aspect="accuracy",
+        sentiment=pb.RATING_SENTIMENT_NEGATIVE), request_id=rid()), metadata=stack.md("bob"))
+
+    out = tmp_path / "all.jsonl"
+    r = await _cli(stack, "export", "dataset", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    rows = _load(out)
+    assert rows.num_rows == 2
+    first, last = rows[0], rows[1]
+    assert first["messages"] == [{"role": "user", "content": "question 0"},
+                                 {"role": "assistant", "content": turns[0].reply.content}]
+    assert [m["content"] for m in last["messages"]] == [
+        "question 0", turns[0].reply.content, "question 1", turns[1].reply.content, "question 2",
+        turns[2].reply.content]
+    assert last["messages"][-1]["role"] == "assistant" and last["trace_id"] == turns[2].trace_id
+    assert [(x["aspect"], x["sentiment"], x["choice"]) for x in last["ratings"]] == [
+        ("accuracy", "RATING_SENTIMENT_NEGATIVE", ""), ("tone", "RATING_SENTIMENT_POSITIVE", "friendly")]
+    assert first["ratings"][0]["note"] == "spot on" and first["ratings"][0]["origin"] == "RATING_ORIGIN_USER"
+    assert [x["body"] for x in last["reports"]] == ["wrong answer"]
+    assert [c["name"] for c in last["tool_calls"]] == [c.name for c in frozen.trace_snapshot.tool_calls]
+
+    # Filters: only negative ratings; with branch copies the fork's turn is a label too.
+    neg = tmp_path / "neg.jsonl"
+    assert (await _cli(stack, "export", "dataset", "-o", str(neg), "--sentiment", "negative")).exit_code == 0
+    assert [x["turn_index"] for x in _load(neg)] == [turns[2].reply.turn_index]
+    copies = tmp_path / "copies.jsonl"
+    assert (await _cli(stack, "export", "dataset", "-o", str(copies), "--include-branch-copies")).exit_code == 0
+    assert len(copies.read_text().splitlines()) == 3
+    # A cut export resumes after its last line.
+    token = json.loads(out.read_text().splitlines()[0])["resume_token"]
+    rest = tmp_path / "rest.jsonl"
+    assert (await _cli(stack, "export", "dataset", "-o", str(rest), "--resume-token", token)).exit_code == 0
+    assert [json.loads(x)["turn_index"] for x in rest.read_text().splitlines()] == [turns[2].reply.turn_index]
+    assert os.path.getsize(rest) > 0
