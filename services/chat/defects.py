@@ -107,17 +107,15 @@ def parse_defect_name(name: str, field_path: str = "name") -> tuple[str, str]:
     return instance_id, parse_trace_id(trace_id, field_path)
 
 
-def page_token(d: SuspectedDefect, filters: str) -> str:
+def page_key(d: SuspectedDefect) -> dict[str, int | str]:
+    """The page-token position after `d`: (turn start, trace id)."""
     from services.chat.domain import to_us  # noqa: PLC0415 - one clock helper for the package
 
-    return pages.issue({"t": to_us(d.time), "id": d.trace_id}, filters)
+    return {"t": to_us(d.time), "id": d.trace_id}
 
 
-def parse_page(token: str, filters: str) -> tuple[datetime, str] | None:
-    """Keyset position (turn start, trace id) after the last defect returned; bound to `filters`."""
+def page_position(pos: dict) -> tuple[datetime, str]:
+    """A page token's keyset position (turn start, trace id), each value checked."""
     from services.chat.domain import from_us  # noqa: PLC0415
 
-    pos = pages.read(token, filters)
-    if pos is None:
-        return None
     return from_us(pages.page_token_us(pos.get("t"))), pages.page_token_text(pos.get("id"))

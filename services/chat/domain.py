@@ -261,14 +261,13 @@ class MessagePage:
     after_id: str
 
     @staticmethod
-    def token(m: Message, filters: str) -> str:
-        return pages.issue({"t": to_us(m.create_time), "id": m.id}, filters)
+    def key(m: Message) -> dict[str, int | str]:
+        """The page-token position after `m`."""
+        return {"t": to_us(m.create_time), "id": m.id}
 
     @staticmethod
-    def parse(token: str, filters: str) -> MessagePage | None:
-        pos = pages.read(token, filters)
-        if pos is None:
-            return None
+    def of(pos: dict) -> MessagePage:
+        """A page token's position, each value checked (INVALID_ARGUMENT naming `page_token`)."""
         return MessagePage(pages.page_token_us(pos.get("t")), pages.page_token_text(pos.get("id")))
 
     @property
@@ -293,15 +292,12 @@ def from_us(us: int) -> datetime:
 INSTANCE_FILTERS = "instances"
 
 
-def instance_page_token(i: Instance) -> str:
-    """ListInstances keyset token: (create_time, id) of the last instance returned."""
-    return pages.issue({"t": to_us(i.create_time), "id": i.id}, INSTANCE_FILTERS)
+def instance_key(i: Instance) -> dict[str, int | str]:
+    """ListInstances keyset position: (create_time, id) of the last instance returned."""
+    return {"t": to_us(i.create_time), "id": i.id}
 
 
-def parse_instance_page(token: str) -> tuple[datetime, str] | None:
-    pos = pages.read(token, INSTANCE_FILTERS)
-    if pos is None:
-        return None
+def instance_position(pos: dict) -> tuple[datetime, str]:
     return from_us(pages.page_token_us(pos.get("t"))), pages.page_token_text(pos.get("id"))
 
 

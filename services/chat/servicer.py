@@ -131,15 +131,11 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
 
     async def ListInstances(self, request, context):  # noqa: N802
         owner = current_principal().sub
-        size = pages.page_size(request.page_size, default=100)
-        after = domain.parse_instance_page(request.page_token)
-        rows = await self._repo.list_instances(owner, after, size + 1)
-        items = [instance_pb(i) for i in rows[:size]]
-        n = pages.fit(items)
-        resp = chat_pb2.ListInstancesResponse(instances=items[:n])
-        if len(rows) > n:
-            resp.next_page_token = domain.instance_page_token(rows[n - 1])
-        return resp
+        got = await pages.page(request.page_token, pages.page_size(request.page_size, default=100),
+                               domain.INSTANCE_FILTERS, domain.instance_position,
+                               lambda after, n: self._repo.list_instances(owner, after, n + 1), instance_pb,
+                               domain.instance_key)
+        return chat_pb2.ListInstancesResponse(instances=got.items, next_page_token=got.next_page_token)
 
     async def SendMessage(self, request, context):  # noqa: N802
         """One turn (TurnRunner.send has the errors). A `request_id` retry of the same request returns
@@ -184,17 +180,16 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
             if of_instance != instance_id:
                 raise InvalidArgument("turn_of_message", "must be a message of `parent`")
         filters = f"{instance_id}|{trace_id or ''}|{'' if turn_index is None else turn_index}|{turn_of or ''}"
-        after = MessagePage.parse(request.page_token, filters)
-        # The instance check rides in the same statement (one round trip).
-        rows = await self._repo.list_messages(owner, instance_id, after, size + 1, trace_id, turn_index, turn_of)
-        if rows is None:
-            raise NotFound(request.parent)
-        items = [message_pb(m) for m in rows[:size]]
-        n = pages.fit(items)  # a page ends early rather than pass the response size bound
-        resp = chat_pb2.ListMessagesResponse(messages=items[:n])
-        if len(rows) > n:
-            resp.next_page_token = MessagePage.token(rows[n - 1], filters)
-        return resp
+
+        async def fetch(after: MessagePage | None, n: int) -> list[Message]:
+            # The instance check rides in the same statement (one round trip).
+            rows = await self._repo.list_messages(owner, instance_id, after, n + 1, trace_id, turn_index, turn_of)
+            if rows is None:
+                raise NotFound(request.parent)
+            return rows
+
+        got = await pages.page(request.page_token, size, filters, MessagePage.of, fetch, message_pb, MessagePage.key)
+        return chat_pb2.ListMessagesResponse(messages=got.items, next_page_token=got.next_page_token)
 
     async def ClearMessages(self, request, context):  # noqa: N802
         inst = await self._instance(request.parent, "parent")
@@ -226,16 +221,15 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         instance_id = defects.parse_parent(request.parent)
         owner = _defect_reader(instance_id is None)
         size = pages.page_size(request.page_size, default=50)
-        after = defects.parse_page(request.page_token, request.parent)
-        if instance_id is not None and await self._repo.get_instance(owner, instance_id) is None:
-            raise NotFound(request.parent)
-        rows = await self._repo.list_defects(owner, instance_id, after, size + 1)
-        items = [defect_pb(d) for d in rows[:size]]
-        n = pages.fit(items)
-        resp = chat_pb2.ListSuspectedDefectsResponse(suspected_defects=items[:n])
-        if len(rows) > n:
-            resp.next_page_token = defects.page_token(rows[n - 1], request.parent)
-        return resp
+
+        async def fetch(after: tuple[datetime, str] | None, n: int) -> list:
+            if instance_id is not None and await self._repo.get_instance(owner, instance_id) is None:
+                raise NotFound(request.parent)
+            return await self._repo.list_defects(owner, instance_id, after, n + 1)
+
+        got = await pages.page(request.page_token, size, request.parent, defects.page_position, fetch, defect_pb,
+                               defects.page_key)
+        return chat_pb2.ListSuspectedDefectsResponse(suspected_defects=got.items, next_page_token=got.next_page_token)
 
     async def GetSuspectedDefect(self, request, context):  # noqa: N802
         instance_id, trace_id = defects.parse_defect_name(request.name)

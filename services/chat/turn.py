@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import NoReturn, Protocol
 
+from google.rpc import code_pb2
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
@@ -114,6 +115,24 @@ class StreamStart:
     trace_id: str
 
 
+@dataclass(frozen=True)
+class Replayed:
+    """`_start`'s answer to a request_id retry: the stored turn (no agent call)."""
+
+    result: TurnResult
+
+
+@dataclass(frozen=True)
+class Started:
+    """`_start`'s answer to a new turn (or a retried failed one): its root span (open; the caller ends
+    it), the stored user message, the history the agent gets and the caller's deadline."""
+
+    span: trace.Span
+    user: Message
+    history: list[HistoryMessage]
+    deadline: float | None
+
+
 class TurnRunner:
     """Runs turns. One per gateway process; `repo` and `agent` are created once at start-up."""
 
@@ -139,26 +158,18 @@ class TurnRunner:
         `trace_id` and `user_message` (the stored, addressable user message).
         A `turn.request_id` seen before returns the stored turn without calling the agent again.
         """
-        t0_ns = time.time_ns()
-        owner, token, turn, caller_remaining_s = call.owner, call.token, call.turn, call.caller_remaining_s
-        deadline = deadlines.at(caller_remaining_s)
-        started = await self._start(owner, turn, call.caller, t0_ns, caller_remaining_s)
-        if isinstance(started, TurnResult):
-            return started
-        span, user, history, agent_slug = started
+        started = await self._start(call)
+        if isinstance(started, Replayed):
+            return started.result
+        span, user = started.span, started.user
         try:
-            timeout = agent_timeout(deadlines.left(deadline), self._cap_s)  # measured now, after the DB write
-            think_input = await self._think_input(owner, turn, user, history, agent_slug)
-            reply = await self._agent.think(
-                think_input,
-                timeout_s=timeout,
-                metadata=self._metadata(span, token),
-            )
-            stored = await self._store_reply(owner, span, user, reply)
+            think_input, timeout, metadata = await self._agent_call(call, started)
+            reply = await self._agent.think(think_input, timeout_s=timeout, metadata=metadata)
+            stored = await self._store_reply(call.owner, span, user, reply)
             self._count("OK")
             return TurnResult(user, stored, user.trace_id)
         except BaseException as err:
-            await self._fail(owner, span, user, err)
+            await self._fail(call.owner, span, user, err)
         finally:
             span.end()
 
@@ -166,64 +177,54 @@ class TurnRunner:
         """The streamed turn (StreamMessage): yields StreamStart, then reply chunks (str), then the
         stored reply (Message). Same rules and errors as `send`; no partial reply is ever stored.
         """
-        t0_ns = time.time_ns()
-        owner, token, turn, caller_remaining_s = call.owner, call.token, call.turn, call.caller_remaining_s
-        deadline = deadlines.at(caller_remaining_s)
-        started = await self._start(owner, turn, call.caller, t0_ns, caller_remaining_s)
-        if isinstance(started, TurnResult):  # a retry: replay the stored turn
-            yield StreamStart(started.user_message, started.trace_id)
-            yield started.reply.content
-            yield started.reply
+        started = await self._start(call)
+        if isinstance(started, Replayed):  # a retry: replay the stored turn
+            r = started.result
+            yield StreamStart(r.user_message, r.trace_id)
+            yield r.reply.content
+            yield r.reply
             return
-        span, user, history, agent_slug = started
+        span, user = started.span, started.user
         try:
             yield StreamStart(user, user.trace_id)
-            timeout = agent_timeout(deadlines.left(deadline), self._cap_s)  # measured now, after the DB write
+            think_input, timeout, metadata = await self._agent_call(call, started)
             final: AgentReply | None = None
-            think_input = await self._think_input(owner, turn, user, history, agent_slug)
-            async for item in self._agent.stream(
-                think_input,
-                timeout_s=timeout,
-                metadata=self._metadata(span, token),
-            ):
+            async for item in self._agent.stream(think_input, timeout_s=timeout, metadata=metadata):
                 if isinstance(item, AgentReply):
                     final = item
                 else:
                     yield sanitize_reply(item)[0]
             if final is None:
                 raise AgentCallError("FAILED", "the agent's stream ended without a final reply")
-            yield await self._store_reply(owner, span, user, final)
+            yield await self._store_reply(call.owner, span, user, final)
             self._count("OK")
         except BaseException as err:
-            await self._fail(owner, span, user, err)
+            await self._fail(call.owner, span, user, err)
         finally:
             span.end()
 
     # -- steps ---------------------------------------------------------------------------------
 
-    async def _start(
-        self,
-        owner: str,
-        turn: TurnInput,
-        caller: trace.SpanContext | None,
-        t0_ns: int,
-        caller_remaining_s: float | None,
-    ):
-        """Steps 1–2: the root span at t0 and the stored user message. A request_id retry returns
-        the stored TurnResult (no new span, no agent call), or, when the stored turn failed with one
-        of RETRYABLE_CODES, runs the turn again in a new trace (linked to the failed one) with the
-        stored user message (span attribute `chat.retry_of_trace` names the failed trace)."""
+    async def _start(self, call: TurnCall) -> Replayed | Started:
+        """Steps 1–2, shared by `send` and `stream`: a request_id retry is answered from the stored
+        turn (`Replayed`: no new span, no agent call); else the root span at t0 and the stored user
+        message (`Started`; the caller ends the span). When the stored turn failed with one of
+        RETRYABLE_CODES, the turn runs again in a new trace (linked to the failed one) with the stored
+        user message (span attribute `chat.retry_of_trace` names the failed trace)."""
+        t0_ns = time.time_ns()
+        deadline = deadlines.at(call.caller_remaining_s)
+        turn = call.turn
         failed: TurnRecord | None = None
         if turn.request_id is not None:
             try:
-                done = await self._replay(owner, turn, caller_remaining_s)
+                done = await self._replay(call.owner, turn, call.caller_remaining_s)
             except Exception as err:  # noqa: BLE001 - only a dependency failure is handled here
                 self._unreachable_before_turn(turn, t0_ns, err)
                 raise
             if isinstance(done, TurnResult):
-                return done
+                return Replayed(done)
             failed = done
-        links = [Link(caller)] if caller is not None and caller.is_valid else []
+        links = [Link(call.caller)] if call.caller is not None and call.caller.is_valid else []
         span = self._tracer.start_span(
             TURN_SPAN,
             context=otel_context.Context(),
@@ -236,38 +237,8 @@ class TurnRunner:
             span.set_attribute("chat.request_id", str(turn.request_id))
         trace_id = format(span.get_span_context().trace_id, "032x")
         REQUEST_TRACE_ID.set(trace_id)  # log lines of this turn name its trace (services.common.telemetry)
-        t0 = time_from_ns(t0_ns)
         try:
-            try:
-                if failed is not None:
-                    assert turn.request_id is not None
-                    span.set_attribute("chat.retry_of_trace", failed.trace_id)
-                    began = await self._repo.retry_turn(owner, failed, turn.request_id, trace_id, RETRYABLE_CODES,
-                                                        self._history, t0, self._stale_before())
-                    if began is None:  # another retry claimed it first: wait for that one
-                        began = await self._replay(owner, turn, caller_remaining_s, rerun=False)
-                else:
-                    began = await self._repo.begin_turn(owner, turn, trace_id, new_id(), t0, self._history)
-            except RequestRace:
-                began = (
-                    None if turn.request_id is None else await self._replay(owner, turn, caller_remaining_s)
-                )
-                if began is None:
-                    raise
-            if began is None:
-                span.set_attribute("rpc.grpc.status_code", 5)
-                raise NotFound(f"instances/{turn.instance_id}")
-            if isinstance(began, (TurnRecord, TurnResult)):  # lost a race with the same request_id
-                span.set_attribute("chat.duplicate_request", True)
-                replayed = (
-                    began
-                    if isinstance(began, TurnResult)
-                    else await self._replay(owner, turn, caller_remaining_s, rerun=False)
-                )
-                if not isinstance(replayed, TurnResult):  # its messages were deleted meanwhile
-                    raise NotFound(f"instances/{turn.instance_id}")
-                span.end()
-                return replayed
+            began = await self._store_user(call, failed, span, trace_id, time_from_ns(t0_ns))
         except BaseException as err:
             if not isinstance(err, NotFound):
                 span.set_status(Status(StatusCode.ERROR, type(err).__name__))
@@ -278,6 +249,9 @@ class TurnRunner:
                 INCIDENTS.failure(dep.reason, f"turn {trace_id}: {type(err).__name__}", err)
                 raise dep from err
             raise
+        if isinstance(began, Replayed):  # lost a race with the same request_id
+            span.end()
+            return began
         user, history = began
         span.set_attribute("chat.turn_index", user.turn_index)
         span.set_attribute("chat.user_message", user.name)
@@ -290,7 +264,50 @@ class TurnRunner:
             },
             timestamp=t0_ns,
         )
-        return span, user, history, user.agent
+        return Started(span, user, history, deadline)
+
+    async def _store_user(self, call: TurnCall, failed: TurnRecord | None, span: trace.Span, trace_id: str,
+                          t0: datetime) -> tuple[Message, list[HistoryMessage]] | Replayed:
+        """Step 2: the user message stored under the new trace (or the failed turn `failed` claimed for
+        this retry) with the turn's history; `Replayed` when another request with the same request_id
+        stored its turn first. NOT_FOUND (`instance`) when the instance is not the caller's."""
+        owner, turn = call.owner, call.turn
+        try:
+            if failed is not None:
+                assert turn.request_id is not None
+                span.set_attribute("chat.retry_of_trace", failed.trace_id)
+                began = await self._repo.retry_turn(owner, failed, turn.request_id, trace_id, RETRYABLE_CODES,
+                                                    self._history, t0, self._stale_before())
+                if began is None:  # another retry claimed it first: wait for that one
+                    began = await self._replay(owner, turn, call.caller_remaining_s, rerun=False)
+            else:
+                began = await self._repo.begin_turn(owner, turn, trace_id, new_id(), t0, self._history)
+        except RequestRace:
+            if turn.request_id is None:
+                raise
+            began = await self._replay(owner, turn, call.caller_remaining_s)
+            if began is None:
+                raise
+        if began is None:
+            span.set_attribute("rpc.grpc.status_code", code_pb2.NOT_FOUND)
+            raise NotFound(f"instances/{turn.instance_id}")
+        if isinstance(began, TurnRecord | TurnResult):  # lost a race with the same request_id
+            span.set_attribute("chat.duplicate_request", True)
+        if isinstance(began, TurnRecord):  # the other request's turn is stored: wait for its outcome
+            began = await self._replay(owner, turn, call.caller_remaining_s, rerun=False)
+        if isinstance(began, TurnResult):
+            return Replayed(began)
+        if began is None or isinstance(began, TurnRecord):  # its messages were deleted meanwhile
+            raise NotFound(f"instances/{turn.instance_id}")
+        return began
+
+    async def _agent_call(self, call: TurnCall, s: Started
+                          ) -> tuple[ThinkInput, float, tuple[tuple[str, str], ...]]:
+        """Step 3's arguments: what the agent gets, its timeout (measured now, after the database
+        writes) and the metadata carrying the turn's context and the owner's token."""
+        timeout = agent_timeout(deadlines.left(s.deadline), self._cap_s)
+        think_input = await self._think_input(call.owner, call.turn, s.user, s.history, s.user.agent)
+        return think_input, timeout, self._metadata(s.span, call.token)
 
     async def _replay(
         self, owner: str, turn: TurnInput, caller_remaining_s: float | None, rerun: bool = True

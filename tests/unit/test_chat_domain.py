@@ -8,6 +8,7 @@ import pytest
 
 from services.chat import domain
 from services.chat.domain import Channel, Message, MessagePage, Role
+from services.common import pages
 from services.common.errors import InvalidArgument
 
 
@@ -62,13 +63,13 @@ def test_validate_turn_infers_channel():
 def test_message_page_token_roundtrip_and_binding():
     t = datetime(2026, 5, 6, 7, 8, 9, 999999, tzinfo=UTC)
     m = Message("i", "abc", Role.USER, "x", "0" * 31 + "1", 0, t)
-    tok = MessagePage.token(m, "i||")
-    page = MessagePage.parse(tok, "i||")
+    tok = pages.issue(MessagePage.key(m), "i||")
+    page = MessagePage.of(pages.read(tok, "i||"))
     assert page.after_time == t and page.after_id == "abc"
     with pytest.raises(InvalidArgument):
-        MessagePage.parse(tok, "other||")
+        pages.read(tok, "other||")
     with pytest.raises(InvalidArgument):
-        MessagePage.parse("garbage!", "i||")
+        pages.read("garbage!", "i||")
 
 
 def test_time_from_ns_keeps_microseconds():
