@@ -1,4 +1,4 @@
-"""`agentfeedback export dataset` (issue 24): the caller's labelled turns as JSON lines, one per turn, in
+"""`agentfeedback export dataset|pairs` (issue 24): the caller's labelled turns as JSON lines, one per turn, in
 the OpenAI chat-messages shape that fine-tuning and evaluation tools read:
 
     {"messages": [{"role": "user", "content": …}, …, {"role": "assistant", "content": <the rated reply>}],
@@ -75,3 +75,21 @@ async def dataset_cmd(c: Clients, output, conversation: str, aspect: str, sentim
         output.flush()
         n += 1
     click.echo(f"exported {n} labelled turns", err=True)
+
+
+@export.command("pairs")
+@click.option("--output", "-o", type=click.File("w"), default="-", help="JSONL file (default stdout).")
+@click.option("--aspect", default="", help="Only pairs judged on this aspect.")
+@_run
+async def pairs_cmd(c: Clients, output, aspect: str):
+    """Preference pairs from forks as JSONL `{prompt, chosen, rejected}` (conversational messages, as TRL's
+    DPO datasets), plus the aspect, the two branches and the turn."""
+    n = 0
+    async for x in c.feedback().ExportPreferencePairs(pb.ExportPreferencePairsRequest(aspect=aspect), metadata=c.md):
+        row = {k: [{"role": m.role, "content": m.content} for m in getattr(x, k)] for k in ("prompt", "chosen", "rejected")}
+        row.update(aspect=x.aspect, chosen_conversation=x.chosen_conversation,
+                   rejected_conversation=x.rejected_conversation, turn_index=x.turn_index)
+        output.write(json.dumps(row, ensure_ascii=False) + "\n")
+        output.flush()
+        n += 1
+    click.echo(f"exported {n} preference pairs", err=True)

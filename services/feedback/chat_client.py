@@ -144,6 +144,20 @@ class ChatClient:
         except grpc.aio.AioRpcError as e:
             raise self._map(e, f"{conversation} turn {turn_index}", field_path) from None
 
+    async def forks(self, md: Metadata) -> list[tuple[str, str, int]]:
+        """The caller's forked instances: (fork, its source, the last turn it copied), pages of 1000."""
+        out: list[tuple[str, str, int]] = []
+        req = chat_pb2.ListInstancesRequest(page_size=1000)
+        while True:
+            try:
+                resp = await self._stub.ListInstances(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
+            except grpc.aio.AioRpcError as e:
+                raise self._map(e, "instances", "instances") from None
+            out += [(i.name, i.fork_source, i.fork_turn_index) for i in resp.instances if i.fork_source]
+            if not resp.next_page_token:
+                return out
+            req.page_token = resp.next_page_token
+
     async def check_instance(self, name: str, md: Metadata, field_path: str) -> None:
         """GetInstance(name): NotFound when unknown or not the caller's."""
         try:

@@ -12,7 +12,7 @@ from services.common.errors import InvalidArgument, Violations
 from services.common.ids import check_text, parse_name, parse_request_id, parse_timestamp
 from services.feedback import codec, domain, feed_domain
 from services.feedback.codec import enum_value
-from services.feedback.dataset import DatasetFilter, LabelledTurn
+from services.feedback.dataset import DatasetFilter, LabelledTurn, PreferencePair
 from services.feedback.feed import FeedItem
 from services.feedback.model.enums import EventKind, RatingScope, RatingSentiment
 from services.feedback.model.feed import FeedFilter
@@ -164,3 +164,21 @@ def dataset_record(t: LabelledTurn, now: dt.datetime, retention_days: int) -> pb
         fb.CopyFrom(codec.feedback_pb(r, now, retention_days))
         out.tool_calls.extend(fb.trace_snapshot.tool_calls)
     return out
+
+
+def export_pairs(request: pb.ExportPreferencePairsRequest) -> str:
+    """ExportPreferencePairs: the aspect filter."""
+    v = Violations()
+    aspect = v.check(_aspect, request.aspect)
+    v.raise_any()
+    return aspect
+
+
+def pair_pb(x: PreferencePair) -> pb.PreferencePair:
+    def msgs(ms):
+        return [pb.DatasetMessage(role=_ROLES.get(m.role, "user"), content=m.content) for m in ms]
+
+    return pb.PreferencePair(prompt=msgs(x.prompt), chosen=msgs(x.chosen), rejected=msgs(x.rejected), aspect=x.aspect,
+                             chosen_conversation=x.chosen_conversation, rejected_conversation=x.rejected_conversation,
+                             turn_index=x.turn_index, chosen_rating=codec.rating_pb(x.chosen_rating),
+                             rejected_rating=codec.rating_pb(x.rejected_rating))

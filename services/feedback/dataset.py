@@ -16,12 +16,14 @@ from services.common.auth import Principal
 from services.common.errors import NotFound, Unavailable
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.domain import MessageView
-from services.feedback.model.enums import RatingSentiment
+from services.feedback.model.enums import RatingScope, RatingSentiment
 from services.feedback.model.rating import Rating
 from services.feedback.model.report import Report
 from services.feedback.repository.dataset import DatasetStore
 
 PAGE = 100
+# Which of two sentiments is preferred (preference pairs).
+_RANK = {RatingSentiment.POSITIVE: 2, RatingSentiment.NEUTRAL: 1, RatingSentiment.NEGATIVE: 0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,38 @@ class LabelledTurn:
     reply: MessageView
     ratings: tuple[Rating, ...]
     reports: tuple[Report, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PreferencePair:
+    """`prompt` the shared conversation, `chosen` / `rejected` the two branches' turn k (see
+    Datasets.preference_pairs)."""
+
+    prompt: tuple[MessageView, ...]
+    chosen: tuple[MessageView, ...]
+    rejected: tuple[MessageView, ...]
+    aspect: str
+    chosen_conversation: str
+    rejected_conversation: str
+    turn_index: int
+    chosen_rating: Rating
+    rejected_rating: Rating
+
+
+def _turn(messages: list[MessageView], k: int) -> tuple[MessageView, MessageView] | None:
+    """Turn k's user message and non-empty reply, or None."""
+    user = next((m for m in messages if m.turn_index == k and m.role == "ROLE_USER"), None)
+    reply = next((m for m in messages if m.turn_index == k and m.role == "ROLE_ASSISTANT" and m.content), None)
+    return (user, reply) if user is not None and reply is not None else None
+
+
+def pair_of(prefix: list[MessageView], a: tuple[MessageView, MessageView], b: tuple[MessageView, MessageView]
+            ) -> tuple[tuple[MessageView, ...], tuple[MessageView, ...], tuple[MessageView, ...]]:
+    """(prompt, a's side, b's side): the shared prefix, plus the turn's user message when both branches
+    asked the same (then each side is its reply alone), else each side is its user message and reply."""
+    if a[0].content == b[0].content:
+        return (*prefix, a[0]), (a[1],), (b[1],)
+    return tuple(prefix), a, b
 
 
 class Datasets:
@@ -82,3 +116,41 @@ class Datasets:
             after = turns[-1]
             if len(turns) < PAGE:
                 return
+
+    async def preference_pairs(self, p: Principal, aspect: str) -> AsyncIterator[PreferencePair]:
+        """For each of the caller's forks (made after turn j of its source), the aspects on which the caller
+        rated the two branches' replies at turn k = j + 1 differently (MESSAGE scope, USER origin: branch
+        copies never count): the preferred reply is `chosen`. Forks in the chat service's order."""
+        try:
+            forks = await self._chat.forks(p.metadata)
+        except ChatUnreachable:
+            raise Unavailable("the chat service cannot be reached to list the forks", retry_after_s=1.0,
+                              reason="CHAT_UNAVAILABLE") from None
+        for fork, source, j in forks:
+            k = j + 1
+            ratings, _ = await self._store.turn_labels(p.sub, [(fork, k), (source, k)], with_copies=False)
+            by_aspect: dict[str, dict[str, Rating]] = {}
+            for r in ratings:
+                if r.key.scope == RatingScope.MESSAGE and r.sentiment in _RANK and (not aspect or r.key.aspect == aspect):
+                    by_aspect.setdefault(r.key.aspect, {})[r.key.conversation] = r
+            judged = [(a, d[fork], d[source]) for a, d in sorted(by_aspect.items())
+                      if fork in d and source in d and _RANK[d[fork].sentiment] != _RANK[d[source].sentiment]]
+            if not judged:
+                continue
+            try:
+                fork_msgs = await self._chat.messages_through(fork, p.metadata, k)
+                source_msgs = await self._chat.messages_through(source, p.metadata, k)
+            except NotFound:
+                continue
+            except ChatUnreachable:
+                raise Unavailable("the chat service cannot be reached to read the conversations", retry_after_s=1.0,
+                                  reason="CHAT_UNAVAILABLE") from None
+            a, b = _turn(fork_msgs, k), _turn(source_msgs, k)
+            if a is None or b is None:
+                continue
+            prompt, fork_side, source_side = pair_of([m for m in source_msgs if m.turn_index <= j], a, b)
+            for name, rf, rs in judged:
+                fork_wins = _RANK[rf.sentiment] > _RANK[rs.sentiment]
+                yield PreferencePair(prompt, fork_side if fork_wins else source_side,
+                                     source_side if fork_wins else fork_side, name, fork if fork_wins else source,
+                                     source if fork_wins else fork, k, rf if fork_wins else rs, rs if fork_wins else rf)

@@ -101,7 +101,8 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     authenticator = Authenticator(settings)
     now = clock or (lambda: dt.datetime.now(dt.UTC))
     reports = Reports(report_store, chat, sink, tracer,
-                      TicketFields(body=settings.tracker_include_body, message_text=settings.tracker_include_message_text),
+                      TicketFields(body=settings.tracker_include_body, message_text=settings.tracker_include_message_text,
+                                   trace_url_template=settings.trace_url_template),
                       settings.filing_capture_wait_s, worker.wake if run_worker else None, authenticator)
     ratings = Ratings(RatingStore(pool), chat, settings.rating_check_cache_s)
     wakeups = FeedWakeups(url, pool)
@@ -122,6 +123,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
                                 settings.trace_retention_days,
                                 settings.rating_note_max_bytes, now)
 
+    servicer.trace_url_template = settings.trace_url_template
     if settings.max_reports_per_owner > 0:
         reports.cap = ReportCap(settings.max_reports_per_owner, settings.write_quota_per_minute)
     quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,

@@ -35,6 +35,7 @@ from services.feedback.model.report import Report
 from services.feedback.ratings import Ratings
 from services.feedback.reports import Reports
 from services.feedback.statistics import Stats
+from services.feedback.ticket import trace_url
 
 SERVICE = "agentfeedback.feedback.v1.FeedbackService"
 # Method → scope (docs/architecture.md "Contracts"; the proto's service comment).
@@ -52,6 +53,7 @@ METHOD_SCOPES: dict[str, str | None] = {
         "CreateWebhookSubscription": SCOPE_FEEDBACK_ADMIN, "ListWebhookSubscriptions": SCOPE_FEEDBACK_ADMIN,
         "DeleteWebhookSubscription": SCOPE_FEEDBACK_ADMIN, "ResumeWebhookSubscription": SCOPE_FEEDBACK_ADMIN,
         "ListWebhookDeliveries": SCOPE_FEEDBACK_ADMIN, "ExportDataset": SCOPE_FEEDBACK_READ,
+        "ExportPreferencePairs": SCOPE_FEEDBACK_READ,
     }.items()
 }
 
@@ -72,8 +74,13 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         self._note_max = note_max_bytes
         self._clock = clock
 
+    # AGENTFEEDBACK_FEEDBACK_TRACE_URL_TEMPLATE (set by the server wiring): every report's trace link.
+    trace_url_template = ""
+
     def _pb(self, r: Report) -> pb.Feedback:
-        return codec.feedback_pb(r, self._clock(), self._retention_days)
+        fb = codec.feedback_pb(r, self._clock(), self._retention_days)
+        fb.trace_url = trace_url(self.trace_url_template, r.snapshot.trace_id or r.anchor.trace_id)
+        return fb
 
     # ------------------------------------------------------------ reports
     async def CreateFeedback(self, request: pb.CreateFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
@@ -244,3 +251,9 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         f, after = codec_feed.export_dataset(request)
         async for t in self._datasets.export(current_principal(), f, after):
             yield codec_feed.dataset_record(t, self._clock(), self._retention_days)
+
+    async def ExportPreferencePairs(self, request: pb.ExportPreferencePairsRequest, context):  # noqa: N802
+        """Preference pairs from the caller's forks (Datasets.preference_pairs has the rules)."""
+        aspect = codec_feed.export_pairs(request)
+        async for x in self._datasets.preference_pairs(current_principal(), aspect):
+            yield codec_feed.pair_pb(x)

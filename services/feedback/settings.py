@@ -69,6 +69,12 @@ class FeedbackSettings(CommonSettings):
     tracker_include_body: bool = False
     tracker_include_message_text: bool = False
 
+    # The SREs' trace view (issue 24): a URL template with `{trace_id}` (e.g. Jaeger
+    # `https://jaeger.example/trace/{trace_id}`, Grafana Tempo's explore URL, Phoenix's trace page) put into
+    # every ticket and every report (Feedback.trace_url, shown by the console). Empty: no link. A backend's
+    # API key never goes into a link: the trace UI authenticates its viewer itself.
+    trace_url_template: str = Field(default="", pattern=r"^$|^https?://[^\s]*\{trace_id\}[^\s]*$")
+
     # Change feed (WatchFeedback, issue 24): days its events are kept (at least 14); a resume token older
     # than that is OUT_OF_RANGE naming the oldest position still available.
     feed_retention_days: int = Field(default=14, ge=14)

@@ -32,6 +32,14 @@ class TicketFields:
     # Values a client chose (the agent slug, the audio key): never in a filed ticket (issue 13); the
     # CLI's evidence bundle, read by the report's own people, shows them.
     client_values: bool = False
+    # The SREs' trace view (AGENTFEEDBACK_FEEDBACK_TRACE_URL_TEMPLATE, `{trace_id}` replaced): a link
+    # next to the trace id; empty: none.
+    trace_url_template: str = ""
+
+
+def trace_url(template: str, trace_id: str) -> str:
+    """The trace view's URL for `trace_id` (32 hex, server-checked), or '' without a template or id."""
+    return template.replace("{trace_id}", trace_id) if template and trace_id else ""
 
 
 def _quote(text: str) -> str:
@@ -111,6 +119,7 @@ def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[st
         ("instance", f"`{instance}`" if instance else ""),
         ("message", f"`{message}`" if message else ""),
         ("trace id", f"`{trace_id}`" if trace_id else ""),
+        ("trace view", trace_url(fields.trace_url_template, trace_id)),
         ("turn", str(snap.turn_index + 1) if anchor.startswith("turn ") else ""),
         ("turn index", str(snap.turn_index) if anchor.startswith("turn ") else ""),
         # An agent-recorded report: the turn in which the owner spoke the complaint (a trace id, checked

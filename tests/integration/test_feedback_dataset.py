@@ -90,3 +90,47 @@ async def test_labelled_turns_export_as_jsonl_that_datasets_loads(stack, tmp_pat
     assert (await _cli(stack, "export", "dataset", "-o", str(rest), "--resume-token", token)).exit_code == 0
     assert [json.loads(x)["turn_index"] for x in rest.read_text().splitlines()] == [turns[2].reply.turn_index]
     assert os.path.getsize(rest) > 0
+
+
+async def test_preference_pairs_from_forks_equal_what_the_forks_and_ratings_imply(stack, tmp_path, hf_offline):
+    inst = await new_instance(stack)
+    t0 = await send(stack, inst, "first question")
+    t1 = await send(stack, inst, "second question")
+    await _rate(stack, inst, t0.reply.turn_index, "reaction", pb.RATING_SENTIMENT_POSITIVE)
+    await _rate(stack, inst, t1.reply.turn_index, "reaction", pb.RATING_SENTIMENT_NEGATIVE)
+    await _rate(stack, inst, t1.reply.turn_index, "tone", pb.RATING_SENTIMENT_POSITIVE)
+    # Fork after turn 0 (its turn-0 rating is copied: a branch copy, never an opinion); the same question again.
+    fork = (await stack.chat().ForkConversation(chat_pb2.ForkConversationRequest(
+        parent=inst, turn_index=t0.reply.turn_index, request_id=str(uuid.uuid4())), metadata=stack.md())).instance.name
+    f1 = await send(stack, fork, "second question")
+    assert f1.reply.turn_index == t1.reply.turn_index
+    await _rate(stack, fork, f1.reply.turn_index, "reaction", pb.RATING_SENTIMENT_POSITIVE)  # better here
+    await _rate(stack, fork, f1.reply.turn_index, "tone", pb.RATING_SENTIMENT_POSITIVE)  # the same: no pair
+    # A second fork asked something else and was rated worse on reaction.
+    fork2 = (await stack.chat().ForkConversation(chat_pb2.ForkConversationRequest(
+        parent=inst, turn_index=t0.reply.turn_index, request_id=str(uuid.uuid4())), metadata=stack.md())).instance.name
+    g1 = await send(stack, fork2, "a different question")
+    await _rate(stack, fork2, g1.reply.turn_index, "reaction", pb.RATING_SENTIMENT_NEGATIVE)  # same as source: none
+    await _rate(stack, fork2, g1.reply.turn_index, "tone", pb.RATING_SENTIMENT_NEGATIVE)  # worse than source
+
+    out = tmp_path / "pairs.jsonl"
+    r = await _cli(stack, "export", "pairs", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    rows = sorted(_load(out), key=lambda x: x["aspect"])
+    prefix = [{"role": "user", "content": "first question"}, {"role": "assistant", "content": t0.reply.content}]
+    assert rows == [
+        {"prompt": prefix + [{"role": "user", "content": "second question"}],
+         "chosen": [{"role": "assistant", "content": f1.reply.content}],
+         "rejected": [{"role": "assistant", "content": t1.reply.content}],
+         "aspect": "reaction", "chosen_conversation": fork, "rejected_conversation": inst,
+         "turn_index": t1.reply.turn_index},
+        {"prompt": prefix,
+         "chosen": [{"role": "user", "content": "second question"}, {"role": "assistant", "content": t1.reply.content}],
+         "rejected": [{"role": "user", "content": "a different question"},
+                      {"role": "assistant", "content": g1.reply.content}],
+         "aspect": "tone", "chosen_conversation": inst, "rejected_conversation": fork2,
+         "turn_index": t1.reply.turn_index},
+    ]
+    only = tmp_path / "tone.jsonl"
+    assert (await _cli(stack, "export", "pairs", "-o", str(only), "--aspect", "tone")).exit_code == 0
+    assert [json.loads(x)["aspect"] for x in only.read_text().splitlines()] == ["tone"]
