@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,19 +36,6 @@ def no_default_metrics_ports() -> None:
     `make run` started next to it)."""
     for svc in ("CHAT", "AGENT", "FEEDBACK", "COLLECTOR"):
         os.environ.setdefault(f"AGENTFEEDBACK_{svc}_METRICS_LISTEN", "")
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports (bound then released; good enough on loopback in tests)."""
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 class LateChannel:

@@ -26,8 +26,9 @@ import re
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from ipaddress import ip_address
 from pathlib import Path
 from string import Template
@@ -94,7 +95,8 @@ class GatewaySettings(BaseSettings):
 
 @dataclass(frozen=True)
 class GatewayPorts:
-    """Where Envoy listens (`gateway`, `admin`; admin None/0 = disabled) and where the services are."""
+    """Where Envoy listens (`gateway`; `admin`: None = no admin interface, 0 = any free port) and where
+    the services are. `start_envoy` takes `gateway` 0 too: Envoy binds any free port and reports it."""
 
     gateway: int = 8080
     chat: int = 50051
@@ -152,7 +154,7 @@ def render(
     except ValueError:
         cluster_type = "STRICT_DNS"
     admin = ""
-    if ports.admin:
+    if ports.admin is not None:
         admin = "admin:\n  address:\n    socket_address: " + json.dumps(
             {"address": "127.0.0.1", "port_value": ports.admin}
         )
@@ -331,13 +333,17 @@ def start_envoy(
     stream_idle_timeout_s: int = 300,
 ) -> EnvoyProcess:
     """Render + validate the config into `config_dir/envoy.yaml`, start Envoy, wait until
-    `listen_address:ports.gateway` accepts TCP connections (blocking, at most `ready_timeout_s`).
+    `listen_address:<gateway port>` accepts TCP connections (blocking, at most `ready_timeout_s`).
 
+    `ports.gateway` 0: Envoy binds any free port; its admin interface (on `ports.admin`, or any free
+    loopback port) then tells which (`--admin-address-path`, GET /listeners), so no port is picked
+    free first and bound later by someone else. `EnvoyProcess.port` is the port it listens on.
     Envoy's log goes to `config_dir/envoy.log`. Hot restart is disabled so several Envoys can run on
     one machine (tests). Raises EnvoyConfigError (bad config) or EnvoyStartError (exited / not listening).
     """
-    if not ports.gateway:
-        raise ValueError("ports.gateway must be a concrete port (Envoy does not report an ephemeral one without admin)")
+    any_port = not ports.gateway
+    if any_port and ports.admin is None:
+        ports = replace(ports, admin=0)
     config_dir.mkdir(parents=True, exist_ok=True)
     config_path = config_dir / "envoy.yaml"
     config_path.write_text(
@@ -347,11 +353,13 @@ def start_envoy(
     )
     validate(config_path)
     log_path = config_dir / "envoy.log"
+    admin_path = config_dir / "admin-address"
+    admin_path.unlink(missing_ok=True)
     out = open(log_path, "ab")  # noqa: SIM115 - handed to the child
     try:
         proc = subprocess.Popen(
             [str(envoy_binary()), "-c", str(config_path), "--log-level", "warn", "--disable-hot-restart",
-             "--concurrency", str(concurrency)],
+             "--concurrency", str(concurrency), *(["--admin-address-path", str(admin_path)] if any_port else [])],
             stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
         )
     finally:
@@ -362,15 +370,33 @@ def start_envoy(
     while True:
         if proc.poll() is not None:
             raise EnvoyStartError(f"envoy exited with {proc.returncode}:\n{_log_tail(log_path)}")
+        if any_port and not envoy.port:
+            envoy.port = _bound_listener_port(admin_path)
         try:
-            with socket.create_connection((probe_host, ports.gateway), timeout=0.5):
-                break
+            if envoy.port:
+                with socket.create_connection((probe_host, envoy.port), timeout=0.5):
+                    break
         except OSError:
             pass
         if time.monotonic() > deadline:
             envoy.stop()
-            raise EnvoyStartError(f"envoy not listening on {ports.gateway} after {ready_timeout_s:.0f} s:\n"
+            raise EnvoyStartError(f"envoy not listening on {envoy.port or 'any port'} after {ready_timeout_s:.0f} s:\n"
                                   f"{_log_tail(log_path)}")
         time.sleep(0.05)
-    log.info("envoy gRPC-web gateway on %s:%d (config %s)", listen_address, ports.gateway, config_path)
+    log.info("envoy gRPC-web gateway on %s:%d (config %s)", listen_address, envoy.port, config_path)
     return envoy
+
+
+def _bound_listener_port(admin_path: Path) -> int:
+    """The port Envoy's gateway listener bound (0 while Envoy is not up yet), from its admin
+    interface, whose address Envoy wrote to `admin_path`."""
+    try:
+        admin = admin_path.read_text().strip()
+        with urllib.request.urlopen(f"http://{admin}/listeners?format=json", timeout=1) as r:  # noqa: S310 - loopback
+            listeners = json.load(r)["listener_statuses"]
+    except (OSError, ValueError, KeyError):
+        return 0
+    for st in listeners:
+        if st.get("name") == "grpc_web":
+            return int(st.get("local_address", {}).get("socket_address", {}).get("port_value", 0))
+    return 0

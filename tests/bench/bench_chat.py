@@ -36,12 +36,11 @@ import grpc
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 
-from services.common.server import wait_serving
 from services.common.auth import mint_token
 from services.common.settings import PROJECT_ROOT
 from tests.bench.floor import start_floor
 from tests.bench.stats import tail
-from tests.stack import free_ports
+from tests.helpers.ports import free_ports, start_owning
 
 TURNS = 1000
 WARMUP = 50
@@ -89,8 +88,9 @@ async def _durations(stub, md, trace_ids: list[str]) -> dict[str, dict[str, floa
 def service_env(ctx, db: str) -> tuple[dict[str, str], dict[str, int]]:
     """Environment and ports for the collector, agent, chat gateway and feedback service as their
     own processes on database `db` (spans over OTLP to the collector, batches every 0.5 s)."""
-    otlp, otlp_http, query, chat_port, agent_port, feedback_port = free_ports(6)
-    ports = {"query": query, "chat": chat_port, "agent": agent_port, "feedback": feedback_port}
+    otlp, otlp_http, query, chat_port, agent_port, feedback_port = free_ports(6)  # checked by start_services
+    ports = {"otlp": otlp, "otlp_http": otlp_http, "query": query, "chat": chat_port, "agent": agent_port,
+             "feedback": feedback_port}
     env = {
         **os.environ,
         "AGENTFEEDBACK_DATABASE_URL": db,
@@ -129,27 +129,38 @@ def service_env(ctx, db: str) -> tuple[dict[str, str], dict[str, int]]:
 
 async def start_services(env: dict[str, str], ports: dict[str, int], names: list[str]) -> list[subprocess.Popen]:
     """Start `names` (of collector, agent, chat, feedback) in that order, each as its own process
-    (its real `main()`), waiting until each is SERVING. The caller stops them (`stop_services`)."""
+    (its real `main()`), waiting until each is SERVING on its own ports (`start_owning`: a port taken
+    meanwhile by another process moves, rewriting `env` and `ports`, and the services started before
+    are started again pointing at the new one). The caller stops them (`stop_services`)."""
     modules = {
-        "collector": ("services.tracecollector.main", "query", {"OTEL_TRACES_EXPORTER": "none"}),
-        "agent": ("services.chat.agent.main", "agent", {}),
-        "chat": ("services.chat.main", "chat", {}),
-        "feedback": ("services.feedback.main", "feedback", {}),
+        "collector": ("services.tracecollector.main", "query", ("otlp", "otlp_http", "query"),
+                      {"OTEL_TRACES_EXPORTER": "none"}),
+        "agent": ("services.chat.agent.main", "agent", ("agent",), {}),
+        "chat": ("services.chat.main", "chat", ("chat",), {}),
+        "feedback": ("services.feedback.main", "feedback", ("feedback",), {}),
     }
     procs: list[subprocess.Popen] = []
+
+    async def start(name: str) -> bool:
+        module, health, own, extra = modules[name]
+
+        def spawn(base) -> subprocess.Popen:
+            return subprocess.Popen([sys.executable, "-m", module], env={**base, **extra}, cwd=PROJECT_ROOT,
+                                    stdout=subprocess.DEVNULL, start_new_session=True)
+
+        proc, moved = await start_owning(spawn, env, ports, own, health)
+        procs.append(proc)
+        return bool(moved)
+
     try:
-        for name in names:
-            module, port, extra = modules[name]
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", module],
-                    env={**env, **extra},
-                    cwd=PROJECT_ROOT,
-                    stdout=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            )
-            await wait_serving(f"127.0.0.1:{ports[port]}", 60, procs[-1])
+        i = 0
+        while i < len(names):
+            if await start(names[i]) and i:  # a port moved: the ones started before point at the old one
+                await stop_services(procs)
+                procs.clear()
+                i = 0
+                continue
+            i += 1
     except BaseException:
         await stop_services(procs)
         raise
@@ -176,9 +187,10 @@ async def run(ctx) -> dict[str, float]:
         inst = await stub.CreateInstance(
             chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="bench")), metadata=md
         )
-        (floor_agent_port, floor_port) = free_ports(2)
-        procs.append(await start_floor("agent", floor_agent_port))
-        procs.append(await start_floor("gateway", floor_port, env["AGENTFEEDBACK_DATABASE_URL"], floor_agent_port))
+        floor_agent, floor_agent_port = await start_floor("agent")
+        procs.append(floor_agent)
+        floor_gateway, floor_port = await start_floor("gateway", env["AGENTFEEDBACK_DATABASE_URL"], floor_agent_port)
+        procs.append(floor_gateway)
         floor_channel = grpc.aio.insecure_channel(f"127.0.0.1:{floor_port}")
         floor = chat_pb2_grpc.ChatServiceStub(floor_channel)
 

@@ -60,11 +60,10 @@ from services.common.db import create_pool, migrate
 from services.tracecollector.ingest import NS_PER_DAY, Window, flatten
 from services.tracecollector.repository import SPAN_COLUMNS, Repository, partition_name
 from services.tracecollector.retention import Retention
-from services.common.server import wait_serving
 from services.tracecollector.server import MIGRATIONS, SCHEMA
 from tests.bench.collector_retention import BIG, SMALL, retention_figures, spans_tablespace
 from tests.bench.stats import tail
-from tests.stack import free_ports
+from tests.helpers.ports import PortTaken, free_ports, listens, start_owning
 
 ROOT = Path(__file__).resolve().parents[2]
 PHOENIX_VENV = ROOT / ".bench" / "phoenix-venv"
@@ -185,10 +184,6 @@ async def send_all(port: int, payloads: list[bytes], clients: int = CLIENTS) -> 
 # --- processes ---------------------------------------------------------------------------------
 
 
-async def _wait_health(port: int, proc: subprocess.Popen, timeout_s: float = 90.0) -> None:
-    await wait_serving(f"127.0.0.1:{port}", timeout_s, proc)
-
-
 async def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 180.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -205,21 +200,24 @@ async def _wait_port(port: int, proc: subprocess.Popen, timeout_s: float = 180.0
 
 
 class CollectorProcess:
-    """`python -m services.tracecollector.main` against `url`, on free ports."""
+    """`python -m services.tracecollector.main` against `url`, on free ports (checked: `start_owning`)."""
 
     def __init__(self, url: str, tmp: Path, **env: str):
-        self.grpc_port, self.http_port, self.query_port = free_ports(3)
-        e = {**os.environ, "OTEL_SDK_DISABLED": "true", "AGENTFEEDBACK_COLLECTOR_DATABASE_URL": url,
-             "AGENTFEEDBACK_COLLECTOR_DATA_DIR": str(tmp), "AGENTFEEDBACK_COLLECTOR_JWT_SECRET": SECRET,
-             "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": f"127.0.0.1:{self.grpc_port}",
-             "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(self.http_port),
-             "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": f"127.0.0.1:{self.query_port}",
-             "AGENTFEEDBACK_COLLECTOR_METRICS_LISTEN": "127.0.0.1:0",
-             "AGENTFEEDBACK_COLLECTOR_LOG_LEVEL": "WARNING", **env}
-        self.proc = subprocess.Popen([sys.executable, "-m", "services.tracecollector.main"], cwd=ROOT, env=e)
+        grpc_port, http_port, query_port = free_ports(3)
+        self._ports = {"grpc": grpc_port, "http": http_port, "query": query_port}
+        self._env = {**os.environ, "OTEL_SDK_DISABLED": "true", "AGENTFEEDBACK_COLLECTOR_DATABASE_URL": url,
+                     "AGENTFEEDBACK_COLLECTOR_DATA_DIR": str(tmp), "AGENTFEEDBACK_COLLECTOR_JWT_SECRET": SECRET,
+                     "AGENTFEEDBACK_COLLECTOR_OTLP_GRPC_LISTEN": f"127.0.0.1:{grpc_port}",
+                     "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": str(http_port),
+                     "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": f"127.0.0.1:{query_port}",
+                     "AGENTFEEDBACK_COLLECTOR_METRICS_LISTEN": "127.0.0.1:0",
+                     "AGENTFEEDBACK_COLLECTOR_LOG_LEVEL": "WARNING", **env}
 
     async def __aenter__(self) -> Self:
-        await _wait_health(self.query_port, self.proc)
+        self.proc, _ = await start_owning(
+            lambda e: subprocess.Popen([sys.executable, "-m", "services.tracecollector.main"], cwd=ROOT, env=e),
+            self._env, self._ports, ("grpc", "http", "query"), "query", 90)
+        self.grpc_port, self.http_port, self.query_port = (self._ports[k] for k in ("grpc", "http", "query"))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -557,6 +555,8 @@ async def bench_phoenix(ctx, payloads: list[bytes]) -> dict[str, float]:
     try:
         await _wait_port(grpc_port, proc)
         await _wait_port(http_port, proc)
+        if not (listens(proc.pid, grpc_port) and listens(proc.pid, http_port)):  # picked free, taken meanwhile
+            raise PortTaken(f"Phoenix's ports {grpc_port} / {http_port} are another process's: run again")
         async with CollectorProcess(ours_url, ctx.tmp) as c:
             # Phoenix ingests ~2 orders of magnitude slower: a subset keeps `make bench` to minutes.
             warm, measured = payloads[:2], payloads[2:2 + PHOENIX_EXPORTS]

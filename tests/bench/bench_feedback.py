@@ -40,7 +40,6 @@ from services.common.auth import mint_token
 from tests.bench.bench_chat import SECRET, poll_trace, service_env, start_services, stop_services
 from tests.bench.floor import start_floor
 from tests.bench.stats import tail
-from tests.stack import free_ports
 
 CREATE_CALLS = 1000
 WARMUP = 100
@@ -61,17 +60,29 @@ def _cpu_s(pid: int) -> float:
 
 def _others_cpu_s(collector_pid: int) -> dict[str, float]:
     """CPU seconds so far of what else a rating costs on this machine: this client process, the
-    collector process, and every PostgreSQL process (comm `postgres`)."""
-    pg = 0.0
+    collector process, and each PostgreSQL process (comm `postgres`), keyed `postgres:<pid>` (a
+    backend that exits between two readings must not count as negative time: `_cpu_delta`)."""
+    out = {"client": _cpu_s(os.getpid()), "collector": _cpu_s(collector_pid)}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 with open(f"/proc/{d}/comm") as f:
                     if f.read().strip() == "postgres":
-                        pg += _cpu_s(int(d))
+                        out[f"postgres:{d}"] = _cpu_s(int(d))
             except OSError:  # exited meanwhile
                 pass
-    return {"client": _cpu_s(os.getpid()), "collector": _cpu_s(collector_pid), "postgres": pg}
+    return out
+
+
+def _cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds used between two `_others_cpu_s` readings: client, collector, postgres (the processes
+    alive at the second reading; one started meanwhile counts whole)."""
+    out = {"client": after["client"] - before["client"], "collector": after["collector"] - before["collector"],
+           "postgres": 0.0}
+    for k, v in after.items():
+        if k.startswith("postgres:"):
+            out["postgres"] += max(0.0, v - before.get(k, 0.0))  # a reused pid: not negative
+    return out
 
 
 async def _wait_trace(query: traces_pb2_grpc.TraceQueryServiceStub, md, trace_id: str, min_spans: int) -> None:
@@ -158,21 +169,20 @@ async def run(ctx) -> dict[str, float]:
             await asyncio.gather(*(rater(stubs[c], c, n) for c in range(RATING_CLIENTS)))
             return time.perf_counter() - t0
 
-        (floor_port,) = free_ports(1)
-        floor = await start_floor("feedback", floor_port, env["AGENTFEEDBACK_DATABASE_URL"])
+        floor, floor_port = await start_floor("feedback", env["AGENTFEEDBACK_DATABASE_URL"])
         procs.append(floor)  # stopped with the services
         raters, floor_raters = client_stubs(ports["feedback"]), client_stubs(floor_port)
         await rate(raters, 100)
         await rate(floor_raters, 100)
         # Service and floor alternate (ROUNDS each), so both see the same machine.
         elapsed = floor_elapsed = cpu_s = 0.0
-        others = dict.fromkeys(_others_cpu_s(procs[0].pid), 0.0)
+        others = {"client": 0.0, "collector": 0.0, "postgres": 0.0}
         for _ in range(ROUNDS):
             cpu0, others0 = _cpu_s(proc.pid), _others_cpu_s(procs[0].pid)
             elapsed += await rate(raters, RATINGS_PER_CLIENT)
             cpu_s += _cpu_s(proc.pid) - cpu0
-            for k, v in _others_cpu_s(procs[0].pid).items():
-                others[k] += v - others0[k]
+            for k, v in _cpu_delta(others0, _others_cpu_s(procs[0].pid)).items():
+                others[k] += v
             floor_elapsed += await rate(floor_raters, RATINGS_PER_CLIENT)
         first_per_s, first_ms = await _first_ratings(chat, raters, inst, md)
         puts = ROUNDS * RATING_CLIENTS * RATINGS_PER_CLIENT

@@ -19,12 +19,16 @@ from tests.fuzz.procs import make_procs, report_then_kill_chat, start_with_buffe
 
 
 SETTLE_S: float | None = None  # the settle wait; None: the service's default
-SMOKE = {"SETTLE_S": 2.0}
+CAPTURE_POLL_S: float | None = None  # the capture worker's poll and retry delay; None: the defaults
+SMOKE = {"SETTLE_S": 2.0, "CAPTURE_POLL_S": 0.2}
 
 
 async def run(ctx) -> dict[str, float]:
     bound = SETTLE_S if SETTLE_S is not None else FeedbackSettings.model_fields["capture_settle_s"].default
-    procs = make_procs(await ctx.new_database(), ctx.tmp / "settle", AGENTFEEDBACK_FEEDBACK_CAPTURE_SETTLE_S=str(bound))
+    poll = {} if CAPTURE_POLL_S is None else {"AGENTFEEDBACK_FEEDBACK_CAPTURE_POLL_S": str(CAPTURE_POLL_S),
+                                              "AGENTFEEDBACK_FEEDBACK_CAPTURE_BACKOFF_S": str(CAPTURE_POLL_S)}
+    procs = make_procs(await ctx.new_database(), ctx.tmp / "settle", AGENTFEEDBACK_FEEDBACK_CAPTURE_SETTLE_S=str(bound),
+                       **poll)
     try:
         await start_with_buffered_chat(procs)
         md = procs.md()

@@ -17,7 +17,8 @@ Floors (each as its own OS process, like the real services, on uvloop as `run_se
   committed) → both messages. The floor agent answers at once with a FLOOR_REPLY_CHARS-character reply
   (the real reference agent's replayed replies in the chat bench have a median of ≈ 1,250 bytes).
 
-Run one: `python -m tests.bench.floor feedback|agent|gateway PORT [DATABASE_URL] [AGENT_PORT]`.
+Run one: `python -m tests.bench.floor feedback|agent|gateway PORT [DATABASE_URL] [AGENT_PORT]` (PORT 0: any
+free port; it prints the one it got).
 """
 from __future__ import annotations
 
@@ -126,25 +127,31 @@ async def _serve(kind: str, port: int, db: str | None, agent_port: int | None) -
         )
     probe = health.aio.HealthServicer()  # only so that `wait_serving` sees it up; not on the measured path
     health_pb2_grpc.add_HealthServicer_to_server(probe, server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    bound = server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     await probe.set("", health_pb2.HealthCheckResponse.SERVING)
+    print(f"floor {kind} listening on port {bound}", flush=True)  # port 0: the parent reads the one it got
     await server.wait_for_termination()
 
 
-async def start_floor(kind: str, port: int, db: str | None = None, agent_port: int | None = None) -> subprocess.Popen:
-    """Start floor server `kind` (feedback | agent | gateway) as its own process on 127.0.0.1:`port`
-    and wait until it serves. The caller kills it (it holds no state worth a graceful stop)."""
-    args = [sys.executable, "-m", "tests.bench.floor", kind, str(port)]
+async def start_floor(kind: str, db: str | None = None, agent_port: int | None = None) -> tuple[subprocess.Popen, int]:
+    """Start floor server `kind` (feedback | agent | gateway) as its own process on a port it binds
+    (port 0, printed back) and wait until it serves: (the process, its port). The caller kills it (it
+    holds no state worth a graceful stop)."""
+    args = [sys.executable, "-m", "tests.bench.floor", kind, "0"]
     args += [db or "", str(agent_port)] if kind == "gateway" else [db] if db else []
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), str(PROJECT_ROOT / "gen")])}
-    proc = subprocess.Popen(args, cwd=PROJECT_ROOT, env=env, start_new_session=True)
+    proc = subprocess.Popen(args, cwd=PROJECT_ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+        if not line.startswith(f"floor {kind} listening on port "):
+            raise RuntimeError(f"floor {kind} did not start (exit {proc.poll()}): {line[:200]!r}")
+        port = int(line.rsplit(" ", 1)[1])
         await wait_serving(f"127.0.0.1:{port}", 60, proc)
     except BaseException:
         proc.kill()
         raise
-    return proc
+    return proc, port
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from google.rpc import status_pb2
 
 from services.cli.envoy import EnvoyProcess, GatewayPorts, start_envoy
 from services.common.settings import PROJECT_ROOT
-from tests.stack import Stack, free_ports
+from tests.stack import Stack
 
 CONSOLE_DIST = PROJECT_ROOT / "console" / "dist"
 CONSOLE_DIR = PROJECT_ROOT / "console"
@@ -156,9 +156,8 @@ async def call(
 
 
 def envoy_for(stack: Stack, config_dir: Path, origins: tuple[str, ...] = (ALLOWED_ORIGIN,)) -> EnvoyProcess:
-    """Envoy on a free port in front of `stack` (blocking start; run it in a thread from async code)."""
-    (gw,) = free_ports(1)
-    ports = GatewayPorts(gateway=gw, chat=stack.ports["chat"], feedback=stack.ports["feedback"], traces=stack.ports["query"])
+    """Envoy on a port it binds (any free one, `EnvoyProcess.port`) in front of `stack` (blocking start; run it in a thread from async code)."""
+    ports = GatewayPorts(gateway=0, chat=stack.ports["chat"], feedback=stack.ports["feedback"], traces=stack.ports["query"])
     return start_envoy(ports, origins, config_dir=config_dir)
 
 

@@ -265,11 +265,10 @@ async def test_console_another_users_agent_page_shows_not_found_and_no_composer(
 
 
 async def test_console_says_when_it_cannot_reach_the_gateway(stack, tmp_path):
-    from tests.stack import free_ports  # noqa: PLC0415
+    from tests.helpers.ports import closed_port  # noqa: PLC0415
 
-    (closed,) = free_ports(1)  # nothing listens there
-    gateway_url = f"http://127.0.0.1:{closed}"
-    with static_site(CONSOLE_DIST) as site:
+    with closed_port() as closed, static_site(CONSOLE_DIST) as site:  # nothing listens on `closed`
+        gateway_url = f"http://127.0.0.1:{closed}"
         async with browser_page(1280, 900) as page:
             await page.goto(f"{site}/?gateway={gateway_url}#/signin")
             await page.fill("#token", stack.token())

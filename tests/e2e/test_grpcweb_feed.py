@@ -16,7 +16,7 @@ from services.cli.envoy import GatewayPorts, start_envoy
 from services.common.auth import SCOPE_FEEDBACK_READ
 from tests.e2e.grpcweb_support import ALLOWED_ORIGIN, FEEDBACK, TRAILERS, frame
 from tests.helpers.feedback import new_instance, send
-from tests.stack import free_ports, start_stack
+from tests.stack import start_stack
 
 
 async def _frames(resp: httpx.Response):
@@ -34,8 +34,7 @@ async def _frames(resp: httpx.Response):
 
 async def test_watch_feedback_over_grpc_web_stays_open_on_heartbeats_and_carries_events(database_url, tmp_path):
     stack = await start_stack(database_url, tmp_path, feedback={"feed_heartbeat_s": 0.5})
-    (gw,) = free_ports(1)
-    ports = GatewayPorts(gateway=gw, chat=stack.ports["chat"], feedback=stack.ports["feedback"],
+    ports = GatewayPorts(gateway=0, chat=stack.ports["chat"], feedback=stack.ports["feedback"],
                          traces=stack.ports["query"])
     envoy = await asyncio.to_thread(start_envoy, ports, (ALLOWED_ORIGIN,), config_dir=tmp_path / "envoy",
                                     stream_idle_timeout_s=2)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,12 +17,16 @@ import pytest
 
 from services.cli.supervise import stop_postgres
 from services.common.settings import PROJECT_ROOT
-from tests.stack import free_ports
+from tests.helpers.ports import free_ports, listeners, listens
+
+NAMES = ["chat", "feedback", "query", "agent", "otlp_grpc", "otlp_http", "gateway", "console"]
+# What the runner serves: the console only when built (`make console`; `make test` builds it).
+SERVED = [n for n in NAMES if n != "console" or (PROJECT_ROOT / "console" / "dist" / "index.html").exists()]
 
 
 def _env(data_dir: Path) -> tuple[dict[str, str], dict[str, int]]:
-    names = ["chat", "feedback", "query", "agent", "otlp_grpc", "otlp_http", "gateway", "console"]
-    p = dict(zip(names, free_ports(len(names)), strict=True))
+    # Picked free, then bound by the runner's children: `_start_owning` checks they got them.
+    p = dict(zip(NAMES, free_ports(len(NAMES)), strict=True))
     # Only the listen addresses move: the stack points its services at each other (no *_TARGET set).
     env = {
         **{k: v for k, v in os.environ.items() if not k.endswith("_TARGET")},
@@ -43,15 +46,40 @@ def _env(data_dir: Path) -> tuple[dict[str, str], dict[str, int]]:
     return env, p
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.3)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def _serving(runner: subprocess.Popen, ports: dict[str, int]) -> set[int]:
+    """The runner's children that listen on the stack's ports (services, Envoy, the console)."""
+    got = {n: listeners(runner.pid, ports[n]) for n in SERVED}
+    assert all(got.values()), {n: sorted(p) for n, p in got.items()}
+    return set().union(*got.values())
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _start(env: dict[str, str], log: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "services.cli.main", "run"], cwd=PROJECT_ROOT, env=env,
                             stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _start_owning(data_dir: Path, log: Path, attempts: int = 3) -> tuple[subprocess.Popen, dict[str, str], dict[str, int], str]:
+    """The runner started and up ("Ctrl-C stops everything."), its own children listening on every port
+    it was given; when another process had taken one meanwhile (the runner's service then failed to
+    bind, or a health check reached the other process), it is stopped and started again on new ports.
+    (runner, env, ports, its output so far)."""
+    for _ in range(attempts):
+        env, ports = _env(data_dir)
+        runner = _start(env, log)
+        out = _wait_for(log, "Ctrl-C stops everything.", runner)
+        if all(listens(runner.pid, ports[n]) for n in SERVED):
+            return runner, env, ports, out
+        os.killpg(runner.pid, signal.SIGINT)
+        runner.wait(60)
+    raise AssertionError(f"ports taken by other processes {attempts} times in a row")
 
 
 def _wait_for(log: Path, text: str, proc: subprocess.Popen, timeout_s: float = 240) -> str:
@@ -69,11 +97,9 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen, timeout_s: float = 2
 def test_run_prints_evidence_restarts_a_dead_service_and_leaves_nothing_when_stopped_or_killed(tmp_path):
     # Not pytest's tmp_path: PostgreSQL runs as its own user and needs to traverse the path.
     data_dir = Path(tempfile.mkdtemp(prefix="af-run-")) / "data"
-    env, ports = _env(data_dir)
     log = tmp_path / "run.log"
-    runner = _start(env, log)
+    runner, env, ports, out = _start_owning(data_dir, log)
     try:
-        out = _wait_for(log, "Ctrl-C stops everything.", runner)
         # The evidence of the flagged reply: the owner's words, the quoted turn, its trace and tool call.
         assert "the owner flags instances/" in out and "That's wrong." in out
         assert "quoted target (ROLE_ASSISTANT" in out and "trace id:" in out
@@ -87,25 +113,27 @@ def test_run_prints_evidence_restarts_a_dead_service_and_leaves_nothing_when_sto
         os.kill(chat_pid, signal.SIGKILL)
         out = _wait_for(log, "chat restarted (pid", runner, timeout_s=60)
         assert f"chat exited with status -9; restarting in 1 s (the rest keep serving; log: {data_dir}/logs/chat.log)" in out
-        assert all(_listening(ports[n]) for n in ("feedback", "query", "agent", "gateway"))
+        assert all(listens(runner.pid, ports[n]) for n in ("feedback", "query", "agent", "gateway"))
         deadline = time.monotonic() + 60
-        while not _listening(ports["chat"]):
+        while not listens(runner.pid, ports["chat"]):
             assert time.monotonic() < deadline, "the restarted chat gateway never listened again"
             time.sleep(0.2)
         assert runner.poll() is None
+        children = _serving(runner, ports)
         os.killpg(runner.pid, signal.SIGINT)
         assert runner.wait(60) == 0
         assert "fork_posix" not in log.read_text()
-        assert not any(_listening(ports[n]) for n in ("chat", "feedback", "query", "agent", "gateway"))
+        assert not [p for p in children if _alive(p)], "a service, Envoy or the console outlived Ctrl-C"
         assert not (data_dir / "pg" / "postmaster.pid").exists(), "Ctrl-C left PostgreSQL running"
 
         # Started again on the same data; then the runner is SIGKILLed: its children go with it.
         runner = _start(env, tmp_path / "run2.log")
         _wait_for(tmp_path / "run2.log", "Ctrl-C stops everything.", runner)
+        children = _serving(runner, ports)
         os.kill(runner.pid, signal.SIGKILL)
         runner.wait(10)
         deadline = time.monotonic() + 30
-        while any(_listening(ports[n]) for n in ("chat", "feedback", "query", "agent", "gateway", "console")):
+        while [p for p in children if _alive(p)]:
             assert time.monotonic() < deadline, "services, Envoy or the console outlived a killed runner"
             time.sleep(0.5)
     finally:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.auth import ALL_SCOPES, mint_token
-from services.common.server import wait_serving
-from tests.stack import TEST_JWT_SECRET, free_ports
+from tests.helpers.ports import free_ports, start_owning
+from tests.stack import TEST_JWT_SECRET
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = {
@@ -19,13 +19,19 @@ MODULES = {
     "chat": ("services.chat.main", "chat"),
     "feedback": ("services.feedback.main", "feedback"),
 }
+OWN = {"collector": ("otlp", "otlp_http", "query"), "agent": ("agent",), "chat": ("chat",), "feedback": ("feedback",)}
 
 
 @dataclass
 class Procs:
+    """The services as processes. Ports are picked free before each starts (the processes point at
+    each other); `start` checks the child listens on its own ports and, on a collision with another
+    process, moves it (tests.helpers.ports) and restarts what it had started pointing at the old port."""
+
     env: dict[str, str]
     ports: dict[str, int]
     running: dict[str, subprocess.Popen] = field(default_factory=dict)
+    extra: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def md(self, sub: str = "alice"):
         return (("authorization", f"Bearer {mint_token(TEST_JWT_SECRET, sub, ALL_SCOPES)}"),)
@@ -34,11 +40,18 @@ class Procs:
         return f"127.0.0.1:{self.ports[MODULES[name][1]]}"
 
     async def start(self, name: str, **env: str) -> subprocess.Popen:
-        module, _ = MODULES[name]
-        proc = subprocess.Popen([sys.executable, "-m", module], env={**self.env, **env}, cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        module, health = MODULES[name]
+        self.extra[name] = env
+
+        def spawn(base) -> subprocess.Popen:
+            return subprocess.Popen([sys.executable, "-m", module], env={**base, **env}, cwd=ROOT,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+        proc, moved = await start_owning(spawn, self.env, self.ports, OWN[name], health)
         self.running[name] = proc
-        await wait_serving(self.target(name), 60, proc)
+        for other in [n for n in self.running if n != name and moved]:  # they point at an old port
+            self.kill(other)
+            await self.start(other, **self.extra[other])
         return proc
 
     def kill(self, name: str) -> None:

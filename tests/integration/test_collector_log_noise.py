@@ -16,7 +16,7 @@ from services.common.incidents import INCIDENTS
 from services.tracecollector.forwarder import FORWARD_DROPS
 from services.tracecollector.otlp_http import CLIENT_ERRORS
 from tests.helpers.otlp import one_trace, request
-from tests.stack import free_ports
+from tests.helpers.ports import closed_port
 
 REPEAT = 25
 
@@ -83,7 +83,11 @@ async def test_refused_exports_while_the_write_queue_is_full_are_one_incident_no
 
 
 async def test_forwarder_drops_are_one_incident_not_a_line_each(start_collector, caplog):
-    (dead,) = free_ports(1)  # nothing listens there
+    with closed_port() as dead:  # nothing listens there (held, never listening)
+        await _drops_logged_once(start_collector, caplog, dead)
+
+
+async def _drops_logged_once(start_collector, caplog, dead: int) -> None:
     c = await start_collector(forward_endpoint=f"127.0.0.1:{dead}", forward_queue_max=2, forward_timeout_s=0.2)
     caplog.set_level(logging.INFO)
     stub = c.otlp()

@@ -326,9 +326,13 @@ async def test_forwarder_sends_accepted_spans_to_the_downstream_collector(start_
 
 
 async def test_a_dead_downstream_never_slows_or_fails_ingest(start_collector):
-    from tests.stack import free_ports
+    from tests.helpers.ports import closed_port
 
-    (dead,) = free_ports(1)  # nothing listens there
+    with closed_port() as dead:  # nothing listens there (held, never listening)
+        await _dead_downstream(start_collector, dead)
+
+
+async def _dead_downstream(start_collector, dead: int) -> None:
     c = await start_collector(forward_endpoint=f"127.0.0.1:{dead}", forward_queue_max=2, forward_timeout_s=0.2)
     stub = c.otlp()
     t0 = time.perf_counter()

@@ -16,6 +16,7 @@ acknowledges only after commit; style.md server wiring: NOT_SERVING → stop(gra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import asyncpg
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1 import common_pb2
@@ -38,7 +40,7 @@ from agentfeedback.feedback.v1 import feedback_pb2, feedback_pb2_grpc
 from services.common.server import wait_serving
 from services.common.auth import mint_token
 from tests.helpers.procs import reported_port
-from tests.stack import free_ports
+from tests.helpers.ports import closed_port
 
 WORKERS = 8
 SPANS_PER_EXPORT = 2000
@@ -257,9 +259,16 @@ async def test_collector_sigterm_under_load_drains_and_loses_no_acknowledged_spa
     assert not missing, f"{len(missing)} of {len(acked)} acknowledged Exports not fully stored: {missing[:5]}"
 
 
+@pytest.fixture
+def closed_ports():
+    """`closed_ports(n)`: n loopback ports where nothing listens until the test ends (tests.helpers.ports)."""
+    with contextlib.ExitStack() as held:
+        yield lambda n: [held.enter_context(closed_port()) for _ in range(n)]
+
+
 async def test_feedback_sigterm_under_load_drains_and_loses_no_acknowledged_row(database_url: str,
-                                                                                tmp_path: Path):
-    chat_down, traces_down = free_ports(2)
+                                                                                tmp_path: Path, closed_ports):
+    chat_down, traces_down = closed_ports(2)
     env = {
         **_base_env(database_url, tmp_path),
         "AGENTFEEDBACK_FEEDBACK_LISTEN": "127.0.0.1:0",

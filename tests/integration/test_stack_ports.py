@@ -66,3 +66,34 @@ async def test_late_channel_is_unavailable_until_connected(stack):
         assert list(got.instances) == []
     finally:
         await late.close()
+
+
+async def test_a_service_process_whose_port_was_taken_meanwhile_moves_and_the_impostor_is_not_trusted(
+        database_url, tmp_path):
+    """Pick-then-bind: the agent's port, picked free, is taken by another gRPC server that answers health
+    SERVING (here: one in this process) before the agent starts. The agent cannot bind (no SO_REUSEPORT),
+    the impostor's SERVING is not taken for the agent's: it is moved to a new port it listens on itself,
+    and chat, started earlier pointing at the old port, is restarted pointing at the new one."""
+    from grpc_health.v1 import health  # noqa: PLC0415
+
+    from tests.fuzz.procs import make_procs  # noqa: PLC0415 - a support module, not a test module
+    from tests.helpers.ports import listens  # noqa: PLC0415
+
+    impostor = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, impostor)
+    procs = make_procs(database_url, tmp_path)
+    taken = procs.ports["agent"]
+    impostor.add_insecure_port(f"127.0.0.1:{taken}")
+    await impostor.start()
+    await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    try:
+        chat_before = await procs.start("chat", OTEL_TRACES_EXPORTER="none")
+        agent = await procs.start("agent", OTEL_TRACES_EXPORTER="none")
+        assert procs.ports["agent"] != taken and listens(agent.pid, procs.ports["agent"])
+        assert procs.env["AGENTFEEDBACK_CHAT_AGENT_TARGET"] == f"127.0.0.1:{procs.ports['agent']}"
+        assert procs.running["chat"] is not chat_before and chat_before.poll() is not None
+        assert await _serving(procs.ports["agent"]) == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        procs.stop_all()
+        await impostor.stop(0)
