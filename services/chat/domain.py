@@ -138,7 +138,7 @@ class TurnRecord:
     reply: Message | None = None
     error_code: str | None = None
     error_message: str | None = None
-    request_fingerprint: bytes | None = None  # None on turns stored before fingerprints existed
+    request_fingerprint: bytes | None = None  # None: the turn has no request id
     attempt_time: datetime | None = None  # when the current attempt started (RUNNING: staleness)
 
 

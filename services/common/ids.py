@@ -125,10 +125,8 @@ def request_fingerprint(request: Any, request_id_field: str = "request_id") -> b
 def check_same_request(stored_fingerprint: bytes | None, fingerprint: bytes | None,
                        field_path: str = "request_id") -> None:
     """INVALID_ARGUMENT naming `field_path` (reason REQUEST_ID_REUSED) when a request id comes back
-    with a different request (AIP-155). A record stored before fingerprints existed (None) is
-    accepted as a retry."""
-    if stored_fingerprint is None or fingerprint is None:
-        return
-    if bytes(stored_fingerprint) != fingerprint:
+    with a different request (AIP-155): the fingerprints differ, or either is missing (a request id
+    without a fingerprint cannot be told from a reuse)."""
+    if stored_fingerprint is None or fingerprint is None or bytes(stored_fingerprint) != fingerprint:
         raise InvalidArgument(field_path, "was already used for a different request; use a new request_id",
                               reason="REQUEST_ID_REUSED")

@@ -57,6 +57,18 @@ FILING_WAIT_S = 30.0
 REQUEST_RETENTION_S = ledger.RETENTION_S
 
 
+def _earlier_answer(d: ReportDraft, earlier: Stored | DeletedCreate | None) -> Report | None:
+    """The one retry decision of CreateFeedback: what an earlier call with `d`'s request id left. None:
+    nothing (this call is the first); its report (a retry gets it); its report's deletion → NOT_FOUND
+    (FEEDBACK_DELETED). Another request under the same request id → INVALID_ARGUMENT (REQUEST_ID_REUSED)."""
+    if earlier is None:
+        return None
+    check_same_request(earlier.fingerprint, d.fingerprint)
+    if isinstance(earlier, DeletedCreate):
+        raise _deleted(earlier.feedback_id, d.request_id)
+    return earlier.report
+
+
 def _deleted(feedback_id: str, request_id: uuid.UUID) -> NotFound:
     name = f"feedback/{feedback_id}"
     return NotFound(name, reason="FEEDBACK_DELETED",
@@ -123,20 +135,17 @@ class Reports:
         lookup.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
             anchor, snapshot, turn_time = await self._snapshot(d, p.metadata)
-        except BaseException:
-            prior = await lookup
-            if prior is not None:  # a retry of a request that succeeded: its report, whatever chat says now
-                check_same_request(prior.fingerprint, d.fingerprint)
-                return prior.report
-            deleted = await self._repo.get_deleted_create(p.sub, d.request_id, REQUEST_RETENTION_S)
-            if deleted is not None:  # … or its deletion, whatever chat says now
-                check_same_request(deleted.fingerprint, d.fingerprint)
-                raise _deleted(deleted.feedback_id, d.request_id) from None
+        except Exception:
+            # A retry of a request that was answered gets that answer, whatever the chat service says now.
+            earlier = await lookup or await self._repo.get_deleted_create(p.sub, d.request_id, REQUEST_RETENTION_S)
+            if (answer := _earlier_answer(d, earlier)) is not None:
+                return answer
             raise
-        prior = await lookup
-        if prior is not None:
-            check_same_request(prior.fingerprint, d.fingerprint)
-            return prior.report
+        except BaseException:  # cancelled: nothing more is read
+            lookup.cancel()
+            raise
+        if (answer := _earlier_answer(d, await lookup)) is not None:
+            return answer
         plan = domain.capture_plan(snapshot.source, anchor.trace_id)
         new = NewReport(
             id=new_id(), owner=p.sub, request_id=d.request_id, fingerprint=d.fingerprint, anchor=anchor,
@@ -146,12 +155,8 @@ class Reports:
             context_trace_id=d.context_trace_id,
         )
         got = await self._insert(new)
-        if isinstance(got, DeletedCreate):
-            check_same_request(got.fingerprint, d.fingerprint)
-            raise _deleted(got.feedback_id, d.request_id)
-        if got.report.id != new.id:  # a concurrent call with the same request id stored first
-            check_same_request(got.fingerprint, d.fingerprint)
-            return got.report
+        if isinstance(got, DeletedCreate) or got.report.id != new.id:  # a concurrent call stored first
+            return _earlier_answer(d, got)
         if self.on_created is not None:
             self.on_created(got.report.author)
         if got.event_due:
@@ -187,12 +192,10 @@ class Reports:
         try:
             if a.kind == "message":  # the message and its turn in one call
                 turn = await self._chat.list_turn(a.instance, md, turn_of_message=a.message, field_path="feedback.message")
-                target = next((m for m in turn if m.name == a.message), None)
-                if target is None or any(m.trace_id != target.trace_id for m in turn):
-                    # Unknown message (NOT_FOUND below), or a chat service older than `turn_of_message`
-                    # (it lists the whole conversation): the message, then its turn.
-                    target = await self._chat.get_message(a.message, md)
-                    turn = await self._chat.list_turn(a.instance, md, trace_id=target.trace_id)
+                picked = next((m for m in turn if m.name == a.message), None)
+                if picked is None:  # the chat service lists no turn for a message it does not know
+                    raise NotFound(a.message)
+                target = picked
             else:
                 turn = await self._chat.list_turn(a.instance, md, trace_id=a.trace_id, field_path="feedback.instance")
                 picked = domain.pick_target(turn)

@@ -112,7 +112,9 @@ def test_request_fingerprint_ignores_the_request_id_and_sees_every_other_field()
     assert a == b and len(a) == 32
     assert request_fingerprint(req("1", span_name="x"), "page_token") != request_fingerprint(req("1"), "page_token")
     check_same_request(a, b)
-    check_same_request(None, a)  # a record from before fingerprints: accepted as a retry
+    with pytest.raises(InvalidArgument) as e:  # a record without a fingerprint cannot be told from a reuse
+        check_same_request(None, a)
+    assert e.value.reason == "REQUEST_ID_REUSED"
     with pytest.raises(InvalidArgument) as e:
         check_same_request(a, request_fingerprint(req("1"), "page_token"))
     assert e.value.metadata["field"] == "request_id" and e.value.reason == "REQUEST_ID_REUSED"
