@@ -11,11 +11,12 @@ Figures: `quota_quiet_p99_ms`, `quota_flood_other_p99_ms`, `quota_flood_p99_rati
 stored with the quota: a burst of 240, then 4 a second), `quota_flood_calls_per_s`.
 Per second (issue 25: a fixed window let the flooder's whole minute through in the first second or two
 of each minute): in the first round the other owner also writes from EDGE_BEFORE_S before a wall-clock
-minute boundary to EDGE_AFTER_S after it, once quiet and once flooded, and the worst second's p99 of
-the flood is compared with the worst second's p99 of the quiet run (like with like: a second holds
-≈ 40 calls, its p99 is nearly its slowest call): `quota_flood_worst_second_p99_ratio` (target ≤ 1.3;
-the minute's first seconds included), `quota_flood_worst_second_offset_s` (which second, relative to
-the boundary) and `quota_off_flood_worst_second_p99_ratio` (the same without the quota).
+minute boundary to EDGE_AFTER_S after it, once quiet and once flooded, and the worst second's slowest
+call of the flood is compared with the worst second's slowest call of the quiet run (like with like:
+a second holds ≈ 40 calls, too few for a p99, so the figure is named max, tests/bench/stats.py):
+`quota_flood_worst_second_max_ratio` (target ≤ 1.3; the minute's first seconds included),
+`quota_flood_worst_second_offset_s` (which second, relative to the boundary) and
+`quota_off_flood_worst_second_max_ratio` (the same without the quota).
 """
 from __future__ import annotations
 
@@ -169,8 +170,8 @@ async def _measure(port: int, chat, flood_message: str, label: str, env: dict[st
             if out.strip():
                 for k, v in json.loads(out.strip().splitlines()[-1]).items():
                     counts[k] += v
-    worst_quiet = max((_p99(ms) for ms in quiet_edge.values() if len(ms) >= 5), default=0.0)
-    worst_flood, offset = max(((_p99(ms), second) for second, ms in edge.items() if len(ms) >= 5), default=(0.0, 0))
+    worst_quiet = max((max(ms) for ms in quiet_edge.values() if len(ms) >= 5), default=0.0)
+    worst_flood, offset = max(((max(ms), second) for second, ms in edge.items() if len(ms) >= 5), default=(0.0, 0))
     return {"quiet_p99": _p99(quiet), "flood_p99": _p99(flooded), "counts": counts, "flood_s": flood_s,
             "quiet": quiet, "flooded": flooded,
             "worst_second_ratio": worst_flood / worst_quiet if worst_quiet else 0.0, "worst_second_offset": offset}
@@ -203,9 +204,9 @@ async def run(ctx) -> dict[str, float]:
         **{k: round(v, 2) for k, v in tail("quota_quiet", on["quiet"]).items()},
         **{k: round(v, 2) for k, v in tail("quota_flood_other", on["flooded"]).items()},
         "quota_flood_p99_ratio": round(on["flood_p99"] / on["quiet_p99"], 3),
-        "quota_flood_worst_second_p99_ratio": round(on["worst_second_ratio"], 3),
+        "quota_flood_worst_second_max_ratio": round(on["worst_second_ratio"], 3),
         "quota_flood_worst_second_offset_s": on["worst_second_offset"],
-        "quota_off_flood_worst_second_p99_ratio": round(without["worst_second_ratio"], 3),
+        "quota_off_flood_worst_second_max_ratio": round(without["worst_second_ratio"], 3),
         "quota_off_quiet_p99_ms": round(without["quiet_p99"], 2),
         "quota_off_flood_other_p99_ms": round(without["flood_p99"], 2),
         "quota_off_flood_p99_ratio": round(without["flood_p99"] / without["quiet_p99"], 3),
