@@ -31,6 +31,7 @@ from services.common.ids import (
 )
 from services.feedback import audit, domain
 from services.feedback.judgements import check_reasons, check_slug
+from services.feedback.workspace_freeze import check_component
 from services.feedback.model.audit import AuditRecord
 from services.feedback.model.enums import (
     Author,
@@ -100,6 +101,11 @@ def snapshot_into(s: Snapshot, out: pb.Snapshot) -> None:
     oc.agent, oc.model, oc.audio_key, oc.dictation = c.agent, c.model, c.audio_key, c.dictation
     oc.client_version, oc.channel = c.client_version, c.channel
     out.unverified = s.unverified
+    if s.component is not None:
+        f, oc = s.component, out.component
+        oc.scope, oc.artifact_id, oc.turn_index, oc.text, oc.text_clipped = (
+            f.scope, f.artifact_id, f.turn_index, f.text, f.text_clipped)
+        oc.title, oc.media_type, oc.version, oc.changed, oc.frozen = f.title, f.media_type, f.version, f.changed, f.frozen
 
 
 def trace_into(t: TraceSnapshot, out: pb.TraceSnapshot) -> None:
@@ -143,6 +149,8 @@ def feedback_pb(r: Report, now: dt.datetime, retention_days: int) -> pb.Feedback
         fb.coding.session = a.coding_session
         fb.coding.timeline_seq = a.coding_seq
     snapshot_into(r.snapshot, fb.snapshot)
+    if r.snapshot.component is not None:  # what the report is about: kept with its frozen state
+        fb.component.scope, fb.component.artifact_id = r.snapshot.component.scope, r.snapshot.component.artifact_id
     trace_into(r.trace, fb.trace_snapshot)
     fb.trace_snapshot.spans_expired = r.trace.spans_expired or domain.spans_expired(r.turn_time, now, retention_days)
     _ts(r.create_time, fb.create_time)
@@ -283,10 +291,15 @@ def create_feedback(request: pb.CreateFeedbackRequest, actor: str | None) -> Rep
     client = v.check(_client_snapshot, request.client_snapshot) if has_client else None
     context_trace_id = v.check(parse_trace_id, f.context_trace_id, "feedback.context_trace_id") \
         if f.context_trace_id and author == Author.AGENT else ""
+    component = None
+    if f.HasField("component"):
+        component = v.check(check_component, f.component.scope, f.component.artifact_id)
+        if kind == "coding":
+            v.add("feedback.component", "needs a message or trace_id target (a chat turn's workspace)")
     v.raise_any()
     return ReportDraft(rid, request_fingerprint(request), anchor, surface or (
         Surface.CODING if kind == "coding" else Surface.CHAT), author or Author.USER, body, sentiment, category,
-        client_version, client, actor, context_trace_id)
+        client_version, client, actor, context_trace_id, component)
 
 
 def _anchor(f: pb.Feedback, kind: str) -> Anchor:

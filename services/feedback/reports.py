@@ -48,6 +48,7 @@ from services.feedback.report_cap import ReportCap
 from services.feedback.repository.reports import ReportStore
 from services.feedback.ticket import TicketFields, check_server_ids, render_ticket
 from services.feedback.tracker import TrackerSink
+from services.feedback.workspace_freeze import freeze, unfrozen
 
 # FileFeedback: how long one filer may hold the claim, and how long a concurrent call waits for it.
 FILING_LEASE_S = 60.0
@@ -206,12 +207,18 @@ class Reports:
             if d.client_snapshot is None:
                 raise Unavailable("the chat service cannot be reached and no client_snapshot was given; retry, "
                                   "or send client_snapshot", retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
-            snap = d.client_snapshot
+            snap = d.client_snapshot if d.component is None else replace(d.client_snapshot, component=unfrozen(d.component))
             trace_id = a.trace_id or snap.trace_id
             if trace_id:
                 trace_id = parse_trace_id(trace_id, "client_snapshot.trace_id")
             return replace(a, trace_id=trace_id), replace(snap, trace_id=trace_id), snap.target_time
         snap = domain.build_snapshot(target, turn, d.client_version)
+        if d.component is not None:  # the component as the turn left it, frozen with the report (issue 23)
+            try:
+                ws = await self._chat.get_workspace(a.instance, snap.turn_index, md, "feedback.component")
+                snap = replace(snap, component=freeze(ws, d.component))
+            except ChatUnreachable:
+                snap = replace(snap, component=unfrozen(d.component))
         message = target.name if a.kind == "trace" else a.message
         return replace(a, trace_id=target.trace_id, message=message), snap, target.create_time
 

@@ -98,3 +98,60 @@ async def test_statistics_cover_every_component_scope(stack: Stack):
         assert [i.rating.scope for i in only] == [scope]
     (art,) = [i.rating for i in feed if i.rating.scope == ART]
     assert art.artifact_id == "1" and art.turn_index == 0
+
+
+async def reply_of(stack: Stack, inst: str, turn: int) -> chat_pb2.Message:
+    msgs = (await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=inst, turn_index=turn),
+                                            metadata=stack.md())).messages
+    return next(m for m in msgs if m.role == chat_pb2.ROLE_ASSISTANT)
+
+
+async def report_on(stack: Stack, message: str, scope: int, artifact: str = "", body: str = "wrong") -> pb.Feedback:
+    return await stack.feedback().CreateFeedback(pb.CreateFeedbackRequest(feedback=pb.Feedback(
+        message=message, body=body, sentiment=pb.SENTIMENT_BAD,
+        component=pb.WorkspaceComponent(scope=scope, artifact_id=artifact)), request_id=rid()), metadata=stack.md())
+
+
+async def test_a_report_on_an_artifact_keeps_its_frozen_content_after_the_conversation_is_cleared(stack: Stack):
+    inst = await conversation(stack, WRITE_TWO, PLAN_TEXT)
+    ws0 = await stack.chat().GetWorkspace(chat_pb2.GetWorkspaceRequest(name=f"{inst}/workspace", turn_index=0),
+                                          metadata=stack.md())
+    changelog = ws0.artifacts[1]
+    on_artifact = await report_on(stack, (await reply_of(stack, inst, 0)).name, ART, "2", "the changelog is wrong")
+    f = on_artifact.snapshot.component
+    assert (on_artifact.component.scope, on_artifact.component.artifact_id) == (ART, "2")
+    assert (f.frozen, f.scope, f.artifact_id, f.turn_index, f.title, f.version, f.changed) == (
+        True, ART, "2", 0, changelog.title, 1, True)
+    assert f.text == changelog.content and not f.text_clipped
+    on_plan = await report_on(stack, (await reply_of(stack, inst, 1)).name, PLAN)
+    assert on_plan.snapshot.component.text == "[doing] outline it\n[pending] draft it\n[pending] proofread it"
+    assert on_plan.snapshot.component.changed
+    on_objective = await report_on(stack, (await reply_of(stack, inst, 1)).name, OBJ)
+    assert on_objective.snapshot.component.text == ws0.objective.text and not on_objective.snapshot.component.changed
+    # Later turns change the artifact; Clear chat removes every message, snapshot and version: the report
+    # still shows the component as its turn left it.
+    await stack.chat().SendMessage(chat_pb2.SendMessageRequest(
+        instance=inst, content="Please revise the changelog with the new flags.", request_id=rid()), metadata=stack.md())
+    await stack.chat().ClearMessages(chat_pb2.ClearMessagesRequest(parent=inst), metadata=stack.md())
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await stack.chat().GetArtifact(chat_pb2.GetArtifactRequest(name=f"{inst}/artifacts/2"), metadata=stack.md())
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    for r in (on_artifact, on_plan, on_objective):
+        got = await stack.feedback().GetFeedback(pb.GetFeedbackRequest(name=r.name), metadata=stack.md())
+        assert got.snapshot.component == r.snapshot.component and got.component == r.component
+
+
+async def test_a_report_naming_no_component_of_its_turn_is_refused_and_nothing_is_written(stack: Stack):
+    inst = await conversation(stack, WRITE_TWO)
+    reply = (await reply_of(stack, inst, 0)).name
+    for scope, artifact, field in ((ART, "7", "feedback.component.artifact_id"), (ART, "x", "feedback.component.artifact_id"),
+                                   (ART, "", "feedback.component.artifact_id"), (OBJ, "1", "feedback.component.artifact_id"),
+                                   (pb.RATING_SCOPE_MESSAGE, "", "feedback.component.scope")):
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await report_on(stack, reply, scope, artifact)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details(), (scope, artifact)
+    listed = await stack.feedback().ListFeedback(pb.ListFeedbackRequest(instance=inst), metadata=stack.md())
+    assert list(listed.feedback) == []
+    plain = await stack.feedback().CreateFeedback(pb.CreateFeedbackRequest(feedback=pb.Feedback(
+        message=reply, body="the reply itself"), request_id=rid()), metadata=stack.md())
+    assert not plain.HasField("component") and not plain.snapshot.HasField("component")

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.feedback.model.enums import AuditAction, Author, Category, Sentiment, SnapshotSource, Status, Surface, TraceState
+from services.feedback.model.enums import (AuditAction, Author, Category, RatingScope, Sentiment, SnapshotSource, Status,
+                                           Surface, TraceState)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +22,31 @@ class Context:
     dictation: str = ""
     client_version: str = ""
     channel: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Component:
+    """Which workspace component a report is about (CreateFeedback `feedback.component`, checked)."""
+
+    scope: RatingScope
+    artifact_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FrozenComponent:
+    """The component as the report's turn left it (proto `FrozenComponent`; services.feedback.workspace_freeze).
+    `frozen` False: named by a report made while the chat service was unreachable, not read."""
+
+    scope: RatingScope
+    artifact_id: str = ""
+    turn_index: int = -1
+    text: str = ""
+    text_clipped: bool = False
+    title: str = ""
+    media_type: str = ""
+    version: int = 0
+    changed: bool = False
+    frozen: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +65,7 @@ class Snapshot:
     turn_index: int = 0
     context: Context = Context()
     unverified: bool = False
+    component: FrozenComponent | None = None  # reports on a workspace component (issue 23)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +269,7 @@ class ReportDraft:
     client_snapshot: Snapshot | None = None
     actor: str | None = None  # the `x-agentfeedback-actor` metadata value (AUTHOR_AGENT needs it)
     context_trace_id: str = ""  # AUTHOR_AGENT: the turn in which the complaint was spoken
+    component: Component | None = None  # the workspace component the report is about (issue 23)
 
 
 @dataclass(frozen=True)

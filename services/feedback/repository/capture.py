@@ -86,9 +86,11 @@ RETURNING f.id, f.owner, f.target_kind, f.message, f.instance, f.trace_id, f.cod
 # message replace the client's (the client's trace id is never kept); a still PENDING row takes the
 # planned state (`domain.capture_plan`). The same statement marks `feedback.created` as emitted and
 # returns `emit_created` true exactly once per row (only one verification matches `snapshot_source`).
+# A workspace component the report names (issue 23) is kept as it was stored (named, not frozen).
 REFRESH_DONE = NamedSQL("""
 WITH cur AS (SELECT id, created_event_time FROM feedback WHERE id = :id AND snapshot_source = :client FOR UPDATE)
-UPDATE feedback f SET snapshot = :snapshot, snapshot_source = :source, trace_id = :trace_id,
+UPDATE feedback f SET snapshot = :snapshot::jsonb || jsonb_strip_nulls(jsonb_build_object('component', f.snapshot->'component')),
+    snapshot_source = :source, trace_id = :trace_id,
     turn_time = COALESCE(:turn_time, f.turn_time), instance = COALESCE(NULLIF(:instance, ''), f.instance),
     message = COALESCE(NULLIF(:message, ''), f.message),
     trace_state = CASE WHEN f.trace_state = :pending THEN :state ELSE f.trace_state END,

@@ -25,6 +25,7 @@ from services.feedback.model.rating import Rating, RatingKey
 from services.feedback.model.report import (
     Anchor,
     Context,
+    FrozenComponent,
     FrozenEvent,
     FrozenSpan,
     FrozenTrace,
@@ -59,7 +60,21 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
         out["target_time"] = _time_json(s.target_time)
     if s.unverified:
         out["unverified"] = True
+    if s.component is not None:
+        out["component"] = component_json(s.component)
     return out
+
+
+def component_json(f: FrozenComponent) -> dict[str, Any]:
+    return {"scope": int(f.scope), "artifact_id": f.artifact_id, "turn_index": f.turn_index, "text": f.text,
+            "text_clipped": f.text_clipped, "title": f.title, "media_type": f.media_type, "version": f.version,
+            "changed": f.changed, "frozen": f.frozen}
+
+
+def component_from_json(d: Mapping[str, Any]) -> FrozenComponent:
+    return FrozenComponent(RatingScope(d["scope"]), d.get("artifact_id", ""), int(d.get("turn_index", -1)),
+                           d.get("text", ""), bool(d.get("text_clipped")), d.get("title", ""), d.get("media_type", ""),
+                           int(d.get("version", 0)), bool(d.get("changed")), bool(d.get("frozen")))
 
 
 def snapshot_from_json(d: Mapping[str, Any], source: int) -> Snapshot:
@@ -75,6 +90,7 @@ def snapshot_from_json(d: Mapping[str, Any], source: int) -> Snapshot:
         turn_index=int(d.get("turn_index") or 0),
         context=Context(**{k: str(ctx[k]) for k in _CONTEXT_KEYS if k in ctx}) if ctx else Context(),
         unverified=bool(d.get("unverified")),
+        component=component_from_json(d["component"]) if d.get("component") else None,
     )
 
 
