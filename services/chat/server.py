@@ -27,6 +27,7 @@ from services.common.db import close_pool, create_pool, migrate, resolve_databas
 from services.common.quota import write_quota_interceptor
 from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
+from services.common.span_pipe import span_export_metrics
 from services.common.telemetry import setup_tracing
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -52,6 +53,7 @@ async def create_server(
     feedback_channel = client_channel(settings.feedback_target)
     metrics = await ServiceMetrics("chat", settings.metrics_listen).start()
     pool_gauges(metrics.meter, pool, SCHEMA)
+    span_export_metrics(metrics.meter, provider)
     repo = Repository(pool)
     workspace = WorkspaceStore(pool)
     turns = TurnRunner(

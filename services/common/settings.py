@@ -47,6 +47,13 @@ class CommonSettings(BaseSettings):
     # `thread` = the SDK's BatchSpanProcessor on a thread of the service. Read by `setup_tracing`.
     span_export: str = Field(default="process", pattern="^(process|thread)$",
                              validation_alias=AliasChoices("AGENTFEEDBACK_SPAN_EXPORT"))
+    # The span export child's spool (services/common/span_spool.py): batches the collector refuses are
+    # kept on disk here and sent again until it takes them. Empty: `<data_dir>/span-spool/<service>`.
+    span_spool_dir: str = Field(default="", validation_alias=AliasChoices("AGENTFEEDBACK_SPAN_SPOOL_DIR"))
+    # Bytes the spool may hold per service process; beyond, the oldest batches are dropped (counted:
+    # agentfeedback_span_export_spool_dropped_total). 0: no spool (a refused batch is given up).
+    span_spool_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0,
+                                      validation_alias=AliasChoices("AGENTFEEDBACK_SPAN_SPOOL_MAX_BYTES"))
     # Log level (DEBUG, INFO, WARNING, ERROR).
     log_level: str = Field(default="INFO", validation_alias=AliasChoices("AGENTFEEDBACK_LOG_LEVEL"))
     # asyncpg pool size per service process.

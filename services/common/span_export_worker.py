@@ -1,8 +1,16 @@
 """The span export child of a service (`services.common.span_pipe`): reads batches of compacted spans
 on stdin, rebuilds them on the parent's resource and exports them with the exporter the `OTEL_*`
 environment asks for (`telemetry.make_exporter`, wrapped in `SizeBoundedExporter`). Every message
-(`spans` or `flush`) is answered with its sequence number, one line on stdout, once handled (a batch:
-exported, or given up by the exporter's own retries). Exits at end of input.
+(`spans` or `flush`) is answered with one line on stdout once handled: `<sequence number> <spans
+dropped by the spool so far> <spans in the spool>` (a batch: exported, spooled, or — without a
+spool — given up by the exporter's own retries). Exits at end of input.
+
+With a spool (config `spool_dir`, `services.common.span_spool`), a batch the exporter fails is
+written there and a resender thread sends the spool again, oldest first (backing off 0.5 s → 5 s
+while the collector refuses), until the collector takes it; while the collector refuses, new
+batches go straight to the spool (the reader never waits on a failing export, so the parent's pipe
+keeps moving). The exporter then gives up after `SPOOLED_EXPORT_TIMEOUT_S` (the spool retries, not
+the exporter). What is spooled at exit stays on disk for the next process.
 
 Run by the parent only: `python -m services.common.span_export_worker` (first message: the config).
 """
@@ -11,13 +19,91 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
+from pathlib import Path
 
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace.export import SpanExportResult
 
+from services.common.incidents import INCIDENTS
 from services.common.span_pipe import read_msg, rebuild
+from services.common.span_spool import SpanSpool
 from services.common.telemetry import SizeBoundedExporter, make_exporter, setup_logging
 
 log = logging.getLogger("services.common.span_export_worker")
+
+# Seconds one export may take when a spool backs it (the OTLP exporter's own retries otherwise run
+# for OTEL_EXPORTER_OTLP_TIMEOUT, 10 s, holding every batch behind it).
+SPOOLED_EXPORT_TIMEOUT_S = 2.0
+RESEND_MIN_S = 0.5
+RESEND_MAX_S = 5.0
+SPOOL_INCIDENT = "SPAN_EXPORT_SPOOLING"
+
+
+class Sender:
+    """Exports batches; with a spool, spools what the collector refuses and resends it."""
+
+    def __init__(self, exporter, resource: Resource, spool: SpanSpool | None, service: str):
+        self._exporter, self._resource, self.spool, self._service = exporter, resource, spool, service
+        self._lock = threading.Lock()  # one export at a time (reader and resender share the exporter)
+        self._refusing = False  # the last export failed: new batches go to the spool
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = None
+        if spool is not None:
+            self._thread = threading.Thread(target=self._resend, name="SpanSpoolResend", daemon=True)
+            self._thread.start()
+            if spool.spans:
+                self._wake.set()  # a previous process's spool
+
+    def _export(self, batch: list[tuple]) -> bool:
+        with self._lock:
+            try:
+                return self._exporter.export([rebuild(r, self._resource) for r in batch]) is SpanExportResult.SUCCESS
+            except Exception:  # noqa: BLE001 - one bad batch must not stop the service's export
+                log.exception("%s: a batch of %d spans failed to export", self._service, len(batch))
+                return False
+
+    def handle(self, batch: list[tuple]) -> None:
+        if self.spool is not None and self._refusing:
+            self.spool.put(batch)
+            return
+        if self._export(batch) or self.spool is None:
+            return
+        self._refusing = True
+        self.spool.put(batch)
+        INCIDENTS.failure(SPOOL_INCIDENT, f"{self._service}: the collector refuses spans; spooling them to "
+                                          f"{self.spool.directory} (resent when it takes them again)")
+        self._wake.set()
+
+    def _resend(self) -> None:
+        delay = RESEND_MIN_S
+        while not self._stop:
+            self._wake.wait(delay)
+            self._wake.clear()
+            if self._stop:
+                return
+            item = self.spool.oldest()
+            if item is None:
+                self._refusing = False
+                delay = 3600.0  # nothing to do until a batch is spooled (handle() wakes this thread)
+                continue
+            path, batch = item
+            if self._export(batch):
+                self.spool.remove(path)
+                self._refusing = False
+                if not self.spool.spans:
+                    INCIDENTS.resolved(SPOOL_INCIDENT)
+                delay = 0.0
+            else:
+                self._refusing = True
+                delay = min(RESEND_MAX_S, max(RESEND_MIN_S, delay * 2))
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(RESEND_MAX_S + SPOOLED_EXPORT_TIMEOUT_S * 2)
 
 
 def main() -> int:
@@ -28,19 +114,19 @@ def main() -> int:
         return 0
     setup_logging()
     resource = Resource(cfg["resource"], cfg.get("schema_url"))
-    inner = make_exporter()
-    exporter = SizeBoundedExporter(inner) if inner is not None else None
+    spool = SpanSpool(Path(cfg["spool_dir"]), cfg["spool_max_bytes"]) if cfg.get("spool_dir") else None
+    inner = make_exporter(SPOOLED_EXPORT_TIMEOUT_S if spool is not None else None)
+    sender = Sender(SizeBoundedExporter(inner), resource, spool, cfg.get("service", "")) if inner is not None else None
     while (msg := read_msg(inp)) is not None:
         kind, seq, body = msg
-        if kind == "spans" and exporter is not None:
-            try:
-                exporter.export([rebuild(r, resource) for r in body])
-            except Exception:  # noqa: BLE001 - one bad batch must not stop the service's export
-                log.exception("%s: a batch of %d spans failed to export", cfg.get("service"), len(body))
-        out.write(b"%d\n" % seq)  # done with it (exported, or failed after the exporter's own retries)
+        if kind == "spans" and sender is not None:
+            sender.handle(body)
+        dropped, spooled = (spool.dropped, spool.spans) if spool is not None else (0, 0)
+        out.write(b"%d %d %d\n" % (seq, dropped, spooled))  # done with it (exported, spooled or given up)
         out.flush()
-    if exporter is not None:
-        exporter.shutdown()
+    if sender is not None:
+        sender.close()
+        inner.shutdown()
     return 0
 
 

@@ -17,7 +17,11 @@ The child exits when its input closes (its parent stopped or died), after export
 Delivery (`_ChildLink`): the child confirms each batch once exported; a child that died is started
 again (WARNING) and gets every batch it had not confirmed, so killing it loses no span (a batch it
 exported but had not confirmed is sent twice: the collector keeps a span once). Framing on the pipe:
-4-byte big-endian length + pickle; the child answers one line (the sequence number) per message.
+4-byte big-endian length + pickle; the child answers one line per message (the sequence number, then
+its spool's dropped and waiting spans).
+Spool (`services.common.span_spool`): a batch the collector refuses is kept on disk by the child
+and sent again until it is taken (bounded; drops counted: `span_export_metrics`), so an outage of
+the collector or its database of a few minutes loses no span.
 """
 from __future__ import annotations
 
@@ -150,6 +154,11 @@ class _ChildLink:
         self._acked = 0
         self._buf = b""
         self._child: subprocess.Popen | None = None
+        # The child's spool, as its last answer said: spans dropped (since it started, summed over
+        # children: `_dropped_before` holds the dead ones') and spans waiting on disk.
+        self.spool_dropped = 0
+        self.spooled = 0
+        self._dropped_before = 0
         self._spawn()
 
     def _spawn(self) -> None:
@@ -160,9 +169,15 @@ class _ChildLink:
                                                start_new_session=True)
         os.set_blocking(child.stdout.fileno(), False)
         self._buf = b""
+        self._dropped_before += self.spool_dropped
+        self.spool_dropped = 0
         write_msg(child.stdin, self._config)
         for seq, batch in list(self._unacked.items()):  # what the last child did not confirm
             write_msg(child.stdin, ("spans", seq, batch))
+
+    def spool_dropped_total(self) -> int:
+        """Spans the children's spools dropped (full or aged out) since this process started."""
+        return self._dropped_before + self.spool_dropped
 
     def pending(self) -> bool:
         """Batches the child has not confirmed yet."""
@@ -221,7 +236,10 @@ class _ChildLink:
                 self._buf += data
                 *lines, self._buf = self._buf.split(b"\n")
                 for line in lines:
-                    self._acked = max(self._acked, int(line))
+                    seq, *spool = line.split()
+                    self._acked = max(self._acked, int(seq))
+                    if len(spool) == 2:
+                        self.spool_dropped, self.spooled = int(spool[0]), int(spool[1])
                 for seq in [q for q in self._unacked if q <= self._acked]:
                     del self._unacked[seq]
                 continue
@@ -253,7 +271,10 @@ class ProcessSpanProcessor(SpanProcessor):
     FLUSH_TIMEOUT_S = 5.0
     EXIT_TIMEOUT_S = 3.0
 
-    def __init__(self, resource: Resource, service_name: str):
+    def __init__(self, resource: Resource, service_name: str, spool_dir: Path | None = None,
+                 spool_max_bytes: int = 0):
+        """`spool_dir` / `spool_max_bytes`: where the child spools what the collector refuses, and how
+        much (services.common.span_spool; None or 0: no spool, a refused batch is given up)."""
         self._delay_s, self._max_queue, self._max_batch = bsp_settings()
         self._cond = threading.Condition()
         self._queue: list[tuple] = []
@@ -261,8 +282,9 @@ class ProcessSpanProcessor(SpanProcessor):
         self._flushes: list[list] = []  # [event, confirmed?] per force_flush waiting
         self._stopping = False
         # Started now, before the service serves: a fork while gRPC threads are busy logs a warning.
+        spool = {"spool_dir": str(spool_dir), "spool_max_bytes": spool_max_bytes} if spool_dir and spool_max_bytes else {}
         self._link = _ChildLink({"service": service_name, "resource": dict(resource.attributes),
-                                 "schema_url": resource.schema_url}, self._max_queue)
+                                 "schema_url": resource.schema_url, **spool}, self._max_queue)
         self._thread = threading.Thread(target=self._run, name="SpanPipe", daemon=True)
         self._thread.start()
 
@@ -284,6 +306,10 @@ class ProcessSpanProcessor(SpanProcessor):
         """Spans sent to the export child that it has not confirmed exporting yet (its answers read so
         far: a confirmed batch counts until the flusher thread reads the child's answer)."""
         return self._link.unconfirmed_spans()
+
+    def spool_state(self) -> tuple[int, int]:
+        """(spans dropped by the spool since start, spans waiting in it), as the child last said."""
+        return self._link.spool_dropped_total(), self._link.spooled
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """True once the child confirmed every span ended before the call (False after the timeout)."""
@@ -329,3 +355,23 @@ class ProcessSpanProcessor(SpanProcessor):
             if stopping:
                 self._link.close(self.EXIT_TIMEOUT_S)
                 return
+
+
+def span_export_metrics(meter: Any, provider: Any) -> None:
+    """`agentfeedback.span_export.spool.dropped` (spans the spool had to drop, counter) and
+    `agentfeedback.span_export.spool.spans` (spans waiting in it, gauge) of `provider`'s export
+    child, on `meter` (Prometheus: `agentfeedback_span_export_spool_dropped_total`,
+    `agentfeedback_span_export_spool_spans`; alert AgentFeedbackSpanSpoolDropping). Nothing when the
+    provider exports on a thread."""
+    from opentelemetry.metrics import Observation  # noqa: PLC0415
+
+    procs = [p for p in getattr(getattr(provider, "_active_span_processor", None), "_span_processors", ())
+             if isinstance(p, ProcessSpanProcessor)]
+    if not procs:
+        return
+    meter.create_observable_counter(
+        "agentfeedback.span_export.spool.dropped", [lambda _o: [Observation(sum(p.spool_state()[0] for p in procs))]],
+        unit="{span}", description="Spans the span spool dropped (full or aged out): lost to the trace store.")
+    meter.create_observable_gauge(
+        "agentfeedback.span_export.spool.spans", [lambda _o: [Observation(sum(p.spool_state()[1] for p in procs))]],
+        unit="{span}", description="Spans waiting in the span spool for the collector to take them.")

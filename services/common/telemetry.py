@@ -29,6 +29,7 @@ import secrets
 import sys
 import time
 import traceback
+from pathlib import Path
 from collections.abc import Sequence
 
 from opentelemetry import trace
@@ -162,21 +163,23 @@ def check_span_environment(span_export: str = "process") -> None:
         bsp_settings()
 
 
-def make_exporter() -> SpanExporter | None:
+def make_exporter(max_timeout_s: float | None = None) -> SpanExporter | None:
     """The OTLP span exporter the `OTEL_*` environment asks for, or None when exporting is off;
-    ValueError for an unknown protocol."""
+    ValueError for an unknown protocol. `max_timeout_s`: the time one export may take, its retries
+    included, instead of OTEL_EXPORTER_OTLP_TIMEOUT (the span spool retries, not the exporter)."""
     if not exporting():
         return None
     protocol = _protocol()
+    timeout = max_timeout_s  # None: the exporter reads OTEL_EXPORTER_OTLP_TIMEOUT (10 s)
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
 
         from services.common.reconnect import RECONNECT_OPTIONS  # noqa: PLC0415 - fast reconnect to the collector
 
-        return OTLPSpanExporter(channel_options=tuple(RECONNECT_OPTIONS))
+        return OTLPSpanExporter(channel_options=tuple(RECONNECT_OPTIONS), timeout=timeout)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: PLC0415
 
-    return HttpExporter()
+    return HttpExporter(timeout=timeout)
 
 
 def _protocol() -> str:
@@ -187,6 +190,19 @@ def _protocol() -> str:
     if protocol not in ("grpc", "http/protobuf"):
         raise ValueError(f"{name}={protocol[:40]!r}: use 'grpc' or 'http/protobuf'")
     return protocol
+
+
+def span_spool_place(service_name: str) -> tuple[Path, int]:
+    """(directory, bytes) of the span spool of `service_name`'s export child: AGENTFEEDBACK_SPAN_SPOOL_DIR
+    (default `<AGENTFEEDBACK_DATA_DIR>/span-spool/<service>`) and AGENTFEEDBACK_SPAN_SPOOL_MAX_BYTES
+    (default 64 MiB; 0: no spool). Both are validated with the settings (CommonSettings)."""
+    from services.common.settings import PROJECT_ROOT  # noqa: PLC0415 - settings import this module
+    from services.common.span_spool import MAX_BYTES  # noqa: PLC0415
+
+    base = os.environ.get("AGENTFEEDBACK_SPAN_SPOOL_DIR") or os.path.join(
+        os.environ.get("AGENTFEEDBACK_DATA_DIR") or str(PROJECT_ROOT / ".data"), "span-spool")
+    raw = os.environ.get("AGENTFEEDBACK_SPAN_SPOOL_MAX_BYTES", "").strip()
+    return Path(base) / service_name, int(raw) if raw.isdigit() else MAX_BYTES
 
 
 def setup_tracing(service_name: str, exporter: SpanExporter | None = None) -> TracerProvider:
@@ -201,7 +217,7 @@ def setup_tracing(service_name: str, exporter: SpanExporter | None = None) -> Tr
         from services.common.span_pipe import ProcessSpanProcessor  # noqa: PLC0415 - imports the SDK's pieces
 
         _protocol()  # a bad setting fails the service at start, not later in its child
-        provider.add_span_processor(ProcessSpanProcessor(resource, service_name))
+        provider.add_span_processor(ProcessSpanProcessor(resource, service_name, *span_spool_place(service_name)))
         return provider
     exp = exporter if exporter is not None else make_exporter()
     if exp is not None:

@@ -19,6 +19,7 @@ from services.common.db import close_pool, migrate, resolve_database_url
 from services.common.quota import write_quota_interceptor
 from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
+from services.common.span_pipe import span_export_metrics
 from services.common.telemetry import setup_tracing
 from services.feedback import repository, retries
 from services.feedback.capture import CaptureWorker
@@ -130,6 +131,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
                                           answered=retries.answered_checks(report_store), burst=settings.write_quota_burst)
     metrics = await ServiceMetrics("feedback", settings.metrics_listen).start()
     pool_gauges(metrics.meter, pool, "feedback")
+    span_export_metrics(metrics.meter, tp)
     fm = FeedbackMetrics(metrics.meter, capture_store)
     reports.on_created, ratings.on_written = fm.report_created, fm.rating_written
     ratings.on_evaluated = lambda r, trace_id: evaluation_events.emit(tracer, evaluation_events.of_rating(r, trace_id))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -58,3 +59,23 @@ async def wait_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: 
         await common_wait_serving(f"127.0.0.1:{port}", timeout_s, proc)
     except (RuntimeError, TimeoutError) as e:
         raise AssertionError(f"second feedback process: {e}: {log.read_text()[-2000:]}") from None
+
+
+async def stop_postgres_fast(pgdata: Path) -> None:
+    """PostgreSQL's fast shutdown (SIGINT to the postmaster: sessions are terminated), waited for. A signal,
+    not pg_ctl: a process forked from this one (gRPC's threads) can crash before it execs."""
+    pid = int((pgdata / "postmaster.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + 30
+    while (pgdata / "postmaster.pid").exists():
+        assert time.monotonic() < deadline, "PostgreSQL did not stop in 30 s"
+        await asyncio.sleep(0.02)
+
+
+async def start_postgres_again(pgdata: Path) -> None:
+    """Start the stopped cluster again from a fresh interpreter (pg_ctl forked from this process, which
+    runs gRPC's threads, can crash), leaving it running (cleanup_mode None)."""
+    code = ("from pathlib import Path; from services.common.db import embedded_postgres_server; "
+            f"embedded_postgres_server(Path({str(pgdata)!r}), cleanup_mode=None)")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, cwd=str(ROOT))
+    assert await proc.wait() == 0

@@ -18,8 +18,6 @@ import json
 import logging
 import os
 import re
-import signal
-import sys
 import tempfile
 import time
 import uuid
@@ -40,6 +38,7 @@ from services.common.db import embedded_postgres_server
 from services.common.errors import error_info, status_details
 from services.common.server import LIVENESS_SERVICE
 from services.common.telemetry import log_handler
+from tests.helpers.procs import start_postgres_again, stop_postgres_fast
 from tests.stack import start_stack
 
 OUTAGE_S = 4.0
@@ -76,26 +75,6 @@ def _span_request(trace_id: bytes) -> trace_service_pb2.ExportTraceServiceReques
                           start_time_unix_nano=now - 1000, end_time_unix_nano=now)
     return trace_service_pb2.ExportTraceServiceRequest(resource_spans=[trace_pb2.ResourceSpans(
         scope_spans=[trace_pb2.ScopeSpans(spans=[span])])])
-
-
-async def _stop_fast(pgdata: Path) -> None:
-    """PostgreSQL's fast shutdown (SIGINT to the postmaster: sessions are terminated), waited for. A signal,
-    not pg_ctl: a process forked from this one (gRPC's threads) can crash before it execs."""
-    pid = int((pgdata / "postmaster.pid").read_text().split()[0])
-    os.kill(pid, signal.SIGINT)
-    deadline = time.monotonic() + 30
-    while (pgdata / "postmaster.pid").exists():
-        assert time.monotonic() < deadline, "PostgreSQL did not stop in 30 s"
-        await asyncio.sleep(0.02)
-
-
-async def _start_again(pgdata: Path) -> None:
-    """Start the stopped cluster again from a fresh interpreter (pg_ctl forked from this process, which
-    runs gRPC's threads, can crash), leaving it running (cleanup_mode None)."""
-    code = ("from pathlib import Path; from services.common.db import embedded_postgres_server; "
-            f"embedded_postgres_server(Path({str(pgdata)!r}), cleanup_mode=None)")
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, cwd=str(Path(__file__).parents[2]))
-    assert await proc.wait() == 0
 
 
 async def test_database_outage_under_load_is_unavailable_with_retry_info_and_health_follows(tmp_path: Path, caplog):
@@ -185,10 +164,10 @@ async def test_database_outage_under_load_is_unavailable_with_retry_info_and_hea
         await asyncio.sleep(1.0)
         log_start = len(caplog.records)
         t_stopping = time.monotonic()
-        await _stop_fast(Path(pg.pgdata))
+        await stop_postgres_fast(Path(pg.pgdata))
         t_down = time.monotonic()
         await asyncio.sleep(OUTAGE_S)
-        await _start_again(pg.pgdata)
+        await start_postgres_again(Path(pg.pgdata))
         t_up = time.monotonic()
         await asyncio.sleep(2.5)
         stop.set()

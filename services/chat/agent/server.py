@@ -22,6 +22,7 @@ from services.chat.agent.settings import AgentSettings
 from services.common.auth import SCOPE_FEEDBACK_AGENT, Authenticator, ServiceToken
 from services.common.metrics import RpcMetrics, ServiceMetrics
 from services.common.server import GrpcServer, ServiceInterceptor, client_channel
+from services.common.span_pipe import span_export_metrics
 from services.common.telemetry import setup_tracing
 
 # The agent's own identity towards the feedback service (its `x-agentfeedback-actor` credential).
@@ -54,6 +55,7 @@ async def create_server(
         backend = OpenAIBackend(settings.openai_base_url, settings.openai_model, settings.openai_api_key.get_secret_value())
     agent = ReferenceAgent(tracer, registry, memory, settings.think_ms, backend)
     metrics = await ServiceMetrics("agent", settings.metrics_listen).start()
+    span_export_metrics(metrics.meter, provider)
     interceptor = ServiceInterceptor(
         Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics.meter)
     )
