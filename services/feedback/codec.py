@@ -138,7 +138,7 @@ def feedback_pb(r: Report, now: dt.datetime, retention_days: int) -> pb.Feedback
     fb = pb.Feedback(
         name=r.name, owner=r.owner, instance=r.anchor.instance, surface=r.surface, author=r.author, body=r.body,
         sentiment=r.sentiment, category=r.category, status=r.status, issue_url=r.issue_url,
-        etag=domain.etag(r.version), context_trace_id=r.context_trace_id,
+        etag=domain.etag(r.version, r.id), context_trace_id=r.context_trace_id,
     )
     a = r.anchor
     if a.kind == "message":
@@ -163,7 +163,7 @@ def rating_pb(r: Rating) -> pb.Rating:
     out = pb.Rating(
         name=r.name, conversation=k.conversation, turn_index=k.turn_index, user=r.owner, scope=k.scope,
         aspect=k.aspect, artifact_id=k.artifact_id, sentiment=r.sentiment, category=r.category, note=r.note,
-        origin=r.origin, version=r.version, etag=domain.etag(r.version), message=r.message, reasons=r.reasons,
+        origin=r.origin, version=r.version, etag=domain.etag(r.version, r.id), message=r.message, reasons=r.reasons,
         choice=r.choice,
     )
     _ts(r.create_time, out.create_time)
@@ -354,6 +354,8 @@ def update_feedback(request: pb.UpdateFeedbackRequest, metadata: Iterable[tuple[
     paths = v.check(domain.check_update_mask, request.update_mask.paths) or frozenset()
     status = v.check(enum_value, new.status, Status, "feedback.status", allow_zero=False) if "status" in paths else None
     rid = v.check(parse_request_id, request.request_id, "request_id")
+    if new.etag:
+        v.check(parse_etag, new.etag, "feedback.etag")
     v.raise_any()
     return fid, Change(new.etag, status, new.issue_url if "issue_url" in paths else None, rid,
                        _update_fingerprint(request) if rid is not None else None, audit.update_action(metadata))

@@ -73,7 +73,7 @@ class Stale(Aborted):
     which the servicer puts in the error's details as its proto."""
 
     def __init__(self, etag_sent: str, item: Report | Rating):
-        super().__init__(f"etag {echo(etag_sent)} is stale; the current one is {etag(item.version)}")
+        super().__init__(f"etag {echo(etag_sent)} is stale; the current one is {etag(item.version, item.id)}")
         self.item = item
 
 

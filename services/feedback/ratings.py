@@ -127,7 +127,7 @@ class Ratings:
         key, version, fingerprint = put.key, put.version, put.fingerprint
         message, trace_id = await self._rated_message(p, key)
         w = replace(put.write, message=message)
-        got = await self._repo.put_rating(key, p.sub, w, new_id=new_id(), version=version,
+        got = await self._repo.put_rating(key, p.sub, w, new_id=new_id(), etag=version,
                                           request_id=put.request_id, fingerprint=fingerprint)
         if got.written is not None:
             if self.on_written is not None:

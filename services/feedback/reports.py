@@ -249,7 +249,7 @@ class Reports:
                                           reason="REQUEST_ID_REUSED")
                 check_same_request(earlier.fingerprint, c.fingerprint)
                 return None
-            if not domain.etag_matches(c.etag, cur.version):
+            if not domain.etag_matches(c.etag, cur.version, cur.id):
                 raise domain.Stale(c.etag, cur)
             status = c.status if c.status is not None else cur.status
             url = c.issue_url if c.issue_url is not None else cur.issue_url

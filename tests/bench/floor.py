@@ -70,7 +70,7 @@ class FloorRatings(feedback_pb2_grpc.FeedbackServiceServicer):
         out = pb.Rating(
             name=f"ratings/{row['id']}", conversation=row["conversation"], turn_index=row["turn_index"],
             user=row["owner"], scope=row["scope"], aspect=row["aspect"], sentiment=row["sentiment"],
-            version=row["version"], etag=etag(row["version"]),
+            version=row["version"], etag=etag(row["version"], row["id"]),
         )
         out.create_time.FromDatetime(row["create_time"])
         out.update_time.FromDatetime(row["update_time"])

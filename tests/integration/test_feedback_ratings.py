@@ -301,3 +301,25 @@ async def test_list_ratings_with_a_negative_turn_index_is_invalid_argument_namin
     e = await expect_error(stack.feedback().ListRatings(pb.ListRatingsRequest(conversation=inst, turn_index=-1),
                                                         metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
     assert error_info(e).metadata["field"] == "turn_index"
+
+
+async def test_a_stale_tab_holding_a_deleted_ratings_etag_cannot_overwrite_the_rating_put_since(stack):
+    """ABA across a delete (issue 25): the rating put again starts back at version 1, but its etag is not
+    the deleted rating's, so the stale tab's compare-and-swap is ABORTED and the new rating stays."""
+    inst = await new_instance(stack, "alice")
+    t = await send(stack, inst, "hello", sub="alice")
+    fb = stack.feedback()
+    old = await put(fb, rating(inst, t.reply.turn_index, sentiment=POS), stack.md())  # the stale tab read this
+    await fb.DeleteRating(pb.DeleteRatingRequest(name=old.name), metadata=stack.md())
+    new = await put(fb, rating(inst, t.reply.turn_index, sentiment=NEG), stack.md())  # another tab, since
+    assert new.version == old.version == 1 and new.etag != old.etag
+    await expect_error(put(fb, rating(inst, t.reply.turn_index, sentiment=NEU, etag=old.etag), stack.md()),
+                       grpc.StatusCode.ABORTED)
+    (stored,) = await ratings_of(stack, inst)
+    assert stored.sentiment == NEG and stored.etag == new.etag
+    # A bare number is not an etag (it used to pass for version 1).
+    await expect_error(put(fb, rating(inst, t.reply.turn_index, sentiment=NEU, etag="1"), stack.md()),
+                       grpc.StatusCode.INVALID_ARGUMENT)
+    await expect_error(put(fb, rating(inst, t.reply.turn_index, sentiment=NEU, etag='"1"'), stack.md()),
+                       grpc.StatusCode.INVALID_ARGUMENT)
+    assert (await put(fb, rating(inst, t.reply.turn_index, sentiment=NEU, etag="W/" + new.etag), stack.md())).version == 2

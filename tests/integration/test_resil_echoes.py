@@ -93,7 +93,10 @@ async def test_a_stale_etag_on_a_large_report_is_aborted_not_a_metadata_overflow
     report = await fb.CreateFeedback(pb.CreateFeedbackRequest(
         feedback=pb.Feedback(message=turn.reply.name, body="\U0001F600" * 4000), request_id=str(uuid.uuid4())),
         metadata=stack.md())
-    stale = pb.UpdateFeedbackRequest(feedback=pb.Feedback(name=report.name, status=pb.STATUS_TRIAGED, etag='"999"'),
+    await fb.UpdateFeedback(pb.UpdateFeedbackRequest(feedback=pb.Feedback(name=report.name, status=pb.STATUS_TRIAGED),
+                                                     update_mask=field_mask_pb2.FieldMask(paths=["status"])),
+                            metadata=stack.md())  # the etag read at create is stale now
+    stale = pb.UpdateFeedbackRequest(feedback=pb.Feedback(name=report.name, status=pb.STATUS_OPEN, etag=report.etag),
                                      update_mask=field_mask_pb2.FieldMask(paths=["status"]),
                                      request_id=str(uuid.uuid4()))
     try:

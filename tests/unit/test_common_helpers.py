@@ -11,7 +11,7 @@ import pytest
 
 from services.common import deadlines, pages
 from services.common.errors import InvalidArgument
-from services.common.etags import etag, etag_matches, parse_etag
+from services.common.etags import Etag, etag, etag_matches, parse_etag
 from services.common.settings import CommonSettings, SettingsError, load_settings
 from services.feedback.settings import FeedbackSettings
 
@@ -48,15 +48,18 @@ def test_page_token_time_reads_aware_times_as_utc():
     assert pages.page_token_time("2026-01-01T01:00:00+01:00") == dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
-def test_one_etag_format_and_parser():
-    assert etag(7) == '"7"' and parse_etag('"7"', "x") == 7 and parse_etag('W/"7"', "x") == 7
-    assert parse_etag(" 7 ", "x") == 7
-    for bad in ("", '"7', "seven", "²", "1" * 19, '"-1"'):
-        with pytest.raises(InvalidArgument) as e:
+def test_one_etag_format_and_parser_opaque_and_strict():
+    e = etag(7, "r1")
+    assert e.startswith('"') and e.endswith('"') and "7" not in e  # opaque, not the bare version
+    assert parse_etag(e, "x") == Etag(7, "r1") and parse_etag("W/" + e, "x") == Etag(7, "r1")
+    for bad in ("", "7", '"7"', "W/7", e[:-1], "seven", "²", '"' + "1" * 19 + '"', etag(1, "r1")[:3] + '"'):
+        with pytest.raises(InvalidArgument) as ex:
             parse_etag(bad, "rating.etag")
-        assert e.value.field_path == "rating.etag"
-    assert etag_matches("", 3) and etag_matches('"3"', 3) and etag_matches("3", 3)
-    assert not etag_matches('"2"', 3) and not etag_matches("garbage", 3)
+        assert ex.value.field_path == "rating.etag"
+    assert etag_matches("", 3, "r1") and etag_matches(etag(3, "r1"), 3, "r1")
+    # Never reused for another state of the key: another version, or the same version of another row.
+    assert not etag_matches(etag(2, "r1"), 3, "r1") and not etag_matches(etag(3, "r2"), 3, "r1")
+    assert not etag_matches('"3"', 3, "r1") and not etag_matches("3", 3, "r1")
 
 
 class _Ctx:

@@ -88,7 +88,8 @@ def test_update_mask_refuses_body_and_unknown_paths():
 
 
 def test_etags():
-    assert d.etag_matches("", 3) and d.etag_matches(d.etag(3), 3) and not d.etag_matches(d.etag(2), 3)
+    assert d.etag_matches("", 3, "a") and d.etag_matches(d.etag(3, "a"), 3, "a")
+    assert not d.etag_matches(d.etag(2, "a"), 3, "a") and not d.etag_matches(d.etag(3, "b"), 3, "a")
 
 
 def test_capture_waits_for_a_root_and_a_stable_span_count_then_freezes():

@@ -6,6 +6,7 @@ import datetime as dt
 import uuid
 from dataclasses import dataclass
 
+from services.common.etags import Etag
 from services.feedback.model.enums import Category, RatingOrigin, RatingScope, RatingSentiment
 
 
@@ -73,7 +74,7 @@ class RatingPut:
 
     key: RatingKey
     write: RatingWrite
-    version: int | None = None
+    version: Etag | None = None  # the etag's version and incarnation (the rating's id)
     etag: str = ""
     request_id: uuid.UUID | None = None
     fingerprint: bytes | None = None

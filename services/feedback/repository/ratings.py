@@ -15,6 +15,7 @@ import asyncpg
 
 from services.common import ledger
 from services.common.db import NamedSQL
+from services.common.etags import Etag
 from services.common.ledger import Ledger
 from services.feedback.model.enums import (
     RatingOrigin,
@@ -73,7 +74,7 @@ WITH {_RATING_PRIOR}, up AS (
     RETURNING {RATING_COLUMNS}
 ), {_RATING_RECORD}""")
 
-# Strict compare-and-swap: only when the stored version is `:version` (even for a no-op, which then
+# Strict compare-and-swap: only when the stored row is `:cas_id` at version `:version` (even for a no-op, which then
 # keeps version and times). No rating columns = stale etag (or no such rating).
 _RATING_CHANGED = """((:own_sentiment AND r.sentiment IS DISTINCT FROM :sentiment::smallint)
     OR (:own_category AND r.category IS DISTINCT FROM :category::smallint)
@@ -94,7 +95,7 @@ WITH {_RATING_PRIOR}, up AS (
         update_time = CASE WHEN {_RATING_CHANGED} THEN GREATEST(now(), r.update_time) ELSE r.update_time END
     WHERE r.conversation = :conversation AND r.turn_index = :turn_index AND r.owner = :owner
       AND r.scope = :scope::smallint AND r.aspect = :aspect AND r.artifact_id = :artifact_id
-      AND r.version = :version AND NOT EXISTS (SELECT 1 FROM prior)
+      AND r.version = :version AND r.id = :cas_id AND NOT EXISTS (SELECT 1 FROM prior)
     RETURNING {RATING_COLUMNS}
 ), {_RATING_RECORD}""")
 
@@ -182,17 +183,19 @@ class RatingStore:
                                      key.aspect, key.artifact_id)
         return rows.rating(r) if r is not None else None
 
-    async def put_rating(self, key: RatingKey, owner: str, w: RatingWrite, *, new_id: str, version: int | None,
+    async def put_rating(self, key: RatingKey, owner: str, w: RatingWrite, *, new_id: str, etag: Etag | None,
                          request_id: uuid.UUID | None, fingerprint: bytes | None) -> PutOutcome:
-        """Upsert (`version` None) or strict compare-and-swap at `version`, one statement either way.
+        """Upsert (`etag` None) or strict compare-and-swap at the etag's version of the etag's row (its
+        incarnation: a rating deleted and put again is another row), one statement either way.
         `written` None: a retry (`seen`), a no-op upsert that kept the row as it was, or (CAS) a stale
         version or no such rating."""
         values = {**_NAMED, **_key_values(key, owner), "sentiment": w.sentiment, "category": w.category,
                   "note": w.note, "own_sentiment": "sentiment" in w.owned, "own_category": "category" in w.owned,
                   "own_note": "note" in w.owned, "own_reasons": "reasons" in w.owned, "reasons": list(w.reasons),
                   "own_choice": "choice" in w.owned, "choice": w.choice, "message": w.message, "id": new_id,
-                  "version": version, **PUTS.params(owner, request_id, fingerprint)}
-        sql = UPSERT_RATING if version is None else CAS_RATING
+                  "version": etag.version if etag else None, "cas_id": etag.incarnation if etag else None,
+                  **PUTS.params(owner, request_id, fingerprint)}
+        sql = UPSERT_RATING if etag is None else CAS_RATING
         return _outcome(await self.pool.fetchrow(*sql.bind(values)))
 
     async def delete_rating(self, rid: str, owner: str) -> None:
