@@ -6,8 +6,9 @@ a client retrying after a lost response gets its answer). Each check looks only 
 would answer from, and the handler still decides: a confirmed call writes nothing (a request id
 reused for other content is INVALID_ARGUMENT there, as within the quota).
 
-- CreateFeedback, ReportSuspectedDefect: the create request id's report, or its deletion within the
-  request retention (both key the create ledger `feedback_create_requests`).
+- CreateFeedback: the create request id's report, or its deletion within the request retention (both
+  key the create ledger `feedback_create_requests`); ReportSuspectedDefect: the same for the defect's
+  own request id (`defect_reports.defect_request_id`: one report per defect).
 - UpdateFeedback, PutRating, CopyRatings: a live record of the request id in the request ledger.
 - FileFeedback: the report is filed (a retry returns the stored ticket URL).
 A request without a request id (or with one that does not parse) is never confirmed.
@@ -19,7 +20,8 @@ from typing import Any
 
 from services.common import ledger
 from services.common.errors import InvalidArgument
-from services.common.ids import parse_name, request_id_of
+from services.common.ids import parse_name, parse_trace_id, request_id_of
+from services.feedback.defect_reports import defect_request_id
 from services.feedback.repository.reports import ReportStore
 
 
@@ -29,6 +31,14 @@ def answered_checks(repo: ReportStore) -> dict[str, Callable[[str, Any], Awaitab
     async def created(owner: str, request: Any) -> bool:
         rid = request_id_of(request)
         return rid is not None and await repo.create_answered(owner, rid, ledger.RETENTION_S)
+
+    async def defect_reported(owner: str, request: Any) -> bool:
+        try:
+            instance, trace_id = parse_name(request.suspected_defect, "instances/{}/suspectedDefects/{}", "x")
+            canonical = f"instances/{instance}/suspectedDefects/{parse_trace_id(trace_id, 'x')}"
+        except InvalidArgument:
+            return False
+        return await repo.create_answered(owner, defect_request_id(canonical), ledger.RETENTION_S)
 
     def recorded(method: str) -> Callable[[str, Any], Awaitable[bool]]:
         async def check(owner: str, request: Any) -> bool:
@@ -44,5 +54,5 @@ def answered_checks(repo: ReportStore) -> dict[str, Callable[[str, Any], Awaitab
         report = await repo.get_report(fid, owner)
         return report is not None and bool(report.issue_url)
 
-    return {"CreateFeedback": created, "ReportSuspectedDefect": created, "UpdateFeedback": recorded("UpdateFeedback"),
+    return {"CreateFeedback": created, "ReportSuspectedDefect": defect_reported, "UpdateFeedback": recorded("UpdateFeedback"),
             "PutRating": recorded("PutRating"), "CopyRatings": recorded("CopyRatings"), "FileFeedback": filed}

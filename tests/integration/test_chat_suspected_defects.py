@@ -73,6 +73,14 @@ async def test_a_failed_turn_is_a_suspected_defect(stack: Stack):
     assert fb.category == fpb.CATEGORY_BROKEN_RESPONSE and fb.author == fpb.AUTHOR_PLATFORM
     assert fb.snapshot.target_role == "ROLE_USER" and fb.snapshot.target_text == "are you there?"
     assert fb.trace_id == d.trace_id and "chat.turn ERROR" in fb.body
+    # One defect, at most one report (issue 25: a new request id made a second platform report): any
+    # later call, whatever its request id (a reload, another tab), answers with that report.
+    again = await stack.feedback().ReportSuspectedDefect(
+        fpb.ReportSuspectedDefectRequest(suspected_defect=d.name.replace(d.trace_id, d.trace_id.upper()),
+                                         request_id=str(uuid.uuid4())), metadata=stack.md())
+    assert again.name == fb.name
+    listed = await stack.feedback().ListFeedback(fpb.ListFeedbackRequest(trace_id=d.trace_id), metadata=stack.md())
+    assert [f.name for f in listed.feedback] == [fb.name]
 
 
 async def test_owners_see_their_own_and_an_operator_sees_every_owners_paged(stack: Stack):
