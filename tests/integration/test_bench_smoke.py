@@ -22,7 +22,7 @@ NAMED = {
     "feedback": {"feedback_create_p50_ms", "feedback_create_max_ms", "rating_put_per_s", "rating_put_floor_per_s",
                  "rating_first_put_per_s", "rating_first_put_max_ms"},
     "feed": {"feed_latency_1_subscriber_p50_ms", "feed_latency_1_subscriber_max_ms", "rating_put_outbox_ratio"},
-    "feedback_reads": {"fbread_list_20000_p50_ms", "fbread_list_20000_max_ms", "fbread_stats_20000_p50_ms"},
+    "feedback_reads": {"fbread_list_10000_p50_ms", "fbread_list_10000_max_ms", "fbread_stats_10000_p50_ms"},
     "grpcweb": {"grpcweb_overhead_p50_ms"},
     "quota": {"quota_quiet_max_ms", "quota_flood_other_max_ms", "quota_flood_p99_ratio"},
     "settle": {"capture_settle_after_kill_s", "capture_settle_bound_s"},
