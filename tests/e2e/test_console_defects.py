@@ -57,6 +57,12 @@ async def test_suspected_defects_listed_apart_per_owner_and_for_an_operator(stac
                 await expect(reported.locator(".badge", has_text="caught by the platform")).to_be_visible()
                 listed = await stack.feedback().ListFeedback(pb.ListFeedbackRequest(), metadata=stack.md("alice"))
                 assert [(f.author, f.snapshot.trace_id) for f in listed.feedback] == [(pb.AUTHOR_PLATFORM, mine.trace_id)]
+                # After a reload the page still knows it is reported: its report, no second "Report it".
+                await page.goto(f"{site}/#/defects")
+                await page.reload()
+                await expect(rows).to_have_count(1)
+                await expect(rows.first.locator(".defect-msg")).to_contain_text("Reported.")
+                await expect(rows.first.locator(".act-report-defect")).to_have_count(0)
 
                 await sign_in(page, site, envoy.url, stack.token("ops", ALL_SCOPES))
                 await page.goto(f"{site}/#/defects")

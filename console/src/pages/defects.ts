@@ -2,13 +2,18 @@
 // cut, a result no tool returned, a failed tool call or turn; ChatService.ListSuspectedDefects), apart
 // from what people said. The owner sees their agents' turns; an operator (feedback:admin) may list every
 // owner's (`instances/-`). One action turns a defect into a report anchored to that turn
-// (FeedbackService.ReportSuspectedDefect; the server writes the report's sentence).
+// (FeedbackService.ReportSuspectedDefect; the server writes the report's sentence). A defect already
+// reported (a platform report on its turn, found with ListFeedback) shows its report, not the action —
+// after a reload too; the server keeps one report per defect anyway. Every page of instances, defects
+// and platform reports is read (each list stops at MAX_PAGES pages and says so).
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, errorText, lastSegment, principal, uuid4 } from "../api";
 import { h, mount, timeEl } from "../dom";
 import { DefectKind, type SuspectedDefect } from "../gen/agentfeedback/chat/v1/chat_pb";
+import { Author } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { go } from "../router";
 import { clamped } from "./evidence";
+import { traceIdOf } from "./feedbackList";
 
 const KIND_TEXT: Record<number, string> = {
   [DefectKind.TRUNCATED]: "a tool result was cut",
@@ -17,11 +22,33 @@ const KIND_TEXT: Record<number, string> = {
   [DefectKind.TURN_ERROR]: "the turn failed",
 };
 
+// Pages read per list (of up to 1000 rows each): past it the page says the list is cut.
+const MAX_PAGES = 20;
+
+/** Every page of a List call (AIP-158 tokens), MAX_PAGES at most; `cut` when more were left. */
+async function allPages<T>(fetch: (pageToken: string) => Promise<{ items: T[]; nextPageToken: string }>): Promise<{ items: T[]; cut: boolean }> {
+  const items: T[] = [];
+  let pageToken = "";
+  for (let page = 0; page < MAX_PAGES; page++) {
+    const r = await fetch(pageToken);
+    items.push(...r.items);
+    pageToken = r.nextPageToken;
+    if (!pageToken) return { items, cut: false };
+  }
+  return { items, cut: true };
+}
+
+function reportedNote(reportName: string): HTMLElement {
+  return h("span", { class: "defect-msg", role: "status" }, "Reported. ",
+    h("a", { href: `#/feedback?highlight=${encodeURIComponent(reportName)}` }, "See it on the Feedback page"), ".");
+}
+
 function instanceOf(d: SuspectedDefect): string {
   return d.name.split("/suspectedDefects/")[0];
 }
 
-function reportButton(d: SuspectedDefect): HTMLElement {
+function reportButton(d: SuspectedDefect, reported: string | undefined): HTMLElement {
+  if (reported) return h("span", { class: "defect-actions" }, reportedNote(reported));
   const requestId = uuid4(); // a retry after a lost answer never files a second report
   const msg = h("span", { class: "defect-msg", role: "status" });
   const b = h("button", { type: "button", class: "act-report-defect" }, "Report it");
@@ -32,7 +59,7 @@ function reportButton(d: SuspectedDefect): HTMLElement {
     try {
       const fb = await api().feedback.reportSuspectedDefect({ suspectedDefect: d.name, requestId });
       b.remove();
-      mount(msg, "Reported. ", h("a", { href: `#/feedback?highlight=${encodeURIComponent(fb.name)}` }, "See it on the Feedback page"), ".");
+      msg.replaceWith(reportedNote(fb.name));
     } catch (e) {
       msg.className = "defect-msg error";
       msg.textContent = `${errorText(e)} — you can try again.`;
@@ -42,7 +69,7 @@ function reportButton(d: SuspectedDefect): HTMLElement {
   return h("span", { class: "defect-actions" }, b, msg);
 }
 
-function defectRow(d: SuspectedDefect, names: Map<string, string>, everyOwner: boolean): HTMLElement {
+function defectRow(d: SuspectedDefect, names: Map<string, string>, everyOwner: boolean, reported: Map<string, string>): HTMLElement {
   const inst = instanceOf(d);
   const id = lastSegment(inst);
   return h("article", { class: "defect-row", dataset: { name: d.name, trace: d.traceId } },
@@ -59,7 +86,7 @@ function defectRow(d: SuspectedDefect, names: Map<string, string>, everyOwner: b
     h("p", { class: "fb-links" },
       h("a", { href: `#/agents/${encodeURIComponent(id)}/chat?trace=${d.traceId}`, class: "open-conversation" }, "open the conversation"), " · ",
       h("a", { href: `#/agents/${encodeURIComponent(id)}/trace?trace=${d.traceId}`, class: "open-trace" }, "open the trace")),
-    everyOwner ? null : reportButton(d));
+    everyOwner ? null : reportButton(d, reported.get(d.traceId)));
 }
 
 export async function defectsPage(main: HTMLElement, query: URLSearchParams): Promise<void> {
@@ -74,17 +101,37 @@ export async function defectsPage(main: HTMLElement, query: URLSearchParams): Pr
   mount(main, h("div", { class: "page-head" }, h("h1", {}, "Suspected defects"), toggle),
     h("p", { class: "muted" }, "Turns the platform flagged itself (not what anyone said). Reporting one files it under Feedback."), error, list);
   const names = new Map<string, string>();
+  const reported = new Map<string, string>(); // trace id → the platform report on that turn
   const found: SuspectedDefect[] = [];
+  let cut = false;
   try {
-    const inst = await api().chat.listInstances({ pageSize: 200 });
-    for (const i of inst.instances) names.set(i.name, i.displayName);
-    const parents = everyOwner ? ["instances/-"] : inst.instances.map((i) => i.name);
-    const pages = await Promise.all(parents.map((parent) => api().chat.listSuspectedDefects({ parent, pageSize: 100 })));
-    for (const p of pages) found.push(...p.suspectedDefects);
+    const inst = await allPages(async (pageToken) => {
+      const r = await api().chat.listInstances({ pageSize: 1000, pageToken });
+      return { items: r.instances, nextPageToken: r.nextPageToken };
+    });
+    for (const i of inst.items) names.set(i.name, i.displayName);
+    const parents = everyOwner ? ["instances/-"] : inst.items.map((i) => i.name);
+    const [lists, platform] = await Promise.all([
+      Promise.all(parents.map((parent) => allPages(async (pageToken) => {
+        const r = await api().chat.listSuspectedDefects({ parent, pageSize: 1000, pageToken });
+        return { items: r.suspectedDefects, nextPageToken: r.nextPageToken };
+      }))),
+      everyOwner ? Promise.resolve({ items: [], cut: false }) : allPages(async (pageToken) => {
+        const r = await api().feedback.listFeedback({ author: Author.PLATFORM, pageSize: 1000, pageToken });
+        return { items: r.feedback, nextPageToken: r.nextPageToken };
+      }),
+    ]);
+    for (const l of lists) found.push(...l.items);
+    for (const f of platform.items) {
+      const trace = traceIdOf(f);
+      if (trace && !reported.has(trace)) reported.set(trace, f.name);
+    }
+    cut = inst.cut || platform.cut || lists.some((l) => l.cut);
   } catch (e) {
     error.textContent = errorText(e);
   }
+  if (cut) error.textContent = `Showing the first ${MAX_PAGES} pages of a list; narrow it on the Feedback page.`;
   found.sort((a, b) => Number((b.time?.seconds ?? 0n) - (a.time?.seconds ?? 0n)));
-  mount(list, found.length ? found.map((d) => defectRow(d, names, everyOwner)) : h("p", { class: "muted empty" }, "Nothing flagged by the platform."));
+  mount(list, found.length ? found.map((d) => defectRow(d, names, everyOwner, reported)) : h("p", { class: "muted empty" }, "Nothing flagged by the platform."));
   list.removeAttribute("aria-busy");
 }

@@ -69,7 +69,7 @@ function agentLabel(fb: Feedback): HTMLElement {
   return h("span", { class: "fb-agent", title: [inst, ctxAgent].filter(Boolean).join(" · ") }, text);
 }
 
-function traceIdOf(fb: Feedback): string {
+export function traceIdOf(fb: Feedback): string {
   return fb.snapshot?.traceId || (fb.target.case === "traceId" ? fb.target.value : "");
 }
 
