@@ -101,6 +101,10 @@ async def test_dashboard_panels_show_the_data_the_test_made(stack, tmp_path):
                 assert [t.strip() for t in (await row.all_inner_texts())[2:5]] == ["1", "0", "1"]
                 row = page.locator("table.aspects tr[data-dimension='conversation/task_completion'] td")
                 assert [t.strip() for t in (await row.all_inner_texts())[2:5]] == ["1", "1", "0"]
+                # Reports by category (the API's breakdown; the dashboard once lost it unnoticed).
+                cats = page.locator("table.report-categories tbody tr")
+                await expect(cats).to_have_count(1)
+                assert [t.strip() for t in await cats.first.locator("td").all_inner_texts()] == ["Tool failure", "1"]
                 await expect(page.locator(".multiples figure.chart")).to_have_count(4)
                 art = await numbers(page, "dim-artifact-artifact_quality")
                 assert list(art.values())[-1] == ["0", "0", str(ARTIFACTS)]

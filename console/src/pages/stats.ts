@@ -1,7 +1,7 @@
 // The operator dashboard (scope feedback:admin; FeedbackService.GetFeedbackStats counts USER-origin
 // ratings only, so branch copies never move a figure): window picker; headline likes / dislikes /
 // reports / tasks marked complete; the sentiment split per dimension (scope + aspect); the trend over
-// the window; per-dimension small multiples; the completion funnel and the latest-state distribution;
+// the window; reports by category; per-dimension small multiples; the completion funnel and the latest-state distribution;
 // then the feeds (dashboardFeed.ts): negative signals, the filtered recent feed, the reports table with
 // File issue, and the read-only per-turn viewer. Charts: charts.ts (uPlot).
 import { api, errorText } from "../api";
@@ -9,7 +9,7 @@ import { barChart, COLORS, dailyChart } from "../charts";
 import { h, mount } from "../dom";
 import { RatingScope, type FeedbackStats } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { go } from "../router";
-import { labelOf, TAXONOMY } from "../taxonomy";
+import { categoryLabel, labelOf, TAXONOMY } from "../taxonomy";
 import { aspectLabel, plural } from "../names";
 import { negativeSignals, recentFeed, reportsTable, turnViewer } from "./dashboardFeed";
 
@@ -40,6 +40,17 @@ function headline(s: FeedbackStats): HTMLElement {
     h("p", { class: "muted" },
       h("span", { dataset: { stat: "ratings" } }, h("span", { class: "stat-value" }, s.totalRatings.toString())), s.totalRatings === 1n ? " rating in all, " : " ratings in all, ",
       h("span", { dataset: { stat: "negative" } }, h("span", { class: "stat-value" }, s.negativeRatings.toString())), s.totalRatings === 1n ? " of it negative." : " of them negative."));
+}
+
+/** Reports in the window by category, most first (the API's `categories`; the dashboard lost it once
+ * and no test noticed: tests/e2e/test_console_dashboard.py reads it now). */
+function categoryTable(s: FeedbackStats): HTMLElement {
+  if (!s.categories.length) return h("p", { class: "muted", id: "report-categories-empty" }, "No reports in the window.");
+  const rows = [...s.categories].sort((a, b) => Number(b.count - a.count));
+  return h("div", { class: "table-wrap" }, h("table", { class: "report-categories" },
+    h("thead", {}, h("tr", {}, ["category", "reports"].map((c) => h("th", {}, c)))),
+    h("tbody", {}, rows.map((c) => h("tr", { dataset: { category: String(c.category) } },
+      h("td", {}, categoryLabel(c.category)), h("td", {}, c.count.toString()))))));
 }
 
 function splitTable(s: FeedbackStats): HTMLElement {
@@ -103,6 +114,7 @@ export async function statsPage(main: HTMLElement, query: URLSearchParams = new 
     h("p", { class: "muted" }, `Last ${s.windowDays} days (UTC), ratings given by owners (branch copies not counted).`),
     headline(s),
     h("h2", {}, "Sentiment per dimension"), splitTable(s),
+    h("h2", {}, "Report categories"), categoryTable(s),
     charts(s),
     h("h2", {}, "Negative signals"), negativeSignals(viewer.open),
     h("h2", {}, "Recent feedback"), recentFeed(viewer.open),
