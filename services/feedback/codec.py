@@ -305,7 +305,11 @@ def create_feedback(request: pb.CreateFeedbackRequest, actor: str | None) -> Rep
 def _anchor(f: pb.Feedback, kind: str) -> Anchor:
     if kind == "message":
         parse_name(f.message, "instances/{}/messages/{}", "feedback.message")
-        return Anchor("message", message=f.message, instance=domain.instance_of(f.message))
+        instance = domain.instance_of(f.message)
+        if f.instance and f.instance != instance:  # a contradiction is refused, not silently replaced
+            raise InvalidArgument("feedback.instance", "contradicts feedback.message (the message is in "
+                                  f"{instance}); leave it empty or send the message's instance")
+        return Anchor("message", message=f.message, instance=instance)
     if kind == "trace_id":
         v = Violations()
         trace_id = v.check(parse_trace_id, f.trace_id, "feedback.trace_id")

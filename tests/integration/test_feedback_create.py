@@ -108,6 +108,21 @@ async def test_F12_feedback_body_with_nul_is_rejected_naming_the_field_and_both_
     assert [m.name for m in msgs.messages] == [turn.user_message.name, turn.reply.name]
 
 
+async def test_an_instance_that_contradicts_the_message_is_refused_not_replaced(stack):
+    """Issue 25: CreateFeedback ignored a wrong `instance` and used the message's."""
+    inst = await new_instance(stack)
+    other = await new_instance(stack)
+    turn = await send(stack, inst, "hello")
+    wrong = pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, instance=other, body="wrong"),
+                                     request_id=rid())
+    e = await expect_error(stack.feedback().CreateFeedback(wrong, metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "feedback.instance"
+    assert await list_all(stack) == []
+    same = pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, instance=inst, body="right"),
+                                    request_id=rid())
+    assert (await stack.feedback().CreateFeedback(same, metadata=stack.md())).instance == inst
+
+
 @pytest.mark.parametrize("n,ok", [(3999, True), (4000, True), (4001, False), (100_000, False)])
 async def test_F16_body_limit_in_code_points_stored_exactly_or_rejected(stack, n, ok):
     inst = await new_instance(stack)
