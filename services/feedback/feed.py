@@ -15,8 +15,9 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_READ, Principal
 from services.common.errors import OutOfRange, PermissionDenied, Unavailable
@@ -55,6 +56,18 @@ class Feed:
         self._heartbeat_s, self._page_size, self._clock = heartbeat_s, page_size, clock
         self._pruner: asyncio.Task | None = None
         self._closing = False
+        self._inflight: dict[tuple, asyncio.Future] = {}
+
+    async def _shared(self, key: tuple, read: Callable[[], Awaitable[Any]]) -> Any:
+        """One read for every stream of this process asking the same thing in the same wake-up generation
+        (100 streams with one filter at one position make one query, not 100). A stream joins only a read
+        started in its own generation: that read saw every commit announced before the stream looked."""
+        fut = self._inflight.get(key)
+        if fut is None:
+            fut = asyncio.ensure_future(read())
+            self._inflight[key] = fut
+            fut.add_done_callback(lambda f: (self._inflight.pop(key, None), f.cancelled() or f.exception()))
+        return await asyncio.shield(fut)
 
     def close_streams(self) -> None:
         """End every stream of this replica (it is stopping): each ends UNAVAILABLE, so its client
@@ -102,9 +115,11 @@ class Feed:
                 raise Unavailable("this replica is stopping; resume with the last resume_token", retry_after_s=0.1,
                                   reason="REPLICA_STOPPING")
             woken = self._wakeups.changed()  # taken before the read: a commit during it wakes the next wait
-            page = await self._store.feed_page(pos, f, self._page_size)
+            gen = self._wakeups.generation
+            page = await self._shared(("page", pos, f, gen), lambda: self._store.feed_page(pos, f, self._page_size))
             if page.events:
-                reports, ratings = await self._store.feed_resources(page.events)
+                reports, ratings = await self._shared(("resources", tuple(e.position for e in page.events), gen),
+                                                      lambda: self._store.feed_resources(page.events))
                 if admin_text:
                     read = {e.resource_id for e in page.events if e.kind == EventKind.FEEDBACK}
                     await self._audit.read_bodies(p, [reports[i] for i in read if i in reports],

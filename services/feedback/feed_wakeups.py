@@ -36,6 +36,7 @@ class FeedWakeups:
     def __init__(self, url: str, pool: asyncpg.Pool):
         self._url, self._pool = url, pool
         self._event = asyncio.Event()
+        self._generation = 0
         self._conn: asyncpg.Connection | None = None
         self._task: asyncio.Task | None = None
         self._poker: asyncio.Task | None = None
@@ -46,9 +47,16 @@ class FeedWakeups:
     def changed(self) -> asyncio.Event:
         return self._event
 
+    @property
+    def generation(self) -> int:
+        """How many wake-ups this process has had: a read started at generation g saw every commit
+        announced up to g (the NOTIFY is sent after its commit)."""
+        return self._generation
+
     def wake(self) -> None:
         """Wake every stream of this process now."""
         ev, self._event = self._event, asyncio.Event()
+        self._generation += 1
         ev.set()
 
     def poke(self) -> None:
