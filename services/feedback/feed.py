@@ -23,11 +23,11 @@ from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_READ, Prin
 from services.common.errors import OutOfRange, PermissionDenied, Unavailable
 from services.feedback import feed_domain
 from services.feedback.audit import Audit
-from services.feedback.model.enums import EventKind
 from services.feedback.feed_wakeups import FeedWakeups
+from services.feedback.model.enums import EventKind
+from services.feedback.model.feed import FeedEvent, FeedFilter, Position
 from services.feedback.model.rating import Rating
 from services.feedback.model.report import Report
-from services.feedback.model.feed import FeedEvent, FeedFilter, Position
 from services.feedback.repository.feed import FeedStore
 
 log = logging.getLogger(__name__)
@@ -116,10 +116,10 @@ class Feed:
                                   reason="REPLICA_STOPPING")
             woken = self._wakeups.changed()  # taken before the read: a commit during it wakes the next wait
             gen = self._wakeups.generation
-            page = await self._shared(("page", pos, f, gen), lambda: self._store.feed_page(pos, f, self._page_size))
+            page = await self._shared(("page", pos, f, gen), lambda at=pos: self._store.feed_page(at, f, self._page_size))
             if page.events:
                 reports, ratings = await self._shared(("resources", tuple(e.position for e in page.events), gen),
-                                                      lambda: self._store.feed_resources(page.events))
+                                                      lambda events=page.events: self._store.feed_resources(events))
                 if admin_text:
                     read = {e.resource_id for e in page.events if e.kind == EventKind.FEEDBACK}
                     await self._audit.read_bodies(p, [reports[i] for i in read if i in reports],
