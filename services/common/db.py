@@ -14,12 +14,17 @@ DATABASE_UNAVAILABLE with RetryInfo, not as the caller's DEADLINE_EXCEEDED); a c
 statement ran out is terminated at once (asyncpg would wait for its cancellation on the frozen server
 when it goes back to the pool, then reset it: a second and third wait); giving a connection back
 waits at most RELEASE_TIMEOUT_S.
+
+`connect(url)` is how every connection is opened: a multi-host URL
+(`postgresql://user@db-a:5432,db-b:5432/db?target_session_attrs=read-write`, libpq's form) finds the
+host that takes writes, each host with its own connect timeout, the last host that answered first.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import re
+import socket
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -64,6 +69,78 @@ def resolve_database_url(settings: CommonSettings) -> str:
     url = start_embedded_postgres(Path(settings.data_dir) / "pg")
     log.info("using embedded PostgreSQL at %s", url)
     return url
+
+
+# Seconds one host of a multi-host URL gets to accept a connection and answer the session check
+# (libpq's connect_timeout is per host too). asyncpg's own `timeout` counts all hosts together, in the
+# URL's order: a primary that vanished (its link cut: no RST) took all of it (60 s) on every new
+# connection, and the standby promoted meanwhile was never asked (tests/multihost: no write for 120 s
+# after the promotion).
+HOST_CONNECT_TIMEOUT_S = 3.0
+# Kernel timeouts of every database socket: data unacknowledged for 5 s (TCP_USER_TIMEOUT), or an idle
+# connection unanswered for 5 + 2 × 2 s of keepalive probes, closes the connection, so a statement sent
+# to a host that vanished fails (UNAVAILABLE) instead of waiting for the command timeout, and the
+# pool's idle connections to it are dropped. A long query is not affected: the server acknowledges it.
+TCP_USER_TIMEOUT_MS = 5000
+TCP_KEEPALIVE = (5, 2, 2)  # idle s, interval s, probes
+
+_host_order: dict[str, list[str]] = {}
+
+
+def _single_host_urls(url: str) -> list[str]:
+    """`url` once per host of its `host1:port1,host2:port2` list (the URL itself for one host)."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, tail = rest.partition("/")
+    user, at, hosts = netloc.rpartition("@")
+    if not sep or "," not in hosts:
+        return [url]
+    return [f"{scheme}://{user}{at}{h}{slash}{tail}" for h in hosts.split(",") if h]
+
+
+def _tune_socket(conn: asyncpg.Connection) -> None:
+    sock = conn._transport.get_extra_info("socket")  # noqa: SLF001 - asyncpg exposes no socket options
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    idle, interval, count = TCP_KEEPALIVE
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_USER_TIMEOUT_MS)
+
+
+async def connect(dsn: str, *, host_timeout_s: float = HOST_CONNECT_TIMEOUT_S, **kwargs: Any) -> asyncpg.Connection:
+    """`asyncpg.connect(dsn, **kwargs)`; for a multi-host `dsn` each host in turn with `host_timeout_s`
+    (its `target_session_attrs` checked on each), starting with the host that answered last and
+    leaving a host that failed or was too slow for last. TCP sockets get the kernel timeouts above.
+    Raises the error of the host that was down (OSError / TimeoutError / asyncpg's connection errors:
+    services.common.depfail reads them as DATABASE_UNAVAILABLE) when no host fits."""
+    urls = _single_host_urls(dsn)
+    if len(urls) == 1:
+        conn = await asyncpg.connect(dsn, **kwargs)
+        _tune_socket(conn)
+        return conn
+    order = _host_order.setdefault(dsn, urls)
+    first: BaseException | None = None
+    for url in list(order):
+        try:
+            conn = await asyncpg.connect(url, **{**kwargs, "timeout": host_timeout_s})
+        except BaseException as e:
+            if url in order:  # slow, down, or not the one asked for: tried last next time
+                order.remove(url)
+                order.append(url)
+            if not isinstance(e, Exception):
+                raise  # cancelled: the caller's own deadline
+            if first is None or isinstance(first, asyncpg.InternalClientError):
+                first = e  # prefer "down" over "a standby answered" (both read as DATABASE_UNAVAILABLE)
+            continue
+        if url in order and order[0] != url:
+            order.remove(url)
+            order.insert(0, url)
+        _tune_socket(conn)
+        return conn
+    assert first is not None
+    raise first
 
 
 # Seconds one statement may run before asyncpg cancels it (CommonSettings.db_command_timeout_s).
@@ -177,6 +254,7 @@ async def create_pool(url: str, schema: str, min_size: int = 2, max_size: int = 
                 url,
                 connection_class=BoundedConnection,
                 record_class=asyncpg.Record,
+                connect=connect,
                 min_size=min_size,
                 max_size=max_size,
                 max_queries=50000,
@@ -219,7 +297,7 @@ async def skip_reset(conn: asyncpg.Connection) -> None:
 
 async def migrate(url: str, schema: str, directory: Path) -> list[int]:
     """Apply `directory`'s migrations to `schema` over a dedicated connection."""
-    conn = await asyncpg.connect(url)
+    conn = await connect(url)
     try:
         return await apply_migrations(conn, schema, directory)
     finally:

@@ -20,6 +20,7 @@ import asyncpg
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from services.common.db import connect as db_connect
 from services.common.depfail import is_database_down
 from services.common.incidents import INCIDENTS
 
@@ -37,7 +38,7 @@ def postgres_probe(url: str, timeout_s: float = 1.0) -> Callable[[], Awaitable[N
     async def probe() -> None:
         try:
             if not conn or conn[0].is_closed():
-                conn[:] = [await asyncpg.connect(url, timeout=timeout_s)]
+                conn[:] = [await db_connect(url, timeout=timeout_s, host_timeout_s=timeout_s)]
             await conn[0].fetchval("SELECT 1", timeout=timeout_s)
         except BaseException:
             if conn:

@@ -257,19 +257,36 @@ class World:
                                        f"host replication all {self.prefix}.0/24 trust\n")
         self._start_pg("db1")
 
-    def _make_standby(self) -> None:
-        d = self._pg_dir("db2")
-        subprocess.run(["ip", "netns", "exec", self.hosts["db2"].ns, *self._as_pg(), self._pg_bin("pg_basebackup"),
-                        "-h", self.hosts["db1"].addr, "-p", str(PG_PORT), "-U", "postgres", "-D", str(d),
-                        "-X", "stream", "-R"], check=True, capture_output=True, timeout=120)
+    def _make_standby(self, standby: str = "db2", primary: str = "db1") -> None:
+        d = self._pg_dir(standby)
+        shutil.rmtree(d, ignore_errors=True)
+        subprocess.run(["ip", "netns", "exec", self.hosts[standby].ns, *self._as_pg(), self._pg_bin("pg_basebackup"),
+                        "-h", self.hosts[primary].addr, "-p", str(PG_PORT), "-U", "postgres", "-D", str(d),
+                        "-X", "stream", "-R", "-c", "fast"], check=True, capture_output=True, timeout=120)
         with open(d / "postgresql.auto.conf", "a") as f:
             f.write("\n".join([
-                f"listen_addresses = '{self.hosts['db2'].addr}'", f"unix_socket_directories = '{d.parent}'",
-                f"primary_conninfo = 'host={self.hosts['db1'].addr} port={PG_PORT} user=postgres application_name=db2'",
+                f"listen_addresses = '{self.hosts[standby].addr}'", f"unix_socket_directories = '{d.parent}'",
+                f"primary_conninfo = 'host={self.hosts[primary].addr} port={PG_PORT} user=postgres "
+                f"application_name={standby}'",
                 # Promoted, it has no standby of its own: commits must not wait for one (degraded until
                 # a new standby is attached).
                 "synchronous_standby_names = ''", ""]))
-        self._start_pg("db2")
+        self._start_pg(standby)
+
+    async def attach_standby(self, standby: str) -> None:
+        """Make `standby` (its old data removed) a synchronous standby of the current primary again:
+        a base backup, started, named in the primary's synchronous_standby_names; returns once in sync."""
+        import asyncpg  # noqa: PLC0415
+
+        self.kill(standby)
+        await asyncio.to_thread(self._make_standby, standby, self.primary)
+        conn = await asyncpg.connect(self.dsn(self.primary), timeout=5)
+        try:
+            await conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{standby}'")
+            await conn.execute("SELECT pg_reload_conf()")
+        finally:
+            await conn.close()
+        await self.wait_sync_standby()
 
     @property
     def database_url(self) -> str:
@@ -286,7 +303,7 @@ class World:
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                conn = await asyncpg.connect(self.dsn("db1"), timeout=2)
+                conn = await asyncpg.connect(self.dsn(self.primary), timeout=2)
                 try:
                     if await conn.fetchval("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'"):
                         return
@@ -295,11 +312,13 @@ class World:
             except (OSError, asyncpg.PostgresError, TimeoutError):
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no synchronous standby after {timeout_s} s:\n"
+                raise TimeoutError(f"no synchronous standby of {self.primary} after {timeout_s} s:\n"
                                    f"{self.log_tail('db1', 'postgres')}\n{self.log_tail('db2', 'postgres')}")
             await asyncio.sleep(0.2)
 
     def promote(self, host: str = "db2") -> None:
+        """`pg_ctl promote` of the standby on `host`; it is the primary from now on."""
+        self.primary = host
         subprocess.run(["ip", "netns", "exec", self.hosts[host].ns, *self._as_pg(), self._pg_bin("pg_ctl"),
                         "promote", "-D", str(self._pg_dir(host))], check=True, capture_output=True, timeout=60)
 

@@ -85,6 +85,31 @@ async def under_load(world: World, fault, settle_s: float = 2.0):
     return load, t_fault, figures, stored
 
 
+def failover(world: World, fail, new_primary: str):
+    """A fault for under_load: `fail()` the primary, 1 s later (the time an operator or a failover
+    manager takes to decide) promote `new_primary`; figures: seconds from the promotion to the first
+    acknowledged write, and from the failure to the promotion."""
+    async def fault(load: Load) -> dict:
+        t0 = time.monotonic()
+        fail()
+        await asyncio.sleep(1.0)
+        t_promote = time.monotonic()
+        world.promote(new_primary)
+        while True:
+            oks = [c for c in load.calls if c.ok and c.start >= t_promote
+                   and c.kind in ("SendMessage", "PutRating", "CreateFeedback")]
+            if oks:
+                break
+            if time.monotonic() - t_promote > 60:
+                raise AssertionError("no write succeeded within 60 s of the promotion")
+            await asyncio.sleep(0.05)
+        writes_s = min(c.end for c in oks) - t_promote
+        await asyncio.sleep(5.0)
+        return {"writes_again_after_promote_s": round(writes_s, 2), "promote_after_failure_s": round(t_promote - t0, 2)}
+
+    return fault
+
+
 async def test_cut_an_application_host(world):
     """app1's link goes down under load: Envoy stops sending to it (health checks + keepalive), the
     calls caught on it fail UNAVAILABLE (or are retried on app2), app2's calls into app1's services
@@ -249,30 +274,34 @@ async def test_fail_over_the_database(world):
     """The primary host dies (SIGKILL of its PostgreSQL) under load and the synchronous standby is promoted:
     the services find the new primary through their multi-host connection string, with no restart, and
     every write acknowledged before or after is on it (synchronous replication)."""
-    async def fault(load: Load) -> dict:
-        t0 = time.monotonic()
-        world.kill("db1")
-        await asyncio.sleep(1.0)  # the time an operator or a failover manager takes to decide
-        t_promote = time.monotonic()
-        world.promote("db2")
-        world.primary = "db2"
-        # The first write acknowledged after the promotion.
-        while True:
-            oks = [c for c in load.calls if c.ok and c.start >= t_promote and c.kind in ("SendMessage", "PutRating",
-                                                                                            "CreateFeedback")]
-            if oks:
-                break
-            if time.monotonic() - t_promote > 60:
-                raise AssertionError("no write succeeded within 60 s of the promotion")
-            await asyncio.sleep(0.05)
-        writes_s = min(c.end for c in oks) - t_promote
-        await asyncio.sleep(5.0)
-        return {"writes_again_after_promote_s": round(writes_s, 2), "promote_after_kill_s": round(t_promote - t0, 2)}
-
+    fault = failover(world, lambda: world.kill("db1"), "db2")
     load, t_fault, figures, stored = await under_load(world, fault)
     during = load.summary(since=t_fault, until=t_fault + 3.0)
     settled = load.summary(since=t_fault + 1.0 + figures["writes_again_after_promote_s"] + 4.0)
     report("db_failover", **figures, during=during, settled=settled, stored=stored)
     check_client_view(load)
     assert figures["writes_again_after_promote_s"] < 15.0
+    assert settled["failed"] == 0, settled
+
+
+async def test_fail_over_a_database_that_vanished(world):
+    """The old primary (db1) comes back as the synchronous standby of db2; then db2's link is cut (the
+    primary vanishes: no RST, its connections hang) and db1 is promoted. The services' connection
+    string finds db1 (each host its own connect timeout, the host that failed tried last), their
+    pooled connections to db2 fail within the kernel's TCP timeouts instead of hanging, and no
+    acknowledged write is lost."""
+    await world.attach_standby("db1")
+    t_attach = time.monotonic()
+
+    fault = failover(world, lambda: world.cut("db2"), "db1")
+
+    try:
+        load, t_fault, figures, stored = await under_load(world, fault)
+    finally:
+        world.heal("db2")
+    settled = load.summary(since=t_fault + 1.0 + figures["writes_again_after_promote_s"] + 4.0)
+    report("db_failover_vanished_primary", **figures, standby_attached_s=round(time.monotonic() - t_attach, 1),
+           during=load.summary(since=t_fault, until=t_fault + 3.0), settled=settled, stored=stored)
+    check_client_view(load)
+    assert figures["writes_again_after_promote_s"] < 20.0
     assert settled["failed"] == 0, settled

@@ -190,10 +190,13 @@ def test_grpc_services_probe_grpc_health_on_a_declared_port(target):
             listen = [e["value"] for e in c["env"] if e["name"].endswith(("_LISTEN", "_QUERY_LISTEN"))
                       and "value" in e]
             assert f"0.0.0.0:{c['readinessProbe']['grpc']['port']}" in listen, (obj["metadata"]["name"], listen)
-            # Shutdown fits in the pod's grace period: preStop sleep + AGENTFEEDBACK_SHUTDOWN_GRACE_S.
+            # Shutdown fits in the pod's grace period: preStop sleep + AGENTFEEDBACK_SHUTDOWN_DRAIN_S (the
+            # gateway's health checks see NOT_SERVING: 2 checks 1 s apart) + AGENTFEEDBACK_SHUTDOWN_GRACE_S.
             grace = float(next(e["value"] for e in c["env"] if e["name"] == "AGENTFEEDBACK_SHUTDOWN_GRACE_S"))
+            drain = float(next(e["value"] for e in c["env"] if e["name"] == "AGENTFEEDBACK_SHUTDOWN_DRAIN_S"))
+            assert drain >= 2.5, obj["metadata"]["name"]
             pre = c["lifecycle"]["preStop"]["sleep"]["seconds"]
-            assert pre + grace < pod_spec(obj).get("terminationGracePeriodSeconds", 30), obj["metadata"]["name"]
+            assert pre + drain + grace < pod_spec(obj).get("terminationGracePeriodSeconds", 30), obj["metadata"]["name"]
 
 
 @pytest.mark.parametrize("target", TARGETS)
