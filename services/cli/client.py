@@ -17,7 +17,7 @@ from pydantic_settings import SettingsConfigDict
 from agentfeedback.chat.v1 import chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from agentfeedback.traces.v1 import traces_pb2_grpc
-from services.common.auth import DEV_SCOPES, dev_secret, mint_token
+from services.common.auth import ACTOR_METADATA, DEV_SCOPES, SCOPE_FEEDBACK_TOOL, TOOL_METADATA, dev_secret, mint_token
 from services.common.retry_policy import service_config
 from services.common.settings import CommonSettings
 
@@ -44,6 +44,10 @@ class ClientSettings(CommonSettings):
     token: str = ""
     # Subject (`sub`) of that dev token.
     sub: str = "owner"
+    # The MCP server's own service credential (scope `feedback:tool`), sent as `x-agentfeedback-actor`
+    # with its `resolve_feedback` calls so the audit trail records the tool; empty → minted from the
+    # embedded secret (sub `svc:mcp`); with RS256/JWKS it must be configured.
+    tool_token: str = ""
     # Deadline of each call, seconds.
     timeout_s: float = Field(default=30.0, gt=0)
 
@@ -65,6 +69,15 @@ class Clients:
     @property
     def md(self) -> tuple[tuple[str, str], ...]:
         return (("authorization", f"Bearer {self.token}"),)
+
+    def tool_md(self, tool: str) -> tuple[tuple[str, str], ...]:
+        """`md` plus the MCP server's credential and the tool's name (the audit trail's RESOLVE)."""
+        s = self.settings
+        token = s.tool_token
+        if not token and not (s.jwt_jwks_url or s.jwt_public_key_file):
+            token = mint_token(dev_secret(s), "svc:mcp", (SCOPE_FEEDBACK_TOOL,))
+        actor = ((ACTOR_METADATA, f"Bearer {token}"),) if token else ()
+        return (*self.md, *actor, (TOOL_METADATA, tool))
 
     def _channel(self, target: str) -> grpc.aio.Channel:
         ch = grpc.aio.insecure_channel(target, options=[("grpc.service_config", service_config(round_robin=False))])

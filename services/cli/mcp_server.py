@@ -172,7 +172,7 @@ def build_server(clients: Clients) -> MCPServer:
         out = await call(stub.UpdateFeedback(
             feedback_pb2.UpdateFeedbackRequest(feedback=upd, update_mask=field_mask_pb2.FieldMask(paths=paths),
                                                request_id=str(uuid.uuid4())),
-            metadata=(*c.md, ("x-agentfeedback-tool", "resolve_feedback")), timeout=timeout))
+            metadata=c.tool_md("resolve_feedback"), timeout=timeout))
         return _row(out) | {"issue_url": out.issue_url}
 
     return mcp

@@ -30,8 +30,13 @@ SCOPE_TRACES_READ = "traces:read"
 # The reference agent's own service credential (metadata `x-agentfeedback-actor`): lets a CreateFeedback
 # made on a user's behalf carry author AGENT. Never in user / dev tokens (not in ALL_SCOPES).
 SCOPE_FEEDBACK_AGENT = "feedback:agent"
-# gRPC metadata key of that credential (`Bearer <jwt>`), sent next to the user's `authorization`.
+# The MCP server's own service credential (same metadata key): its `resolve_feedback` tool is recorded
+# in the audit trail as RESOLVE_FEEDBACK only with it (a header alone proves nothing). Not in ALL_SCOPES.
+SCOPE_FEEDBACK_TOOL = "feedback:tool"
+# gRPC metadata key of such a credential (`Bearer <jwt>`), sent next to the user's `authorization`.
 ACTOR_METADATA = "x-agentfeedback-actor"
+# Metadata naming the MCP tool that made a call (a claim; the credential above proves it).
+TOOL_METADATA = "x-agentfeedback-tool"
 ALL_SCOPES = (
     SCOPE_CHAT,
     SCOPE_FEEDBACK_WRITE,

@@ -196,11 +196,11 @@ def span_spool_place(service_name: str) -> tuple[Path, int]:
     """(directory, bytes) of the span spool of `service_name`'s export child: AGENTFEEDBACK_SPAN_SPOOL_DIR
     (default `<AGENTFEEDBACK_DATA_DIR>/span-spool/<service>`) and AGENTFEEDBACK_SPAN_SPOOL_MAX_BYTES
     (default 64 MiB; 0: no spool). Both are validated with the settings (CommonSettings)."""
-    from services.common.settings import PROJECT_ROOT  # noqa: PLC0415 - settings import this module
     from services.common.span_spool import MAX_BYTES  # noqa: PLC0415
 
-    base = os.environ.get("AGENTFEEDBACK_SPAN_SPOOL_DIR") or os.path.join(
-        os.environ.get("AGENTFEEDBACK_DATA_DIR") or str(PROJECT_ROOT / ".data"), "span-spool")
+    # CommonSettings.data_dir's default (settings import this module, so not from there).
+    data_dir = os.environ.get("AGENTFEEDBACK_DATA_DIR") or str(Path(__file__).resolve().parents[2] / ".data")
+    base = os.environ.get("AGENTFEEDBACK_SPAN_SPOOL_DIR") or os.path.join(data_dir, "span-spool")
     raw = os.environ.get("AGENTFEEDBACK_SPAN_SPOOL_MAX_BYTES", "").strip()
     return Path(base) / service_name, int(raw) if raw.isdigit() else MAX_BYTES
 

@@ -12,21 +12,21 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
-from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_READ, Principal
+from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_READ, TOOL_METADATA, Principal
 from services.feedback.model.audit import AuditEntry, AuditRecord
 from services.feedback.model.enums import AuditAction, Status
 from services.feedback.model.report import Report
 from services.feedback.repository.audit import AuditStore
 
 METHOD_PREFIX = "/agentfeedback.feedback.v1.FeedbackService/"
-# Metadata the MCP server sends with the UpdateFeedback its `resolve_feedback` tool makes.
-TOOL_METADATA = "x-agentfeedback-tool"
 _METHODS = {AuditAction.UPDATE_FEEDBACK: "UpdateFeedback", AuditAction.RESOLVE_FEEDBACK: "UpdateFeedback",
             AuditAction.FILE_FEEDBACK: "FileFeedback", AuditAction.DELETE_FEEDBACK: "DeleteFeedback"}
 
 
 def update_action(metadata: Iterable[tuple[str, str]] | None) -> AuditAction:
-    """RESOLVE_FEEDBACK when the MCP server's `resolve_feedback` sent this UpdateFeedback, else UPDATE."""
+    """The action an UpdateFeedback claims: RESOLVE_FEEDBACK when it says the MCP server's
+    `resolve_feedback` sent it, else UPDATE. A claim only: `Reports.update` records RESOLVE only when
+    the call also carries the MCP server's credential (`x-agentfeedback-actor`, scope `feedback:tool`)."""
     tool = next((v for k, v in (metadata or ()) if k == TOOL_METADATA), "")
     return AuditAction.RESOLVE_FEEDBACK if tool == "resolve_feedback" else AuditAction.UPDATE_FEEDBACK
 

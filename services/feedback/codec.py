@@ -19,6 +19,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.common import pages
+from services.common.auth import ACTOR_METADATA
 from services.common.errors import InvalidArgument, Violations
 from services.common.etags import parse_etag
 from services.common.ids import (
@@ -362,7 +363,8 @@ def update_feedback(request: pb.UpdateFeedbackRequest, metadata: Iterable[tuple[
         v.check(parse_etag, new.etag, "feedback.etag")
     v.raise_any()
     return fid, Change(new.etag, status, new.issue_url if "issue_url" in paths else None, rid,
-                       _update_fingerprint(request) if rid is not None else None, audit.update_action(metadata))
+                       _update_fingerprint(request) if rid is not None else None, audit.update_action(metadata),
+                       next((v for k, v in (metadata or ()) if k == ACTOR_METADATA), None))
 
 
 def _update_fingerprint(request: pb.UpdateFeedbackRequest) -> bytes:

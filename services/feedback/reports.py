@@ -16,7 +16,7 @@ from dataclasses import replace
 from opentelemetry import trace
 
 from services.common import ledger
-from services.common.auth import ACTOR_METADATA, SCOPE_FEEDBACK_AGENT, Authenticator, Principal
+from services.common.auth import ACTOR_METADATA, SCOPE_FEEDBACK_AGENT, SCOPE_FEEDBACK_TOOL, Authenticator, Principal
 from services.common.errors import (
     Aborted,
     DomainError,
@@ -97,6 +97,16 @@ class Reports:
         self._capture_wait_s = filing_capture_wait_s
         self._wake = wake_worker
         self._auth = authenticator  # None: AUTHOR_AGENT is never accepted
+
+    def _tool_actor(self, actor: str | None) -> bool:
+        """True when `actor` (metadata `x-agentfeedback-actor`) is a valid token with scope
+        `feedback:tool`: the MCP server's own credential."""
+        if actor is None or self._auth is None:
+            return False
+        try:
+            return SCOPE_FEEDBACK_TOOL in self._auth.authenticate(actor).scopes
+        except DomainError:
+            return False
 
     def _check_agent_actor(self, actor: str | None) -> None:
         """AUTHOR_AGENT needs the agent's own credential next to the user's token: metadata
@@ -240,7 +250,11 @@ class Reports:
         request id answers with the report as it is and writes nothing; the same request id on another
         report → INVALID_ARGUMENT (REQUEST_ID_REUSED). ABORTED (`domain.Stale`, carrying the current
         report) on a stale etag; FAILED_PRECONDITION on a forbidden status move. A change is recorded in
-        the audit trail as `c.action` (UPDATE, or RESOLVE from the MCP server)."""
+        the audit trail as UPDATE, or RESOLVE when the MCP server says so and proves it with its own
+        credential (`_tool_actor`: a triage client setting the tool header alone is recorded UPDATE)."""
+        action = c.action
+        if action == AuditAction.RESOLVE_FEEDBACK and not self._tool_actor(c.actor):
+            action = AuditAction.UPDATE_FEEDBACK
 
         def decide(cur: Report, earlier) -> tuple[Status, str] | None:
             if earlier is not None:  # a retry: answer with the report as it is, write nothing
@@ -263,7 +277,7 @@ class Reports:
             return status, url
 
         r = await self._repo.update_report(fid, p.sub, decide, c.request_id, c.fingerprint, REQUEST_RETENTION_S,
-                                           lambda before, after: audit.entry(p, c.action, fid, p.sub, before, after))
+                                           lambda before, after: audit.entry(p, action, fid, p.sub, before, after))
         if r is None:
             raise NotFound(f"feedback/{fid}")
         return r

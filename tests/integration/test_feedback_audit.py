@@ -6,11 +6,11 @@ import uuid
 
 import grpc
 import pytest
+from google.protobuf import field_mask_pb2
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
-from google.protobuf import field_mask_pb2
 
-from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_TRIAGE
+from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_TOOL, SCOPE_FEEDBACK_TRIAGE
 from services.common.errors import error_info
 from tests.stack import Stack, all_pages
 
@@ -69,7 +69,8 @@ async def test_mcp_resolve_feedback_is_recorded_as_such(stack: Stack):
     fb = await reported(stack)
     clients = Clients(settings=ClientSettings(chat_target=f"127.0.0.1:{stack.ports['chat']}",
                                               feedback_target=f"127.0.0.1:{stack.ports['feedback']}",
-                                              traces_target=f"127.0.0.1:{stack.ports['query']}"),
+                                              traces_target=f"127.0.0.1:{stack.ports['query']}",
+                                              tool_token=stack.token("svc:mcp", (SCOPE_FEEDBACK_TOOL,))),
                       token=stack.token())
     try:
         await build_server(clients).call_tool("resolve_feedback", {"feedback_id": fb.name, "status": "dismissed"})
@@ -79,6 +80,20 @@ async def test_mcp_resolve_feedback_is_recorded_as_such(stack: Stack):
     (rec,) = await audit(stack, "alice", feedback=fb.name)
     assert rec.action == pb.AUDIT_ACTION_RESOLVE_FEEDBACK
     assert [(c.field, c.new_value) for c in rec.changes] == [("status", "STATUS_DISMISSED")]
+
+
+async def test_a_triage_client_setting_the_tool_header_is_recorded_as_an_update_not_the_mcp_tool(stack: Stack):
+    """Issue 25: any triage client could set `x-agentfeedback-tool: resolve_feedback` to be recorded as
+    the MCP tool; the record follows the caller's credentials (a header alone, or an actor token without
+    scope `feedback:tool`, is an UPDATE)."""
+    for actor in ((), (("x-agentfeedback-actor", f"Bearer {stack.token('mallory')}"),)):
+        fb = await reported(stack)
+        upd = pb.UpdateFeedbackRequest(feedback=pb.Feedback(name=fb.name, status=pb.STATUS_DISMISSED),
+                                       update_mask=field_mask_pb2.FieldMask(paths=["status"]))
+        await stack.feedback().UpdateFeedback(upd, metadata=(*stack.md(), *actor,
+                                                             ("x-agentfeedback-tool", "resolve_feedback")))
+        (rec,) = await audit(stack, "alice", feedback=fb.name)
+        assert rec.action == pb.AUDIT_ACTION_UPDATE_FEEDBACK, actor
 
 
 async def test_an_admin_reading_another_owners_words_is_recorded_and_owners_see_only_their_own(stack: Stack):

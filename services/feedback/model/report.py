@@ -281,4 +281,5 @@ class Change:
     issue_url: str | None
     request_id: uuid.UUID | None
     fingerprint: bytes | None
-    action: AuditAction = AuditAction.UPDATE_FEEDBACK  # RESOLVE when the MCP server's resolve_feedback sent it
+    action: AuditAction = AuditAction.UPDATE_FEEDBACK  # RESOLVE when the MCP server's resolve_feedback says so
+    actor: str | None = None  # the `x-agentfeedback-actor` metadata value (a RESOLVE needs the MCP server's)
