@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
 
-.PHONY: setup proto run demo test test-fast bench lint clean console system-packages
+.PHONY: setup proto run test lint bench clean console system-packages
 
 setup: $(STAMP) gen/.stamp
 
@@ -52,7 +52,12 @@ run: setup console
 system-packages:
 	@scripts/ensure_system_packages.sh
 
-test: system-packages setup console
+# Static checks: ruff over the Python (pyproject [tool.ruff.lint]), the TypeScript checker over the console.
+lint: setup console
+	$(VENV)/bin/ruff check services tests scripts
+	cd console && npm run --silent typecheck
+
+test: system-packages setup console lint
 	$(PY) -m pytest -q -p no:cacheprovider
 
 bench: setup console

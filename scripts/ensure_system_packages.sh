@@ -11,7 +11,7 @@
 #     command that installs them, exit status 1 (make stops at once).
 # Who needs what: chromium (console browser tests, Playwright drives Debian's build); webkit2gtk-driver,
 # xvfb, gir1.2-webkit2-4.1, python3-gi (the WebKitGTK tests: WebKitWebDriver + our PyGObject browser,
-# tests/e2e/webkit_browser.py, under Xvfb); prometheus (the Prometheus tests: a real server scraping us);
+# tests/helpers/webkit_browser.py, under Xvfb); prometheus (the Prometheus tests: a real server scraping us);
 # iproute2 (tests/multihost: `ip netns`, veth pairs, a bridge).
 # Add a package by adding a line; keep one script for every system package the tests need.
 set -euo pipefail

@@ -14,13 +14,13 @@ from pydantic_settings import BaseSettings
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
 
-from services.chat.agent.settings import AgentSettings
-from services.chat.settings import ChatSettings
-from services.cli.client import ClientSettings
-from services.cli.envoy import GatewaySettings
-from services.common.settings import PROJECT_ROOT, CommonSettings
-from services.feedback.settings import FeedbackSettings
-from services.tracecollector.settings import CollectorSettings
+from services.chat.agent.settings import AgentSettings  # noqa: E402 - after the sys.path line above
+from services.chat.settings import ChatSettings  # noqa: E402 - after the sys.path line above
+from services.cli.client import ClientSettings  # noqa: E402 - after the sys.path line above
+from services.cli.envoy import GatewaySettings  # noqa: E402 - after the sys.path line above
+from services.common.settings import PROJECT_ROOT, CommonSettings  # noqa: E402 - after the sys.path line above
+from services.feedback.settings import FeedbackSettings  # noqa: E402 - after the sys.path line above
+from services.tracecollector.settings import CollectorSettings  # noqa: E402 - after the sys.path line above
 
 CLASSES: list[tuple[str, type[BaseSettings]]] = [
     ("all services", CommonSettings),

@@ -2,6 +2,7 @@
 // session), turns numbered from 1 ("Turn 3" is turn_index 2: docs/architecture.md "Turn numbers"),
 // counts with their plural, aspects by their taxonomy label.
 import { api, lastSegment } from "./api";
+import { Status } from "./gen/agentfeedback/feedback/v1/feedback_pb";
 import { TAXONOMY } from "./taxonomy";
 
 const agents = new Map<string, string>(); // instances/<id> → display name
@@ -55,4 +56,21 @@ export function plural(n: number | bigint, one: string, other = `${one}s`): stri
 /** The taxonomy's label of an aspect slug (`reply_judgement` → "How did this reply do?"), else the slug. */
 export function aspectLabel(aspect: string): string {
   return TAXONOMY.questions.find((q) => q.aspect === aspect)?.label ?? aspect;
+}
+
+// A proto enum value as words: `RATING_SCOPE_MESSAGE` → "rating scope message" (unknown numbers as digits).
+export function enumLabel(e: Record<number, string>, v: number): string {
+  return (e[v] ?? String(v)).toLowerCase().replace(/_/g, " ");
+}
+
+// A report's status as the console names it (filters, badges, the triage select).
+export const STATUS_NAMES: [Status, string][] = [
+  [Status.OPEN, "open"],
+  [Status.TRIAGED, "triaged"],
+  [Status.FILED, "filed"],
+  [Status.DISMISSED, "dismissed"],
+];
+
+export function statusName(s: Status): string {
+  return STATUS_NAMES.find(([v]) => v === s)?.[1] ?? "unspecified";
 }

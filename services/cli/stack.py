@@ -22,7 +22,7 @@ from services.common.db import embedded_postgres_server
 from services.cli.proc import die_with_parent
 from services.cli.supervise import _alive, open_log, stop_postgres
 from services.cli.client import loopback as _loopback
-from services.common.server import wait_serving
+from services.common.health import wait_serving
 from services.common.settings import PROJECT_ROOT, CommonSettings, load_settings
 
 log = logging.getLogger(__name__)

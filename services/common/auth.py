@@ -80,7 +80,13 @@ def current_principal() -> Principal:
 
 
 def set_current_principal(p: Principal | None) -> contextvars.Token:
+    """Set the principal of the RPC being handled; the token undoes it (`reset_current_principal`)."""
     return _current.set(p)
+
+
+def reset_current_principal(token: contextvars.Token) -> None:
+    """Back to the principal before `set_current_principal` returned `token` (the RPC ended)."""
+    _current.reset(token)
 
 
 def dev_secret(settings: CommonSettings) -> str:

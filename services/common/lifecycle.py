@@ -1,5 +1,5 @@
 """A service process's life: its event loop, start-up garbage-collector freeze, and stop on a signal
-(re-exported by services.common.server, where every service imports them from)."""
+(each service's `main` imports them from here)."""
 from __future__ import annotations
 
 import asyncio

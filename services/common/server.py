@@ -23,12 +23,11 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.common import deadlines
-from services.common.auth import Authenticator, set_current_principal, _current
+from services.common.auth import Authenticator, reset_current_principal, set_current_principal
 from services.common.depfail import conflict_error, dependency_error
 from services.common.errors import DomainError, InvalidArgument, Unimplemented, internal_status, to_status
-from services.common.health import DependencyWatch, postgres_probe, wait_serving  # noqa: F401 - re-exported
+from services.common.health import DependencyWatch, postgres_probe
 from services.common.incidents import INCIDENTS
-from services.common.lifecycle import freeze_startup_objects, run_service, serve_until_signal  # noqa: F401
 from services.common.metrics import RpcMetrics, status_code_of
 from services.common.reconnect import RECONNECT_OPTIONS, SERVER_KEEPALIVE_OPTIONS
 from services.common.retry_policy import service_config
@@ -333,7 +332,7 @@ class _CallScope:
     def __init__(self, context: grpc.aio.ServicerContext, method: str, record: Callable[..., None]):
         self.context, self.method, self._record = context, method, record
         self.t0, self.code = time.perf_counter(), None
-        self._principal = _current.set(None)
+        self._principal = set_current_principal(None)
         self._deadline = deadlines.enter(context)
         self._trace_id = REQUEST_TRACE_ID.set(None)  # log lines of this RPC name its trace
         self.span = None
@@ -346,7 +345,7 @@ class _CallScope:
         if not self.closed_elsewhere:
             deadlines.leave(self._deadline)
             REQUEST_TRACE_ID.reset(self._trace_id)
-            _current.reset(self._principal)
+            reset_current_principal(self._principal)
         self._record(self.method, self.code, self.t0, self.context)
 
 

@@ -21,7 +21,7 @@ from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.common import pages
 from services.common.auth import ACTOR_METADATA
 from services.common.errors import InvalidArgument, Violations
-from services.common.etags import parse_etag
+from services.common.etags import etag, parse_etag
 from services.common.ids import (
     check_text,
     parse_name,
@@ -139,7 +139,7 @@ def feedback_pb(r: Report, now: dt.datetime, retention_days: int) -> pb.Feedback
     fb = pb.Feedback(
         name=r.name, owner=r.owner, instance=r.anchor.instance, surface=r.surface, author=r.author, body=r.body,
         sentiment=r.sentiment, category=r.category, status=r.status, issue_url=r.issue_url,
-        etag=domain.etag(r.version, r.id), context_trace_id=r.context_trace_id,
+        etag=etag(r.version, r.id), context_trace_id=r.context_trace_id,
     )
     a = r.anchor
     if a.kind == "message":
@@ -164,7 +164,7 @@ def rating_pb(r: Rating) -> pb.Rating:
     out = pb.Rating(
         name=r.name, conversation=k.conversation, turn_index=k.turn_index, user=r.owner, scope=k.scope,
         aspect=k.aspect, artifact_id=k.artifact_id, sentiment=r.sentiment, category=r.category, note=r.note,
-        origin=r.origin, version=r.version, etag=domain.etag(r.version, r.id), message=r.message, reasons=r.reasons,
+        origin=r.origin, version=r.version, etag=etag(r.version, r.id), message=r.message, reasons=r.reasons,
         choice=r.choice,
     )
     _ts(r.create_time, out.create_time)

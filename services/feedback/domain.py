@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from services.common.clip import clip as echo
 from services.common.clip import truncate
 from services.common.errors import Aborted, FailedPrecondition, InvalidArgument
-from services.common.etags import etag, etag_matches
+from services.common.etags import etag
 from services.common.ids import check_text
 from services.feedback.model.enums import (
     Author,
@@ -31,8 +31,6 @@ from services.feedback.model.enums import (
 from services.feedback.model.rating import Rating, RatingKey
 from services.feedback.model.report import Context, Report, Snapshot
 from services.feedback.model.statistics import DailyCount
-
-__all__ = ["RatingKey", "etag", "etag_matches"]
 
 # Limits (the proto's field comments).
 BODY_MAX_CHARS = 4000

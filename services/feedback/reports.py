@@ -26,6 +26,7 @@ from services.common.errors import (
     PermissionDenied,
     Unavailable,
 )
+from services.common.etags import etag_matches
 from services.common.ids import check_same_request, new_id, parse_trace_id
 from services.feedback import audit, domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
@@ -263,7 +264,7 @@ class Reports:
                                           reason="REQUEST_ID_REUSED")
                 check_same_request(earlier.fingerprint, c.fingerprint)
                 return None
-            if not domain.etag_matches(c.etag, cur.version, cur.id):
+            if not etag_matches(c.etag, cur.version, cur.id):
                 raise domain.Stale(c.etag, cur)
             status = c.status if c.status is not None else cur.status
             url = c.issue_url if c.issue_url is not None else cur.issue_url

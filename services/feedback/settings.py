@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 
-from cryptography.fernet import Fernet
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 

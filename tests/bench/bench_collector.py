@@ -437,7 +437,7 @@ async def bench_get_trace(ctx, now_ns: int, payloads: list[bytes]) -> dict[str, 
     days = 15
     per_day = total // days // 5 * 5
     url = await ctx.new_database()
-    tablespace = await spans_tablespace(url)
+    await spans_tablespace(url)
     await migrate(url, SCHEMA, MIGRATIONS)
     pool = await create_pool(url, SCHEMA, 2, 4, command_timeout_s=LOAD_TIMEOUT_S)
     try:

@@ -21,7 +21,7 @@ import httpx
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2, feedback_pb2_grpc
-from tests.e2e.grpcweb_support import FEEDBACK, call, envoy_for
+from tests.helpers.grpcweb import FEEDBACK, call, envoy_for
 from tests.stack import start_stack
 
 CALLS = 1000

@@ -34,7 +34,7 @@ from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.auth import mint_token
-from services.common.server import wait_serving
+from services.common.health import wait_serving
 from tests.bench.bench_chat import PROJECT_ROOT, SECRET, service_env, start_services, stop_services
 from tests.bench.stats import tail
 from tests.helpers.procs import reported_port

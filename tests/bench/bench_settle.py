@@ -15,7 +15,7 @@ from agentfeedback.chat.v1 import chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.feedback.settings import FeedbackSettings
-from tests.fuzz.procs import make_procs, report_then_kill_chat, start_with_buffered_chat
+from tests.helpers.process_stack import make_procs, report_then_kill_chat, start_with_buffered_chat
 
 
 SETTLE_S: float | None = None  # the settle wait; None: the service's default

@@ -43,7 +43,7 @@ from services.chat.repository import Repository
 from services.chat.servicer import message_pb
 from services.common.db import create_pool, skip_reset
 from services.common.ids import new_id
-from services.common.server import wait_serving
+from services.common.health import wait_serving
 from services.common.settings import PROJECT_ROOT
 from services.common.etags import etag
 from services.feedback.repository.ratings import _NAMED, PUTS, UPSERT_RATING

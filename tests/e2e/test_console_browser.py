@@ -16,7 +16,7 @@ import pytest
 from agentfeedback.chat.v1 import chat_pb2
 from playwright.async_api import Page, expect
 
-from tests.e2e.grpcweb_support import CONSOLE_DIST, gateway, static_site
+from tests.helpers.grpcweb import CONSOLE_DIST, gateway, static_site
 from tests.helpers.console import QUESTION, TOOL, browser_page, shot
 from tests.stack import Stack
 
@@ -31,7 +31,7 @@ async def assert_timestamps_uncovered(page: Page) -> None:
     """No visible control of a message overlaps that message's timestamp."""
     for msg in await page.locator("article.msg").all():
         # Looked at where a person reads it: scrolled to the middle of the window (the composer is sticky
-        # and covers whatever scrolls under it, as layout_checks.MEASURE_JS also scrolls first).
+        # and covers whatever scrolls under it, as layout.MEASURE_JS also scrolls first).
         await msg.locator(".msg-time").evaluate("e => e.scrollIntoView({block: 'center'})")
         t = await msg.locator(".msg-time").bounding_box()
         assert t and t["width"] > 0

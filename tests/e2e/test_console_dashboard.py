@@ -14,7 +14,7 @@ from playwright.async_api import Page, expect
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.common.auth import ALL_SCOPES
-from tests.e2e.grpcweb_support import CONSOLE_DIST, gateway, static_site
+from tests.helpers.grpcweb import CONSOLE_DIST, gateway, static_site
 from tests.helpers.console import browser_page, shot, sign_in
 
 pytestmark = pytest.mark.browser

@@ -20,7 +20,7 @@ from playwright.async_api import expect
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.common.auth import (SCOPE_CHAT, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_TRIAGE, SCOPE_FEEDBACK_WRITE)
-from tests.e2e.grpcweb_support import CONSOLE_DIST, gateway, static_site
+from tests.helpers.grpcweb import CONSOLE_DIST, gateway, static_site
 from tests.helpers.console import QUESTION, TOOL, browser_page, shot, sign_in
 from tests.stack import start_stack
 

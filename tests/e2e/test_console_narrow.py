@@ -1,6 +1,6 @@
 """The console at 320 px in two real engines — Chromium (Debian's, through Playwright) and WebKit
 (Debian's WebKitGTK through WebKitWebDriver, our toolbar-less browser) — running the same steps and the
-same measurement (layout_checks.py): on the sign-in, agents, chat (menu closed and open, feedback modal
+same measurement (tests/helpers/layout.py): on the sign-in, agents, chat (menu closed and open, feedback modal
 closed and open on three sections), trace, agent feedback, feedback and dashboard pages, each message's timestamp is on one line and nothing
 covers it, every touch target is at least 44 x 44 px, nothing scrolls sideways. Screenshots of both
 engines go to test-artifacts/ (`<engine>-320-*.png`).
@@ -20,9 +20,9 @@ import asyncio
 import time
 
 import pytest
-from tests.e2e.engines import chromium, webkit
-from tests.e2e.grpcweb_support import CONSOLE_DIST, gateway, static_site
-from tests.e2e.layout_checks import assert_layout
+from tests.helpers.engines import chromium, webkit
+from tests.helpers.grpcweb import CONSOLE_DIST, gateway, static_site
+from tests.helpers.layout import assert_layout
 from tests.helpers.console import create_feedback_request, make_turn
 
 pytestmark = pytest.mark.browser

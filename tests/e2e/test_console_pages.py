@@ -12,7 +12,7 @@ from playwright.async_api import expect
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
 from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE, SCOPE_TRACES_READ
-from tests.e2e.grpcweb_support import CONSOLE_DIST, gateway, static_site
+from tests.helpers.grpcweb import CONSOLE_DIST, gateway, static_site
 from tests.helpers.console import browser_page, create_feedback_request, make_turn, shot, sign_in
 
 pytestmark = pytest.mark.browser

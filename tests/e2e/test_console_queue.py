@@ -21,8 +21,8 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from google.protobuf import field_mask_pb2
 
-from tests.e2e.engines import chromium, webkit
-from tests.e2e.grpcweb_support import CONSOLE_DIST, gateway, static_site
+from tests.helpers.engines import chromium, webkit
+from tests.helpers.grpcweb import CONSOLE_DIST, gateway, static_site
 from tests.helpers.console import QUESTION
 from tests.helpers.feedback import agent_md, list_all
 

@@ -21,8 +21,8 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from playwright.sync_api import sync_playwright
 
-from tests.e2e.grpcweb_support import ARTIFACTS, CONSOLE_DIST, gateway, static_site
-from tests.e2e.layout_checks import MEASURE_JS, assert_layout
+from tests.helpers.grpcweb import ARTIFACTS, CONSOLE_DIST, gateway, static_site
+from tests.helpers.layout import MEASURE_JS, assert_layout
 from tests.helpers.console import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.browser
@@ -67,7 +67,7 @@ class Chromium:
 
 class WebKit:
     def __init__(self, driver):
-        from tests.e2e import webkit_support  # noqa: PLC0415
+        from tests.helpers import webkit as webkit_support  # noqa: PLC0415
         self.d, self.wk = driver, webkit_support
 
     def goto(self, url: str) -> None:
@@ -234,7 +234,7 @@ def _chromium(width: int, site: str, gateway_url: str, token: str, agent_id: str
 
 
 def _webkit(width: int, site: str, gateway_url: str, token: str, agent_id: str) -> None:
-    from tests.e2e.webkit_support import webkit  # noqa: PLC0415
+    from tests.helpers.webkit import webkit  # noqa: PLC0415
     with webkit(width, HEIGHT) as driver:
         workspace_flow(WebKit(driver), "webkit", width, site, gateway_url, token, agent_id)
 

@@ -8,7 +8,7 @@ import asyncio
 import json
 
 from agentfeedback.feedback.v1 import feedback_pb2
-from tests.e2e.grpcweb_support import CONSOLE_DIR, gateway
+from tests.helpers.grpcweb import CONSOLE_DIR, gateway
 from tests.helpers.console import create_feedback_request, make_turn
 
 BUF = CONSOLE_DIR / "node_modules" / ".bin" / "buf"

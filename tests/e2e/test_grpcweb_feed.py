@@ -14,7 +14,7 @@ from agentfeedback.feedback.v1 import feedback_pb2 as pb
 
 from services.cli.envoy import GatewayPorts, start_envoy
 from services.common.auth import SCOPE_FEEDBACK_READ
-from tests.e2e.grpcweb_support import ALLOWED_ORIGIN, FEEDBACK, TRAILERS, frame
+from tests.helpers.grpcweb import ALLOWED_ORIGIN, FEEDBACK, TRAILERS, frame
 from tests.helpers.feedback import new_instance, send
 from tests.stack import start_stack
 

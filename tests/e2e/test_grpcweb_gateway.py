@@ -20,7 +20,7 @@ from services.cli.envoy import (
     render,
     validate,
 )
-from tests.e2e.grpcweb_support import (
+from tests.helpers.grpcweb import (
     ALLOWED_ORIGIN,
     CHAT,
     DATA,

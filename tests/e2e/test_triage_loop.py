@@ -19,8 +19,8 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
 from services.common.auth import ALL_SCOPES
 from services.common.settings import PROJECT_ROOT
-from tests.e2e.grpcweb_support import CHAT, FEEDBACK, gateway
-from tests.e2e import grpcweb_support as web
+from tests.helpers.grpcweb import CHAT, FEEDBACK, gateway
+from tests.helpers import grpcweb as web
 from tests.helpers.procs import reported_port
 
 

@@ -14,7 +14,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
-from tests.fuzz.procs import make_procs, report_then_kill_chat, start_with_buffered_chat
+from tests.helpers.process_stack import make_procs, report_then_kill_chat, start_with_buffered_chat
 
 SETTLE_S = 3.0
 

@@ -23,7 +23,7 @@ from agentfeedback.agent.v1 import agent_pb2
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.traces.v1 import traces_pb2
-from tests.fuzz.protogen import message
+from tests.helpers.protogen import message
 from tests.stack import start_stack
 
 SERVICES = [(chat_pb2, "ChatService", "chat"), (pb, "FeedbackService", "feedback"),

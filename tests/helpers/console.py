@@ -11,7 +11,7 @@ from playwright.async_api import Page, async_playwright, expect
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
-from tests.e2e.grpcweb_support import ARTIFACTS
+from tests.helpers.grpcweb import ARTIFACTS
 from tests.stack import Stack
 
 CHROMIUM = "/usr/bin/chromium"

@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from services.common.server import wait_serving
+from services.common.health import wait_serving
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
 # Environment variables that carry an address or a port (a repicked port is rewritten only there).

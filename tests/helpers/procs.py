@@ -53,7 +53,7 @@ def spawn_feedback_process(stack, port: int, log: Path, **extra_env: str) -> sub
 
 async def wait_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:
     """Until the child on `port` answers health SERVING; AssertionError with its log's tail otherwise."""
-    from services.common.server import wait_serving as common_wait_serving  # noqa: PLC0415
+    from services.common.health import wait_serving as common_wait_serving  # noqa: PLC0415
 
     try:
         await common_wait_serving(f"127.0.0.1:{port}", timeout_s, proc)

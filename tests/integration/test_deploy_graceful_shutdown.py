@@ -37,7 +37,7 @@ from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from agentfeedback.feedback.v1 import feedback_pb2, feedback_pb2_grpc
-from services.common.server import wait_serving
+from services.common.health import wait_serving
 from services.common.auth import mint_token
 from tests.helpers.procs import reported_port
 from tests.helpers.ports import closed_port

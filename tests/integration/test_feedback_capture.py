@@ -27,10 +27,6 @@ from services.feedback.ticket import TicketFields, render_ticket
 from tests.conftest import SPAN_STORES
 from tests.stack import start_stack
 
-pytestmark = pytest.mark.parametrize("span_store", SPAN_STORES, indirect=True)
-
-PENDING, CAPTURED, EXPIRED = pb.TRACE_SNAPSHOT_STATE_PENDING, pb.TRACE_SNAPSHOT_STATE_CAPTURED, pb.TRACE_SNAPSHOT_STATE_EXPIRED
-
 
 from tests.helpers.feedback import (
     assert_clipped,
@@ -48,6 +44,9 @@ from tests.helpers.feedback import (
     wait_state,
     wait_until,
 )
+
+pytestmark = pytest.mark.parametrize("span_store", SPAN_STORES, indirect=True)
+PENDING, CAPTURED, EXPIRED = pb.TRACE_SNAPSHOT_STATE_PENDING, pb.TRACE_SNAPSHOT_STATE_CAPTURED, pb.TRACE_SNAPSHOT_STATE_EXPIRED
 
 PENDING, CAPTURED, EXPIRED = pb.TRACE_SNAPSHOT_STATE_PENDING, pb.TRACE_SNAPSHOT_STATE_CAPTURED, pb.TRACE_SNAPSHOT_STATE_EXPIRED
 

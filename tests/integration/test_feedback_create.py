@@ -24,8 +24,6 @@ from services.common.auth import (
 )
 from services.common.errors import error_info, status_details
 
-PENDING, CAPTURED, EXPIRED = pb.TRACE_SNAPSHOT_STATE_PENDING, pb.TRACE_SNAPSHOT_STATE_CAPTURED, pb.TRACE_SNAPSHOT_STATE_EXPIRED
-
 
 from tests.helpers.feedback import (
     agent_md,
@@ -40,6 +38,8 @@ from tests.helpers.feedback import (
     send,
     start_feedback,
 )
+
+PENDING, CAPTURED, EXPIRED = pb.TRACE_SNAPSHOT_STATE_PENDING, pb.TRACE_SNAPSHOT_STATE_CAPTURED, pb.TRACE_SNAPSHOT_STATE_EXPIRED
 
 PENDING, CAPTURED, EXPIRED = pb.TRACE_SNAPSHOT_STATE_PENDING, pb.TRACE_SNAPSHOT_STATE_CAPTURED, pb.TRACE_SNAPSHOT_STATE_EXPIRED
 

@@ -76,7 +76,7 @@ async def test_a_service_process_whose_port_was_taken_meanwhile_moves_and_the_im
     and chat, started earlier pointing at the old port, is restarted pointing at the new one."""
     from grpc_health.v1 import health  # noqa: PLC0415
 
-    from tests.fuzz.procs import make_procs  # noqa: PLC0415 - a support module, not a test module
+    from tests.helpers.process_stack import make_procs  # noqa: PLC0415 - a support module, not a test module
     from tests.helpers.ports import listens  # noqa: PLC0415
 
     impostor = grpc.aio.server(options=[("grpc.so_reuseport", 0)])

@@ -17,7 +17,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
-from tests.ops.scrape import names, scrape, value
+from tests.helpers.scrape import names, scrape, value
 from tests.stack import Stack, start_stack
 
 RPC = "rpc_server_duration_milliseconds_count"

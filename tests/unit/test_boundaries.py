@@ -1,9 +1,10 @@
 """Package boundaries (docs/architecture.md "Processes", "The shape of a service"): no service imports
-the client tools (`services/cli`), and the service modules import each other without a cycle (every
-import counts, also one inside a function)."""
+the client tools (`services/cli`); the service modules import each other without a cycle (every
+import counts, also one inside a function), and so do the console's TypeScript modules."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,11 +44,8 @@ def test_no_service_imports_the_client_tools():
     assert offenders == []
 
 
-def test_service_modules_import_each_other_without_a_cycle():
-    graph = _graph()
-    # A package's __init__ importing its own submodules is how a package is assembled, not a cycle.
-    for m in graph:
-        graph[m] = {i for i in graph[m] if not (i.startswith(m + ".") and (SERVICES.parent / m.replace(".", "/")).is_dir())}
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle a depth-first walk of `graph` meets (module → the modules it imports)."""
     cycles: list[list[str]] = []
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -55,7 +53,7 @@ def test_service_modules_import_each_other_without_a_cycle():
     def visit(m: str) -> None:
         state[m] = 1
         stack.append(m)
-        for n in sorted(graph[m]):
+        for n in sorted(graph.get(m, ())):
             if state.get(n) == 1:
                 cycles.append(stack[stack.index(n):] + [n])
             elif n not in state:
@@ -66,4 +64,46 @@ def test_service_modules_import_each_other_without_a_cycle():
     for m in sorted(graph):
         if m not in state:
             visit(m)
-    assert cycles == []
+    return cycles
+
+
+def test_service_modules_import_each_other_without_a_cycle():
+    graph = _graph()
+    # A package's __init__ importing its own submodules is how a package is assembled, not a cycle.
+    for m in graph:
+        graph[m] = {i for i in graph[m] if not (i.startswith(m + ".") and (SERVICES.parent / m.replace(".", "/")).is_dir())}
+    assert _cycles(graph) == []
+
+
+CONSOLE_SRC = ROOT / "console" / "src"
+# `import … from "./x"`, `import "./x"`, `export … from "./x"` (relative specifiers only: packages are leaves).
+TS_IMPORT = re.compile(r"""(?:^|\n)\s*(?:import|export)\b[^;'"]*?(?:from\s*)?["'](\.{1,2}/[^"']+)["']""")
+
+
+def _ts_graph(src: Path = CONSOLE_SRC) -> dict[str, set[str]]:
+    """The console's modules (paths under `src`, generated code left out) → the modules they import."""
+    files = [p for p in src.rglob("*.ts") if "gen" not in p.relative_to(src).parts]
+    graph: dict[str, set[str]] = {}
+    for p in files:
+        deps = set()
+        for spec in TS_IMPORT.findall(p.read_text(encoding="utf-8")):
+            target = (p.parent / spec).resolve()
+            for cand in (target.with_name(target.name + ".ts"), target / "index.ts", target):
+                if cand.suffix == ".ts" and cand.is_file():
+                    deps.add(cand.relative_to(src.resolve()).as_posix())
+                    break
+        graph[p.resolve().relative_to(src.resolve()).as_posix()] = deps
+    return graph
+
+
+def test_console_modules_import_each_other_without_a_cycle():
+    graph = _ts_graph()
+    assert len(graph) > 10 and any(graph.values())
+    assert _cycles(graph) == []
+
+
+def test_the_typescript_check_sees_a_cycle(tmp_path):
+    (tmp_path / "pages").mkdir()
+    (tmp_path / "a.ts").write_text('import { b } from "./pages/b";\nexport const a = 1;\n')
+    (tmp_path / "pages" / "b.ts").write_text('import { a } from "../a";\nimport "../style.css";\nexport const b = a;\n')
+    assert _cycles(_ts_graph(tmp_path)) == [["a.ts", "pages/b.ts", "a.ts"]]

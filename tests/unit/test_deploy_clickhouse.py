@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from urllib.parse import urlsplit
 
 from services.tracecollector.clickhouse import Tables, schema_statements
-from tests.unit.deploy_support import DEPLOY, compose_config, kustomize, pod_spec, workloads
+from tests.helpers.deploy import DEPLOY, compose_config, kustomize, pod_spec, workloads
 
 CLUSTER = ET.parse(DEPLOY / "clickhouse" / "cluster.xml").getroot()
 KEEPER = ET.parse(DEPLOY / "clickhouse" / "keeper.xml").getroot()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from tests.unit.deploy_support import (
+from tests.helpers.deploy import (
     ENTRYPOINT_SETTINGS,
     compose_config,
     compose_our_services,

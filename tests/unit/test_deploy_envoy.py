@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from services.cli.envoy import EnvoyConfigError, validate
-from tests.unit.deploy_support import DEPLOY, compose_config, kustomize
+from tests.helpers.deploy import DEPLOY, compose_config, kustomize
 
 _spec = importlib.util.spec_from_file_location("deploy_render", DEPLOY / "render.py")
 render_mod = importlib.util.module_from_spec(_spec)

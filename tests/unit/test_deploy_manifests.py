@@ -11,7 +11,7 @@ import subprocess
 import kubernetes_validate
 import pytest
 
-from tests.unit.deploy_support import (
+from tests.helpers.deploy import (
     tool,
     DEPLOY,
     K8S_VERSION,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.deploy_support import DEPLOY, compose_config, kustomize
+from tests.helpers.deploy import DEPLOY, compose_config, kustomize
 
 CONTRIB_VERSION = "0.136.0"
 CONTRIB_COMPONENTS: dict[str, list[str]] = {

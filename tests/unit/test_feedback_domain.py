@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 
 from services.common.errors import FailedPrecondition, InvalidArgument
+from services.common.etags import etag, etag_matches
 from google.protobuf import json_format
 
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
@@ -88,8 +89,8 @@ def test_update_mask_refuses_body_and_unknown_paths():
 
 
 def test_etags():
-    assert d.etag_matches("", 3, "a") and d.etag_matches(d.etag(3, "a"), 3, "a")
-    assert not d.etag_matches(d.etag(2, "a"), 3, "a") and not d.etag_matches(d.etag(3, "b"), 3, "a")
+    assert etag_matches("", 3, "a") and etag_matches(etag(3, "a"), 3, "a")
+    assert not etag_matches(etag(2, "a"), 3, "a") and not etag_matches(etag(3, "b"), 3, "a")
 
 
 def test_capture_waits_for_a_root_and_a_stable_span_count_then_freezes():

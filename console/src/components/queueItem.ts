@@ -11,8 +11,8 @@ import { Role, type Message } from "../gen/agentfeedback/chat/v1/chat_pb";
 import { Author, RatingOrigin, RatingSentiment, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { agentName, aspectLabel, turnLabel } from "../names";
 import { categoryLabel, labelOf } from "../taxonomy";
-import { clamped, frozenToolCalls, voiceProvenance } from "../pages/evidence";
-import { statusName } from "../pages/feedbackList";
+import { clamped, frozenToolCalls, voiceProvenance } from "./evidence";
+import { statusName } from "../names";
 import { waterfall } from "../pages/trace";
 
 export function traceIdOf(fb: Feedback): string {

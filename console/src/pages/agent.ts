@@ -3,7 +3,7 @@ import { api, errorText } from "../api";
 import { h, mount } from "../dom";
 import type { Instance } from "../gen/agentfeedback/chat/v1/chat_pb";
 import { chatTab } from "./chat";
-import { feedbackList } from "./feedbackList";
+import { feedbackList } from "../components/feedbackList";
 import { traceTab } from "./trace";
 
 const TABS: [string, string][] = [

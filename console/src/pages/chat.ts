@@ -16,8 +16,8 @@ import { RatingStore, StaleWrite } from "../ratings";
 import { go } from "../router";
 import { turnLabel } from "../names";
 import { REACTION } from "../taxonomy";
-import { openFeedbackModal, type Section } from "./feedbackModal";
-import { loadWorkspace, WorkspacePanels } from "./workspacePanels";
+import { openFeedbackModal, type Section } from "../components/feedbackModal";
+import { loadWorkspace, WorkspacePanels } from "../components/workspacePanels";
 
 interface ChatState {
   instance: string; // instances/<id>

@@ -12,8 +12,8 @@ import { h, mount, timeEl } from "../dom";
 import { DefectKind, type SuspectedDefect } from "../gen/agentfeedback/chat/v1/chat_pb";
 import { Author } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { go } from "../router";
-import { clamped } from "./evidence";
-import { traceIdOf } from "./feedbackList";
+import { clamped } from "../components/evidence";
+import { traceIdOf } from "../components/feedbackList";
 
 const KIND_TEXT: Record<number, string> = {
   [DefectKind.TRUNCATED]: "a tool result was cut",

@@ -9,11 +9,11 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { api, errorText, lastSegment } from "../api";
 import { h, mount, timeEl } from "../dom";
 import { Author, Category, ListFeedbackRequestSchema, Sentiment, Status, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
-import { agentName, agentNames, loadAgentNames, plural, turnLabel } from "../names";
+import { agentName, agentNames, loadAgentNames, plural, STATUS_NAMES, statusName, turnLabel } from "../names";
 import { go } from "../router";
 import { categoryLabel, categoryOf, TAXONOMY } from "../taxonomy";
 import { claimBadge, turnIndexOf } from "../components/queueItem";
-import { feedbackRow, STATUS_NAMES, statusName } from "./feedbackList";
+import { feedbackRow } from "../components/feedbackList";
 
 export const FEEDBACK_PAGE_SIZE = 25;
 const AUTHORS: [string, string][] = [["USER", "the owner"], ["AGENT", "the agent"], ["PLATFORM", "the platform"]];

@@ -10,11 +10,10 @@ import { claim, holdClaim } from "../claims";
 import { h, mount } from "../dom";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Author, Category, ListFeedbackRequestSchema, Status, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
-import { agentName, agentNames, loadAgentNames, plural, turnLabel } from "../names";
+import { agentName, agentNames, loadAgentNames, plural, STATUS_NAMES, statusName, turnLabel } from "../names";
 import { go } from "../router";
 import { categoryLabel, categoryOf, TAXONOMY } from "../taxonomy";
 import { claimBadge, queueItemView, turnIndexOf } from "../components/queueItem";
-import { STATUS_NAMES, statusName } from "./feedbackList";
 
 const AGES: [string, string][] = [["1", "last day"], ["7", "last 7 days"], ["30", "last 30 days"], ["90", "last 90 days"]];
 const AUTHORS: [string, string][] = [["USER", "the owner"], ["AGENT", "the agent"], ["PLATFORM", "the platform"]];

@@ -10,15 +10,11 @@ import { h, mount } from "../dom";
 import { RatingScope, type FeedbackStats } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { go } from "../router";
 import { categoryLabel, labelOf, TAXONOMY } from "../taxonomy";
-import { aspectLabel, plural } from "../names";
-import { negativeSignals, recentFeed, reportsTable, turnViewer } from "./dashboardFeed";
+import { aspectLabel, enumLabel, plural } from "../names";
+import { negativeSignals, recentFeed, reportsTable, turnViewer } from "../components/dashboardFeed";
 
 const WINDOWS = [1, 7, 30, 90, 365];
 export const DEFAULT_WINDOW = 30;
-
-export function enumLabel(e: Record<number, string>, v: number): string {
-  return (e[v] ?? String(v)).toLowerCase().replace(/_/g, " ");
-}
 
 function windowPicker(days: number): HTMLElement {
   const select = h("select", { id: "window-days", "aria-label": "Window" },

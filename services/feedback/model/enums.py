@@ -109,6 +109,8 @@ class AuditAction(IntEnum):
     DELETE_FEEDBACK = 3
     RESOLVE_FEEDBACK = 4
     READ_BODY = 5
+    CLAIM_FEEDBACK = 6  # ClaimFeedback (the review queue)
+    RELEASE_FEEDBACK = 7
 
 
 # model enum → proto enum name (agentfeedback.feedback.v1); the proto's values are `<UPPER_SNAKE>_<member>`.

@@ -8,24 +8,13 @@ import { api, Code, errorCode, errorText, lastSegment, principal, uuid4 } from "
 import { append, h, mount, timeEl } from "../dom";
 import { Author, SnapshotSource, Status, TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { categoryLabel } from "../taxonomy";
-import { agentName, loadAgentNames, turnLabel } from "../names";
-import { claimBadge, complaintTurnLink, turnIndexOf } from "../components/queueItem";
+import { agentName, loadAgentNames, STATUS_NAMES, statusName, turnLabel } from "../names";
+import { claimBadge, complaintTurnLink, turnIndexOf } from "./queueItem";
 import { clamped, frozenToolCalls, voiceProvenance } from "./evidence";
 import { deleteControl, fileControl, historyControl } from "./rowActions";
 
 /** Lines of a quoted reply shown before "Show all" (a 2,000-character reply must not fill the screen). */
 const QUOTE_LINES = 4;
-
-export const STATUS_NAMES: [Status, string][] = [
-  [Status.OPEN, "open"],
-  [Status.TRIAGED, "triaged"],
-  [Status.FILED, "filed"],
-  [Status.DISMISSED, "dismissed"],
-];
-
-export function statusName(s: Status): string {
-  return STATUS_NAMES.find(([v]) => v === s)?.[1] ?? "unspecified";
-}
 
 export interface ListOptions {
   instance?: string;

@@ -13,11 +13,9 @@ import {
 interface FeedFilter { scope?: RatingScope; aspect?: string; sentiment?: RatingSentiment; category?: Category; reason?: string; choice?: string; text?: string; negativeOnly?: boolean }
 import { allChoices, allReasons, categoryLabel, categoryOf, labelOf, TAXONOMY } from "../taxonomy";
 import { clamped } from "./evidence";
-import { statusName } from "./feedbackList";
 import { fileControl } from "./rowActions";
-import { enumLabel } from "./stats";
-import { agentName, aspectLabel, plural, turnLabel } from "../names";
-import { complaintTurnLink } from "../components/queueItem";
+import { agentName, aspectLabel, enumLabel, plural, statusName, turnLabel } from "../names";
+import { complaintTurnLink } from "./queueItem";
 
 type Open = (conversation: string, turnIndex: number, user: string) => void;
 

@@ -19,7 +19,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 from selenium.webdriver.webkitgtk.options import Options
 from selenium.webdriver.webkitgtk.service import Service
 
-from tests.e2e.grpcweb_support import ARTIFACTS
+from tests.helpers.grpcweb import ARTIFACTS
 
 BROWSER = Path(__file__).with_name("webkit_browser.py")
 DRIVER = "/usr/bin/WebKitWebDriver"

@@ -1,10 +1,10 @@
 """One small synchronous driver interface over both engines the console tests use, so one flow runs in
 either: Debian's Chromium through Playwright (sync API) and Debian's WebKitGTK through WebKitWebDriver
-(webkit_support.py). Both are synchronous: tests run a flow in a worker thread (`asyncio.to_thread`) so
+(webkit.py). Both are synchronous: tests run a flow in a worker thread (`asyncio.to_thread`) so
 the in-process stack keeps serving on the event loop.
 
 Methods: goto, wait (visible, optionally containing a text), gone, click, fill, press (a key to the
-focused page), js (an expression's value), measure (layout_checks.MEASURE_JS), shot (test-artifacts/).
+focused page), js (an expression's value), measure (layout.MEASURE_JS), shot (test-artifacts/).
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 from playwright.sync_api import sync_playwright
 
-from tests.e2e.grpcweb_support import ARTIFACTS
-from tests.e2e.layout_checks import MEASURE_JS
+from tests.helpers.grpcweb import ARTIFACTS
+from tests.helpers.layout import MEASURE_JS
 from tests.helpers.console import CHROMIUM, CHROMIUM_ARGS
 
 
@@ -54,7 +54,7 @@ class Chromium:
 
 class WebKit:
     def __init__(self, driver):
-        from tests.e2e import webkit_support
+        from tests.helpers import webkit as webkit_support
         self.d, self.wk = driver, webkit_support
 
     def goto(self, url: str) -> None:
@@ -114,6 +114,6 @@ def chromium(width: int, height: int, contexts: int = 1) -> Iterator[list[Chromi
 @contextlib.contextmanager
 def webkit(width: int, height: int) -> Iterator[WebKit]:
     """A WebKitGTK session of exactly `width` x `height` CSS px."""
-    from tests.e2e.webkit_support import webkit as session
+    from tests.helpers.webkit import webkit as session
     with session(width, height) as driver:
         yield WebKit(driver)
