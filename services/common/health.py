@@ -16,7 +16,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import asyncpg
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
