@@ -54,7 +54,8 @@ class Audit:
         self._repo = repo
 
     async def read_bodies(self, p: Principal, reports: Iterable[Report], method: str) -> None:
-        """Record READ_BODY for each report of another owner `p` is about to see (one statement)."""
+        """Record READ_BODY for each report of another owner `p` is about to see (one statement). `method`:
+        the RPC's short name (`GetTurnFeedback`); the record holds its full name."""
         await self._repo.record_audit([entry(p, AuditAction.READ_BODY, r.id, r.owner, method=method)
                                        for r in reports if r.owner != p.sub])
 

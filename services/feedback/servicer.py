@@ -26,7 +26,7 @@ from services.common.auth import (
 )
 from services.common.errors import Aborted
 from services.feedback import codec, codec_feed, domain, feed_domain
-from services.feedback.audit import METHOD_PREFIX, Audit
+from services.feedback.audit import Audit
 from services.feedback.dataset import Datasets
 from services.feedback.defect_reports import DefectReports
 from services.feedback.feed import Feed
@@ -171,7 +171,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                                else pb.RecentItem(feedback=self._pb(it.report)),
                                lambda it: pages.time_id_key(it.time, it.id))
         await self._audit.read_bodies(current_principal(), [i.report for i in got.rows if i.report],
-                                      METHOD_PREFIX + "ListRecentFeedback")
+                                      "ListRecentFeedback")
         return pb.ListRecentFeedbackResponse(items=got.items, next_page_token=got.next_page_token)
 
     async def GetTurnFeedback(self, request: pb.GetTurnFeedbackRequest, context) -> pb.TurnFeedback:  # noqa: N802
@@ -179,7 +179,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         bodies is recorded (READ_BODY). An unknown turn is an empty view."""
         conversation, turn_index, user = codec.turn_feedback(request)
         ratings, reports = await self._stats.turn(user, conversation, turn_index)
-        await self._audit.read_bodies(current_principal(), reports, METHOD_PREFIX + "GetTurnFeedback")
+        await self._audit.read_bodies(current_principal(), reports, "GetTurnFeedback")
         return pb.TurnFeedback(conversation=conversation, turn_index=turn_index, user=user,
                                ratings=[codec.rating_pb(r) for r in ratings], feedback=[self._pb(r) for r in reports])
 

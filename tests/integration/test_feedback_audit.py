@@ -104,7 +104,8 @@ async def test_an_admin_reading_another_owners_words_is_recorded_and_owners_see_
         conversation=a.instance, turn_index=a.snapshot.turn_index, user="alice"), metadata=stack.md("ops"))
     assert [f.body for f in view.feedback] == [BODY]
     reads = [r for r in await audit(stack, "ops", (SCOPE_FEEDBACK_ADMIN,)) if r.action == pb.AUDIT_ACTION_READ_BODY]
-    assert [(r.actor, r.owner, r.feedback) for r in reads] == [("ops", "alice", a.name)]
+    assert [(r.actor, r.owner, r.feedback, r.method) for r in reads] == [
+        ("ops", "alice", a.name, "/agentfeedback.feedback.v1.FeedbackService/GetTurnFeedback")]
     assert list(reads[0].changes) == [] and BODY not in str(reads)
     # An admin reading their own report is not "another owner's body".
     mine = await stack.feedback().GetTurnFeedback(pb.GetTurnFeedbackRequest(
