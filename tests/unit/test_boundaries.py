@@ -107,3 +107,36 @@ def test_the_typescript_check_sees_a_cycle(tmp_path):
     (tmp_path / "a.ts").write_text('import { b } from "./pages/b";\nexport const a = 1;\n')
     (tmp_path / "pages" / "b.ts").write_text('import { a } from "../a";\nimport "../style.css";\nexport const b = a;\n')
     assert _cycles(_ts_graph(tmp_path)) == [["a.ts", "pages/b.ts", "a.ts"]]
+
+
+def _reexports(path: Path) -> list[str]:
+    """Names `path` imports only to hand on: `import *`, an import marked `noqa: F401`, or an
+    imported name listed in `__all__`."""
+    text = path.read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    imported: set[str] = set()
+    out: list[str] = []
+    lines = text.splitlines()
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.asname or a.name.split(".")[0] for a in node.names]
+            if "*" in names:
+                out.append("import *")
+            if "noqa: F401" in lines[node.lineno - 1] or "noqa: F401" in lines[node.end_lineno - 1]:
+                out += names
+            imported |= set(names)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            out += [e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant) and e.value in imported]
+    return out
+
+
+def test_no_service_module_re_exports_another_modules_names():
+    offenders = {_module(p): got for pkg in SERVICE_PACKAGES for p in (SERVICES / pkg).rglob("*.py")
+                 if (got := _reexports(p))}
+    assert offenders == {}
+
+
+def test_the_re_export_check_sees_each_form(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("from a import *\nfrom b import x  # noqa: F401\nfrom c import y\n__all__ = ['y', 'z']\nz = 1\n")
+    assert _reexports(probe) == ["import *", "x", "y"]
