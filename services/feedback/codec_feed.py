@@ -15,7 +15,7 @@ from services.feedback.codec import enum_value
 from services.feedback.dataset import DatasetFilter, LabelledTurn, PreferencePair
 from services.feedback.feed import FeedItem
 from services.feedback.model.enums import EventKind, RatingScope, RatingSentiment
-from services.feedback.model.feed import FeedFilter
+from services.feedback.model.feed import FeedFilter, Position
 from services.feedback.model.webhooks import Delivery, WebhookSubscription
 
 
@@ -27,6 +27,16 @@ def feed_filter(request: pb.WatchFeedbackRequest) -> FeedFilter:
     return FeedFilter(owner=check_text(request.owner, "owner", 256),
                       kind=enum_value(request.kind, EventKind, "kind"),
                       scope=enum_value(request.scope, RatingScope, "scope"), aspect=aspect)
+
+
+def watch_feedback(request: pb.WatchFeedbackRequest) -> tuple[FeedFilter, Position | None]:
+    """WatchFeedback: the filters and the position to resume after (None: no `resume_token`), one
+    INVALID_ARGUMENT naming every bad field."""
+    v = Violations()
+    f = v.check(feed_filter, request)
+    start = v.check(feed_domain.position, request.resume_token)
+    v.raise_any()
+    return f, start
 
 
 def _omit_words(fb: pb.Feedback) -> None:

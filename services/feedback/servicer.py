@@ -25,7 +25,7 @@ from services.common.auth import (
     current_principal,
 )
 from services.common.errors import Aborted
-from services.feedback import codec, codec_feed, domain, feed_domain
+from services.feedback import codec, codec_feed, domain
 from services.feedback.audit import Audit
 from services.feedback.dataset import Datasets
 from services.feedback.defect_reports import DefectReports
@@ -203,8 +203,9 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     async def WatchFeedback(self, request: pb.WatchFeedbackRequest, context):  # noqa: N802
         """The change feed from a position (see the proto; Feed.start / Feed.watch have the rules)."""
         p = current_principal()
-        f = self._feed.scoped(p, codec_feed.feed_filter(request), request.include_text)
-        start = await self._feed.start(feed_domain.position(request.resume_token), request.from_oldest)
+        f, after = codec_feed.watch_feedback(request)
+        f = self._feed.scoped(p, f, request.include_text)
+        start = await self._feed.start(after, request.from_oldest)
         async for item in self._feed.watch(p, f, start, request.include_text):
             yield codec_feed.watch_response(item, self._clock(), self._retention_days)
 
