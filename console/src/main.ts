@@ -4,6 +4,7 @@
 //   #/agents/<id>/chat|feedback|trace[?trace=<id>&feedback=<name>]
 //   #/queue[?agent=&category=&author=&status=&age=&text=&item=]  the review queue (pages/queue.ts)
 //   #/feedback[?status=OPEN]      everything the owner flagged, across agents
+//   #/ratings[?agent=<id>]        the owner's judgements, per agent or overall, editable in place
 //   #/defects[?all=1]             suspected defects the platform caught (all=1: every owner, feedback:admin)
 //   #/stats[?window=N]            the operator dashboard (scope feedback:admin)
 import "./style.css";
@@ -14,6 +15,7 @@ import { agentsPage } from "./pages/agents";
 import { defectsPage } from "./pages/defects";
 import { feedbackPage } from "./pages/feedback";
 import { queuePage } from "./pages/queue";
+import { ratingsPage } from "./pages/ratings";
 import { signInPage } from "./pages/signin";
 import { statsPage } from "./pages/stats";
 import { go, parseRoute } from "./router";
@@ -35,6 +37,7 @@ function nav(active: string) {
       link("#/agents", "Agents", "agents"),
       p.scopes.has("feedback:triage") ? link("#/queue", "Review queue", "queue") : null,
       link("#/feedback", "Feedback", "feedback"),
+      link("#/ratings", "My ratings", "ratings"),
       link("#/defects", "Suspected defects", "defects"),
       p?.scopes.has("feedback:admin") ? link("#/stats", "Statistics", "stats") : null,
     ),
@@ -66,6 +69,8 @@ async function render(): Promise<void> {
       return queuePage(main, route.query);
     case "feedback":
       return feedbackPage(main, route.query);
+    case "ratings":
+      return ratingsPage(main, route.query);
     case "defects":
       return defectsPage(main, route.query);
     case "stats":

@@ -44,6 +44,11 @@ export class RatingStore {
     return this.byKey.get(keyOf(k));
   }
 
+  /** Every rating loaded. */
+  all(): Rating[] {
+    return [...this.byKey.values()];
+  }
+
   forTurn(turnIndex: number): Rating[] {
     return [...this.byKey.values()].filter((r) => r.turnIndex === turnIndex);
   }

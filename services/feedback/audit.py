@@ -20,7 +20,8 @@ from services.feedback.repository.audit import AuditStore
 
 METHOD_PREFIX = "/agentfeedback.feedback.v1.FeedbackService/"
 _METHODS = {AuditAction.UPDATE_FEEDBACK: "UpdateFeedback", AuditAction.RESOLVE_FEEDBACK: "UpdateFeedback",
-            AuditAction.FILE_FEEDBACK: "FileFeedback", AuditAction.DELETE_FEEDBACK: "DeleteFeedback"}
+            AuditAction.FILE_FEEDBACK: "FileFeedback", AuditAction.DELETE_FEEDBACK: "DeleteFeedback",
+            AuditAction.CLAIM_FEEDBACK: "ClaimFeedback", AuditAction.RELEASE_FEEDBACK: "ReleaseFeedback"}
 
 
 def update_action(metadata: Iterable[tuple[str, str]] | None) -> AuditAction:

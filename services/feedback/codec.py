@@ -156,6 +156,9 @@ def feedback_pb(r: Report, now: dt.datetime, retention_days: int) -> pb.Feedback
     fb.trace_snapshot.spans_expired = r.trace.spans_expired or domain.spans_expired(r.turn_time, now, retention_days)
     _ts(r.create_time, fb.create_time)
     _ts(r.update_time, fb.update_time)
+    if r.claim is not None and r.claim.expire_time > now:
+        fb.claim.claimant, fb.claim.session = r.claim.claimant, r.claim.session
+        _ts(r.claim.expire_time, fb.claim.expire_time)
     return fb
 
 
@@ -384,6 +387,45 @@ def name_and_request_id(request: pb.DeleteFeedbackRequest | pb.FileFeedbackReque
     rid = v.check(parse_request_id, request.request_id, "request_id")
     v.raise_any()
     return fid, rid
+
+
+# ClaimFeedback's lease: default and bounds (seconds).
+CLAIM_TTL_DEFAULT_S, CLAIM_TTL_MIN_S, CLAIM_TTL_MAX_S = 300.0, 1.0, 1800.0
+
+
+def _session(session: str) -> str:
+    if not 1 <= len(session) <= 64 or not all(" " < c <= "~" for c in session):
+        raise InvalidArgument("session", "must be 1 to 64 printable ASCII characters (no spaces)")
+    return session
+
+
+def _ttl(request: pb.ClaimFeedbackRequest) -> float:
+    if not request.HasField("ttl"):
+        return CLAIM_TTL_DEFAULT_S
+    s = request.ttl.seconds + request.ttl.nanos / 1e9
+    if not CLAIM_TTL_MIN_S <= s <= CLAIM_TTL_MAX_S:
+        raise InvalidArgument("ttl", f"must be {CLAIM_TTL_MIN_S:.0f} s to {CLAIM_TTL_MAX_S / 60:.0f} min")
+    return s
+
+
+def claim_feedback(request: pb.ClaimFeedbackRequest) -> tuple[str, str, float]:
+    """ClaimFeedback: the report's id (`name`), the session (1..64 printable ASCII) and the lease in
+    seconds (`ttl`, 1 s .. 30 min, default 5 min)."""
+    v = Violations()
+    fid = v.check(feedback_id, request.name)
+    session = v.check(_session, request.session)
+    ttl = v.check(_ttl, request)
+    v.raise_any()
+    return fid, session, ttl
+
+
+def release_feedback(request: pb.ReleaseFeedbackRequest) -> tuple[str, str]:
+    """ReleaseFeedback: the report's id (`name`) and the session holding it."""
+    v = Violations()
+    fid = v.check(feedback_id, request.name)
+    session = v.check(_session, request.session)
+    v.raise_any()
+    return fid, session
 
 
 def put_rating(request: pb.PutRatingRequest, note_max_bytes: int) -> RatingPut:

@@ -28,6 +28,7 @@ from services.feedback.ratings import Ratings
 from services.feedback.report_cap import ReportCap
 from services.feedback.reports import Reports
 from services.feedback.repository.audit import AuditStore
+from services.feedback.repository.claims import ClaimStore
 from services.feedback.repository.capture import CaptureStore
 from services.feedback.repository.ratings import RatingStore
 from services.feedback.repository.reports import ReportStore
@@ -39,6 +40,7 @@ from services.feedback.statistics import Stats
 from services.feedback.ticket import TicketFields
 from services.feedback.traces_client import TracesClient
 from services.feedback.audit import Audit
+from services.feedback.claims import Claims
 from services.feedback.defect_reports import DefectReports
 from services.feedback.tracker import make_sink
 from services.feedback import codec_feed, evaluation_events, webhook_secrets
@@ -121,6 +123,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
                         settings.feed_retention_days)
     servicer = FeedbackServicer(reports, ratings, Stats(StatisticsStore(pool), now), audit,
                                 DefectReports(chat, reports), feed, webhooks, Datasets(DatasetStore(pool), chat),
+                                Claims(ClaimStore(pool)),
                                 settings.trace_retention_days,
                                 settings.rating_note_max_bytes, now)
 

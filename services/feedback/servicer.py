@@ -28,6 +28,7 @@ from services.common.errors import Aborted
 from services.feedback import codec, codec_feed, domain
 from services.feedback.audit import Audit
 from services.feedback.dataset import Datasets
+from services.feedback.claims import Claims
 from services.feedback.defect_reports import DefectReports
 from services.feedback.feed import Feed
 from services.feedback.webhooks import Webhooks
@@ -54,13 +55,15 @@ METHOD_SCOPES: dict[str, str | None] = {
         "DeleteWebhookSubscription": SCOPE_FEEDBACK_ADMIN, "ResumeWebhookSubscription": SCOPE_FEEDBACK_ADMIN,
         "ListWebhookDeliveries": SCOPE_FEEDBACK_ADMIN, "ExportDataset": SCOPE_FEEDBACK_READ,
         "ExportPreferencePairs": SCOPE_FEEDBACK_READ,
+        "ClaimFeedback": SCOPE_FEEDBACK_TRIAGE, "ReleaseFeedback": SCOPE_FEEDBACK_TRIAGE,
     }.items()
 }
 
 
 class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     def __init__(self, reports: Reports, ratings: Ratings, stats: Stats, audit: Audit, defects: DefectReports,
-                 feed: Feed, webhooks: Webhooks, datasets: Datasets, trace_retention_days: int,
+                 feed: Feed, webhooks: Webhooks, datasets: Datasets, claims: Claims,
+                 trace_retention_days: int,
                  note_max_bytes: int, clock: Callable[[], dt.datetime]):
         self._reports = reports
         self._ratings = ratings
@@ -70,6 +73,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         self._feed = feed
         self._webhooks = webhooks
         self._datasets = datasets
+        self._claims = claims
         self._retention_days = trace_retention_days
         self._note_max = note_max_bytes
         self._clock = clock
@@ -91,7 +95,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
 
     async def GetFeedback(self, request: pb.GetFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
         """The caller's report `feedback/{id}`; NOT_FOUND when unknown or another owner's."""
-        return self._pb(await self._reports.get(current_principal(), codec.feedback_id(request.name)))
+        r = await self._reports.get(current_principal(), codec.feedback_id(request.name))
+        return self._pb((await self._claims.attach([r]))[0])
 
     async def ListFeedback(self, request: pb.ListFeedbackRequest, context) -> pb.ListFeedbackResponse:  # noqa: N802
         """The caller's reports, newest first, filtered; keyset page tokens on (create_time, id), bound
@@ -99,8 +104,11 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         range, start_time after end_time, a page_token issued for other filters."""
         f, size = codec.list_feedback(request)
         p = current_principal()
-        got = await pages.page(request.page_token, size, codec.filters(f), pages.time_id,
-                               lambda after, n: self._reports.list(p, f, after, n), self._pb,
+
+        async def rows(after, n):  # each report with its live review claim (one more statement)
+            return await self._claims.attach(await self._reports.list(p, f, after, n))
+
+        got = await pages.page(request.page_token, size, codec.filters(f), pages.time_id, rows, self._pb,
                                lambda r: pages.time_id_key(r.create_time, r.id))
         return pb.ListFeedbackResponse(feedback=got.items, next_page_token=got.next_page_token)
 
@@ -122,6 +130,18 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         """File the report's ticket once (Reports.file has the waits and errors)."""
         fid, _ = codec.name_and_request_id(request)
         return self._pb(await self._reports.file(current_principal(), fid))
+
+    async def ClaimFeedback(self, request: pb.ClaimFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
+        """Claim (or renew) the caller's report for one review session (Claims.claim has the rules)."""
+        fid, session, ttl = codec.claim_feedback(request)
+        p = current_principal()
+        return self._pb(await self._claims.claim(p, await self._reports.get(p, fid), session, ttl))
+
+    async def ReleaseFeedback(self, request: pb.ReleaseFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
+        """End the session's claim of the caller's report (Claims.release)."""
+        fid, session = codec.release_feedback(request)
+        p = current_principal()
+        return self._pb(await self._claims.release(p, await self._reports.get(p, fid), session))
 
     # ------------------------------------------------------------ ratings
     async def PutRating(self, request: pb.PutRatingRequest, context) -> pb.Rating:  # noqa: N802

@@ -5,7 +5,8 @@ turn, the trace, the owner's judgement of the turn with taxonomy labels, and the
 agent-recorded report as a link; the keyboard works it (j next, k previous, t triaged, f file) and the
 service agrees; a selection is triaged in bulk, a refused transition said so; the item one session
 holds is shown as claimed to a second browser session (its own sessionStorage: another claimant), whose
-triage controls are off.
+triage controls are off; "My ratings" lists the owner's judgement by agent name, turn and question
+label and changes it in place (the service agrees).
 
 Chromium runs the flow at 1280 px and looks again at 320 px; WebKit (WebKitGTK) runs it at 320 px and
 looks again at 1280 px. Screenshots: test-artifacts/<engine>-<width>-queue*.png.
@@ -27,7 +28,6 @@ from tests.helpers.console import QUESTION
 from tests.helpers.feedback import agent_md, list_all
 
 pytestmark = pytest.mark.browser
-CLAIMS = False  # ClaimFeedback is served from the next commit on
 
 
 @dataclass
@@ -162,6 +162,19 @@ def queue_flow(b, second, engine: str, width: int, site: str, gateway_url: str, 
     b.click(".bulk-dismiss")
     b.wait(".queue-status", "2 items marked dismissed; 1 item not saved (not allowed from filed)")
     b.shot(f"{engine}-{width}-queue-bulk")
+    # My ratings: the owner's judgement of the turn, by name and label, changed in place.
+    mine = "tr.my-rating[data-aspect=reply_judgement]"
+    b.goto(f"{site}/#/ratings")
+    b.wait(f"{mine} select.rating-answer")
+    b.wait(mine, "Ops desk")
+    b.wait(mine, "Turn 1")
+    b.wait(mine, "How did this reply do?")
+    assert b.js(f"document.querySelector('{mine} select').value") == "did_not_work"
+    b.js(f"(() => {{ const s = document.querySelector('{mine} select'); s.value = 'worked_well'; s.dispatchEvent(new Event('change')); return 1; }})()")
+    b.wait(f"{mine} .rating-status", "Saved.")
+    b.shot(f"{engine}-{width}-my-ratings")
+    b.goto(f"{site}/#/ratings?agent={s.billing.split('/')[-1]}")
+    b.wait(".ratings-count", "0 ratings of Billing bot.")
 
 
 def look_again(b, engine: str, width: int, site: str) -> None:
@@ -181,18 +194,21 @@ async def _check_service(stack, s: Seeded) -> None:
     assert got[s.billing_report].status == pb.STATUS_DISMISSED  # t (TRIAGED), then bulk dismissed
     assert got[s.agent_report].status == pb.STATUS_FILED and got[s.agent_report].issue_url  # f
     assert got[s.user_report].status == pb.STATUS_DISMISSED  # bulk
+    ratings = await stack.feedback().ListRatings(pb.ListRatingsRequest(conversation=s.ops), metadata=stack.md())
+    assert [(r.aspect, r.choice, r.sentiment) for r in ratings.ratings] == [
+        ("reply_judgement", "worked_well", pb.RATING_SENTIMENT_POSITIVE)]  # edited in place on My ratings
 
 
 def _chromium(site, gateway_url, token, s: Seeded) -> None:
     with chromium(1280, 900, contexts=2) as (b, second):
-        queue_flow(b, second if CLAIMS else None, "chromium", 1280, site, gateway_url, token, s)
+        queue_flow(b, second, "chromium", 1280, site, gateway_url, token, s)
         b.page.set_viewport_size({"width": 320, "height": 720})
         look_again(b, "chromium", 320, site)
 
 
 def _webkit(site, gateway_url, token, s: Seeded) -> None:
     with webkit(320, 720) as b, chromium(1280, 900) as (second,):
-        queue_flow(b, second if CLAIMS else None, "webkit", 320, site, gateway_url, token, s)
+        queue_flow(b, second, "webkit", 320, site, gateway_url, token, s)
     with webkit(1280, 900) as b:
         b.goto(f"{site}/?gateway={gateway_url}#/signin")
         b.fill("#token", token)

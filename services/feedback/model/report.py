@@ -141,6 +141,15 @@ class Anchor:
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """A review claim (ClaimFeedback): a lease on one report for one review session until `expire_time`."""
+
+    claimant: str
+    session: str
+    expire_time: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     """A stored report (proto `Feedback`). `turn_time`: when the rated turn happened (retention)."""
 
@@ -162,6 +171,8 @@ class Report:
     turn_time: dt.datetime | None = None
     # AGENT reports: the trace id of the turn in which the owner spoke the complaint (issue 13).
     context_trace_id: str = ""
+    # The live review claim, when the read asked for it (Claims.attach); None when free or expired.
+    claim: Claim | None = None
 
     @property
     def name(self) -> str:
