@@ -1,6 +1,6 @@
 // Charts for the operator dashboard, drawn by uPlot (npm `uplot`, MIT, ~50 kB, canvas; chosen over
 // Observable Plot for its size and speed on daily series; bars use its `paths.bars` builder). Every
-// chart is followed by its numbers in a table (<details> "Numbers"), which is what screen readers and
+// chart is followed by its numbers in a table (<details> "Show the numbers as a table"), which is what screen readers and
 // the browser tests read.
 import type uPlotType from "uplot";
 import "uplot/dist/uPlot.min.css";
@@ -37,7 +37,7 @@ export const COLORS = { good: () => css("--good"), bad: () => css("--bad"), acce
 
 function numbers(name: string, labels: string[], series: Series[]): HTMLElement {
   return h("details", { class: "chart-numbers" },
-    h("summary", {}, "Numbers"),
+    h("summary", {}, "Show the numbers as a table"),
     h("table", { class: "chart-data", dataset: { chart: name } },
       h("thead", {}, h("tr", {}, h("th", {}, ""), series.map((s) => h("th", {}, s.label)))),
       h("tbody", {}, labels.map((l, i) => h("tr", { dataset: { row: l } }, h("th", {}, l), series.map((s) => h("td", {}, String(s.values[i] ?? 0))))))));
@@ -51,15 +51,20 @@ function widthOf(host: HTMLElement, fallback: number): number {
 /** A daily line chart: `days` are `YYYY-MM-DD` (UTC), one value per day per series. */
 export function dailyChart(name: string, title: string, days: string[], series: Series[], opts: { height?: number; small?: boolean } = {}): HTMLElement {
   const plot = h("div", { class: "chart-plot" });
-  const fig = h("figure", { class: `chart${opts.small ? " small" : ""}`, dataset: { chart: name } },
-    h("figcaption", {}, title), plot, numbers(name, days, series));
+  // A window with activity on a day or two draws a flat line with a spike: say so above it.
+  const active = days.filter((_, i) => series.some((x) => (x.values[i] ?? 0) > 0)).length;
+  const sparse = active === 0 ? "Nothing in this window."
+    : active <= 2 && days.length > 7 ? `Activity on ${active === 1 ? "one day" : "two days"} of ${days.length}: the rest are zeros.` : "";
+  const fig = h("figure", { class: `chart${opts.small ? " small" : ""}${sparse ? " sparse" : ""}`, dataset: { chart: name, activeDays: String(active) } },
+    h("figcaption", {}, title), sparse ? h("p", { class: "muted chart-sparse" }, sparse) : null, plot, numbers(name, days, series));
   const xs = days.map((d) => Date.parse(`${d}T00:00:00Z`) / 1000);
   requestAnimationFrame(() => void uPlotLib().then((uPlot) => {
     const chart = new uPlot({
       width: widthOf(plot, opts.small ? 280 : 640),
       height: opts.height ?? (opts.small ? 110 : 200),
-      legend: { show: !opts.small },
-      cursor: { show: !opts.small },
+      // Hovering (or touching) a day shows its values in the legend, small multiples too.
+      legend: { show: true, live: true },
+      cursor: { show: true, y: false },
       scales: { x: { time: true }, y: { range: (_u, _min, max) => [0, Math.max(1, max)] } },
       axes: [{ space: 60 }, { size: 36, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }],
       series: [{}, ...series.map((s) => ({ label: s.label, stroke: s.color, width: 2, points: { show: days.length <= 31 } }))],

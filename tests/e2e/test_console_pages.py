@@ -126,6 +126,14 @@ async def test_console_reaction_and_statistics(stack, tmp_path):
                 await expect(days).to_have_count(30)  # one row per day of the default 30-day window
                 assert (await days.last.locator("td").all_text_contents())[1] == "1"  # today's negative
                 await expect(page.locator("figure[data-chart=trend] .chart-plot")).to_have_attribute("data-points", "30")
+                # One active day of 30 is said to be sparse; hovering today shows its values (issue 28).
+                trend = page.locator("figure[data-chart=trend]")
+                await expect(trend.locator(".chart-sparse")).to_have_text("Activity on one day of 30: the rest are zeros.")
+                over = trend.locator(".u-over")
+                box = await over.bounding_box()
+                await page.mouse.move(box["x"] + box["width"] - 1, box["y"] + box["height"] / 2)
+                legend = trend.locator(".u-legend .u-series", has_text="negative")
+                await expect(legend.locator(".u-value")).to_have_text("1")
                 await shot(page, "console-statistics")
 
                 owner_only = stack.token("alice", (SCOPE_CHAT, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE, SCOPE_TRACES_READ))
