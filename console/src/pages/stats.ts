@@ -4,7 +4,7 @@
 // the window; reports by category; per-dimension small multiples; the completion funnel and the latest-state distribution;
 // then the feeds (dashboardFeed.ts): negative signals, the filtered recent feed, the reports table with
 // File issue, and the read-only per-turn viewer. Charts: charts.ts (uPlot).
-import { api, errorText } from "../api";
+import { api, errorText, principal } from "../api";
 import { barChart, COLORS, dailyChart } from "../charts";
 import { h, mount } from "../dom";
 import { RatingScope, type FeedbackStats } from "../gen/agentfeedback/feedback/v1/feedback_pb";
@@ -91,29 +91,36 @@ function charts(s: FeedbackStats): HTMLElement[] {
   ];
 }
 
+/** The dashboard: the counts (GetFeedbackStats) and each feed (ListRecentFeedback) load on their own,
+ *  so a slow statistics query never holds the feeds back (and the reverse). Without feedback:admin the
+ *  page is the one refusal, not one per section. */
 export async function statsPage(main: HTMLElement, query: URLSearchParams = new URLSearchParams()): Promise<void> {
   const days = Math.min(365, Math.max(1, Number(query.get("window")) || DEFAULT_WINDOW));
   const head = h("div", { class: "page-head" }, h("h1", {}, "Statistics"), windowPicker(days));
-  mount(main, head, h("p", { class: "muted", "aria-busy": "true" }, "Loading…"));
-  let s: FeedbackStats;
+  const counts = h("section", { class: "stats-counts", "aria-busy": "true" }, h("p", { class: "muted" }, "Loading the counts…"));
+  const admin = principal()?.scopes.has("feedback:admin") ?? false;
+  const viewer = turnViewer();
+  mount(main, head, counts, admin ? [
+    h("h2", {}, "Negative signals"), negativeSignals(viewer.open),
+    h("h2", {}, "Recent feedback"), recentFeed(viewer.open),
+    h("h2", {}, "Reports"), reportsTable(viewer.open),
+    h("h2", { id: "turn-viewer" }, "One turn, one user"), viewer.el] : null);
+  let st: FeedbackStats;
   try {
-    s = await api().feedback.getFeedbackStats({
+    st = await api().feedback.getFeedbackStats({
       windowDays: days, reactionAspect: TAXONOMY.stats.reaction_aspect,
       completionAspect: TAXONOMY.stats.completion_aspect, completeChoice: TAXONOMY.stats.complete_choice,
     });
   } catch (e) {
-    mount(main, head, h("p", { class: "error", role: "alert" }, errorText(e)));
+    mount(counts, h("p", { class: "error", role: "alert" }, errorText(e)));
+    counts.removeAttribute("aria-busy");
     return;
   }
-  const viewer = turnViewer();
-  mount(main, head,
-    h("p", { class: "muted" }, `Last ${s.windowDays} days (UTC), ratings given by owners (branch copies not counted).`),
-    headline(s),
-    h("h2", {}, "Sentiment per dimension"), splitTable(s),
-    h("h2", {}, "Report categories"), categoryTable(s),
-    charts(s),
-    h("h2", {}, "Negative signals"), negativeSignals(viewer.open),
-    h("h2", {}, "Recent feedback"), recentFeed(viewer.open),
-    h("h2", {}, "Reports"), reportsTable(viewer.open),
-    h("h2", { id: "turn-viewer" }, "One turn, one user"), viewer.el);
+  mount(counts,
+    h("p", { class: "muted" }, `Last ${st.windowDays} days (UTC), ratings given by owners (branch copies not counted).`),
+    headline(st),
+    h("h2", {}, "Sentiment per dimension"), splitTable(st),
+    h("h2", {}, "Report categories"), categoryTable(st),
+    charts(st));
+  counts.removeAttribute("aria-busy");
 }
