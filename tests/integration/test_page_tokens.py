@@ -113,5 +113,8 @@ async def test_a_rating_etag_that_is_not_one_we_issued_is_invalid_argument(stack
         assert error_info(e).metadata["field"] == "rating.etag", bad
     listed = await fb.ListRatings(pb.ListRatingsRequest(conversation=inst), metadata=md)
     assert [(r.version, r.sentiment) for r in listed.ratings] == [(first.version, pb.RATING_SENTIMENT_NEGATIVE)]
-    for good in (first.etag, f"W/{first.etag}", str(first.version)):
+    for good in (first.etag, f"W/{first.etag}"):
         assert (await put(good, pb.RATING_SENTIMENT_NEGATIVE)).version == first.version  # accepted: a no-op
+    # The bare version is not an etag (issue 25: it passed the compare-and-swap of a rating put again).
+    e = await expect_error(put(str(first.version)), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "rating.etag"
