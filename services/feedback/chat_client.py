@@ -74,16 +74,22 @@ class ChatClient:
     async def list_turn(self, parent: str, md: Metadata, *, trace_id: str = "", turn_index: int | None = None,
                         turn_of_message: str = "", field_path: str = "feedback.instance") -> list[MessageView]:
         """Messages of one turn of `parent` (by trace id, turn index, or the turn of message name
-        `turn_of_message`: empty when that message is unknown), oldest first (a turn has 2)."""
+        `turn_of_message`: empty when that message is unknown), oldest first (a turn has 2; every page
+        is read: the chat service may end a page early at its response size bound)."""
         req = chat_pb2.ListMessagesRequest(parent=parent, trace_id=trace_id, page_size=100,
                                            turn_of_message=turn_of_message)
         if turn_index is not None:
             req.turn_index = turn_index
-        try:
-            resp = await self._stub.ListMessages(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
-        except grpc.aio.AioRpcError as e:
-            raise self._map(e, turn_of_message or parent, field_path) from None
-        return [to_view(m) for m in resp.messages]
+        out: list[MessageView] = []
+        while True:
+            try:
+                resp = await self._stub.ListMessages(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
+            except grpc.aio.AioRpcError as e:
+                raise self._map(e, turn_of_message or parent, field_path) from None
+            out += [to_view(m) for m in resp.messages]
+            if not resp.next_page_token:
+                return out
+            req.page_token = resp.next_page_token
 
     async def messages_through(self, parent: str, md: Metadata, through_turn_index: int,
                                field_path: str = "conversation") -> list[MessageView]:
