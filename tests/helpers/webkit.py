@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from selenium.webdriver.webkitgtk.options import Options
@@ -67,13 +68,17 @@ def webkit(width: int, height: int) -> Iterator[webdriver.WebKitGTK]:
 
 
 def wait_css(driver, css: str, timeout: float = 15.0, text: str | None = None):
-    """The first element matching `css` (and containing `text`) once it is displayed."""
+    """The first element matching `css` (and containing `text`) once it is displayed. An element the
+    page re-renders between the lookup and the read (a status line replaced on save) is looked up
+    again, not an error: the wait is for the condition, whichever node holds it."""
     def found(d):
         for el in d.find_elements(By.CSS_SELECTOR, css):
             if el.is_displayed() and (text is None or text in el.text):
                 return el
         return False
-    return WebDriverWait(driver, timeout, poll_frequency=0.05).until(found, f"no visible {css!r} with {text!r}")
+    return WebDriverWait(driver, timeout, poll_frequency=0.05,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(
+        found, f"no visible {css!r} with {text!r}")
 
 
 def settle(driver) -> None:
