@@ -17,7 +17,7 @@ from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from services.common import deadlines
 from services.common.errors import InvalidArgument, NotFound, PermissionDenied
 from services.common.upstream import from_upstream, upstream_detail
-from services.feedback.domain import MessageView
+from services.feedback.domain import DefectView, MessageView
 
 Metadata = tuple[tuple[str, str], ...]
 _UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -41,6 +41,11 @@ def to_view(m: chat_pb2.Message) -> MessageView:
         model=m.model,
         agent=m.agent,
     )
+
+
+def to_defect_view(d: chat_pb2.SuspectedDefect) -> DefectView:
+    return DefectView(event=d.event, turn_index=d.turn_index, tools=tuple(d.tools),
+                      kinds=tuple(chat_pb2.DefectKind.Name(k) for k in d.kinds))
 
 
 class ChatClient:
@@ -118,13 +123,14 @@ class ChatClient:
         return {m.turn_index: m.name for m in await self.messages_through(parent, md, through_turn_index, field_path)
                 if m.role == "ROLE_ASSISTANT" and m.content.strip()}
 
-    async def get_defect(self, name: str, md: Metadata, field_path: str = "suspected_defect") -> chat_pb2.SuspectedDefect:
-        """GetSuspectedDefect(name): NotFound when unknown, clean, or not the caller's."""
+    async def get_defect(self, name: str, md: Metadata, field_path: str = "suspected_defect") -> DefectView:
+        """GetSuspectedDefect(name) → DefectView. NotFound when unknown, clean, or not the caller's."""
         try:
-            return await self._stub.GetSuspectedDefect(chat_pb2.GetSuspectedDefectRequest(name=name), metadata=md,
-                                                       timeout=self._timeout_s)
+            d = await self._stub.GetSuspectedDefect(chat_pb2.GetSuspectedDefectRequest(name=name), metadata=md,
+                                                    timeout=deadlines.timeout(self._timeout_s))
         except grpc.aio.AioRpcError as e:
             raise self._map(e, name, field_path) from None
+        return to_defect_view(d)
 
     async def has_artifact(self, conversation: str, artifact_id: int, md: Metadata, field_path: str) -> bool:
         """GetArtifact(`conversation`/artifacts/`artifact_id`): whether the conversation has that artifact

@@ -18,18 +18,18 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-from agentfeedback.chat.v1 import chat_pb2
 from services.common.auth import Principal
 from services.common.errors import Unavailable
 from services.feedback.chat_client import ChatClient, ChatUnreachable
+from services.feedback.domain import DefectView
 from services.feedback.model.enums import Author, Category, Sentiment, Surface
 from services.feedback.model.report import Anchor, Report, ReportDraft
 from services.feedback.reports import Reports
 
+# The report's category by the defect's first kind (chat.proto DefectKind names).
 _CATEGORIES = {
-    chat_pb2.DEFECT_KIND_TRUNCATED: Category.TOOL_FAILURE, chat_pb2.DEFECT_KIND_TOOL_ERROR: Category.TOOL_FAILURE,
-    chat_pb2.DEFECT_KIND_INVENTED_RESULT: Category.BROKEN_RESPONSE,
-    chat_pb2.DEFECT_KIND_TURN_ERROR: Category.BROKEN_RESPONSE,
+    "DEFECT_KIND_TRUNCATED": Category.TOOL_FAILURE, "DEFECT_KIND_TOOL_ERROR": Category.TOOL_FAILURE,
+    "DEFECT_KIND_INVENTED_RESULT": Category.BROKEN_RESPONSE, "DEFECT_KIND_TURN_ERROR": Category.BROKEN_RESPONSE,
 }
 
 
@@ -42,7 +42,7 @@ def defect_request_id(name: str) -> uuid.UUID:
     return uuid.uuid5(_DEFECT_REQUESTS, name)
 
 
-def body_of(d: chat_pb2.SuspectedDefect) -> str:
+def body_of(d: DefectView) -> str:
     """The server's sentence: the event, the turn, the tools involved (names the agent reported)."""
     tools = f" (tools: {', '.join(d.tools)})" if d.tools else ""
     return (f"Suspected defect caught by the platform: {d.event} in turn {d.turn_index}{tools}. "

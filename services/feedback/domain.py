@@ -101,6 +101,16 @@ class MessageView:
     agent: str = ""
 
 
+@dataclass(frozen=True)
+class DefectView:
+    """A suspected defect as the feedback service needs it (from ChatService.SuspectedDefect)."""
+
+    event: str  # the first signal's span event / status name, e.g. `chat.truncated`
+    turn_index: int
+    tools: tuple[str, ...]  # tool names the agent reported
+    kinds: tuple[str, ...]  # DefectKind names, e.g. DEFECT_KIND_TRUNCATED; stable order, at least one
+
+
 def instance_of(message_name: str) -> str:
     """`instances/{i}/messages/{m}` → `instances/{i}`."""
     return "/".join(message_name.split("/")[:2])
