@@ -39,6 +39,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from services.common.clip import MESSAGE_MAX_CHARS, clip, clip_message
+from services.common.log_limit import RepeatLimit
 
 log = logging.getLogger(__name__)
 
@@ -272,8 +273,9 @@ class _JsonFormatter(_ClippingFormatter):
 
 def log_handler(stream, fmt: str = "text") -> logging.Handler:
     """The handler every service logs through: trace ids filled, UTC times with offset, clipped
-    messages and stack traces; `fmt` `text` (`<time> <LEVEL> <logger> [<trace_id>] <message>`) or `json`."""
+    messages and stack traces, a database outage's repeated lines limited (services.common.log_limit); `fmt` `text` (`<time> <LEVEL> <logger> [<trace_id>] <message>`) or `json`."""
     handler = logging.StreamHandler(stream)
+    handler.addFilter(RepeatLimit())
     handler.addFilter(_TraceIdFilter())
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())

@@ -21,6 +21,8 @@ from typing import Any
 import asyncpg
 import grpc
 
+from services.common import db
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "feedback_feed"
@@ -89,7 +91,9 @@ class FeedWakeups:
         self._task = asyncio.get_running_loop().create_task(self._keep_listening())
 
     async def _connect(self) -> None:
-        conn = await asyncpg.connect(self._url, timeout=CONNECT_TIMEOUT_S)
+        # The shared opener: each host of a multi-host URL gets its own timeout (a hung first host would
+        # otherwise take the whole CONNECT_TIMEOUT_S on every try and the listener never come back).
+        conn = await db.connect(self._url, timeout=CONNECT_TIMEOUT_S, host_timeout_s=CONNECT_TIMEOUT_S)
         await conn.add_listener(CHANNEL, self._on_notification)
         conn.add_termination_listener(self._on_termination)
         self._lost.clear()

@@ -2,7 +2,8 @@
 
 A rating is one owner's judgement of one aspect of a turn (or conversation): unique by (conversation,
 turn, owner, scope, aspect, artifact). The rated conversation is checked at the chat service with the
-caller's token (ownership lives where the data lives); positive answers are briefly remembered.
+caller's token (ownership lives where the data lives); positive answers about the conversation (never
+about a turn, which DeleteTurn can remove) are briefly remembered.
 """
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ class Ratings:
         self.on_evaluated: Callable[[Rating, str], None] | None = None
         self._repo = repo
         self._chat = chat
-        # (sub, scopes, conversation, turn or None) → rated message name: positive chat checks, briefly kept.
+        # (sub, scopes, conversation) → ('', ''): positive conversation checks, briefly kept.
         self._checked = TtlCache(check_cache_s)
 
     async def _rated_message(self, p: Principal, key: RatingKey) -> tuple[str, str]:
@@ -83,17 +84,20 @@ class Ratings:
         conversation to be the caller's. NOT_FOUND otherwise; UNAVAILABLE when chat is down.
         Returns (the rated message's name, its turn's trace id); ('', '') for the other scopes.
 
-        A positive answer is remembered for `rating_check_cache_s` seconds per (caller, the token's
-        scopes, conversation, turn), so a burst of clicks on one turn asks the chat service once, and a
-        token the chat service would refuse (no `chat` scope) never rides on another token's answer;
-        negative answers are never cached. Trade-off: a turn deleted in that window can still be rated
-        for those seconds. An ARTIFACT rating's `artifact_id` other than `0` (the live document) must name
+        Only the conversation's ownership (the scopes that name no turn and no artifact) is remembered,
+        for `rating_check_cache_s` seconds per (caller, the token's scopes, conversation): a conversation
+        is never deleted, and a token the chat service would refuse (no `chat` scope) never rides on
+        another token's answer. A turn or an artifact is asked about every time: DeleteTurn and Clear
+        chat remove them, and a remembered answer could not be taken back on every replica
+        (docs/architecture.md "The life of a rating"), so a just-deleted turn is NOT_FOUND at once.
+        Negative answers are never cached. An ARTIFACT rating's `artifact_id` other than `0` (the live document) must name
         an artifact of the conversation (ChatService.GetArtifact): INVALID_ARGUMENT naming
         `rating.artifact_id` (reason UNKNOWN_ARTIFACT) otherwise."""
         message_scope = key.scope == RatingScope.MESSAGE
         artifact = artifact_number(key) if key.scope == RatingScope.ARTIFACT else 0
-        cache_key = (p.sub, p.scopes, key.conversation, key.turn_index if message_scope else None, artifact)
-        hit = self._checked.get(cache_key)
+        cacheable = not message_scope and not artifact
+        cache_key = (p.sub, p.scopes, key.conversation)
+        hit = self._checked.get(cache_key) if cacheable else None
         if hit is not None:
             return hit
         try:
@@ -116,7 +120,8 @@ class Ratings:
         except ChatUnreachable:
             raise Unavailable("the chat service cannot be reached to check the rated conversation",
                               retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
-        self._checked.put(cache_key, name)
+        if cacheable:
+            self._checked.put(cache_key, name)
         return name
 
     async def put(self, p: Principal, put: RatingPut) -> Rating:

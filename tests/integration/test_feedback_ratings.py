@@ -11,6 +11,7 @@ import grpc
 import pytest
 from google.protobuf import field_mask_pb2
 
+from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
@@ -294,6 +295,26 @@ async def test_a_token_without_the_chat_scope_cannot_rate_on_another_tokens_cach
                                narrow), grpc.StatusCode.PERMISSION_DENIED)
     assert "chat" in e.details()
     assert [r.sentiment for r in await ratings_of(stack, inst)] == [pb.RATING_SENTIMENT_POSITIVE]
+
+
+async def test_a_just_deleted_turn_cannot_be_rated_and_a_cleared_conversations_turns_neither(stack):
+    """A turn rated a moment ago (its check at the chat service fresh) and then deleted (DeleteTurn) or
+    cleared (Clear chat) answers NOT_FOUND naming the turn at once, on the next put: no remembered
+    answer outlives the message it is about."""
+    inst = await new_instance(stack)
+    first, second = await send(stack, inst, "q1"), await send(stack, inst, "q2")
+    fb, chat = stack.feedback(), stack.chat()
+    for t in (first, second):
+        await put(fb, rating(inst, t.reply.turn_index, sentiment=POS), stack.md())
+    await chat.DeleteTurn(chat_pb2.DeleteTurnRequest(parent=inst, trace_id=first.trace_id), metadata=stack.md())
+    e = await expect_error(put(fb, rating(inst, first.reply.turn_index, sentiment=NEG), stack.md()),
+                           grpc.StatusCode.NOT_FOUND)
+    assert f"turn {first.reply.turn_index}" in e.details() and inst in e.details()
+    await chat.ClearMessages(chat_pb2.ClearMessagesRequest(parent=inst), metadata=stack.md())
+    e = await expect_error(put(fb, rating(inst, second.reply.turn_index, sentiment=NEG), stack.md()),
+                           grpc.StatusCode.NOT_FOUND)
+    assert f"turn {second.reply.turn_index}" in e.details()
+    assert {r.sentiment for r in await ratings_of(stack, inst)} == {POS}, "nothing written after the deletes"
 
 
 async def test_list_ratings_with_a_negative_turn_index_is_invalid_argument_naming_it(stack: Stack):
