@@ -61,7 +61,7 @@ async def create_server(
         meter=metrics.meter, stale_margin_s=settings.turn_stale_margin_s, workspace=workspace,
     )
     interceptor = ServiceInterceptor(
-        Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics.meter)
+        Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics)
     )
     quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
                                           answered=retries.answered_checks(repo, turns), burst=settings.write_quota_burst)

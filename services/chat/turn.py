@@ -56,6 +56,7 @@ from services.common.depfail import database_unavailable, dependency_error
 from services.common.errors import Cancelled, DeadlineExceeded, DomainError, Internal, NotFound, Unavailable
 from services.common.incidents import INCIDENTS
 from services.common.telemetry import REQUEST_TRACE_ID
+from services.common.metrics import LocalCounter
 from services.common.ids import check_same_request, new_id
 
 log = logging.getLogger(__name__)
@@ -141,8 +142,8 @@ class TurnRunner:
         meter=None, stale_margin_s: float = STALE_MARGIN_S, workspace: WorkspaceStore | None = None,
     ):
         # `agentfeedback.chat.turns` by `outcome` (OK, or the error's ErrorInfo reason: low cardinality).
-        self._turns = meter.create_counter(
-            "agentfeedback.chat.turns", unit="{turn}", description="Turns run, by outcome (OK or the error reason)."
+        self._turns = LocalCounter(
+            meter, "agentfeedback.chat.turns", unit="{turn}", description="Turns run, by outcome (OK or the error reason)."
         ) if meter is not None else None
         self._repo = repo
         self._agent = agent

@@ -18,6 +18,7 @@ from typing import Any
 from opentelemetry.metrics import Meter, Observation
 
 from services.common.incidents import log_failure
+from services.common.metrics import LocalCounter
 from services.feedback.repository.capture import CaptureStore
 
 log = logging.getLogger(__name__)
@@ -27,10 +28,11 @@ BACKLOG_EVERY_S = 5.0
 
 class FeedbackMetrics:
     def __init__(self, meter: Meter, repo: CaptureStore, every_s: float = BACKLOG_EVERY_S):
-        self._reports = meter.create_counter("agentfeedback.feedback.reports_created", unit="{report}",
-                                             description="Reports stored, by author.")
-        self._ratings = meter.create_counter("agentfeedback.feedback.ratings_written", unit="{rating}",
-                                             description="Ratings written by PutRating, by scope.")
+        self._reports = LocalCounter(meter, "agentfeedback.feedback.reports_created", unit="{report}",
+                                     description="Reports stored, by author.")
+        self._ratings = LocalCounter(meter, "agentfeedback.feedback.ratings_written", unit="{rating}",
+                                     description="Ratings written by PutRating, by scope.")
+        self._scope_attrs: dict[Any, dict[str, str]] = {}
         self._backlog, self._oldest_age_s = 0, 0.0
         meter.create_observable_gauge("agentfeedback.feedback.capture_backlog", [lambda _o: [Observation(self._backlog)]],
                                       unit="{report}", description="Reports whose trace snapshot is PENDING.")
@@ -45,7 +47,10 @@ class FeedbackMetrics:
         self._reports.add(1, {"author": getattr(author, "name", str(author))})
 
     def rating_written(self, scope: Any) -> None:
-        self._ratings.add(1, {"scope": getattr(scope, "name", str(scope))})
+        attrs = self._scope_attrs.get(scope)
+        if attrs is None:
+            attrs = self._scope_attrs[scope] = {"scope": getattr(scope, "name", str(scope))}
+        self._ratings.add(1, attrs)
 
     async def refresh(self) -> None:
         """Read the backlog now (the loop does it every `every_s`)."""

@@ -139,7 +139,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     reports.on_created, ratings.on_written = fm.report_created, fm.rating_written
     ratings.on_evaluated = lambda r, trace_id: evaluation_events.emit(tracer, evaluation_events.of_rating(r, trace_id))
     server_refresh = fm.refresh
-    server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer, metrics=RpcMetrics(metrics.meter)),
+    server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer, metrics=RpcMetrics(metrics)),
                          quota, PokeAfterWrites(wakeups, FEED_WRITE_METHODS)],
                         grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.metrics = metrics

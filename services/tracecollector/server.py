@@ -173,7 +173,7 @@ async def create_server(
             srv.forwarder.on_spans = cm.forwarded
             cm.queue("otlp_forward", lambda: srv.forwarder.queued, settings.forward_queue_max)
         ingestor = Ingestor(srv.writer, window, srv.forwarder.submit if srv.forwarder else None)
-        rpc_metrics = RpcMetrics(srv.metrics.meter)
+        rpc_metrics = RpcMetrics(srv.metrics)
 
         provider = tracer_provider or trace.get_tracer_provider()
         tracer = provider.get_tracer("services.tracecollector")

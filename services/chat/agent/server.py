@@ -57,7 +57,7 @@ async def create_server(
     metrics = await ServiceMetrics("agent", settings.metrics_listen).start()
     span_export_metrics(metrics.meter, provider)
     interceptor = ServiceInterceptor(
-        Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics.meter)
+        Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics)
     )
     server = GrpcServer([interceptor], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.metrics = metrics
