@@ -56,6 +56,9 @@ LOOPBACK_NAMES = frozenset({"localhost"})
 PAGE = 20
 CLAIM_LIMIT = 32
 PRUNE_INTERVAL_S = 3600.0
+# Least time between two passes woken by commits: every write wakes the worker, and a pass is two
+# statements even with no subscription, so a burst of writes is served by one pass every PASS_GAP_S.
+PASS_GAP_S = 0.05
 
 
 def check_url(url: str) -> str:
@@ -143,8 +146,13 @@ class Webhooks:
         await self._http.aclose()
 
     async def _loop(self) -> None:
-        idle_too, next_prune = True, 0.0
+        idle_too, next_prune, last_pass = True, 0.0, 0.0
         while not self._stopping:
+            if idle_too and (gap := last_pass + PASS_GAP_S - time.monotonic()) > 0:
+                await asyncio.sleep(gap)
+                if self._stopping:
+                    break
+            last_pass = time.monotonic()
             woken = self._wakeups.changed()  # before the pass: a commit during it makes another pass
             timeout: float | None = None
             try:
