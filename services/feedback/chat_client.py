@@ -10,6 +10,7 @@ INTERNAL `CHAT_FAILED`, not "chat unreachable".
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -68,6 +69,18 @@ class ChatClient:
             return InvalidArgument(field_path, e.details() or "rejected by the chat service")
         return from_upstream(e, "chat")
 
+    async def _pages(self, rpc: Callable, req, md: Metadata, resource: str, field_path: str) -> AsyncIterator:
+        """Every page of the List call `rpc(req)` in turn (`req.page_token` moved along; errors as `_map`)."""
+        while True:
+            try:
+                resp = await rpc(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
+            except grpc.aio.AioRpcError as e:
+                raise self._map(e, resource, field_path) from None
+            yield resp
+            if not resp.next_page_token:
+                return
+            req.page_token = resp.next_page_token
+
     async def get_message(self, name: str, md: Metadata, field_path: str = "feedback.message") -> MessageView:
         """GetMessage(name) → MessageView. NotFound when unknown or not the caller's."""
         try:
@@ -85,16 +98,8 @@ class ChatClient:
                                            turn_of_message=turn_of_message)
         if turn_index is not None:
             req.turn_index = turn_index
-        out: list[MessageView] = []
-        while True:
-            try:
-                resp = await self._stub.ListMessages(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
-            except grpc.aio.AioRpcError as e:
-                raise self._map(e, turn_of_message or parent, field_path) from None
-            out += [to_view(m) for m in resp.messages]
-            if not resp.next_page_token:
-                return out
-            req.page_token = resp.next_page_token
+        return [to_view(m) async for resp in self._pages(self._stub.ListMessages, req, md, turn_of_message or parent,
+                                                         field_path) for m in resp.messages]
 
     async def messages_through(self, parent: str, md: Metadata, through_turn_index: int,
                                field_path: str = "conversation") -> list[MessageView]:
@@ -102,18 +107,12 @@ class ChatClient:
         it). NotFound when `parent` is unknown or not the caller's."""
         out: list[MessageView] = []
         req = chat_pb2.ListMessagesRequest(parent=parent, page_size=1000)
-        while True:
-            try:
-                resp = await self._stub.ListMessages(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
-            except grpc.aio.AioRpcError as e:
-                raise self._map(e, parent, field_path) from None
+        async for resp in self._pages(self._stub.ListMessages, req, md, parent, field_path):
             for m in resp.messages:
                 if m.turn_index > through_turn_index:
                     return out
                 out.append(to_view(m))
-            if not resp.next_page_token:
-                return out
-            req.page_token = resp.next_page_token
+        return out
 
     async def replies_through(self, parent: str, md: Metadata, through_turn_index: int,
                               field_path: str) -> dict[int, str]:
@@ -158,17 +157,10 @@ class ChatClient:
 
     async def forks(self, md: Metadata) -> list[tuple[str, str, int]]:
         """The caller's forked instances: (fork, its source, the last turn it copied), pages of 1000."""
-        out: list[tuple[str, str, int]] = []
         req = chat_pb2.ListInstancesRequest(page_size=1000)
-        while True:
-            try:
-                resp = await self._stub.ListInstances(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
-            except grpc.aio.AioRpcError as e:
-                raise self._map(e, "instances", "instances") from None
-            out += [(i.name, i.fork_source, i.fork_turn_index) for i in resp.instances if i.fork_source]
-            if not resp.next_page_token:
-                return out
-            req.page_token = resp.next_page_token
+        return [(i.name, i.fork_source, i.fork_turn_index)
+                async for resp in self._pages(self._stub.ListInstances, req, md, "instances", "instances")
+                for i in resp.instances if i.fork_source]
 
     async def check_instance(self, name: str, md: Metadata, field_path: str) -> None:
         """GetInstance(name): NotFound when unknown or not the caller's."""
