@@ -211,6 +211,6 @@ async def create_server(
     except BaseException:
         await srv.stop(0)
         raise
-    log.info("trace collector: OTLP/gRPC %d, OTLP/HTTP %d, query %d",
-             srv.ports["otlp_grpc"], srv.ports["otlp_http"], srv.ports["query"])
+    log.info("trace collector: OTLP/gRPC %d, OTLP/HTTP %d, query %d, metrics %d (0: none)",
+             srv.ports["otlp_grpc"], srv.ports["otlp_http"], srv.ports["query"], srv.metrics.port)
     return srv

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,16 +42,21 @@ from services.common.health import wait_serving
 from services.common.auth import mint_token
 from tests.helpers.procs import reported_port
 from tests.helpers.ports import closed_port
+from tests.helpers.scrape import scrape, value
 
 WORKERS = 8
 SPANS_PER_EXPORT = 2000
 GRACE_S = 10.0
-LOAD_BEFORE_SIGTERM_S = 1.5
+# Deadlines of the waits for a condition (a loaded machine takes seconds where an idle one takes ms):
+# every worker has had a call acknowledged; every worker's call is held by the server on the stall.
+START_DEADLINE_S = 90.0  # the process's start-up, to its port logged and SERVING
+LOAD_DEADLINE_S = 60.0
+HELD_DEADLINE_S = 30.0
 # opentelemetry-proto docs/specification.md, "OTLP/gRPC Response" → retryable gRPC codes (subset seen here).
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
 JWT_SECRET = "shutdown-test-secret-0123456789abcdef"
-# Writes stalled before SIGTERM (every client's call then waits inside the server) and kept stalled this
-# long after NOT_SERVING (stop(grace) has begun): see sigterm_under_load.
+# Writes stalled this long before SIGTERM when the server's held calls cannot be counted (no `held_fn`),
+# and kept stalled this long after NOT_SERVING (stop(grace) has begun): see sigterm_under_load.
 STALL_BEFORE_SIGTERM_S = 0.5
 STALL_AFTER_NOT_SERVING_S = 0.5
 
@@ -92,6 +98,8 @@ class Load:
 
 # One call of the load: (channel, worker, n) → the key of what the server acknowledged (raises AioRpcError).
 CallFn = Callable[[grpc.aio.Channel, int, int], Awaitable[str]]
+# How many calls the server holds stalled on the locked table: (the test's connection, the service's log).
+HeldFn = Callable[[asyncpg.Connection, Path], Awaitable[int]]
 
 
 async def _client(port: int, load: Load, worker: int, call_fn: CallFn) -> None:
@@ -129,15 +137,23 @@ async def _watch_health(stub: health_pb2_grpc.HealthStub, seen: list[tuple[float
         return
 
 
+async def _until(what: Callable[[], Awaitable[bool]], deadline_s: float) -> None:
+    """Return once `what()` holds (checked every 10 ms) or `deadline_s` has passed: the caller's
+    assertion then names what did not happen."""
+    deadline = time.monotonic() + deadline_s
+    while not await what() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+
+
 async def sigterm_under_load(entry_point: str, env: dict[str, str], port_logged: str, call_fn: CallFn,
-                             log_path: Path, database_url: str, table: str) -> list[str]:
+                             held_fn: HeldFn | None, log_path: Path, database_url: str, table: str) -> list[str]:
     """Start `entry_point` (its listener on port 0; `port_logged`: the regex of its log line naming the port
     it got, group 1), load it with WORKERS concurrent clients, stall its writes, SIGTERM it, and check
     the shutdown properties of the module docstring seen from outside. Returns the acknowledged keys.
 
     The stall makes "in flight" certain rather than a matter of timing: the test holds a SHARE lock on
-    `table` (what every call writes), so each client's call is inside the server waiting for the database
-    when SIGTERM arrives; the lock is released only after the server has reported NOT_SERVING and waited
+    `table` (what every call writes), and SIGTERM is sent once `held_fn` sees every client's call inside
+    the server waiting for the database (without one: STALL_BEFORE_SIGTERM_S after the lock); the lock is released only after the server has reported NOT_SERVING and waited
     STALL_AFTER_NOT_SERVING_S in stop(grace). A drained call then ends OK after that release; with a grace
     of 0 it would be cancelled (checked by hand: the test fails)."""
     exe = Path(sys.executable).parent / entry_point
@@ -149,14 +165,18 @@ async def sigterm_under_load(entry_point: str, env: dict[str, str], port_logged:
     tasks: list[asyncio.Task] = []
     health_ch = None
     try:
-        port = await reported_port(log_path, proc, port_logged)
+        port = await reported_port(log_path, proc, port_logged, timeout_s=START_DEADLINE_S)
         health_ch = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        await _wait_serving(port, proc)
+        await _wait_serving(port, proc, START_DEADLINE_S)
         workers = [asyncio.create_task(_client(port, load, w, call_fn)) for w in range(WORKERS)]
         seen: list[tuple[float, int]] = []
         watcher = asyncio.create_task(_watch_health(health_pb2_grpc.HealthStub(health_ch), seen))
         tasks = [*workers, watcher]
-        await asyncio.sleep(LOAD_BEFORE_SIGTERM_S)
+
+        async def loaded() -> bool:
+            return sum(1 for c in load.calls if c.code == grpc.StatusCode.OK) >= WORKERS or any(t.done() for t in workers)
+
+        await _until(loaded, LOAD_DEADLINE_S)
         acked_before = sum(1 for c in load.calls if c.code == grpc.StatusCode.OK)
         assert acked_before >= WORKERS, (
             f"not under load: {acked_before} calls acknowledged before SIGTERM; "
@@ -165,8 +185,16 @@ async def sigterm_under_load(entry_point: str, env: dict[str, str], port_logged:
         stall = locker.transaction()
         await stall.start()
         await locker.execute(f"LOCK TABLE {table} IN SHARE MODE")  # blocks INSERT/COPY, not reads
-        await asyncio.sleep(STALL_BEFORE_SIGTERM_S)
+
+        if held_fn is None:
+            await asyncio.sleep(STALL_BEFORE_SIGTERM_S)
+        else:
+            async def all_held() -> bool:
+                return await held_fn(locker, log_path) >= WORKERS
+
+            await _until(all_held, HELD_DEADLINE_S)
         in_flight = [c for c in load.calls if c.code is None]
+        held = WORKERS if held_fn is None else await held_fn(locker, log_path)
         sigterm_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         deadline = sigterm_at + 10
@@ -213,6 +241,7 @@ async def sigterm_under_load(entry_point: str, env: dict[str, str], port_logged:
         for c in load.calls if c.code not in (grpc.StatusCode.OK, None)]
     # Every call in flight at SIGTERM (stalled on the database) finished OK once the database moved again.
     assert len(in_flight) == WORKERS, f"{len(in_flight)} calls in flight at SIGTERM, expected {WORKERS}"
+    assert held >= WORKERS, f"{held} calls held by the server on the stall at SIGTERM, expected {WORKERS}"
     not_drained = [(c.code, c.details, round(c.ended - released_at, 3)) for c in in_flight
                    if c.code != grpc.StatusCode.OK or c.ended < released_at]
     assert not not_drained, f"in-flight calls not drained: {not_drained}\n{logs}"
@@ -237,6 +266,7 @@ async def test_collector_sigterm_under_load_drains_and_loses_no_acknowledged_spa
         "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_HOST": "127.0.0.1",
         "AGENTFEEDBACK_COLLECTOR_OTLP_HTTP_PORT": "0",
         "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN": "127.0.0.1:0",
+        "AGENTFEEDBACK_COLLECTOR_METRICS_LISTEN": "127.0.0.1:0",  # its span queue: what `held` reads
     }
 
     async def export(ch: grpc.aio.Channel, worker: int, n: int) -> str:
@@ -245,8 +275,14 @@ async def test_collector_sigterm_under_load_drains_and_loses_no_acknowledged_spa
         assert not resp.partial_success.rejected_spans, resp.partial_success.error_message
         return trace_id.hex()
 
+    async def held(_conn: asyncpg.Connection, log: Path) -> int:
+        # An Export reserves its spans in the write queue on arrival and holds them until committed;
+        # its COPY waits on the lock (group commit: fewer COPYs than Exports, so not countable in pg_locks).
+        port = int(re.search(r"metrics (\d+)", log.read_text(errors="replace")).group(1))
+        return int(value(await scrape(port), "otelcol_exporter_queue_size", exporter="postgresql")) // SPANS_PER_EXPORT
+
     acked = await sigterm_under_load("agentfeedback-tracecollector", env, r"OTLP/gRPC (\d+), OTLP/HTTP", export,
-                                     tmp_path / "collector.log", database_url, "traces.spans")
+                                     held, tmp_path / "collector.log", database_url, "traces.spans")
     conn = await asyncpg.connect(database_url)
     try:
         rows = await conn.fetch(
@@ -297,8 +333,8 @@ async def test_feedback_sigterm_under_load_drains_and_loses_no_acknowledged_row(
         assert fb.name.startswith("feedback/"), fb.name
         return fb.name.removeprefix("feedback/")
 
-    acked = await sigterm_under_load("agentfeedback-feedback", env, r"FeedbackService listening on port (\d+)", create, tmp_path / "feedback.log",
-                                     database_url, "feedback.feedback")
+    acked = await sigterm_under_load("agentfeedback-feedback", env, r"FeedbackService listening on port (\d+)", create,
+                                     None, tmp_path / "feedback.log", database_url, "feedback.feedback")
     conn = await asyncpg.connect(database_url)
     try:
         stored = {r["id"] for r in await conn.fetch("SELECT id FROM feedback.feedback WHERE id = ANY($1::text[])",
