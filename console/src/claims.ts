@@ -2,6 +2,8 @@
 // lease; this tab is one review session (an id kept in sessionStorage, so a reload keeps its claims and
 // another tab or browser is another claimant). The open item's claim is renewed while it stays open.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { ConnectError } from "@connectrpc/connect";
+import { ErrorInfoSchema } from "./gen/google/rpc/error_details_pb";
 import { api, errorReason, uuid4 } from "./api";
 import type { Feedback, FeedbackClaim } from "./gen/agentfeedback/feedback/v1/feedback_pb";
 
@@ -23,6 +25,16 @@ export function claimedByOther(fb: Feedback, now = Date.now()): FeedbackClaim | 
   const c = fb.claim;
   if (!c || !c.expireTime || timestampDate(c.expireTime).getTime() <= now) return null;
   return c.session === reviewSession() ? null : c;
+}
+
+/** A triage refusal because another session holds the claim (FAILED_PRECONDITION FEEDBACK_CLAIMED):
+ * "claimed by alice in another review session until 21:04", else null. */
+export function claimRefusal(e: unknown): string | null {
+  if (errorReason(e) !== "FEEDBACK_CLAIMED") return null;
+  const md = ConnectError.from(e).findDetails(ErrorInfoSchema)[0]?.metadata ?? {};
+  const until = md.expire_time ? new Date(md.expire_time) : null;
+  return `claimed by ${md.claimant || "another reviewer"} in another review session` +
+    (until && !isNaN(until.getTime()) ? ` until ${until.toTimeString().slice(0, 5)}` : "");
 }
 
 export type ClaimResult = { ok: true; feedback: Feedback } | { ok: false; held: boolean; error: unknown };

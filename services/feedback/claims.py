@@ -6,7 +6,8 @@ Owner-scoped like UpdateFeedback (scope `feedback:triage`, checked by METHOD_SCO
 report is NOT_FOUND. A claimant is (`sub`, session); another claimant's live claim is
 FAILED_PRECONDITION, reason FEEDBACK_CLAIMED (metadata `claimant`, `expire_time`); the holder's call
 renews it; an expired one is taken over. A new claimant and a release are audited (CLAIM_FEEDBACK /
-RELEASE_FEEDBACK), a renewal is not. A claim locks nothing else: triage stays etag-guarded.
+RELEASE_FEEDBACK), a renewal is not. Triage honours it (`check_holder`, called by Reports.update / file):
+only the holder's session may change or file a claimed report until the claim ends or expires.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from services.common.auth import Principal
+from services.common.clip import clip
 from services.common.errors import FailedPrecondition, NotFound
 from services.feedback.audit import entry
 from services.feedback.model.enums import AuditAction
@@ -26,8 +28,16 @@ CLAIMED = "FEEDBACK_CLAIMED"
 
 def _held(c: Claim) -> FailedPrecondition:
     until = c.expire_time.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
-    return FailedPrecondition(f"claimed by another review session until {until}", reason=CLAIMED,
-                              claimant=c.claimant, expire_time=until)
+    return FailedPrecondition(f"claimed by {clip(c.claimant, 64)} in another review session until {until}",
+                              reason=CLAIMED, claimant=c.claimant, expire_time=until)
+
+
+def check_holder(claim: Claim | None, sub: str, session: str) -> None:
+    """Triage of a report with live claim `claim` by (`sub`, `session`): FAILED_PRECONDITION
+    FEEDBACK_CLAIMED (claimant, expire_time) unless the claim is theirs or there is none. FAILED_PRECONDITION
+    rather than ABORTED (AIP-193): an immediate re-read and retry cannot succeed while the claim lives."""
+    if claim is not None and (claim.claimant, claim.session) != (sub, session):
+        raise _held(claim)
 
 
 class Claims:

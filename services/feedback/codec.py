@@ -37,6 +37,7 @@ from services.feedback.model.audit import AuditRecord
 from services.feedback.model.enums import (
     Author,
     Category,
+    RatingOrigin,
     RatingScope,
     RatingSentiment,
     Sentiment,
@@ -45,7 +46,7 @@ from services.feedback.model.enums import (
     Surface,
     TraceState,
 )
-from services.feedback.model.rating import Rating, RatingKey, RatingPut, RatingWrite
+from services.feedback.model.rating import Rating, RatingFilter, RatingKey, RatingPut, RatingWrite
 from services.feedback.model.report import (
     Anchor,
     Change,
@@ -364,10 +365,11 @@ def update_feedback(request: pb.UpdateFeedbackRequest, metadata: Iterable[tuple[
     rid = v.check(parse_request_id, request.request_id, "request_id")
     if new.etag:
         v.check(parse_etag, new.etag, "feedback.etag")
+    session = v.check(_review_session, request.review_session)
     v.raise_any()
     return fid, Change(new.etag, status, new.issue_url if "issue_url" in paths else None, rid,
                        _update_fingerprint(request) if rid is not None else None, audit.update_action(metadata),
-                       next((v for k, v in (metadata or ()) if k == ACTOR_METADATA), None))
+                       next((v for k, v in (metadata or ()) if k == ACTOR_METADATA), None), session or "")
 
 
 def _update_fingerprint(request: pb.UpdateFeedbackRequest) -> bytes:
@@ -389,14 +391,29 @@ def name_and_request_id(request: pb.DeleteFeedbackRequest | pb.FileFeedbackReque
     return fid, rid
 
 
+def file_feedback(request: pb.FileFeedbackRequest) -> tuple[str, str]:
+    """FileFeedback: the report's id (`name`) and the caller's review session ('' when none)."""
+    v = Violations()
+    fid = v.check(feedback_id, request.name)
+    v.check(parse_request_id, request.request_id, "request_id")
+    session = v.check(_review_session, request.review_session)
+    v.raise_any()
+    return fid, session or ""
+
+
 # ClaimFeedback's lease: default and bounds (seconds).
 CLAIM_TTL_DEFAULT_S, CLAIM_TTL_MIN_S, CLAIM_TTL_MAX_S = 300.0, 1.0, 1800.0
 
 
-def _session(session: str) -> str:
+def _session(session: str, field: str = "session") -> str:
     if not 1 <= len(session) <= 64 or not all(" " < c <= "~" for c in session):
-        raise InvalidArgument("session", "must be 1 to 64 printable ASCII characters (no spaces)")
+        raise InvalidArgument(field, "must be 1 to 64 printable ASCII characters (no spaces)")
     return session
+
+
+def _review_session(session: str) -> str:
+    """UpdateFeedback / FileFeedback `review_session`: optional, else as ClaimFeedback's `session`."""
+    return _session(session, "review_session") if session else ""
 
 
 def _ttl(request: pb.ClaimFeedbackRequest) -> float:
@@ -453,17 +470,29 @@ def rating_id(request: pb.DeleteRatingRequest) -> str:
     return parse_name(request.name, "ratings/{}", "name")[0]
 
 
-def list_ratings(request: pb.ListRatingsRequest) -> tuple[str, int | None, int]:
-    """ListRatings: the conversation, the turn filter (None: every turn; negative → INVALID_ARGUMENT)
-    and the page size."""
+EVERY_CONVERSATION = "instances/-"
+
+
+def list_ratings(request: pb.ListRatingsRequest) -> tuple[str, int | None, RatingFilter, int]:
+    """ListRatings: the conversation (`instances/-`: every one of the caller's), the turn filter (None:
+    every turn; negative, or with `instances/-` → INVALID_ARGUMENT), the filters and the page size."""
     v = Violations()
-    v.check(parse_name, request.conversation, "instances/{}", "conversation")
+    every = request.conversation == EVERY_CONVERSATION
+    if not every:
+        v.check(parse_name, request.conversation, "instances/{}", "conversation")
     size = v.check(pages.page_size, request.page_size, 100, 1000)
     turn = request.turn_index if request.HasField("turn_index") else None
     if turn is not None and turn < 0:
         v.add("turn_index", "must be 0 or more (turns count from 0)")
+    elif turn is not None and every:
+        v.add("turn_index", f"names a turn of one conversation, not of {EVERY_CONVERSATION}")
+    f = RatingFilter(
+        sentiment=v.check(enum_value, request.sentiment, RatingSentiment, "sentiment"),
+        reason=v.check(check_slug, request.reason, "reason"),
+        start_time=v.check(parse_timestamp, request.start_time, "start_time") if request.HasField("start_time") else None,
+        origin=v.check(enum_value, request.origin, RatingOrigin, "origin"))
     v.raise_any()
-    return request.conversation, turn, size
+    return request.conversation, turn, f, size
 
 
 def rating_position(pos: dict[str, Any]) -> tuple[int, int, str, str]:
@@ -479,6 +508,14 @@ def rating_position(pos: dict[str, Any]) -> tuple[int, int, str, str]:
 def rating_position_key(r: Rating) -> dict[str, Any]:
     k = r.key
     return {"k": [k.turn_index, k.scope, k.aspect, k.artifact_id]}
+
+
+def rating_filters(conversation: str, turn: int | None, f: RatingFilter) -> dict[str, Any]:
+    """What a ListRatings page token is bound to: every filter of the request (those not applied left
+    out, so a token issued before the filters existed still reads the same request)."""
+    more = {"sentiment": int(f.sentiment), "reason": f.reason,
+            "start_time": f.start_time.isoformat() if f.start_time else None, "origin": int(f.origin)}
+    return {"conversation": conversation, "turn_index": turn, **{k: v for k, v in more.items() if v}}
 
 
 def copy_ratings(request: pb.CopyRatingsRequest) -> tuple[str, str, int, uuid.UUID | None]:

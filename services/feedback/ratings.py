@@ -7,6 +7,7 @@ about a turn, which DeleteTurn can remove) are briefly remembered.
 """
 from __future__ import annotations
 
+import datetime as dt
 import time
 import uuid
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from services.common.ids import check_same_request, new_id
 from services.feedback import domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.model.enums import RatingScope
-from services.feedback.model.rating import Rating, RatingKey, RatingPut
+from services.feedback.model.rating import Rating, RatingFilter, RatingKey, RatingPut
 from services.feedback.repository.ratings import RatingStore
 
 
@@ -158,11 +159,17 @@ class Ratings:
         """Deleting an absent (or another owner's) rating succeeds and changes nothing."""
         await self._repo.delete_rating(rid, p.sub)
 
-    async def list(self, p: Principal, conversation: str, turn_index: int | None,
+    async def list(self, p: Principal, conversation: str, turn_index: int | None, f: RatingFilter,
                    after: tuple[int, int, str, str] | None, size: int) -> list[Rating]:
-        """The caller's ratings of one conversation (optionally one turn), by turn, scope, aspect;
-        at most `size` + 1 (one more tells the caller there is a next page)."""
-        return await self._repo.list_ratings(p.sub, conversation, turn_index, after, size + 1)
+        """The caller's ratings of one conversation (optionally one turn) matching `f`, by turn, scope,
+        aspect; at most `size` + 1 (one more tells the caller there is a next page)."""
+        return await self._repo.list_ratings(p.sub, conversation, turn_index, f, after, size + 1)
+
+    async def list_every(self, p: Principal, f: RatingFilter, after: tuple[dt.datetime, str] | None,
+                         size: int) -> list[Rating]:
+        """The caller's ratings of every conversation matching `f`, newest first (update_time, id) after
+        the keyset `after`; at most `size` + 1."""
+        return await self._repo.list_owner_ratings(p.sub, f, after, size + 1)
 
     async def copy(self, p: Principal, source: str, target: str, through_turn_index: int,
                    request_id: uuid.UUID | None = None) -> int:

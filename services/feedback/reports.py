@@ -30,6 +30,7 @@ from services.common.etags import etag_matches
 from services.common.ids import check_same_request, new_id, parse_trace_id
 from services.feedback import audit, domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
+from services.feedback.claims import check_holder
 from services.feedback.events import emit_created
 from services.feedback.model.enums import AuditAction, Author, Status
 from services.feedback.model.report import (
@@ -264,6 +265,7 @@ class Reports:
                                           reason="REQUEST_ID_REUSED")
                 check_same_request(earlier.fingerprint, c.fingerprint)
                 return None
+            check_holder(cur.claim, p.sub, c.session)
             if not etag_matches(c.etag, cur.version, cur.id):
                 raise domain.Stale(c.etag, cur)
             status = c.status if c.status is not None else cur.status
@@ -294,7 +296,7 @@ class Reports:
         if not deleted:
             raise NotFound(f"feedback/{fid}")
 
-    async def file(self, p: Principal, fid: str) -> Report:
+    async def file(self, p: Principal, fid: str, session: str = "") -> Report:
         """Render the ticket, send it to the sink, store its URL, set FILED — once.
 
         Concurrent or repeated calls: one caller takes the filing claim (a leased column); the others
@@ -302,8 +304,9 @@ class Reports:
         waits up to `filing_capture_wait_s` for the capture worker, so the ticket carries the turn's tool
         calls. FAILED_PRECONDITION for a DISMISSED or unverified report, or one naming a client-chosen
         id (CLIENT_CHOSEN_ID: tickets carry server-generated ids only); ABORTED when another filer
-        holds the claim longer than FILING_WAIT_S; UNAVAILABLE when the tracker cannot be reached
-        (nothing stored; safe to retry)."""
+        holds the claim longer than FILING_WAIT_S; FAILED_PRECONDITION FEEDBACK_CLAIMED while another
+        review session than (caller, `session`) holds a live claim on it (nothing sent); UNAVAILABLE when
+        the tracker cannot be reached (nothing stored; safe to retry)."""
         deadline = time.monotonic() + FILING_WAIT_S
         capture_deadline = time.monotonic() + self._capture_wait_s
         woke = False
@@ -316,6 +319,7 @@ class Reports:
                                          "an unverified report is not filed", reason="ANCHOR_UNVERIFIED")
             domain.check_transition(r.status, Status.FILED)
             check_server_ids(r)
+            check_holder(await self._repo.live_claim(fid), p.sub, session)
             if r.trace.state == domain.TRACE_PENDING and time.monotonic() < capture_deadline:
                 # The turn's tool calls are not frozen yet (a report filed right after it was made): let
                 # the capture worker look now, and file once it did (or when the wait is over).
@@ -324,7 +328,7 @@ class Reports:
                     woke = True
                 await asyncio.sleep(0.1)
                 continue
-            claimed = await self._repo.claim_filing(fid, p.sub, FILING_LEASE_S)
+            claimed = await self._repo.claim_filing(fid, p.sub, FILING_LEASE_S, p.sub, session)
             if claimed is not None:
                 break
             if time.monotonic() > deadline:

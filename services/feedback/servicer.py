@@ -128,8 +128,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
 
     async def FileFeedback(self, request: pb.FileFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
         """File the report's ticket once (Reports.file has the waits and errors)."""
-        fid, _ = codec.name_and_request_id(request)
-        return self._pb(await self._reports.file(current_principal(), fid))
+        fid, session = codec.file_feedback(request)
+        return self._pb(await self._reports.file(current_principal(), fid, session))
 
     async def ClaimFeedback(self, request: pb.ClaimFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
         """Claim (or renew) the caller's report for one review session (Claims.claim has the rules)."""
@@ -158,14 +158,19 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         return empty_pb2.Empty()
 
     async def ListRatings(self, request: pb.ListRatingsRequest, context) -> pb.ListRatingsResponse:  # noqa: N802
-        """The caller's ratings of one conversation (optionally one turn: INVALID_ARGUMENT when
-        negative), by turn, scope, aspect; a page token is bound to its conversation and turn filter."""
-        conversation, turn, size = codec.list_ratings(request)
+        """The caller's ratings of one conversation (optionally one turn), by turn, scope, aspect, or of
+        every conversation (`instances/-`) newest first; filtered; a page token is bound to the filters."""
+        conversation, turn, f, size = codec.list_ratings(request)
         p = current_principal()
-        got = await pages.page(request.page_token, size, {"conversation": conversation, "turn_index": turn},
-                               codec.rating_position,
-                               lambda after, n: self._ratings.list(p, conversation, turn, after, n),
-                               codec.rating_pb, codec.rating_position_key)
+        bound = codec.rating_filters(conversation, turn, f)
+        if conversation == codec.EVERY_CONVERSATION:  # newest first across the caller's conversations
+            got = await pages.page(request.page_token, size, bound, pages.time_id,
+                                   lambda after, n: self._ratings.list_every(p, f, after, n), codec.rating_pb,
+                                   lambda r: pages.time_id_key(r.update_time, r.id))
+        else:
+            got = await pages.page(request.page_token, size, bound, codec.rating_position,
+                                   lambda after, n: self._ratings.list(p, conversation, turn, f, after, n),
+                                   codec.rating_pb, codec.rating_position_key)
         return pb.ListRatingsResponse(ratings=got.items, next_page_token=got.next_page_token)
 
     async def CopyRatings(self, request: pb.CopyRatingsRequest, context) -> pb.CopyRatingsResponse:  # noqa: N802

@@ -5,7 +5,7 @@ turn, the trace, the owner's judgement of the turn with taxonomy labels, and the
 agent-recorded report as a link; the keyboard works it (j next, k previous, t triaged, f file) and the
 service agrees; a selection is triaged in bulk, a refused transition said so; the item one session
 holds is shown as claimed to a second browser session (its own sessionStorage: another claimant), whose
-triage controls are off; "My ratings" lists the owner's judgement by agent name, turn and question
+triage controls are off and whose bulk triage of it the service refuses (FEEDBACK_CLAIMED, shown); "My ratings" lists the owner's judgement by agent name, turn and question
 label and changes it in place (the service agrees).
 
 Chromium runs the flow at 1280 px and looks again at 320 px; WebKit (WebKitGTK) runs it at 320 px and
@@ -150,6 +150,12 @@ def queue_flow(b, second, engine: str, width: int, site: str, gateway_url: str, 
         second.wait(".queue-item .badge.claimed")
         assert second.js("document.querySelector('.queue-actions .q-triage').disabled") is True
         second.shot(f"{engine}-{width}-queue-claimed-elsewhere")
+        # The service enforces the claim: the second session's bulk triage of the held item is refused,
+        # naming the holder and the expiry, and the page says so.
+        second.press("x")
+        second.click(".bulk-triage")
+        second.wait(".queue-status", "0 items marked triaged; 1 item not saved (claimed by alice in another review session until")
+        second.shot(f"{engine}-{width}-queue-claim-refused")
     b.press("t")
     _until(b, CURRENT, s.agent_report, f"{engine}: t saves and moves on")
     b.wait(f".queue-row[data-name='{s.billing_report}'] .badge.status-triaged")

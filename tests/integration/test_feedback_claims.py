@@ -7,46 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import grpc
 import pytest
-from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
-from google.protobuf import duration_pb2
 
-from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
+from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info
+from tests.helpers.claims import audit_actions, claim, release, reported
 from tests.helpers.feedback import expect_error
-from tests.stack import Stack, all_pages
-
-
-async def reported(stack: Stack, sub: str = "alice") -> pb.Feedback:
-    inst = await stack.chat().CreateInstance(chat_pb2.CreateInstanceRequest(
-        instance=chat_pb2.Instance(display_name="Agent", agent="reference"), request_id=str(uuid.uuid4())),
-        metadata=stack.md(sub))
-    t = await stack.chat().SendMessage(chat_pb2.SendMessageRequest(instance=inst.name, content="what is 2+2?",
-                                                                   request_id=str(uuid.uuid4())), metadata=stack.md(sub))
-    return await stack.feedback().CreateFeedback(pb.CreateFeedbackRequest(
-        feedback=pb.Feedback(message=t.reply.name, body="wrong sum"), request_id=str(uuid.uuid4())),
-        metadata=stack.md(sub))
-
-
-def claim(stack: Stack, name: str, session: str, ttl_s: float | None = None, sub: str = "alice", md=None):
-    ttl = duration_pb2.Duration(seconds=int(ttl_s), nanos=int((ttl_s % 1) * 1e9)) if ttl_s is not None else None
-    return stack.feedback().ClaimFeedback(pb.ClaimFeedbackRequest(name=name, session=session, ttl=ttl),
-                                          metadata=md or stack.md(sub))
-
-
-def release(stack: Stack, name: str, session: str, sub: str = "alice"):
-    return stack.feedback().ReleaseFeedback(pb.ReleaseFeedbackRequest(name=name, session=session),
-                                            metadata=stack.md(sub))
-
-
-async def audit_actions(stack: Stack, name: str) -> list[int]:
-    records = await all_pages(stack.feedback().ListAuditRecords, pb.ListAuditRecordsRequest(feedback=name),
-                              "audit_records", stack.md("ops", (SCOPE_FEEDBACK_ADMIN,)))
-    return [r.action for r in reversed(records)]  # oldest first
+from tests.stack import Stack
 
 
 async def test_a_claim_is_a_lease_seen_by_other_sessions_renewed_by_its_holder_and_released(stack: Stack):

@@ -6,7 +6,7 @@
 // The open item is claimed for this tab (claims.ts: a lease held by the feedback service, renewed while
 // open, released on leaving), so another session sees it as claimed and does not work it too.
 import { api, Code, errorCode, errorText, lastSegment, uuid4 } from "../api";
-import { claim, holdClaim } from "../claims";
+import { claim, claimedByOther, claimRefusal, holdClaim, reviewSession } from "../claims";
 import { h, mount } from "../dom";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Author, Category, ListFeedbackRequestSchema, Status, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
@@ -146,8 +146,11 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
 
   const update = async (fb: Feedback, to: Status): Promise<Feedback | string> => {
     try {
-      return await api().feedback.updateFeedback({ feedback: { name: fb.name, status: to, etag: fb.etag }, updateMask: { paths: ["status"] }, requestId: uuid4() });
+      return await api().feedback.updateFeedback({ feedback: { name: fb.name, status: to, etag: fb.etag }, updateMask: { paths: ["status"] },
+        requestId: uuid4(), reviewSession: reviewSession() });
     } catch (e) {
+      const held = claimRefusal(e);
+      if (held) return held;
       if (errorCode(e) === Code.Aborted) return "changed meanwhile";
       if (errorCode(e) === Code.FailedPrecondition) return `not allowed from ${statusName(fb.status)}`;
       return errorText(e);
@@ -159,7 +162,11 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     if (!fb) return;
     if (state.held) { status.textContent = "Claimed by another session: pick another item."; return; }
     const r = await update(fb, to);
-    if (typeof r === "string") { status.textContent = `Not saved (${r}).`; if (r === "changed meanwhile") await refresh(state.index); return; }
+    if (typeof r === "string") {
+      status.textContent = `Not saved (${r}).`;
+      if (r === "changed meanwhile" || r.startsWith("claimed by")) await refresh(state.index);
+      return;
+    }
     state.items[state.index] = r;
     redrawRow(r);
     status.textContent = `Marked ${statusName(to)}.`;
@@ -171,7 +178,10 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     const fb = await api().feedback.getFeedback({ name: state.items[i].name });
     state.items[i] = fb;
     redrawRow(fb);
-    if (i === state.index) mount(itemBox, actionBar(fb), queueItemView(fb));
+    if (i === state.index) {
+      state.held = !!claimedByOther(fb); // e.g. our lease lapsed and another session took the item
+      mount(itemBox, actionBar(fb), queueItemView(fb));
+    }
   };
 
   const fileCurrent = async () => {
@@ -179,13 +189,15 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     if (!fb || state.held) return;
     status.textContent = "Filing…";
     try {
-      const filed = await api().feedback.fileFeedback({ name: fb.name, requestId: uuid4() });
+      const filed = await api().feedback.fileFeedback({ name: fb.name, requestId: uuid4(), reviewSession: reviewSession() });
       state.items[state.index] = filed;
       redrawRow(filed);
       mount(itemBox, actionBar(filed), queueItemView(filed));
       status.textContent = "Filed.";
     } catch (e) {
-      status.textContent = `Not filed: ${errorText(e)}. You can try again.`;
+      const held = claimRefusal(e);
+      status.textContent = held ? `Not filed (${held}).` : `Not filed: ${errorText(e)}. You can try again.`;
+      if (held) await refresh(state.index);
     }
   };
 

@@ -78,3 +78,13 @@ class RatingPut:
     etag: str = ""
     request_id: uuid.UUID | None = None
     fingerprint: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RatingFilter:
+    """ListRatings' filters (0 / '' / None = not applied)."""
+
+    sentiment: RatingSentiment = RatingSentiment.UNSPECIFIED
+    reason: str = ""
+    start_time: dt.datetime | None = None
+    origin: RatingOrigin = RatingOrigin.UNSPECIFIED

@@ -294,3 +294,4 @@ class Change:
     fingerprint: bytes | None
     action: AuditAction = AuditAction.UPDATE_FEEDBACK  # RESOLVE when the MCP server's resolve_feedback says so
     actor: str | None = None  # the `x-agentfeedback-actor` metadata value (a RESOLVE needs the MCP server's)
+    session: str = ""  # the caller's review session (`review_session`): triage under its own claim

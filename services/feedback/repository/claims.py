@@ -26,6 +26,11 @@ RETURNING claimant, session, expire_time"""
 END = "DELETE FROM feedback_claims WHERE feedback_id = $1"
 LIVE = """SELECT feedback_id, claimant, session, expire_time FROM feedback_claims
 WHERE feedback_id = ANY($1::text[]) AND expire_time > now()"""
+LIVE_ONE = "SELECT claimant, session, expire_time FROM feedback_claims WHERE feedback_id = $1 AND expire_time > now()"
+# A guard for a triage statement on `feedback` (UpdateFeedback, FileFeedback's filing claim): no live claim
+# of another claimant than ($claimant, $session), the two parameters numbered by the caller.
+NOT_CLAIMED_BY_OTHERS = """NOT EXISTS (SELECT 1 FROM feedback_claims c WHERE c.feedback_id = feedback.id
+    AND c.expire_time > now() AND (c.claimant, c.session) IS DISTINCT FROM (${claimant}::text, ${session}::text))"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,11 @@ class ClaimOutcome:
 
 def _claim(r: asyncpg.Record | None) -> Claim | None:
     return Claim(r["claimant"], r["session"], r["expire_time"]) if r is not None else None
+
+
+async def live_claim(db: asyncpg.Connection | asyncpg.Pool, feedback_id: str) -> Claim | None:
+    """The report's live claim, read by a new statement (after a row lock it sees every committed claim)."""
+    return _claim(await db.fetchrow(LIVE_ONE, feedback_id))
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from services.common import ledger
-from services.common.db import NamedSQL
+from services.common.db import NamedSQL, fetch_custom_plan
 from services.common.etags import Etag
 from services.common.ledger import Ledger
 from services.feedback.model.enums import (
@@ -23,7 +23,7 @@ from services.feedback.model.enums import (
     RatingSentiment,
     Sentiment,
 )
-from services.feedback.model.rating import PutOutcome, Rating, RatingKey, RatingWrite
+from services.feedback.model.rating import PutOutcome, Rating, RatingFilter, RatingKey, RatingWrite
 from services.feedback.repository import rows
 
 RATING_COLUMNS = """id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
@@ -101,12 +101,25 @@ WITH {_RATING_PRIOR}, up AS (
 
 DELETE_RATING = "DELETE FROM ratings WHERE id = $1 AND owner = $2"
 
-LIST_RATINGS = f"""
+# ListRatings' optional filters (0 / '' / NULL = not applied).
+_RATING_FILTERS = """(:sentiment::smallint = 0 OR sentiment = :sentiment)
+  AND (:reason = '' OR reasons @> ARRAY[:reason::text])
+  AND (:start_time::timestamptz IS NULL OR update_time >= :start_time)
+  AND (:origin::smallint = 0 OR origin = :origin)"""
+LIST_RATINGS = NamedSQL(f"""
 SELECT {RATING_COLUMNS} FROM ratings
-WHERE owner = $1 AND conversation = $2 AND ($3::int IS NULL OR turn_index = $3)
-  AND ($4::int IS NULL OR (turn_index, scope, aspect, artifact_id) > ($4, $5, $6, $7))
+WHERE owner = :owner AND conversation = :conversation AND (:turn::int IS NULL OR turn_index = :turn)
+  AND {_RATING_FILTERS}
+  AND (:a_turn::int IS NULL OR (turn_index, scope, aspect, artifact_id) > (:a_turn, :a_scope, :a_aspect, :a_artifact))
 ORDER BY turn_index, scope, aspect, artifact_id
-LIMIT $8"""
+LIMIT :limit""")
+# `instances/-`: every conversation of the owner, newest first (index ratings_owner_time, migration 0070).
+LIST_OWNER_RATINGS = NamedSQL(f"""
+SELECT {RATING_COLUMNS} FROM ratings
+WHERE owner = :owner AND {_RATING_FILTERS}
+  AND (:after_time::timestamptz IS NULL OR (update_time, id) < (:after_time, :after_id))
+ORDER BY update_time DESC, id DESC
+LIMIT :limit""")
 
 # `:turns` / `:messages`: the fork's turns that have a stored non-empty assistant message, and those
 # messages' names: a MESSAGE rating is copied only onto such a turn (and names its message there);
@@ -172,6 +185,10 @@ def _key_values(key: RatingKey, owner: str) -> dict[str, Any]:
             "aspect": key.aspect, "artifact_id": key.artifact_id}
 
 
+def _filter_values(f: RatingFilter) -> dict[str, Any]:
+    return {"sentiment": f.sentiment, "reason": f.reason, "start_time": f.start_time, "origin": f.origin}
+
+
 @dataclass
 class RatingStore:
     """Reads and writes of ratings over `pool` (the Ratings use case's store)."""
@@ -201,12 +218,21 @@ class RatingStore:
     async def delete_rating(self, rid: str, owner: str) -> None:
         await self.pool.execute(DELETE_RATING, rid, owner)
 
-    async def list_ratings(self, owner: str, conversation: str, turn_index: int | None,
+    async def list_ratings(self, owner: str, conversation: str, turn_index: int | None, f: RatingFilter,
                            after: tuple[int, int, str, str] | None, limit: int) -> list[Rating]:
-        """Keyset on (turn_index, scope, aspect, artifact_id), ascending."""
+        """One conversation's ratings matching `f`: keyset on (turn_index, scope, aspect, artifact_id), ascending."""
         a = after or (None, 0, "", "")
-        got = await self.pool.fetch(LIST_RATINGS, owner, conversation, turn_index, *a, limit)
-        return [rows.rating(r) for r in got]
+        values = {**_filter_values(f), "owner": owner, "conversation": conversation, "turn": turn_index,
+                  "a_turn": a[0], "a_scope": a[1], "a_aspect": a[2], "a_artifact": a[3], "limit": limit}
+        # The (owner, conversation, turn_index) index leads whatever the filters: the cached generic plan serves.
+        return [rows.rating(r) for r in await self.pool.fetch(*LIST_RATINGS.bind(values))]
+
+    async def list_owner_ratings(self, owner: str, f: RatingFilter, after: tuple[Any, str] | None,
+                                 limit: int) -> list[Rating]:
+        """Every conversation's ratings matching `f`, newest first: keyset on (update_time, id), descending."""
+        values = {**_filter_values(f), "owner": owner, "after_time": after[0] if after else None,
+                  "after_id": after[1] if after else "", "limit": limit}
+        return [rows.rating(r) for r in await fetch_custom_plan(self.pool, *LIST_OWNER_RATINGS.bind(values))]
 
     async def copy_ratings(self, owner: str, source: str, target: str, through: int,
                            target_replies: dict[int, str], request_id: uuid.UUID | None = None) -> int:

@@ -21,9 +21,10 @@ from services.common.db import NamedSQL, fetch_custom_plan
 from services.common.ledger import Ledger
 from services.feedback.model.audit import AuditEntry
 from services.feedback.model.enums import SnapshotSource, Status, TraceState
-from services.feedback.model.report import DeletedCreate, NewReport, OverCap, Report, ReportFilter, Stored
+from services.feedback.model.report import Claim, DeletedCreate, NewReport, OverCap, Report, ReportFilter, Stored
 from services.feedback.repository import rows, text_search
 from services.feedback.repository.audit import insert_audit
+from services.feedback.repository.claims import NOT_CLAIMED_BY_OTHERS, live_claim
 
 FEEDBACK_COLUMNS = """id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
     surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, trace_snapshot,
@@ -131,10 +132,12 @@ LIST_FEEDBACK_TEXT = text_search.statements(
     FEEDBACK_COLUMNS, "feedback", _LIST_WHERE,
     "(body ILIKE :text ESCAPE '\\' OR snapshot->>'target_text' ILIKE :text ESCAPE '\\')", "create_time")
 
-# FileFeedback: take the filing claim (only one filer talks to the tracker at a time).
+# FileFeedback: take the filing claim (only one filer talks to the tracker at a time), never past another
+# review session's live claim ($4, $5: the caller's sub and review session).
 CLAIM_FILING = f"""
 UPDATE feedback SET filing_until = now() + make_interval(secs => $3)
 WHERE id = $1 AND owner = $2 AND issue_url = '' AND (filing_until IS NULL OR filing_until < now())
+  AND {NOT_CLAIMED_BY_OTHERS.format(claimant=4, session=5)}
 RETURNING {FEEDBACK_COLUMNS}"""
 
 FINISH_FILING = f"""
@@ -283,7 +286,7 @@ class ReportStore:
                             request_id: uuid.UUID | None, fingerprint: bytes | None,
                             retention_s: float, audit: Callable[[Report, Report], AuditEntry] | None = None,
                             ) -> Report | None:
-        """Row-locked read-modify-write: `decide(current, earlier)` returns (status, issue_url) to write,
+        """Row-locked read-modify-write: `decide(current, earlier)` (`current` with its live review claim) returns (status, issue_url) to write,
         or None to keep the report as it is (it may raise a DomainError to abort). `earlier`: the ledger entry
         (`UpdateFeedback`: resource = the report id, fingerprint) of an update already made with
         `request_id`, else None. A new
@@ -294,19 +297,26 @@ class ReportStore:
                 return None
             ledger = Ledger("UpdateFeedback", retention_s)
             earlier = await ledger.get(conn, owner, request_id) if request_id is not None else None
-            current = rows.report(cur)
+            # Read under the row lock ClaimFeedback also takes: a claim committed before is seen here.
+            current = replace(rows.report(cur), claim=await live_claim(conn, fid))
             change = decide(current, earlier)
             if change is None:
                 out = current
             else:
-                out = rows.report(await conn.fetchrow(UPDATE_FEEDBACK, fid, owner, *change))
+                out = replace(rows.report(await conn.fetchrow(UPDATE_FEEDBACK, fid, owner, *change)), claim=current.claim)
                 await insert_audit(conn, [audit(current, out)] if audit else [])
             if request_id is not None and earlier is None:
                 await ledger.record(conn, owner, request_id, fid, fingerprint)
             return out
 
-    async def claim_filing(self, fid: str, owner: str, lease_s: float) -> Report | None:
-        return _report(await self.pool.fetchrow(CLAIM_FILING, fid, owner, lease_s))
+    async def claim_filing(self, fid: str, owner: str, lease_s: float, claimant: str, session: str) -> Report | None:
+        """The filing lease taken (the report as read), or None: filed, being filed, or under a live review
+        claim of another than (claimant, session)."""
+        return _report(await self.pool.fetchrow(CLAIM_FILING, fid, owner, lease_s, claimant, session))
+
+    async def live_claim(self, fid: str) -> Claim | None:
+        """The report's live review claim, or None."""
+        return await live_claim(self.pool, fid)
 
     async def finish_filing(self, fid: str, owner: str, url: str,
                             audit: Callable[[Report], AuditEntry] | None = None) -> Report | None:
