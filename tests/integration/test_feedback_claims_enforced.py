@@ -6,6 +6,7 @@ claim expires or is released anyone may; a claim taken while an update waits is 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import grpc
@@ -66,9 +67,13 @@ async def test_a_released_or_expired_claim_no_longer_stops_anyone(stack: Stack):
     await release(stack, fb.name, "tab-a")
     assert (await update(stack, held, pb.STATUS_TRIAGED)).status == pb.STATUS_TRIAGED  # no session needed now
     other = await reported(stack)
-    held = await claim(stack, other.name, "tab-a", 1)
+    held = await claim(stack, other.name, "tab-a", 5)
     await refused_as_claimed(file(stack, held, "tab-b"), held)
-    await asyncio.sleep(1.2)
+    deadline = time.monotonic() + 30  # the lease runs out on PostgreSQL's clock: wait for the reads to say so
+    while (await stack.feedback().GetFeedback(pb.GetFeedbackRequest(name=other.name), metadata=stack.md())
+           ).HasField("claim"):
+        assert time.monotonic() < deadline, "the 5 s claim never expired"
+        await asyncio.sleep(0.2)
     assert (await file(stack, held, "tab-b")).status == pb.STATUS_FILED
 
 
