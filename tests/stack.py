@@ -46,20 +46,25 @@ class LateChannel:
 
     def __init__(self) -> None:
         self._channel: grpc.aio.Channel | None = None
+        self._old: list[grpc.aio.Channel] = []
 
     def connect(self, target: str) -> None:
+        """Calls go to `target` from now on (again: a peer restarted on another port)."""
+        if self._channel is not None:
+            self._old.append(self._channel)
         self._channel = client_channel(target)
 
     def _callable(self, kind: str, method: str, *args: Any, **kwargs: Any):
         made = None
+        made_on = None
 
         def call(*a: Any, **kw: Any):
-            nonlocal made
-            if made is None:
+            nonlocal made, made_on
+            if made is None or made_on is not self._channel:
                 if self._channel is None:
                     raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
                                                f"{method}: the target is not known yet")
-                made = getattr(self._channel, kind)(method, *args, **kwargs)
+                made, made_on = getattr(self._channel, kind)(method, *args, **kwargs), self._channel
             return made(*a, **kw)
 
         return call
@@ -71,8 +76,8 @@ class LateChannel:
         return self._callable("unary_stream", method, *args, **kwargs)
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
+        for ch in [*self._old, *([self._channel] if self._channel is not None else [])]:
+            await ch.close()
 
 
 @dataclass
@@ -85,6 +90,8 @@ class Stack:
     providers: dict[str, TracerProvider] = field(default_factory=dict)
     servers: dict[str, Any] = field(default_factory=dict)
     channels: list[grpc.aio.Channel] = field(default_factory=list)
+    # Channels handed to a server before their peer's port was known (feedback → chat, collector → feedback).
+    late: dict[str, LateChannel] = field(default_factory=dict)
 
     def token(self, sub: str = "alice", scopes: tuple[str, ...] = ALL_SCOPES) -> str:
         return mint_token(TEST_JWT_SECRET, sub, scopes)
@@ -193,8 +200,11 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
         otlp_grpc_listen=any_port, otlp_http_host="127.0.0.1", otlp_http_port=0, query_listen=any_port,
         metrics_listen=any_port, **common, **overrides.get("collector", {}),
     )
+    # The collector hands the evaluations other systems send to feedback (issue 24): a LateChannel too.
+    to_feedback = stack.late["feedback"] = LateChannel()
+    collector_kw = {"feedback_channel": to_feedback, **(collector_kw or {})}
     collector = bound("collector", await create_collector(collector_settings, database_url=database_url,
-                                                          **(collector_kw or {})))
+                                                          **collector_kw))
     p.update(collector.ports)  # otlp_grpc, otlp_http, query
     to_chat = LateChannel()
     feedback_settings = FeedbackSettings(**{
@@ -204,6 +214,7 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
     })
     p["feedback"] = bound("feedback", await create_feedback(
         feedback_settings, database_url=database_url, tracer_provider=provider("feedback"), chat_channel=to_chat)).port
+    to_feedback.connect(f"127.0.0.1:{p['feedback']}")
     agent_settings = AgentSettings(
         listen=any_port, metrics_listen=any_port, feedback_target=f"127.0.0.1:{p['feedback']}", think_ms=agent_think_ms,
         **common, **overrides.get("agent", {}),

@@ -249,6 +249,13 @@ def filter_trace_id(value: str) -> str | None:
     return parse_trace_id(value, "trace_id") if value else None
 
 
+def parse_trace_ids(values: list[str], field_path: str, limit: int) -> list[str]:
+    """1..`limit` W3C trace ids (INVALID_ARGUMENT naming `field_path`, or `field_path[i]` for a bad one)."""
+    if not values or len(values) > limit:
+        raise InvalidArgument(field_path, f"must hold 1 to {limit} trace ids")
+    return [parse_trace_id(v, f"{field_path}[{i}]") for i, v in enumerate(values)]
+
+
 @dataclass(frozen=True)
 class MessagePage:
     """Keyset position after the last returned message: (create_time in µs since epoch, id).

@@ -120,6 +120,16 @@ SELECT trace_id, turn_index, state, user_message_id, reply_message_id, error_cod
        request_fingerprint, COALESCE(attempt_time, create_time) AS attempt_time
 FROM turns WHERE owner = $1 AND instance_id = $2 AND request_id = $3
 """
+# LookupTurns (issue 24): the original turn (not a fork's copy, which shares the trace id) of each trace
+# id across owners, with its latest assistant reply; index messages_trace.
+LOOKUP_TURNS = """
+SELECT DISTINCT ON (m.trace_id) m.trace_id, m.owner, m.instance_id, m.turn_index,
+       coalesce((SELECT r.id FROM messages r
+                 WHERE r.owner = m.owner AND r.instance_id = m.instance_id AND r.trace_id = m.trace_id
+                   AND r.role = 2 AND r.content <> '' ORDER BY r.create_time DESC, r.id DESC LIMIT 1), '') AS reply
+FROM messages m WHERE m.trace_id = ANY($1::text[]) AND m.source_message = ''
+ORDER BY m.trace_id, m.create_time, m.id
+"""
 SELECT_MESSAGE = f"SELECT {READ_COLUMNS} FROM messages WHERE owner = $1 AND instance_id = $2 AND id = $3"
 # The instance check and the page in ONE statement (one round trip): no row = no such instance for
 # this owner; one row of NULLs (id IS NULL) = the instance exists and the page is empty.
@@ -388,6 +398,10 @@ class Repository:
 
     async def fail_turn(self, owner: str, instance_id: str, trace_id: str, code: str, message: str) -> None:
         await self._pool.execute(FAIL_TURN, owner, instance_id, trace_id, code, message)
+
+    async def lookup_turns(self, trace_ids: list[str]) -> list[asyncpg.Record]:
+        """(trace_id, owner, instance_id, turn_index, reply) of the original turn of each known trace id."""
+        return await self._pool.fetch(LOOKUP_TURNS, trace_ids)
 
     async def get_message(self, owner: str, instance_id: str, message_id: str) -> Message | None:
         r = await self._pool.fetchrow(SELECT_MESSAGE, owner, instance_id, message_id)

@@ -23,7 +23,7 @@ from services.chat.repository import InstanceExists, Repository
 from services.chat.turn import StreamStart, TurnCall, TurnRunner
 from services.chat.workspace_api import WorkspaceReads
 from services.chat.workspace_store import WorkspaceStore
-from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_ADMIN, current_principal
+from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_EVALUATIONS, current_principal
 from services.common.deadlines import caller_remaining
 from services.common.errors import AlreadyExists, InvalidArgument, NotFound
 from services.common import pages
@@ -51,6 +51,8 @@ METHOD_SCOPES: dict[str, str | None] = {
 }
 # Authenticated, scope checked by the handler: `chat` for the owner's own, `feedback:admin` across owners.
 METHOD_SCOPES |= {f"/{SERVICE}/{m}": None for m in ("ListSuspectedDefects", "GetSuspectedDefect")}
+# The collector's credential only (issue 24, chat.proto LookupTurns).
+METHOD_SCOPES[f"/{SERVICE}/LookupTurns"] = SCOPE_FEEDBACK_EVALUATIONS
 UNTRACED_METHODS = (f"/{SERVICE}/SendMessage", f"/{SERVICE}/StreamMessage")
 
 
@@ -248,6 +250,15 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
 
     async def GetArtifact(self, request, context):  # noqa: N802
         return await self._workspace.get_artifact(current_principal().sub, request)
+
+    async def LookupTurns(self, request, context):  # noqa: N802
+        """Turns by trace id across owners, for evaluations received over OTLP (chat.proto LookupTurns)."""
+        trace_ids = domain.parse_trace_ids(list(request.trace_ids), "trace_ids", 100)
+        rows = await self._repo.lookup_turns(trace_ids)
+        return chat_pb2.LookupTurnsResponse(turns=[chat_pb2.TurnRef(
+            trace_id=r["trace_id"], conversation=f"instances/{r['instance_id']}", turn_index=r["turn_index"],
+            owner=r["owner"], reply=f"instances/{r['instance_id']}/messages/{r['reply']}" if r["reply"] else "",
+        ) for r in rows])
 
     # -- helpers -------------------------------------------------------------------------------
 

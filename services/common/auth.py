@@ -33,6 +33,10 @@ SCOPE_FEEDBACK_AGENT = "feedback:agent"
 # The MCP server's own service credential (same metadata key): its `resolve_feedback` tool is recorded
 # in the audit trail as RESOLVE_FEEDBACK only with it (a header alone proves nothing). Not in ALL_SCOPES.
 SCOPE_FEEDBACK_TOOL = "feedback:tool"
+# The trace collector's own service credential: hands evaluations that arrived over OTLP to the
+# feedback service (FeedbackService.AcceptEvaluations) and finds their turns across owners
+# (ChatService.LookupTurns). Not in ALL_SCOPES: no owner or dev token may write another system's ratings.
+SCOPE_FEEDBACK_EVALUATIONS = "feedback:evaluations"
 # gRPC metadata key of such a credential (`Bearer <jwt>`), sent next to the user's `authorization`.
 ACTOR_METADATA = "x-agentfeedback-actor"
 # Metadata naming the MCP tool that made a call (a claim; the credential above proves it).

@@ -19,6 +19,7 @@ from services.common import deadlines
 from services.common.errors import InvalidArgument, NotFound, PermissionDenied
 from services.common.upstream import from_upstream, upstream_detail
 from services.feedback.domain import DefectView, MessageView
+from services.feedback.model.evaluation import TurnAnchor
 
 Metadata = tuple[tuple[str, str], ...]
 _UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
@@ -121,6 +122,15 @@ class ChatClient:
         NotFound when `parent` is unknown or not the caller's."""
         return {m.turn_index: m.name for m in await self.messages_through(parent, md, through_turn_index, field_path)
                 if m.role == "ROLE_ASSISTANT" and m.content.strip()}
+
+    async def lookup_turns(self, trace_ids: list[str], md: Metadata) -> dict[str, TurnAnchor]:
+        """LookupTurns (the collector's credential in `md`): the turn of each known trace id, by trace id."""
+        try:
+            got = await self._stub.LookupTurns(chat_pb2.LookupTurnsRequest(trace_ids=trace_ids), metadata=md,
+                                               timeout=deadlines.timeout(self._timeout_s))
+        except grpc.aio.AioRpcError as e:
+            raise self._map(e, "turns", "evaluations") from None
+        return {t.trace_id: TurnAnchor(t.conversation, t.turn_index, t.owner, t.reply) for t in got.turns}
 
     async def get_defect(self, name: str, md: Metadata, field_path: str = "suspected_defect") -> DefectView:
         """GetSuspectedDefect(name) → DefectView. NotFound when unknown, clean, or not the caller's."""

@@ -36,7 +36,9 @@ from services.feedback.workspace_freeze import check_component
 from services.feedback.model.audit import AuditRecord
 from services.feedback.model.enums import (
     Author,
+    AuthorKind,
     Category,
+    EvaluationConvention,
     RatingOrigin,
     RatingScope,
     RatingSentiment,
@@ -46,6 +48,7 @@ from services.feedback.model.enums import (
     Surface,
     TraceState,
 )
+from services.feedback.model.evaluation import EvaluationIn, StoredEvaluation
 from services.feedback.model.rating import Rating, RatingFilter, RatingKey, RatingPut, RatingWrite
 from services.feedback.model.report import (
     Anchor,
@@ -169,7 +172,7 @@ def rating_pb(r: Rating) -> pb.Rating:
         name=r.name, conversation=k.conversation, turn_index=k.turn_index, user=r.owner, scope=k.scope,
         aspect=k.aspect, artifact_id=k.artifact_id, sentiment=r.sentiment, category=r.category, note=r.note,
         origin=r.origin, version=r.version, etag=etag(r.version, r.id), message=r.message, reasons=r.reasons,
-        choice=r.choice,
+        choice=r.choice, author_kind=AuthorKind.HUMAN,  # an owner's own (issue 24: others' are evaluations)
     )
     _ts(r.create_time, out.create_time)
     _ts(r.update_time, out.update_time)
@@ -203,6 +206,49 @@ def stats_pb(ws: WindowStats) -> pb.FeedbackStats:
         out.funnel.latest_state.add(choice=choice, count=n)
     out.window_days = ws.window_days
     _ts(ws.end_time, out.end_time)
+    for c in ws.evaluations:
+        e_pb = out.evaluations.add(author_kind=c.author_kind, name=c.name, positive=c.positive, neutral=c.neutral,
+                                   negative=c.negative, total=c.total)
+        if c.mean_score is not None:
+            e_pb.mean_score = c.mean_score
+    return out
+
+
+def evaluation_rating_pb(s: StoredEvaluation) -> pb.Rating:
+    """An evaluation another system sent, as a rating with its author kind (`evaluations/{id}`; no etag:
+    only its producer edits it, by sending it again)."""
+    e, a = s.evaluation, s.anchor
+    out = pb.Rating(
+        name=s.name, conversation=a.conversation, turn_index=a.turn_index, user=a.owner, scope=e.scope,
+        aspect=e.name, sentiment=s.sentiment, note=e.explanation, origin=pb.RATING_ORIGIN_USER, version=s.version,
+        message=a.reply, author_kind=e.author_kind, evaluator=e.identifier, label=e.label,
+    )
+    if e.score is not None:
+        out.score = e.score
+    _ts(s.create_time, out.create_time)
+    _ts(s.update_time, out.update_time)
+    return out
+
+
+def accept_evaluations(request: pb.AcceptEvaluationsRequest) -> list[EvaluationIn | str]:
+    """AcceptEvaluations: 1..100 evaluations (else INVALID_ARGUMENT `evaluations`), each checked into the
+    model or, when its shape is bad, the reason (`evaluations[i].field …`), rejected alone."""
+    n = len(request.evaluations)
+    if not 1 <= n <= domain.ACCEPT_EVALUATIONS_MAX:
+        raise InvalidArgument("evaluations", f"must hold 1 to {domain.ACCEPT_EVALUATIONS_MAX} evaluations")
+    out: list[EvaluationIn | str] = []
+    for i, e in enumerate(request.evaluations):
+        score = e.score if e.HasField("score") else None
+        kind = AuthorKind(e.author_kind) if e.author_kind in (1, 2, 3) else None
+        problem = domain.evaluation_problem(e.trace_id, e.name, e.label, score, e.explanation, e.response_id,
+                                            e.identifier, e.source, kind is not None)
+        if problem:
+            out.append(f"evaluations[{i}]: {problem}")
+            continue
+        convention = (EvaluationConvention(e.convention) if e.convention in EvaluationConvention._value2member_map_
+                      else EvaluationConvention.UNSPECIFIED)
+        out.append(EvaluationIn(e.trace_id, e.name, e.label, score, e.explanation, e.response_id, kind,
+                                e.identifier, e.source, convention))
     return out
 
 

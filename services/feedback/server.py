@@ -47,6 +47,8 @@ from services.feedback import codec_feed, evaluation_events, webhook_secrets
 from services.feedback.dataset import Datasets
 from services.feedback.feed import Feed
 from services.feedback.repository.dataset import DatasetStore
+from services.feedback.repository.evaluations import EvaluationStore
+from services.feedback.evaluations import Evaluations
 from services.feedback.repository.webhooks import WebhookStore
 from services.feedback.webhooks import DeliveryPolicy, Webhooks
 from services.feedback.feed_wakeups import FeedWakeups, PokeAfterWrites
@@ -121,9 +123,10 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
                                        settings.webhook_backoff_first_s, settings.webhook_backoff_max_s),
                         lambda item: codec_feed.watch_response(item, now(), settings.trace_retention_days).event,
                         settings.feed_retention_days)
-    servicer = FeedbackServicer(reports, ratings, Stats(StatisticsStore(pool), now), audit,
+    evaluation_store = EvaluationStore(pool)
+    servicer = FeedbackServicer(reports, ratings, Stats(StatisticsStore(pool), now, evaluation_store), audit,
                                 DefectReports(chat, reports), feed, webhooks, Datasets(DatasetStore(pool), chat),
-                                Claims(ClaimStore(pool)),
+                                Claims(ClaimStore(pool)), Evaluations(evaluation_store, chat),
                                 settings.trace_retention_days,
                                 settings.rating_note_max_bytes, now)
 

@@ -19,6 +19,7 @@ from services.common import pages
 from services.common.auth import (
     ACTOR_METADATA,
     SCOPE_FEEDBACK_ADMIN,
+    SCOPE_FEEDBACK_EVALUATIONS,
     SCOPE_FEEDBACK_READ,
     SCOPE_FEEDBACK_TRIAGE,
     SCOPE_FEEDBACK_WRITE,
@@ -30,6 +31,7 @@ from services.feedback.audit import Audit
 from services.feedback.dataset import Datasets
 from services.feedback.claims import Claims
 from services.feedback.defect_reports import DefectReports
+from services.feedback.evaluations import Evaluations
 from services.feedback.feed import Feed
 from services.feedback.webhooks import Webhooks
 from services.feedback.model.report import Report
@@ -56,6 +58,7 @@ METHOD_SCOPES: dict[str, str | None] = {
         "ListWebhookDeliveries": SCOPE_FEEDBACK_ADMIN, "ExportDataset": SCOPE_FEEDBACK_READ,
         "ExportPreferencePairs": SCOPE_FEEDBACK_READ,
         "ClaimFeedback": SCOPE_FEEDBACK_TRIAGE, "ReleaseFeedback": SCOPE_FEEDBACK_TRIAGE,
+        "AcceptEvaluations": SCOPE_FEEDBACK_EVALUATIONS,  # the trace collector's own credential only
     }.items()
 }
 
@@ -63,7 +66,7 @@ METHOD_SCOPES: dict[str, str | None] = {
 class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     def __init__(self, reports: Reports, ratings: Ratings, stats: Stats, audit: Audit, defects: DefectReports,
                  feed: Feed, webhooks: Webhooks, datasets: Datasets, claims: Claims,
-                 trace_retention_days: int,
+                 evaluations: Evaluations, trace_retention_days: int,
                  note_max_bytes: int, clock: Callable[[], dt.datetime]):
         self._reports = reports
         self._ratings = ratings
@@ -74,6 +77,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         self._webhooks = webhooks
         self._datasets = datasets
         self._claims = claims
+        self._evaluations = evaluations
         self._retention_days = trace_retention_days
         self._note_max = note_max_bytes
         self._clock = clock
@@ -205,8 +209,17 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         conversation, turn_index, user = codec.turn_feedback(request)
         ratings, reports = await self._stats.turn(user, conversation, turn_index)
         await self._audit.read_bodies(current_principal(), reports, "GetTurnFeedback")
+        evaluations = await self._evaluations.of_turn(conversation, turn_index)
         return pb.TurnFeedback(conversation=conversation, turn_index=turn_index, user=user,
-                               ratings=[codec.rating_pb(r) for r in ratings], feedback=[self._pb(r) for r in reports])
+                               ratings=[codec.rating_pb(r) for r in ratings], feedback=[self._pb(r) for r in reports],
+                               evaluations=[codec.evaluation_rating_pb(e) for e in evaluations])
+
+    async def AcceptEvaluations(self, request: pb.AcceptEvaluationsRequest, context  # noqa: N802
+                                ) -> pb.AcceptEvaluationsResponse:
+        """Evaluations received over OTLP become ratings with an author kind (Evaluations.accept)."""
+        got = await self._evaluations.accept(current_principal(), codec.accept_evaluations(request))
+        return pb.AcceptEvaluationsResponse(outcomes=[pb.EvaluationOutcome(
+            state=o.state, rating=o.stored.name if o.stored else "", reason=o.reason) for o in got])
 
     async def ListAuditRecords(self, request: pb.ListAuditRecordsRequest, context  # noqa: N802
                                ) -> pb.ListAuditRecordsResponse:

@@ -1,6 +1,7 @@
 """Statistics and the operator feed, the use case (operator scope `feedback:admin`; every owner).
 
-Both read USER-origin ratings only (a BRANCH_COPY rating is the same judgement again, not a new one;
+Both read USER-origin ratings only (evaluations other systems sent, issue 24, are counted apart, per
+author kind and name, in `WindowStats.evaluations`) (a BRANCH_COPY rating is the same judgement again, not a new one;
 editing a copy makes it the owner's own, USER, and it counts from then on).
 """
 from __future__ import annotations
@@ -20,13 +21,16 @@ from services.feedback.model.statistics import (
     Vocabulary,
     WindowStats,
 )
+from services.feedback.repository.evaluations import EvaluationStore
 from services.feedback.repository.statistics import StatisticsStore
 
 
 class Stats:
-    def __init__(self, repo: StatisticsStore, clock: Callable[[], dt.datetime]):
+    def __init__(self, repo: StatisticsStore, clock: Callable[[], dt.datetime],
+                 evaluations: EvaluationStore | None = None):
         self._repo = repo
         self._clock = clock
+        self._evaluations = evaluations
 
     async def window(self, window_days: int, vocabulary: Vocabulary = Vocabulary()) -> WindowStats:
         """Counts over the window of `window_days` UTC days ending today (0 → 30; 1..365, else
@@ -44,11 +48,12 @@ class Stats:
             rows = [d for c, d in per_day if (c.scope, c.aspect) == (a.scope, a.aspect)]
             dims.append(Dimension(a, tuple(domain.fill_trend(rows, today, days))))
         reaction = [a for a in aspects if a.aspect == vocabulary.reaction_aspect]
+        evaluations = tuple(await self._evaluations.counts(since)) if self._evaluations else ()
         return WindowStats(
             Statistics(tuple(aspects), tuple(categories), tuple(domain.fill_trend(daily, today, days))),
             tuple(dims), Funnel(engaged, tuple(states), vocabulary.complete_choice),
             likes=sum(a.positive for a in reaction), dislikes=sum(a.negative for a in reaction), window_days=days,
-            end_time=now,
+            end_time=now, evaluations=evaluations,
         )
 
     async def turn(self, user: str, conversation: str, turn_index: int) -> tuple[list[Rating], list[Report]]:

@@ -26,11 +26,12 @@ bytes → base64 string (RFC 4648 §4), empty → null.
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -57,6 +58,11 @@ def _json_encode(value: object) -> str:
     encoding was most of `flatten`, which bounds ingest; issue 17). Values come from `any_value`, so no
     NaN/Infinity and no integer beyond ±2^53 reaches it."""
     return orjson.dumps(value).decode()
+
+# Spans that may carry an evaluation (issue 24, evaluations.py): the OpenTelemetry GenAI event's name and
+# the first OpenInference annotation's key. Flatten marks such spans with one lookup per span.
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+FIRST_ANNOTATION_NAME = "annotations.0.annotation.name"
 
 # Column order of a storage row (repository.SPAN_COLUMNS mirrors it).
 ROW_FIELDS = (
@@ -186,6 +192,8 @@ class Flattened:
     rejected: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     first_bad: str = ""
+    # (resource, scope, span) indices of accepted spans that may carry an evaluation.
+    marked: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def error_message(self) -> str:
@@ -260,11 +268,14 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                 trace_state = sp.trace_state
                 events = sp.events
                 links = sp.links
+                attrs = attributes_dict(sp.attributes)
+                if FIRST_ANNOTATION_NAME in attrs or (events and any(e.name == EVALUATION_EVENT for e in events)):
+                    out.marked.append((ri, si, pi))
                 append((
                     tid, sid, pid if pid and pid != _ZERO_SPAN else None, start, end, name, sp.kind,
                     status.code, clean_text(message) if message else message, service, scope,
                     clean_text(trace_state) if trace_state else trace_state,
-                    to_json(attributes_dict(sp.attributes)), res_json,
+                    to_json(attrs), res_json,
                     _events_json(events) if events else None, _links_json(links) if links else None,
                 ))
     return out
@@ -330,10 +341,13 @@ class Ingestor:
         writer: BatchWriter,
         window: Callable[[], Window],
         forward: Callable[[trace_service_pb2.ExportTraceServiceRequest], None] | None = None,
+        evaluations: Callable[[trace_service_pb2.ExportTraceServiceRequest, list[tuple[int, int, int]]],
+                              Awaitable[None]] | None = None,
     ):
         self._writer = writer
         self._window = window
         self._forward = forward
+        self._evaluations = evaluations
 
     async def export(self, request: trace_service_pb2.ExportTraceServiceRequest) -> ExportResult:
         """Store the valid spans of `request`; returns after they are committed.
@@ -354,7 +368,18 @@ class Ingestor:
         if not flat.rows:
             self._writer.release(n)
         else:
-            await self._writer.write(flat.rows, n)
+            write = self._writer.write(flat.rows, n)
+            if flat.marked and self._evaluations is not None:
+                # Issue 24: the evaluations these spans carry are stored before the answer, beside the spans'
+                # COPY: an acknowledged Export has both committed (either failing fails the Export; the
+                # exporter's retry stores the spans again, deduplicated at read, and the evaluations once).
+                stored = asyncio.ensure_future(write)
+                try:
+                    await self._evaluations(request, flat.marked)
+                finally:
+                    await stored
+            else:
+                await write
             if self._forward is not None:
                 self._forward(request if not flat.rejected else without_rejected(request, window))
         return ExportResult(len(flat.rows), flat.rejected, flat.error_message)

@@ -20,17 +20,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import asyncpg
+import grpc
 from agentfeedback.traces.v1 import traces_pb2_grpc
 from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-from services.common.auth import Authenticator
+from services.common.auth import SCOPE_FEEDBACK_EVALUATIONS, Authenticator, ServiceToken
 from services.common.db import close_pool, create_pool, migrate
 from services.common.health import DependencyWatch
 from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
-from services.common.server import GrpcServer, ServiceInterceptor
-from services.tracecollector import otlp_grpc, otlp_http
+from services.common.server import GrpcServer, ServiceInterceptor, client_channel
+from services.tracecollector import evaluations, otlp_grpc, otlp_http
+from services.tracecollector.evaluation_delivery import DeliveryPolicy, EvaluationDelivery
+from services.tracecollector.evaluation_outbox import OutboxStore
 from services.tracecollector.forwarder import Forwarder
 from services.tracecollector.ingest import Ingestor, Window
 from services.tracecollector.writer import BatchWriter
@@ -65,6 +68,8 @@ class CollectorServer:
         self._retention_task: asyncio.Task | None = None
         self._pool = None
         self.metrics: ServiceMetrics | None = None
+        self.evaluations: EvaluationDelivery | None = None
+        self._feedback_channel = None
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Drain and stop everything (see module docstring for the order)."""
@@ -79,6 +84,10 @@ class CollectorServer:
             await self.writer.close(timeout_s=max(grace, 5.0))
         if self.forwarder is not None:
             await self.forwarder.close(timeout_s=grace)
+        if self.evaluations is not None:
+            await self.evaluations.close()
+        if self._feedback_channel is not None:
+            await self._feedback_channel.close()
         if self.query is not None:
             await self.query.stop(grace)
         if self._retention_task is not None:
@@ -107,9 +116,11 @@ async def create_server(
     tracer_provider=None,
     clock: Callable[[], int] = time.time_ns,
     span_transport: ClickHouseTransport | None = None,
+    feedback_channel: grpc.aio.Channel | None = None,
 ) -> CollectorServer:
     """Start the collector (see module docstring). `clock` (ns since the epoch) is for tests;
-    `span_transport` replaces the ClickHouse HTTP client (tests: clickhouse_transport.ChdbTransport).
+    `span_transport` replaces the ClickHouse HTTP client (tests: clickhouse_transport.ChdbTransport);
+    `feedback_channel` (tests: one connected once feedback is bound) replaces `feedback_target`'s.
 
     Raises OSError when a listen address cannot be bound, asyncpg errors when the database is
     unreachable, MigrationError on a changed migration, ClickHouseError when ClickHouse is.
@@ -172,7 +183,24 @@ async def create_server(
         if srv.forwarder is not None:
             srv.forwarder.on_spans = cm.forwarded
             cm.queue("otlp_forward", lambda: srv.forwarder.queued, settings.forward_queue_max)
-        ingestor = Ingestor(srv.writer, window, srv.forwarder.submit if srv.forwarder else None)
+        keep_evaluations = None
+        if (settings.feedback_target or feedback_channel is not None) and not clickhouse:
+            outbox = OutboxStore(srv._pool)
+            srv._feedback_channel = feedback_channel or client_channel(settings.feedback_target)
+            token = ServiceToken(settings, settings.evaluations_token.get_secret_value(), "tracecollector",
+                                 (SCOPE_FEEDBACK_EVALUATIONS,))
+            delivery = srv.evaluations = EvaluationDelivery(outbox, srv._feedback_channel, token, DeliveryPolicy(
+                retry_first_s=settings.evaluations_retry_first_s, retry_max_s=settings.evaluations_retry_max_s,
+                pending_days=settings.evaluations_pending_days, poll_s=settings.evaluations_poll_s))
+            delivery.start()
+
+            async def keep_evaluations(request, marked) -> None:
+                found = evaluations.extract(request, marked, settings.evaluations_own_namespace)
+                if found:
+                    await outbox.put([(evaluations.key(e), e.SerializeToString(deterministic=True)) for e in found])
+                    delivery.wake()
+
+        ingestor = Ingestor(srv.writer, window, srv.forwarder.submit if srv.forwarder else None, keep_evaluations)
         rpc_metrics = RpcMetrics(srv.metrics)
 
         provider = tracer_provider or trace.get_tracer_provider()

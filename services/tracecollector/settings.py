@@ -65,3 +65,19 @@ class CollectorSettings(CommonSettings):
     forward_timeout_s: float = Field(default=10.0, gt=0)
     # Attempts (retryable failures, exponential backoff) before a forwarded request is dropped.
     forward_max_attempts: int = Field(default=5, ge=1)
+    # The FeedbackService (`host:port`) that takes the evaluations other systems send with their spans
+    # (services/tracecollector/README.md "Evaluations"); empty = evaluations are not read from spans.
+    # Needs span_store=postgresql (the outbox is a table of the collector's schema).
+    feedback_target: str = ""
+    # Bearer token with scope `feedback:evaluations` for it; empty = minted from the HS256 dev secret.
+    evaluations_token: SecretStr = SecretStr("")
+    # Resources whose `service.namespace` is this are our own services: their evaluations are not read
+    # again (no loop).
+    evaluations_own_namespace: str = "agentfeedback"
+    # Delivery retries: first delay and cap, seconds (doubling; an unknown turn is retried so too).
+    evaluations_retry_first_s: float = Field(default=1.0, gt=0)
+    evaluations_retry_max_s: float = Field(default=60.0, gt=0)
+    # Days an evaluation is kept undelivered (its turn unknown, or feedback down) before it is dropped.
+    evaluations_pending_days: int = Field(default=14, ge=1)
+    # Seconds between looks at the outbox when nothing woke the worker.
+    evaluations_poll_s: float = Field(default=1.0, gt=0)

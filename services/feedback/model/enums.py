@@ -132,9 +132,25 @@ class EventType(IntEnum):
     FILED = 4
 
 
+class AuthorKind(IntEnum):
+    """Who made a judgement (issue 24; OpenInference `annotator_kind`): owners' ratings are HUMAN."""
+
+    UNSPECIFIED = 0
+    HUMAN = 1
+    LLM = 2
+    CODE = 3
+
+
+class EvaluationConvention(IntEnum):
+    UNSPECIFIED = 0
+    GEN_AI_EVENT = 1
+    OPENINFERENCE = 2
+
+
 PROTO_ENUMS: dict[type[IntEnum], str] = {
     Surface: "Surface", Author: "Author", Sentiment: "Sentiment", Category: "Category", Status: "Status",
     SnapshotSource: "SnapshotSource", TraceState: "TraceSnapshotState", RatingScope: "RatingScope",
     RatingSentiment: "RatingSentiment", RatingOrigin: "RatingOrigin", AuditAction: "AuditAction",
-    EventKind: "FeedbackEventKind", EventType: "FeedbackEventType",
+    EventKind: "FeedbackEventKind", EventType: "FeedbackEventType", AuthorKind: "AuthorKind",
+    EvaluationConvention: "EvaluationConvention",
 }

@@ -6,6 +6,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from services.feedback.model.enums import Category, RatingScope, RatingSentiment
+from services.feedback.model.evaluation import EvaluationCount
 from services.feedback.model.rating import Rating
 from services.feedback.model.report import Report
 
@@ -102,6 +103,8 @@ class WindowStats:
     dislikes: int
     window_days: int
     end_time: dt.datetime
+    # Issue 24: evaluations other systems sent, per (author kind, name), apart from the owners' figures.
+    evaluations: tuple[EvaluationCount, ...] = ()
 
 
 @dataclass(frozen=True)
