@@ -6,7 +6,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, errorText, principal } from "../api";
 import { h, mount, timeEl } from "../dom";
 import {
-  Category, RatingOrigin, RatingScope, RatingSentiment, Sentiment, type Feedback, type Rating, type RecentItem,
+  AuthorKind, Category, RatingOrigin, RatingScope, RatingSentiment, Sentiment, type Feedback, type Rating, type RecentItem,
 } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 
 /** The filter part of a ListRecentFeedbackRequest (paging is the list's). */
@@ -30,6 +30,18 @@ function viewButton(open: Open, conversation: string, turn: number, user: string
   return b;
 }
 
+/** Who judged, for an evaluation another system sent (issue 24; `evaluator` set): an owner's own rating
+ * gets no label. */
+const AUTHOR_LABELS: Partial<Record<AuthorKind, string>> = {
+  [AuthorKind.LLM]: "LLM judge", [AuthorKind.CODE]: "code check", [AuthorKind.HUMAN]: "human reviewer",
+};
+function authorBadge(r: Rating): HTMLElement | null {
+  if (!r.evaluator) return null;
+  const score = r.score !== undefined ? ` · score ${r.score}` : "";
+  return h("span", { class: "badge author-kind", title: `${r.evaluator}${r.label ? ` · ${r.label}` : ""}${score}` },
+    AUTHOR_LABELS[r.authorKind] ?? "evaluator");
+}
+
 export function ratingRow(r: Rating, open?: Open): HTMLElement {
   return h("li", { class: "feed-item rating", dataset: { aspect: r.aspect, scope: scopeName(r.scope) } },
     h("div", { class: "fb-head" },
@@ -38,7 +50,8 @@ export function ratingRow(r: Rating, open?: Open): HTMLElement {
       h("span", { class: "feed-dim", title: `${scopeName(r.scope)} · ${r.aspect}` }, `${aspectLabel(r.aspect)}${r.artifactId ? ` · artifact ${r.artifactId}` : ""}`),
       sentimentBadge(r.sentiment),
       r.choice ? h("span", { class: "badge feed-choice" }, labelOf(r.choice)) : null,
-      r.origin === RatingOrigin.BRANCH_COPY ? h("span", { class: "badge copy" }, "branch copy") : null),
+      r.origin === RatingOrigin.BRANCH_COPY ? h("span", { class: "badge copy" }, "branch copy") : null,
+      authorBadge(r), r.evaluator && r.label ? h("span", { class: "badge feed-choice" }, r.label) : null),
     r.reasons.length ? h("p", { class: "feed-reasons" }, r.reasons.map((x) => h("span", { class: "badge reason-badge" }, labelOf(x)))) : null,
     r.note ? clamped("feed-note", 3, r.note) : null,
     h("div", { class: "feed-foot muted" }, `${agentName(r.conversation)} · ${turnLabel(r.turnIndex)} `, open ? viewButton(open, r.conversation, r.turnIndex, r.user) : null));
@@ -162,7 +175,9 @@ export function turnViewer(): { el: HTMLElement; open: Open } {
       mount(out,
         h("p", { class: "muted" }, `${t.user} on ${agentName(t.conversation)}, ${turnLabel(t.turnIndex).toLowerCase()}: ${plural(t.ratings.length, "rating")}, ${plural(t.feedback.length, "report")}. Read-only.`),
         h("ul", { class: "feed tv-ratings" }, t.ratings.map((r) => ratingRow(r))),
-        h("ul", { class: "feed tv-reports" }, t.feedback.map((f) => reportItem(f))));
+        h("ul", { class: "feed tv-reports" }, t.feedback.map((f) => reportItem(f))),
+        t.evaluations.length ? h("h4", {}, `Evaluations from other systems (${t.evaluations.length}), apart from what ${t.user} said`) : null,
+        h("ul", { class: "feed tv-evaluations" }, t.evaluations.map((r) => ratingRow(r))));
     } catch (e) {
       mount(out, h("p", { class: "error", role: "alert" }, errorText(e)));
     }

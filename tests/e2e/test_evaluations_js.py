@@ -1,0 +1,58 @@
+"""The same evaluations sent by the real OpenTelemetry JS SDK (issue 24): a Node process
+(console/scripts/otel-evaluations.mjs: NodeTracerProvider + the OTLP/HTTP protobuf exporter, resource
+`service.name` js-judge) sends the GenAI `gen_ai.evaluation.result` event and an OpenInference annotation
+to the collector's OTLP/HTTP port, twice, then a changed score; they become ratings exactly once. Needs
+`make console` (node_modules). The Python SDK's copy: tests/integration/test_evaluations_accept.py."""
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+
+from tests.helpers.evaluations import outbox, turn_evaluations
+from tests.helpers.feedback import new_instance, send, wait_until
+from tests.helpers.grpcweb import CONSOLE_DIR
+from tests.stack import start_stack
+
+SCRIPT = CONSOLE_DIR / "scripts" / "otel-evaluations.mjs"
+FAST = {"collector": {"evaluations_retry_first_s": 0.2, "evaluations_retry_max_s": 0.5, "evaluations_poll_s": 0.2}}
+
+
+async def _node_sends(port: int, trace_id: str, response_id: str, events: list[dict]) -> None:
+    spec = json.dumps({"trace_id": trace_id, "response_id": response_id, "events": events})
+    done = await asyncio.to_thread(subprocess.run, ["node", str(SCRIPT), f"http://127.0.0.1:{port}/v1/traces", spec],
+                                   cwd=CONSOLE_DIR, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+async def test_the_js_sdk_s_evaluations_become_ratings_exactly_once(database_url, tmp_path):
+    assert (CONSOLE_DIR / "node_modules" / "@opentelemetry" / "sdk-trace-node").is_dir(), "run `make console` first"
+    stack = await start_stack(database_url, tmp_path, **FAST)
+    try:
+        inst = await new_instance(stack)
+        t = await send(stack, inst, "hello")
+        events = [{"form": "gen_ai", "name": "relevance", "label": "relevant", "score": 0.75, "explanation": "on topic"},
+                  {"form": "annotation", "name": "correctness", "label": "incorrect", "score": 0, "kind": "LLM",
+                   "identifier": "js-judge/correctness"}]
+        for _ in range(2):
+            await _node_sends(stack.ports["otlp_http"], t.trace_id, t.reply.name, events)
+        await wait_until(lambda: turn_evaluations(stack, inst, t.reply.turn_index), lambda e: len(e) == 2)
+        await wait_until(lambda: outbox(database_url), lambda rows: not rows)
+        got = {e.aspect: e for e in await turn_evaluations(stack, inst, t.reply.turn_index)}
+        assert set(got) == {"relevance", "correctness"}
+        rel, cor = got["relevance"], got["correctness"]
+        assert (rel.evaluator, rel.label, rel.score, rel.note, rel.version) == ("js-judge", "relevant", 0.75, "on topic", 1)
+        assert (cor.evaluator, cor.label, cor.sentiment, cor.version) == (
+            "js-judge/correctness", "incorrect", pb.RATING_SENTIMENT_NEGATIVE, 1)
+        assert rel.author_kind == cor.author_kind == pb.AUTHOR_KIND_LLM
+
+        await _node_sends(stack.ports["otlp_http"], t.trace_id, t.reply.name,
+                          [{**events[1], "label": "correct", "score": 1}])
+        got = await wait_until(lambda: turn_evaluations(stack, inst, t.reply.turn_index),
+                               lambda e: {x.aspect: x for x in e}["correctness"].version == 2)
+        cor2 = {x.aspect: x for x in got}["correctness"]
+        assert len(got) == 2 and cor2.name == cor.name and (cor2.label, cor2.score) == ("correct", 1.0)
+    finally:
+        await stack.stop()
