@@ -31,7 +31,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from services.common.db import close_pool, create_pool, migrate
 from services.tracecollector.clickhouse import ClickHouseStore, Tables
 from services.tracecollector.clickhouse_transport import ChdbTransport
-from services.tracecollector.ingest import NS_PER_DAY, Window, flatten
+from services.tracecollector.ingest import NS_PER_DAY, Window, first_retained_day_ns, flatten
 from services.tracecollector.query import TraceReader
 from services.tracecollector.repository import Repository
 from services.tracecollector.retention import Retention
@@ -55,14 +55,16 @@ def _ts(ns: int) -> Timestamp:
 
 
 def dataset(now_ns: int) -> tuple[list[list[tuple]], list[bytes]]:
-    """Storage rows in batches of one payload each, spread over the 14 days before `now_ns`, and the
-    trace ids (for GetTrace)."""
+    """Storage rows in batches of one payload each, spread over the 14 retained UTC days up to `now_ns`
+    (from the first retained midnight: 14 × 24 h before `now_ns` lies on a day retention has dropped,
+    with no partition), and the trace ids (for GetTrace)."""
     payloads = max(SPANS // 1000, 14)
     batches, trace_ids = [], []
     window = Window(0, 2**62)
+    first = first_retained_day_ns(now_ns, 14) + 600 * NS
     for j in range(payloads):
-        # Payload j's spans sit 100..600 s before its own "now", spread evenly over the 14 days.
-        at = now_ns - 14 * NS_PER_DAY + (j + 1) * (14 * NS_PER_DAY) // (payloads + 1)
+        # Payload j's spans sit 100..600 s before its own "now", spread evenly over the retained days.
+        at = first + (j + 1) * (now_ns - first) // (payloads + 1)
         req = trace_service_pb2.ExportTraceServiceRequest.FromString(make_payload(10_000 + j, at))
         spans = req.resource_spans[0].scope_spans[0].spans
         if j % RARE_EVERY == 0:
