@@ -12,7 +12,7 @@ its own figures, marked incomplete) and a previous run's figures are gone from t
 
 `ctx` is a BenchContext with `pg_url` (a fresh embedded PostgreSQL for the whole run) and
 `new_database()` (an empty database per benchmark). Run some: `python -m tests.bench.run chat feedback`.
-A smoke run (`--smoke`, what `make test` runs: tests/unit/test_bench_smoke.py) sets each module's
+A smoke run (`--smoke`, what `make test` runs: tests/integration/test_bench_smoke.py) sets each module's
 size constants to its `SMOKE` dict (a handful of calls: seconds a module) and writes
 `.bench/smoke-results.json` (or `--out PATH`), never the real results.
 """
