@@ -8,14 +8,17 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
+import grpc
+from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from agentfeedback.traces.v1 import traces_pb2
 
 from services.chat import domain as chat_domain
 from services.chat.repository import Repository as ChatRepository
-from services.common.auth import SCOPE_FEEDBACK_ADMIN
+from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_EVALUATIONS
 from services.common.db import close_pool, create_pool
 from tests.helpers.evaluations import annotation, gen_ai_event, judge, outbox, turn_evaluations
-from tests.helpers.feedback import new_instance, rid, send, start_feedback, wait_until
+from tests.helpers.feedback import expect_error, new_instance, rid, send, start_feedback, wait_until
 from tests.stack import start_stack
 
 FAST = {"collector": {"evaluations_retry_first_s": 0.2, "evaluations_retry_max_s": 0.5, "evaluations_poll_s": 0.2}}
@@ -86,8 +89,6 @@ async def test_statistics_keep_evaluations_apart_and_our_own_events_do_not_come_
 
         # Our own carrier span reached the collector and was stored, yet no evaluation came of it.
         await stack.aflush_spans()
-        from agentfeedback.traces.v1 import traces_pb2  # noqa: PLC0415
-
         async def carriers():
             now = dt.datetime.now(dt.UTC)
             req = traces_pb2.SearchTracesRequest(span_name="feedback.evaluation", page_size=10)
@@ -158,4 +159,34 @@ async def test_feedback_down_loses_nothing_that_was_acknowledged(database_url, t
         await wait_until(lambda: outbox(database_url), lambda r: not r)
     finally:
         tp.shutdown()
+        await stack.stop()
+
+
+async def test_only_the_collector_s_credential_may_hand_over_evaluations_and_a_bad_one_is_rejected_alone(
+        database_url, tmp_path):
+    stack = await start_stack(database_url, tmp_path)
+    try:
+        inst = await new_instance(stack)
+        t = await send(stack, inst, "hello")
+        good = pb.Evaluation(trace_id=t.trace_id, name="relevance", label="relevant", author_kind=pb.AUTHOR_KIND_LLM,
+                             identifier="judge")
+        bad = pb.Evaluation(trace_id=t.trace_id, name="x" * 129, label="l", author_kind=pb.AUTHOR_KIND_LLM,
+                            identifier="judge")
+        request = pb.AcceptEvaluationsRequest(evaluations=[bad, good])
+        # An owner's token with every scope they can have is refused, at feedback and at chat.
+        await expect_error(stack.feedback().AcceptEvaluations(request, metadata=stack.md()),
+                           grpc.StatusCode.PERMISSION_DENIED)
+        await expect_error(stack.chat().LookupTurns(chat_pb2.LookupTurnsRequest(trace_ids=[t.trace_id]),
+                                                    metadata=stack.md()), grpc.StatusCode.PERMISSION_DENIED)
+        collector = stack.md("tracecollector", (SCOPE_FEEDBACK_EVALUATIONS,))
+        got = await stack.feedback().AcceptEvaluations(request, metadata=collector)
+        states = [pb.EvaluationOutcome.State.Name(o.state) for o in got.outcomes]
+        assert states == ["STATE_REJECTED", "STATE_ACCEPTED"]
+        assert "evaluations[0]: name must be 1 to 128 characters" == got.outcomes[0].reason
+        assert got.outcomes[1].rating.startswith("evaluations/")
+        again = await stack.feedback().AcceptEvaluations(pb.AcceptEvaluationsRequest(evaluations=[good]), metadata=collector)
+        assert again.outcomes[0].rating == got.outcomes[1].rating  # the same key: the same rating
+        await expect_error(stack.feedback().AcceptEvaluations(pb.AcceptEvaluationsRequest(), metadata=collector),
+                           grpc.StatusCode.INVALID_ARGUMENT)
+    finally:
         await stack.stop()

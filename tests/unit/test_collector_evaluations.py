@@ -1,0 +1,87 @@
+"""Which evaluations the collector reads from an OTLP Export (services/tracecollector/evaluations.py):
+both conventions, the rated trace (own span or first link), defaults, one per key, our namespace skipped."""
+from __future__ import annotations
+
+from agentfeedback.feedback.v1 import feedback_pb2 as fpb
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+
+from services.feedback import domain
+from services.feedback.model.enums import RatingSentiment as S
+from services.tracecollector import evaluations
+from services.tracecollector.ingest import Window, flatten
+
+RATED = bytes.fromhex("11" * 16)
+CARRIER = bytes.fromhex("22" * 16)
+
+
+def _kv(k: str, v: object) -> common_pb2.KeyValue:
+    kv = common_pb2.KeyValue(key=k)
+    if isinstance(v, str):
+        kv.value.string_value = v
+    else:
+        kv.value.double_value = float(v)
+    return kv
+
+
+def _request(namespace: str = "", service: str = "judge") -> tuple[trace_service_pb2.ExportTraceServiceRequest, list]:
+    req = trace_service_pb2.ExportTraceServiceRequest()
+    rs = req.resource_spans.add()
+    rs.resource.attributes.extend([_kv("service.name", service)] + ([_kv("service.namespace", namespace)] if namespace else []))
+    spans = rs.scope_spans.add().spans
+    ev_span = spans.add(trace_id=RATED, span_id=b"\x01" * 8, name="evaluate", start_time_unix_nano=10**18,
+                        end_time_unix_nano=10**18 + 1)
+    ev_span.events.add(name="gen_ai.evaluation.result", attributes=[
+        _kv("gen_ai.evaluation.name", "relevance"), _kv("gen_ai.evaluation.score.value", 0.5),
+        _kv("gen_ai.response.id", "instances/i/messages/m")])
+    carrier = spans.add(trace_id=CARRIER, span_id=b"\x02" * 8, name="annotation", start_time_unix_nano=10**18,
+                        end_time_unix_nano=10**18 + 1)
+    carrier.attributes.extend([_kv("annotations.0.annotation.name", "correctness"),
+                               _kv("annotations.0.annotation.label", "incorrect"),
+                               _kv("annotations.0.annotation.annotator_kind", "CODE"),
+                               _kv("annotations.1.annotation.name", "tone"), _kv("annotations.1.annotation.score", 1)])
+    carrier.links.add(trace_id=RATED, span_id=b"\x03" * 8)
+    # Both forms on one span for one name (our emitter's shape): one evaluation.
+    carrier.events.add(name="gen_ai.evaluation.result", attributes=[_kv("gen_ai.evaluation.name", "correctness")])
+    return req, flatten(req, Window(0, 2 * 10**18)).marked
+
+
+def test_both_conventions_are_read_with_the_rated_trace_and_their_defaults():
+    req, marked = _request()
+    got = {e.name: e for e in evaluations.extract(req, marked, "agentfeedback")}
+    assert set(got) == {"relevance", "correctness", "tone"}
+    rel, cor, tone = got["relevance"], got["correctness"], got["tone"]
+    assert rel.trace_id == cor.trace_id == tone.trace_id == RATED.hex()  # own span's trace; the carrier's link
+    assert (rel.convention, rel.author_kind, rel.identifier, rel.score, rel.response_id) == (
+        fpb.EVALUATION_CONVENTION_GEN_AI_EVENT, fpb.AUTHOR_KIND_LLM, "judge", 0.5, "instances/i/messages/m")
+    assert (cor.convention, cor.author_kind, cor.label, cor.identifier) == (
+        fpb.EVALUATION_CONVENTION_OPENINFERENCE, fpb.AUTHOR_KIND_CODE, "incorrect", "judge")
+    assert tone.author_kind == fpb.AUTHOR_KIND_LLM and tone.score == 1.0
+
+
+def test_our_own_namespace_is_skipped_and_a_repeat_is_one_key():
+    req, marked = _request(namespace="agentfeedback", service="feedback")
+    assert evaluations.extract(req, marked, "agentfeedback") == []
+    req, marked = _request()
+    twice = trace_service_pb2.ExportTraceServiceRequest(resource_spans=[*req.resource_spans, *req.resource_spans])
+    marked2 = flatten(twice, Window(0, 2 * 10**18)).marked
+    assert len(evaluations.extract(twice, marked2, "agentfeedback")) == 3
+
+
+def test_spans_without_either_form_are_not_marked():
+    req = trace_service_pb2.ExportTraceServiceRequest()
+    sp = req.resource_spans.add().scope_spans.add().spans.add(trace_id=RATED, span_id=b"\x01" * 8, name="x",
+                                                               start_time_unix_nano=10**18, end_time_unix_nano=10**18)
+    sp.events.add(name="chat.out")
+    sp.attributes.append(_kv("annotations", "not an annotation"))
+    assert flatten(req, Window(0, 2 * 10**18)).marked == []
+
+
+def test_evaluation_sentiment_comes_from_a_telling_label_else_the_score_sign():
+    assert domain.evaluation_sentiment("Incorrect", 0.9) == S.NEGATIVE
+    assert domain.evaluation_sentiment("pass", None) == S.POSITIVE
+    assert [domain.evaluation_sentiment("", s) for s in (0.2, 0.0, -1.0)] == [S.POSITIVE, S.NEUTRAL, S.NEGATIVE]
+    assert domain.evaluation_sentiment("A+", None) == S.UNSPECIFIED
+    assert domain.evaluation_problem("ab" * 16, "x", "", None, "", "", "id", "", True) == \
+        "an evaluation needs a label or a score"
+    assert domain.evaluation_problem("ab" * 16, "x", "l", float("nan"), "", "", "id", "", True) == "score must be finite"
