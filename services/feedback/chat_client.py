@@ -1,9 +1,13 @@
 """Thin client of `agentfeedback.chat.v1.ChatService`, called with the caller's token (on behalf of),
-so the chat service checks ownership where the data lives.
+so the chat service checks ownership where the data lives. Each call waits at most `timeout_s`, less
+when the RPC being handled has a nearer deadline, keeping time to answer (`deadlines.reserved`): a chat
+service that does not answer is UNAVAILABLE to our caller, not their DEADLINE_EXCEEDED.
 
 Errors: the chat service's NOT_FOUND → `NotFound` (unknown or another owner's), PERMISSION_DENIED →
 `PermissionDenied('chat')`, INVALID_ARGUMENT → `InvalidArgument` on our request field; UNAVAILABLE /
-DEADLINE_EXCEEDED (after `timeout_s`) → `ChatUnreachable` (the caller decides on a fallback); every
+DEADLINE_EXCEEDED (after `timeout_s`) → `ChatUnreachable` (the caller decides on a fallback; its
+`unavailable()` names the real dependency: chat's own UNAVAILABLE DATABASE_UNAVAILABLE — chat is up, its
+database is not — stays DATABASE_UNAVAILABLE, anything else is CHAT_UNAVAILABLE); every
 other status by what it means (`services.common.upstream.from_upstream`): chat answering INTERNAL is
 INTERNAL `CHAT_FAILED`, not "chat unreachable".
 """
@@ -16,7 +20,8 @@ import grpc
 
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from services.common import deadlines
-from services.common.errors import InvalidArgument, NotFound, PermissionDenied
+from services.common.depfail import RETRY_AFTER_S
+from services.common.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable, error_info
 from services.common.upstream import from_upstream, upstream_detail
 from services.feedback.domain import DefectView, MessageView
 from services.feedback.model.evaluation import TurnAnchor
@@ -26,7 +31,22 @@ _UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_
 
 
 class ChatUnreachable(Exception):
-    """The chat service did not answer in time (UNAVAILABLE or DEADLINE_EXCEEDED)."""
+    """The chat service did not answer in time (UNAVAILABLE or DEADLINE_EXCEEDED); `database_down`: it
+    answered UNAVAILABLE DATABASE_UNAVAILABLE (it runs, its PostgreSQL does not answer)."""
+
+    def __init__(self, message: str, database_down: bool = False):
+        super().__init__(message)
+        self.database_down = database_down
+
+    def unavailable(self, doing: str) -> Unavailable:
+        """The UNAVAILABLE (RetryInfo) answering a call that needed chat for `doing` ("to check the
+        rated conversation"), naming the dependency that is down."""
+        if self.database_down:
+            return Unavailable(f"the database (PostgreSQL) the chat service needs {doing} cannot be reached; "
+                               "retry later", retry_after_s=RETRY_AFTER_S, reason="DATABASE_UNAVAILABLE",
+                               dependency="postgresql", via="chat")
+        return Unavailable(f"the chat service cannot be reached {doing}", retry_after_s=RETRY_AFTER_S,
+                           reason="CHAT_UNAVAILABLE", dependency="chat")
 
 
 def to_view(m: chat_pb2.Message) -> MessageView:
@@ -61,7 +81,9 @@ class ChatClient:
     def _map(self, e: grpc.aio.AioRpcError, resource: str, field_path: str) -> Exception:
         code = e.code()
         if code in _UNREACHABLE:
-            return ChatUnreachable(f"chat service: {upstream_detail(e)}")
+            info = error_info(e)
+            down = code == grpc.StatusCode.UNAVAILABLE and info is not None and info.reason == "DATABASE_UNAVAILABLE"
+            return ChatUnreachable(f"chat service: {upstream_detail(e)}", database_down=down)
         if code == grpc.StatusCode.NOT_FOUND:
             return NotFound(resource)
         if code == grpc.StatusCode.PERMISSION_DENIED:
@@ -74,7 +96,7 @@ class ChatClient:
         """Every page of the List call `rpc(req)` in turn (`req.page_token` moved along; errors as `_map`)."""
         while True:
             try:
-                resp = await rpc(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
+                resp = await rpc(req, metadata=md, timeout=deadlines.reserved(self._timeout_s))
             except grpc.aio.AioRpcError as e:
                 raise self._map(e, resource, field_path) from None
             yield resp
@@ -85,7 +107,7 @@ class ChatClient:
     async def get_message(self, name: str, md: Metadata, field_path: str = "feedback.message") -> MessageView:
         """GetMessage(name) → MessageView. NotFound when unknown or not the caller's."""
         try:
-            m = await self._stub.GetMessage(chat_pb2.GetMessageRequest(name=name), metadata=md, timeout=deadlines.timeout(self._timeout_s))
+            m = await self._stub.GetMessage(chat_pb2.GetMessageRequest(name=name), metadata=md, timeout=deadlines.reserved(self._timeout_s))
         except grpc.aio.AioRpcError as e:
             raise self._map(e, name, field_path) from None
         return to_view(m)
@@ -127,7 +149,7 @@ class ChatClient:
         """LookupTurns (the collector's credential in `md`): the turn of each known trace id, by trace id."""
         try:
             got = await self._stub.LookupTurns(chat_pb2.LookupTurnsRequest(trace_ids=trace_ids), metadata=md,
-                                               timeout=deadlines.timeout(self._timeout_s))
+                                               timeout=deadlines.reserved(self._timeout_s))
         except grpc.aio.AioRpcError as e:
             raise self._map(e, "turns", "evaluations") from None
         return {t.trace_id: TurnAnchor(t.conversation, t.turn_index, t.owner, t.reply) for t in got.turns}
@@ -136,7 +158,7 @@ class ChatClient:
         """GetSuspectedDefect(name) → DefectView. NotFound when unknown, clean, or not the caller's."""
         try:
             d = await self._stub.GetSuspectedDefect(chat_pb2.GetSuspectedDefectRequest(name=name), metadata=md,
-                                                    timeout=deadlines.timeout(self._timeout_s))
+                                                    timeout=deadlines.reserved(self._timeout_s))
         except grpc.aio.AioRpcError as e:
             raise self._map(e, name, field_path) from None
         return to_defect_view(d)
@@ -148,7 +170,7 @@ class ChatClient:
         name = f"{conversation}/artifacts/{artifact_id}"
         try:
             await self._stub.GetArtifact(chat_pb2.GetArtifactRequest(name=name), metadata=md,
-                                         timeout=deadlines.timeout(self._timeout_s))
+                                         timeout=deadlines.reserved(self._timeout_s))
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 return False
@@ -161,7 +183,7 @@ class ChatClient:
         turn not reached."""
         req = chat_pb2.GetWorkspaceRequest(name=f"{conversation}/workspace", turn_index=turn_index)
         try:
-            return await self._stub.GetWorkspace(req, metadata=md, timeout=deadlines.timeout(self._timeout_s))
+            return await self._stub.GetWorkspace(req, metadata=md, timeout=deadlines.reserved(self._timeout_s))
         except grpc.aio.AioRpcError as e:
             raise self._map(e, f"{conversation} turn {turn_index}", field_path) from None
 
@@ -175,6 +197,6 @@ class ChatClient:
     async def check_instance(self, name: str, md: Metadata, field_path: str) -> None:
         """GetInstance(name): NotFound when unknown or not the caller's."""
         try:
-            await self._stub.GetInstance(chat_pb2.GetInstanceRequest(name=name), metadata=md, timeout=deadlines.timeout(self._timeout_s))
+            await self._stub.GetInstance(chat_pb2.GetInstanceRequest(name=name), metadata=md, timeout=deadlines.reserved(self._timeout_s))
         except grpc.aio.AioRpcError as e:
             raise self._map(e, name, field_path) from None

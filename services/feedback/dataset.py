@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from services.common.auth import Principal
-from services.common.errors import NotFound, Unavailable
+from services.common.errors import NotFound
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.domain import MessageView
 from services.feedback.model.enums import RatingScope, RatingSentiment
@@ -101,9 +101,8 @@ class Datasets:
                     messages[c] = await self._chat.messages_through(c, p.metadata, k)
                 except NotFound:
                     messages[c] = []
-                except ChatUnreachable:
-                    raise Unavailable("the chat service cannot be reached to read the conversations; resume "
-                                      "with the last resume_token", retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
+                except ChatUnreachable as e:
+                    raise e.unavailable("to read the conversations (resume with the last resume_token)") from None
             for c, k in turns:
                 turn = [m for m in messages[c] if m.turn_index == k]
                 reply = next((m for m in turn if m.role == "ROLE_ASSISTANT" and m.content), None)
@@ -123,9 +122,8 @@ class Datasets:
         copies never count): the preferred reply is `chosen`. Forks in the chat service's order."""
         try:
             forks = await self._chat.forks(p.metadata)
-        except ChatUnreachable:
-            raise Unavailable("the chat service cannot be reached to list the forks", retry_after_s=1.0,
-                              reason="CHAT_UNAVAILABLE") from None
+        except ChatUnreachable as e:
+            raise e.unavailable("to list the forks") from None
         for fork, source, j in forks:
             k = j + 1
             ratings, _ = await self._store.turn_labels(p.sub, [(fork, k), (source, k)], with_copies=False)
@@ -142,9 +140,8 @@ class Datasets:
                 source_msgs = await self._chat.messages_through(source, p.metadata, k)
             except NotFound:
                 continue
-            except ChatUnreachable:
-                raise Unavailable("the chat service cannot be reached to read the conversations", retry_after_s=1.0,
-                                  reason="CHAT_UNAVAILABLE") from None
+            except ChatUnreachable as e:
+                raise e.unavailable("to read the conversations") from None
             a, b = _turn(fork_msgs, k), _turn(source_msgs, k)
             if a is None or b is None:
                 continue

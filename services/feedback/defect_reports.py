@@ -19,7 +19,6 @@ import hashlib
 import uuid
 
 from services.common.auth import Principal
-from services.common.errors import Unavailable
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.domain import DefectView
 from services.feedback.model.enums import Author, Category, Sentiment, Surface
@@ -61,9 +60,8 @@ class DefectReports:
         service has no such defect for the caller; UNAVAILABLE when it cannot be reached."""
         try:
             d = await self._chat.get_defect(name, p.metadata)
-        except ChatUnreachable:
-            raise Unavailable("the chat service cannot be reached to read the suspected defect",
-                              retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
+        except ChatUnreachable as e:
+            raise e.unavailable("to read the suspected defect") from None
         category = _CATEGORIES.get(d.kinds[0], Category.OTHER) if d.kinds else Category.OTHER
         canonical = f"{anchor.instance}/suspectedDefects/{anchor.trace_id}"  # the trace id as parsed
         draft = ReportDraft(defect_request_id(canonical), hashlib.sha256(canonical.encode()).digest(), anchor, Surface.CHAT, Author.PLATFORM, body_of(d)[:4000],

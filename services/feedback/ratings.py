@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from services.common.auth import Principal
-from services.common.errors import InvalidArgument, NotFound, Unavailable
+from services.common.errors import InvalidArgument, NotFound
 from services.common.ids import check_same_request, new_id
 from services.feedback import domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
@@ -118,9 +118,8 @@ class Ratings:
             else:
                 await self._chat.check_instance(key.conversation, p.metadata, "rating.conversation")
                 name = ("", "")
-        except ChatUnreachable:
-            raise Unavailable("the chat service cannot be reached to check the rated conversation",
-                              retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
+        except ChatUnreachable as e:
+            raise e.unavailable("to check the rated conversation") from None
         if cacheable:
             self._checked.put(cache_key, name)
         return name
@@ -181,6 +180,6 @@ class Ratings:
         try:
             await self._chat.check_instance(source, p.metadata, "source_conversation")
             replies = await self._chat.replies_through(target, p.metadata, through_turn_index, "target_conversation")
-        except ChatUnreachable:
-            raise Unavailable("the chat service cannot be reached", retry_after_s=1.0) from None
+        except ChatUnreachable as e:
+            raise e.unavailable("to check the conversations") from None
         return await self._repo.copy_ratings(p.sub, source, target, through_turn_index, replies, request_id)

@@ -24,7 +24,6 @@ from services.common.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
-    Unavailable,
 )
 from services.common.etags import etag_matches
 from services.common.ids import check_same_request, new_id, parse_trace_id
@@ -215,10 +214,9 @@ class Reports:
                 if picked is None:
                     raise NotFound(f"{a.instance} turn {a.trace_id}")
                 target = picked
-        except ChatUnreachable:
+        except ChatUnreachable as e:
             if d.client_snapshot is None:
-                raise Unavailable("the chat service cannot be reached and no client_snapshot was given; retry, "
-                                  "or send client_snapshot", retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
+                raise e.unavailable("to read the quoted turn, and no client_snapshot was given (or send one)") from None
             snap = d.client_snapshot if d.component is None else replace(d.client_snapshot, component=unfrozen(d.component))
             trace_id = a.trace_id or snap.trace_id
             if trace_id:

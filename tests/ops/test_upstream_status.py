@@ -1,15 +1,20 @@
 """Statuses from another service mapped by what they mean: a chat service that answers INTERNAL makes
 the feedback service answer INTERNAL `CHAT_FAILED` (it was reachable: not `CHAT_UNAVAILABLE`, which
-clients would retry), and one that cannot be reached is UNAVAILABLE `CHAT_UNAVAILABLE` with RetryInfo."""
+clients would retry), one that cannot be reached is UNAVAILABLE `CHAT_UNAVAILABLE` with RetryInfo, and
+a chat service that runs but whose database does not answer (UNAVAILABLE `DATABASE_UNAVAILABLE`) makes
+the feedback service name the database too (issue 25: it said `CHAT_UNAVAILABLE` during a frozen
+PostgreSQL although chat was running)."""
 from __future__ import annotations
 
 import grpc
 from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from agentfeedback.chat.v1 import chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
-from services.common.errors import error_info, status_details
+from services.common.depfail import database_unavailable
+from services.common.errors import error_info, status_details, to_status
 from tests.helpers.feedback import channel_to, expect_error, new_instance, rid, send, start_feedback
 
 
@@ -51,6 +56,49 @@ async def test_chat_internal_is_chat_failed_and_chat_unreachable_is_unavailable_
         await gone.stop(0.5)
         await failing.stop(0.5)
         await broken.stop(0)
+
+
+class _DatabaseDownChat(chat_pb2_grpc.ChatServiceServicer):
+    """A real gRPC ChatService answering every call as the chat gateway does when its PostgreSQL does not
+    answer: UNAVAILABLE, ErrorInfo DATABASE_UNAVAILABLE (dependency postgresql), RetryInfo."""
+
+    async def _down(self, context):
+        await context.abort_with_status(rpc_status.to_status(to_status(database_unavailable())))
+
+    async def GetInstance(self, request, context):
+        await self._down(context)
+
+    async def ListMessages(self, request, context):
+        await self._down(context)
+
+
+async def test_chat_whose_database_is_down_makes_feedback_name_the_database_not_chat(stack, tmp_path):
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "rate me")
+    chat = grpc.aio.server()
+    chat_pb2_grpc.add_ChatServiceServicer_to_server(_DatabaseDownChat(), chat)
+    port = chat.add_insecure_port("127.0.0.1:0")
+    await chat.start()
+    fb = await start_feedback(stack, tmp_path / "a", chat_target=f"127.0.0.1:{port}", chat_timeout_s=2)
+    try:
+        stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, fb.port))
+        calls = {
+            "PutRating": stub.PutRating(pb.PutRatingRequest(rating=pb.Rating(
+                conversation=inst, turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE,
+                aspect="reaction", sentiment=pb.RATING_SENTIMENT_NEGATIVE), request_id=rid()), metadata=stack.md()),
+            "CreateFeedback": stub.CreateFeedback(pb.CreateFeedbackRequest(
+                feedback=pb.Feedback(message=turn.reply.name, body="wrong"), request_id=rid()), metadata=stack.md()),
+        }
+        for what, call in calls.items():
+            e = await expect_error(call, grpc.StatusCode.UNAVAILABLE)
+            info = error_info(e)
+            assert (info.reason, info.metadata["dependency"], info.metadata["via"]) == (
+                "DATABASE_UNAVAILABLE", "postgresql", "chat"), (what, info)
+            assert "database" in e.details(), what
+            assert any(d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in status_details(e)), what
+    finally:
+        await fb.stop(0.5)
+        await chat.stop(0)
 
 
 async def test_a_bad_request_is_one_log_line_naming_method_code_and_reason_not_the_value(stack, caplog):
