@@ -15,7 +15,6 @@ import datetime as dt
 from dataclasses import dataclass
 
 from services.common.auth import Principal
-from services.common.errors import Unavailable
 from services.feedback import domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.model.evaluation import EvaluationCount, EvaluationIn, StoredEvaluation
@@ -38,15 +37,15 @@ class Evaluations:
 
     async def accept(self, p: Principal, items: list[EvaluationIn | str]) -> list[Outcome]:
         """One outcome per item, in order; a `str` item is a rejection reason (the codec's check).
-        UNAVAILABLE (CHAT_UNAVAILABLE) when the chat service cannot be reached: nothing is stored."""
+        UNAVAILABLE (CHAT_UNAVAILABLE, or DATABASE_UNAVAILABLE when it is chat's database) when the chat
+        service cannot be reached: nothing is stored."""
         valid = [e for e in items if isinstance(e, EvaluationIn)]
         anchors = {}
         if valid:
             try:
                 anchors = await self._chat.lookup_turns(sorted({e.trace_id for e in valid}), p.metadata)
-            except ChatUnreachable:
-                raise Unavailable("the chat service cannot be reached to find the evaluated turns",
-                                  retry_after_s=1.0, reason="CHAT_UNAVAILABLE") from None
+            except ChatUnreachable as e:
+                raise e.unavailable("to find the evaluated turns") from None
         known = [e for e in valid if e.trace_id in anchors]
         stored = iter(await self._store.put(
             [(e, anchors[e.trace_id], domain.evaluation_sentiment(e.label, e.score)) for e in known]))
