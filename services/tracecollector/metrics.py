@@ -40,6 +40,10 @@ class CollectorMetrics:
                                                    description="Retention passes, by result (ok | error).")
         self.dropped_days = meter.create_counter("agentfeedback.collector.retention.dropped_days", unit="{day}",
                                                  description="UTC days of spans dropped by retention.")
+        self.evaluations = meter.create_counter(
+            "agentfeedback.collector.evaluations", unit="{evaluation}",
+            description="Evaluations handed to the feedback service, by outcome (accepted | rejected | pending | "
+                        "failed | expired; issue 24).")
         self._meter = meter
         self._queues: list[tuple[str, Callable[[], int], int]] = []
         meter.create_observable_gauge("otelcol_exporter_queue_size", [self._sizes], unit="{item}",
@@ -76,6 +80,10 @@ class CollectorMetrics:
     def receiver(self, ingestor: Ingestor, transport: str) -> Ingestor:
         """`ingestor` whose `export` counts accepted / refused spans for `transport` (grpc | http)."""
         return _CountingIngestor(ingestor, self, {"receiver": "otlp", "transport": transport})
+
+    def evaluation_outcome(self, outcome: str, n: int) -> None:
+        """`n` evaluations of one delivery pass had `outcome` (services/tracecollector/evaluation_delivery.py)."""
+        self.evaluations.add(n, {"outcome": outcome})
 
     def forwarded(self, outcome: str, spans: int) -> None:
         """The forwarder's `on_spans` hook: `outcome` sent | dropped."""

@@ -192,6 +192,7 @@ async def create_server(
             delivery = srv.evaluations = EvaluationDelivery(outbox, srv._feedback_channel, token, DeliveryPolicy(
                 retry_first_s=settings.evaluations_retry_first_s, retry_max_s=settings.evaluations_retry_max_s,
                 pending_days=settings.evaluations_pending_days, poll_s=settings.evaluations_poll_s))
+            delivery.on_outcome = cm.evaluation_outcome
             delivery.start()
 
             async def keep_evaluations(request, marked) -> None:

@@ -19,6 +19,7 @@ from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_EVALUATION
 from services.common.db import close_pool, create_pool
 from tests.helpers.evaluations import annotation, gen_ai_event, judge, outbox, turn_evaluations
 from tests.helpers.feedback import expect_error, new_instance, rid, send, start_feedback, wait_until
+from tests.helpers.scrape import scrape, value
 from tests.stack import start_stack
 
 FAST = {"collector": {"evaluations_retry_first_s": 0.2, "evaluations_retry_max_s": 0.5, "evaluations_poll_s": 0.2}}
@@ -44,6 +45,9 @@ async def test_both_forms_become_ratings_once_and_a_changed_score_updates_it(dat
         await wait_until(lambda: outbox(database_url), lambda rows: not rows)
         got = _by_name(await turn_evaluations(stack, inst, turn))
         assert set(got) == {"relevance", "correctness"}  # one rating each, not two
+        # Four deliveries (two sends of two), one rating each: the collector counted them accepted.
+        samples = await scrape(stack.metrics_port("collector"))
+        assert value(samples, "agentfeedback_collector_evaluations_total", outcome="accepted") >= 2
 
         rel, cor = got["relevance"], got["correctness"]
         assert (rel.author_kind, rel.label, rel.score, rel.note) == (pb.AUTHOR_KIND_LLM, "relevant", 0.9, "on topic")
