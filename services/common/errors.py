@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import grpc
 from google.protobuf import any_pb2
@@ -38,6 +38,15 @@ class DomainError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class StatusError(DomainError):
+    """A DomainError of the class's one `status` code: `(message, reason=<the code's name>, **metadata)`."""
+
+    status: ClassVar[grpc.StatusCode]
+
+    def __init__(self, message: str, reason: str | None = None, **md: str):
+        super().__init__(message=message, reason=reason or self.status.name, metadata=dict(md), code=self.status)
 
 
 class InvalidArgument(DomainError):
@@ -147,57 +156,55 @@ class Aborted(DomainError):
         )
 
 
-class FailedPrecondition(DomainError):
-    def __init__(self, message: str, reason: str = "FAILED_PRECONDITION", **md: str):
-        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.FAILED_PRECONDITION)
+class FailedPrecondition(StatusError):
+    status = grpc.StatusCode.FAILED_PRECONDITION
 
 
-class OutOfRange(DomainError):
+class OutOfRange(StatusError):
     """OUT_OF_RANGE: a position past what is kept (e.g. a change feed resume token older than retention)."""
 
-    def __init__(self, message: str, reason: str = "OUT_OF_RANGE", **md: str):
-        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.OUT_OF_RANGE)
+    status = grpc.StatusCode.OUT_OF_RANGE
 
 
-class Unavailable(DomainError):
+class Unavailable(StatusError):
     """UNAVAILABLE, retryable; `retry_after_s` becomes google.rpc.RetryInfo."""
 
+    status = grpc.StatusCode.UNAVAILABLE
+
     def __init__(self, message: str, retry_after_s: float | None = None, reason: str = "UNAVAILABLE", **md: str):
-        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.UNAVAILABLE)
+        super().__init__(message, reason, **md)
         self.retry_after_s = retry_after_s
 
 
-class DeadlineExceeded(DomainError):
-    def __init__(self, message: str, reason: str = "DEADLINE_EXCEEDED", **md: str):
-        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.DEADLINE_EXCEEDED)
+class DeadlineExceeded(StatusError):
+    status = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
-class ResourceExhausted(DomainError):
+class ResourceExhausted(StatusError):
     """RESOURCE_EXHAUSTED; `retry_after_s` becomes google.rpc.RetryInfo, `quota` ((subject, description)
     pairs) google.rpc.QuotaFailure violations (AIP-193)."""
 
+    status = grpc.StatusCode.RESOURCE_EXHAUSTED
+
     def __init__(self, message: str, reason: str = "RESOURCE_EXHAUSTED", retry_after_s: float | None = None,
                  quota: tuple[tuple[str, str], ...] = (), **md: str):
-        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.RESOURCE_EXHAUSTED)
+        super().__init__(message, reason, **md)
         self.retry_after_s = retry_after_s
         self.quota = quota
 
 
-class Cancelled(DomainError):
-    def __init__(self, message: str, reason: str = "CANCELLED", **md: str):
-        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.CANCELLED)
+class Cancelled(StatusError):
+    status = grpc.StatusCode.CANCELLED
 
 
-class Unimplemented(DomainError):
-    def __init__(self, message: str, reason: str = "UNIMPLEMENTED", **md: str):
-        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.UNIMPLEMENTED)
+class Unimplemented(StatusError):
+    status = grpc.StatusCode.UNIMPLEMENTED
 
 
-class Internal(DomainError):
+class Internal(StatusError):
     """INTERNAL that names what failed (e.g. the agent), never internals."""
 
-    def __init__(self, message: str, reason: str = "INTERNAL", **md: str):
-        super().__init__(message=message, reason=reason, metadata=dict(md), code=grpc.StatusCode.INTERNAL)
+    status = grpc.StatusCode.INTERNAL
 
 
 def _pack(msg: Message) -> any_pb2.Any:
