@@ -32,6 +32,7 @@ and writes go to Distributed tables named as the exporter's (`<table>`), sharded
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -42,7 +43,7 @@ from string import Template
 import orjson
 
 from services.tracecollector.clickhouse_transport import ClickHouseTransport
-from services.tracecollector.writer import Row
+from services.tracecollector.ingest import any_value
 
 SCHEMA_DIR = Path(__file__).parent / "clickhouse_schema"
 _NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
@@ -66,6 +67,7 @@ INSERT_COLUMNS = (
 )
 # DateTime64(9) holds [1900-01-01, 2262-04-11]; OTLP event times are uint64 ns: clamped into it.
 _MAX_NS = 2**63 - 1
+_MAX_EXACT = 2**53  # ingest.any_value: larger ints are kept as decimal strings
 
 
 # --- values: our JSON form (ingest.any_value) → the exporter's string form -------------------
@@ -114,51 +116,91 @@ def _dt(ns: int) -> str:
     return f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
 
 
-def _split_each(items: list[dict]) -> tuple[list[dict[str, str]], dict[str, dict]]:
-    """split_attributes of each event / link: their Maps, and the typed values by index ("0", "1"…)."""
-    maps, typed_by_index = [], {}
-    for i, item in enumerate(items):
-        strings, typed = split_attributes(item["attributes"])
-        maps.append(strings)
+def _attribute_maps(kvs) -> tuple[dict[str, str], dict[str, object] | None]:
+    """OTLP attributes straight to split_attributes(ingest.attributes_dict(kvs)) in one pass: the Map's
+    strings, and the values whose JSON the strings do not give back (None: none)."""
+    strings: dict[str, str] = {}
+    typed: dict[str, object] | None = None
+    for kv in kvs:
+        v = kv.value
+        if s := v.string_value:
+            strings[kv.key] = s
+            if typed:
+                typed.pop(kv.key, None)  # a repeated key keeps its last value
+            continue
+        if (i := v.int_value) and -_MAX_EXACT <= i <= _MAX_EXACT:  # set: the oneof holds an int
+            strings[kv.key] = str(i)
+            if typed is None:
+                typed = {}
+            typed[kv.key] = i
+            continue
+        j = any_value(v)
+        strings[kv.key] = s = as_string(j)
+        if s != j:
+            if typed is None:
+                typed = {}
+            typed[kv.key] = j
+        elif typed:
+            typed.pop(kv.key, None)
+    return strings, typed
+
+
+# A JSON-escaped U+0000 (orjson writes NUL as `\u0000`) not itself preceded by an escaping backslash.
+_JSON_NUL = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
+
+
+class ExporterRowEncoder:
+    """ingest.RowEncoder for the exporter's table: each span straight from OTLP to one JSONCompactEachRow
+    line of INSERT_COLUMNS + AgentFeedbackTypes (one JSON encoding; no ROW_FIELDS tuple in between;
+    AgentFeedbackTypes as a JSON object, which ClickHouse stores as its text in the String column:
+    input_format_json_read_objects_as_strings, on by default).
+    Values as the PostgreSQL rows hold them (ingest's text policy: U+0000 stored as U+FFFD)."""
+
+    def resource(self, attributes: dict[str, object]) -> tuple[dict[str, str], dict[str, object]]:
+        return split_attributes(attributes)
+
+    def span(self, sp, parent_span_id: bytes | None, service: str, scope: str,
+             resource: tuple[dict[str, str], dict[str, object]]) -> bytes:
+        attrs, typed = _attribute_maps(sp.attributes)
+        types: dict[str, object] = {}
         if typed:
-            typed_by_index[str(i)] = typed
-    return maps, typed_by_index
-
-
-def exporter_row(r: Row, resources: dict[str, tuple[dict, dict]]) -> dict:
-    """One storage row (ingest.ROW_FIELDS) as the exporter's INSERT_COLUMNS, plus AgentFeedbackTypes.
-    `resources` caches the resource split per resource JSON (one per ResourceSpans)."""
-    (tid, sid, pid, start, end, name, kind, status, message, service, scope, trace_state,
-     attrs_json, res_json, events_json, links_json) = r
-    res = resources.get(res_json)
-    if res is None:
-        res = resources[res_json] = split_attributes(orjson.loads(res_json))
-    span_attrs, span_typed = split_attributes(orjson.loads(attrs_json))
-    types: dict[str, object] = {}
-    if span_typed:
-        types["s"] = span_typed
-    if res[1]:
-        types["r"] = res[1]
-    events = orjson.loads(events_json) if events_json else []
-    links = orjson.loads(links_json) if links_json else []
-    ev_attrs, ev_typed = _split_each(events)
-    ln_attrs, ln_typed = _split_each(links)
-    if ev_typed:
-        types["e"] = ev_typed
-    if ln_typed:
-        types["l"] = ln_typed
-    return {
-        "Timestamp": _dt(start), "TraceId": tid.hex(), "SpanId": sid.hex(), "ParentSpanId": pid.hex() if pid else "",
-        "TraceState": trace_state, "SpanName": name, "SpanKind": KIND_NAMES[kind] if 0 <= kind < 6 else "",
-        "ServiceName": service, "ResourceAttributes": res[0], "ScopeName": scope, "ScopeVersion": "",
-        "SpanAttributes": span_attrs, "Duration": end - start,
-        "StatusCode": STATUS_NAMES[status] if 0 <= status < 3 else "", "StatusMessage": message,
-        "Events.Timestamp": [_dt(e["time_unix_nano"]) for e in events], "Events.Name": [e["name"] for e in events],
-        "Events.Attributes": ev_attrs, "Links.TraceId": [ln["trace_id"] for ln in links],
-        "Links.SpanId": [ln["span_id"] for ln in links], "Links.TraceState": [ln["trace_state"] for ln in links],
-        "Links.Attributes": ln_attrs,
-        "AgentFeedbackTypes": orjson.dumps(types).decode() if types else "",
-    }
+            types["s"] = typed
+        if resource[1]:
+            types["r"] = resource[1]
+        ev_ts, ev_names, ev_attrs, ev_typed = [], [], [], {}
+        for i, e in enumerate(sp.events):
+            ev_ts.append(_dt(e.time_unix_nano))
+            ev_names.append(e.name)
+            a, t = _attribute_maps(e.attributes)
+            ev_attrs.append(a)
+            if t:
+                ev_typed[str(i)] = t
+        ln_tids, ln_sids, ln_states, ln_attrs, ln_typed = [], [], [], [], {}
+        for i, ln in enumerate(sp.links):
+            ln_tids.append(ln.trace_id.hex())
+            ln_sids.append(ln.span_id.hex())
+            ln_states.append(ln.trace_state)
+            a, t = _attribute_maps(ln.attributes)
+            ln_attrs.append(a)
+            if t:
+                ln_typed[str(i)] = t
+        if ev_typed:
+            types["e"] = ev_typed
+        if ln_typed:
+            types["l"] = ln_typed
+        start = sp.start_time_unix_nano
+        kind = sp.kind
+        status = sp.status
+        code = status.code
+        line = orjson.dumps([
+            _dt(start), sp.trace_id.hex(), sp.span_id.hex(), parent_span_id.hex() if parent_span_id else "",
+            sp.trace_state, sp.name, KIND_NAMES[kind] if 0 <= kind < 6 else "", service, resource[0], scope, "",
+            attrs, sp.end_time_unix_nano - start, STATUS_NAMES[code] if 0 <= code < 3 else "", status.message,
+            ev_ts, ev_names, ev_attrs, ln_tids, ln_sids, ln_states, ln_attrs, types or "",
+        ])
+        if b"\\u0000" in line:
+            line = _JSON_NUL.sub(rb"\1\\ufffd", line)
+        return line
 
 
 # --- reads -----------------------------------------------------------------------------------
@@ -167,17 +209,22 @@ _SPAN_COLUMNS = """TraceId, SpanId, ParentSpanId, toUnixTimestamp64Nano(Timestam
 SpanKind, StatusCode, StatusMessage, ServiceName, ScopeName, TraceState, SpanAttributes, ResourceAttributes,
 arrayMap(t -> toUnixTimestamp64Nano(t), Events.Timestamp), Events.Name, Events.Attributes,
 Links.TraceId, Links.SpanId, Links.TraceState, Links.Attributes, AgentFeedbackTypes"""
-# The lookup table bounds the scan to the trace's seconds (Start/End are DateTime: End + 1 s), then
-# the exporter's TraceId bloom filter picks the granules; one row per span id (retries collapse).
+# GetTrace and the summaries read the exporter's lookup table first, as its README's trace query does:
+# the traces' first and last span start (seconds; End + 1 s, Start/End are DateTime). Those bounds go
+# to the span query as constants, so ClickHouse prunes partitions (toDate(Timestamp)) and primary key
+# ranges (toDateTime(Timestamp)) before the TraceId bloom filter picks granules (EXPLAIN indexes=1:
+# 1 part of 14). A separate statement, not a scalar subquery in WITH: the subquery form cost twice the
+# CPU per call in chdb (bench_span_stores).
+BOUNDS = """
+SELECT count(), toUnixTimestamp(min(Start)), toUnixTimestamp(max(End)) + 1 FROM {ts}
+WHERE TraceId IN {{ids:Array(String)}}"""
 GET_TRACE = """
-WITH (SELECT (min(Start), max(End)) FROM {ts} WHERE TraceId = {{tid:String}}) AS b
 SELECT {cols} FROM {t}
-WHERE TraceId = {{tid:String}} AND Timestamp >= toDateTime64(b.1, 9) AND Timestamp < toDateTime64(b.2, 9) + INTERVAL 1 SECOND
+WHERE TraceId = {{tid:String}} AND Timestamp >= toDateTime64({{lo:UInt32}}, 9) AND Timestamp < toDateTime64({{hi:UInt32}}, 9)
 ORDER BY start_ns, SpanId
 LIMIT 1 BY SpanId"""
 # Summaries: root span = no parent, else the earliest (as PostgreSQL's SUMMARIZE_TRACES).
 SUMMARIZE = """
-WITH (SELECT (min(Start), max(End)) FROM {ts} WHERE TraceId IN {{ids:Array(String)}}) AS b
 SELECT TraceId,
        argMin(SpanName, (ParentSpanId != '', Timestamp)),
        argMin(ServiceName, (ParentSpanId != '', Timestamp)),
@@ -186,7 +233,8 @@ SELECT TraceId,
        uniqExact(SpanId),
        max({status})
 FROM {t}
-WHERE TraceId IN {{ids:Array(String)}} AND Timestamp >= toDateTime64(b.1, 9) AND Timestamp < toDateTime64(b.2, 9) + INTERVAL 1 SECOND
+WHERE TraceId IN {{ids:Array(String)}}
+  AND Timestamp >= toDateTime64({{lo:UInt32}}, 9) AND Timestamp < toDateTime64({{hi:UInt32}}, 9)
 GROUP BY TraceId"""
 # A trace matches when one of its spans in [lo, hi) passes every filter; sorted by its earliest
 # matching start, newest first, then trace id. Filters are appended in code (none = no condition,
@@ -284,6 +332,7 @@ class ClickHouseStore:
     """The collector's storage on the exporter's ClickHouse tables (see the module docstring)."""
 
     name = "clickhouse"
+    row_encoder = ExporterRowEncoder()
 
     def __init__(self, transport: ClickHouseTransport, tables: Tables):
         self._tx = transport
@@ -291,8 +340,9 @@ class ClickHouseStore:
         self._traces = tables.q(tables.traces)
         self._ts = tables.q(f"{tables.traces}_trace_id_ts")
         self._days = tables.q(f"{tables.traces}_dropped_days")
-        self._get_trace = GET_TRACE.format(cols=_SPAN_COLUMNS, t=self._traces, ts=self._ts)
-        self._summarize = SUMMARIZE.format(t=self._traces, ts=self._ts, status=_STATUS_SQL)
+        self._bounds = BOUNDS.format(ts=self._ts)
+        self._get_trace = GET_TRACE.format(cols=_SPAN_COLUMNS, t=self._traces)
+        self._summarize = SUMMARIZE.format(t=self._traces, status=_STATUS_SQL)
 
     async def create_schema(self, retention_days: int) -> None:
         """CREATE ... IF NOT EXISTS the exporter's tables and ours (idempotent: tables an exporter
@@ -317,18 +367,28 @@ class ClickHouseStore:
 
     # --- writes ---
 
-    async def copy_spans(self, rows: Sequence[Row]) -> None:
-        """INSERT `rows` (ingest.ROW_FIELDS order) as the exporter does, one statement; stored when
+    async def copy_spans(self, rows: Sequence[bytes]) -> None:
+        """INSERT `rows` (ExporterRowEncoder lines) as the exporter does, one statement; stored when
         this returns. Raises ClickHouseError."""
-        resources: dict[str, tuple[dict, dict]] = {}
-        payload = b"\n".join(orjson.dumps(exporter_row(r, resources)) for r in rows)
-        await self._tx.insert_json(self._traces, (*INSERT_COLUMNS, "AgentFeedbackTypes"), payload)
+        await self._tx.insert_json(self._traces, (*INSERT_COLUMNS, "AgentFeedbackTypes"), b"\n".join(rows),
+                                   fmt="JSONCompactEachRow")
 
     # --- reads ---
 
     async def get_trace(self, trace_id: bytes) -> list[SpanRecord]:
         """The spans of one trace (one per span id), ordered by start time then span id."""
-        return [span_record(r) for r in await self._tx.query(self._get_trace, {"tid": trace_id.hex()})]
+        tid = trace_id.hex()
+        bounds = await self._time_bounds([tid])
+        if bounds is None:
+            return []
+        rows = await self._tx.query(self._get_trace, {"tid": tid, **bounds})
+        return [span_record(r) for r in rows]
+
+    async def _time_bounds(self, trace_ids: list[str]) -> dict[str, int] | None:
+        """{"lo", "hi"}: seconds bounding every span start of `trace_ids` (hex), from the lookup table;
+        None when it has none of them."""
+        ((n, lo, hi),) = await self._tx.query(self._bounds, {"ids": trace_ids})
+        return {"lo": int(lo), "hi": int(hi)} if int(n) else None
 
     async def search_trace_ids(
         self, *, start_ns: int, end_ns: int, service_name: str, span_name: str, attributes: dict[str, str],
@@ -368,7 +428,11 @@ class ClickHouseStore:
         """Summary rows (root name/service/start/duration, span count, worst status) by trace id."""
         if not trace_ids:
             return {}
-        rows = await self._tx.query(self._summarize, {"ids": [t.hex() for t in trace_ids]})
+        ids = [t.hex() for t in trace_ids]
+        bounds = await self._time_bounds(ids)
+        if bounds is None:
+            return {}
+        rows = await self._tx.query(self._summarize, {"ids": ids, **bounds})
         return {bytes.fromhex(r[0]): {"root_name": r[1], "service_name": r[2], "root_start": int(r[3]),
                                       "root_duration": int(r[4]), "span_count": int(r[5]), "status_code": int(r[6])}
                 for r in rows}
@@ -407,4 +471,4 @@ class ClickHouseStore:
         return int(rows[0][0] or 0)
 
 
-__all__ = ["ClickHouseStore", "SpanRecord", "Tables", "as_string", "exporter_row", "schema_statements"]
+__all__ = ["ClickHouseStore", "SpanRecord", "Tables", "ExporterRowEncoder", "as_string", "schema_statements"]

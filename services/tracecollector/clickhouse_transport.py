@@ -4,7 +4,7 @@
 ClickHouse-maintained client. `ChdbTransport`: the TEST STAND-IN for `HttpTransport` — the same
 ClickHouse engine in-process (`chdb`, a dev dependency), because no ClickHouse server package can be
 installed here. Both take the same SQL text, the same `{name:Type}` query parameters (ClickHouse's
-server-side binding) and the same JSONEachRow insert payload, so the store's SQL is tested as written.
+server-side binding) and the same JSON insert payload, so the store's SQL is tested as written.
 
 Rows come back as tuples in SELECT order with Python values (String → str, (U)Int* → int, Map → dict,
 Array → list). Queries must return only those types (times as `toUnixTimestamp64Nano(...)`).
@@ -31,8 +31,9 @@ class ClickHouseTransport(Protocol):
     async def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
         """Run a SELECT; its rows as tuples."""
 
-    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes) -> None:
-        """INSERT the JSONEachRow `payload` (one JSON object per line) into `table` (`db.name`);
+    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow") -> None:
+        """INSERT the `fmt` payload (JSONEachRow: one JSON object per line; JSONCompactEachRow: one array
+        of `columns` per line) into `table` (`db.name`);
         one INSERT statement: ClickHouse writes it as one part, atomically per block, and this returns
         once the server stored it."""
 
@@ -98,10 +99,9 @@ class HttpTransport:
             raise ClickHouseError(str(e)) from e
         return [tuple(r) for r in result.result_rows]
 
-    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes) -> None:
+    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow") -> None:
         try:
-            await (await self._get()).raw_insert(table, column_names=list(columns), insert_block=payload,
-                                                 fmt="JSONEachRow")
+            await (await self._get()).raw_insert(table, column_names=list(columns), insert_block=payload, fmt=fmt)
         except Exception as e:
             raise ClickHouseError(str(e)) from e
 
@@ -152,9 +152,9 @@ class ChdbTransport:
         res = await asyncio.to_thread(self._run, sql, params, "JSONCompactEachRow")
         return [tuple(orjson.loads(line)) for line in res.splitlines() if line]
 
-    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes) -> None:
+    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow") -> None:
         cols = ", ".join(f"`{c}`" for c in columns)
-        sql = f"INSERT INTO {table} ({cols}) FORMAT JSONEachRow\n" + payload.decode()
+        sql = f"INSERT INTO {table} ({cols}) FORMAT {fmt}\n" + payload.decode()
         await asyncio.to_thread(self._run, sql, None, "CSV")
 
     async def close(self) -> None:

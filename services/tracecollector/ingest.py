@@ -34,6 +34,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Protocol
 
 import orjson
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
@@ -227,8 +228,21 @@ def _links_json(links) -> str | None:
     ])
 
 
-def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window) -> Flattened:
-    """Validate every span of `request` and turn the valid ones into storage rows (order: ROW_FIELDS).
+class RowEncoder(Protocol):
+    """A store's own row form, encoded straight from the OTLP span (store.SpanStore.row_encoder; None:
+    the ROW_FIELDS tuples below). Same text policy: every U+0000 stored as U+FFFD."""
+
+    def resource(self, attributes: dict[str, object]) -> object:
+        """What `span` needs of one ResourceSpans' attributes (attributes_dict form), made once."""
+
+    def span(self, sp, parent_span_id: bytes | None, service: str, scope: str, resource: object) -> Row:
+        """One valid span's row (`service`, `scope` already cleaned)."""
+
+
+def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window,
+            encoder: RowEncoder | None = None) -> Flattened:
+    """Validate every span of `request` and turn the valid ones into storage rows (order: ROW_FIELDS,
+    or `encoder`'s rows).
 
     Never raises for bad span data: bad spans are counted in the result (partial success).
     """
@@ -240,7 +254,8 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
         res_attrs = attributes_dict(rs.resource.attributes)
         service = res_attrs.get("service.name", "")
         service = clean_text(service if isinstance(service, str) else str(service))
-        res_json = to_json(res_attrs)
+        res = encoder.resource(res_attrs) if encoder is not None else None
+        res_json = to_json(res_attrs) if encoder is None else ""
         for si, ss in enumerate(rs.scope_spans):
             scope = clean_text(ss.scope.name)
             for pi, sp in enumerate(ss.spans):
@@ -260,6 +275,9 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                         if not out.first_bad:
                             out.first_bad = f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}]"
                         continue
+                if encoder is not None:  # no `marked`: the evaluations outbox is PostgreSQL's (server.py)
+                    append(encoder.span(sp, pid if pid and pid != _ZERO_SPAN else None, service, scope, res))
+                    continue
                 status = sp.status
                 name = sp.name
                 if "\x00" in name:
@@ -333,7 +351,8 @@ class Ingestor:
     """Validates, stores (acknowledged after commit) and optionally forwards one Export request.
 
     `window()` returns the current `Window`; `forward(request)` (optional) is called with the accepted
-    spans after commit and must not block (the forwarder has its own bounded queue).
+    spans after commit and must not block (the forwarder has its own bounded queue); `encoder` makes
+    the store's rows (None: ROW_FIELDS tuples).
     """
 
     def __init__(
@@ -343,11 +362,13 @@ class Ingestor:
         forward: Callable[[trace_service_pb2.ExportTraceServiceRequest], None] | None = None,
         evaluations: Callable[[trace_service_pb2.ExportTraceServiceRequest, list[tuple[int, int, int]]],
                               Awaitable[None]] | None = None,
+        encoder: RowEncoder | None = None,
     ):
         self._writer = writer
         self._window = window
         self._forward = forward
         self._evaluations = evaluations
+        self._encoder = encoder
 
     async def export(self, request: trace_service_pb2.ExportTraceServiceRequest) -> ExportResult:
         """Store the valid spans of `request`; returns after they are committed.
@@ -361,7 +382,7 @@ class Ingestor:
         self._writer.reserve(n)
         try:
             window = self._window()
-            flat = flatten(request, window)
+            flat = flatten(request, window, self._encoder)
         except BaseException:
             self._writer.release(n)
             raise

@@ -167,6 +167,7 @@ class Repository:
     """The collector's storage. `pool` connections have search_path `traces` (common.db.create_pool)."""
 
     name = "postgresql"
+    row_encoder = None  # ingest.ROW_FIELDS tuples, as COPY takes them
 
     def __init__(self, pool: asyncpg.Pool):
         self._pool = pool

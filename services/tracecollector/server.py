@@ -201,7 +201,8 @@ async def create_server(
                     await outbox.put([(evaluations.key(e), e.SerializeToString(deterministic=True)) for e in found])
                     delivery.wake()
 
-        ingestor = Ingestor(srv.writer, window, srv.forwarder.submit if srv.forwarder else None, keep_evaluations)
+        ingestor = Ingestor(srv.writer, window, srv.forwarder.submit if srv.forwarder else None, keep_evaluations,
+                            encoder=repo.row_encoder)
         rpc_metrics = RpcMetrics(srv.metrics)
 
         provider = tracer_provider or trace.get_tracer_provider()

@@ -3,7 +3,8 @@
 the embedded default) and `clickhouse.ClickHouseStore` (the OpenTelemetry Collector clickhouse
 exporter's tables); `CollectorSettings.span_store` chooses.
 
-Rows handed to `copy_spans` are ingest.ROW_FIELDS tuples; spans read back are mappings with the keys
+Rows handed to `copy_spans` are what `row_encoder` makes (ingest.flatten; None: ingest.ROW_FIELDS
+tuples); spans read back are mappings with the keys
 query.span_proto reads (attributes as JSON text on PostgreSQL, decoded dicts on ClickHouse).
 """
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Mapping, Sequence
 from datetime import date
 from typing import Any, Protocol
 
+from services.tracecollector.ingest import RowEncoder
 from services.tracecollector.writer import Row
 
 
 class SpanStore(Protocol):
     name: str  # "postgresql" | "clickhouse": the metrics' `exporter` label
+    row_encoder: RowEncoder | None  # the store's row form, encoded from OTLP (None: ROW_FIELDS tuples)
 
     async def copy_spans(self, rows: Sequence[Row]) -> None:
         """Store `rows`; stored (committed) when this returns, else raises."""

@@ -5,8 +5,9 @@ exporter's schema, here through chdb, the in-process engine standing in for a Cl
 HTTP hop, and the engine shares this process's CPU with the collector, so its figures are indicative):
 - `span_store_{pg,ch}_ingest_spans_per_s`: OTLP/gRPC Exports of 1000 spans (bench_collector.make_payload),
   4 concurrent clients, each acknowledged after its spans were stored, to a collector in this process.
-- On BENCH_SPAN_STORES_SPANS spans (default 56_000: 1000-span payloads spread over 14 UTC days, written
-  through each store's own write path): `_get_trace_p99_ms` (+ p50; 1000 GetTrace calls through
+- On BENCH_SPAN_STORES_SPANS spans (default 3_000_000, issue 26's size: 1000-span payloads spread over
+  14 UTC days, encoded as each store's ingest encodes them and written through its write path; made as
+  loaded, so memory stays flat): `_get_trace_p99_ms` (+ p50; 1000 GetTrace calls through
   query.TraceReader; fewer calls report `_get_trace_max_ms`, tests/bench/stats.py), `_search_14d_rare_p50_ms` (one attribute value on 1 span in 7 payloads, whole
   window), `_search_1d_common_p50_ms` (`gen_ai.tool.name=search`, on every trace, last day), first page
   of 50, after each store's background maintenance (PostgreSQL ANALYZE; ClickHouse OPTIMIZE ... FINAL,
@@ -15,7 +16,8 @@ HTTP hop, and the engine shares this process's CPU with the collector, so its fi
 - `span_store_ch_vs_pg_ingest`, `_bytes`: ratios (issue 26's targets: ingest ≥ 2, bytes ≤ 0.3; GetTrace
   p99 ≤ 10 ms and both searches ≤ 50 ms p50 on ClickHouse).
 
-BENCH_SPAN_STORES_EXPORTS (default 20) sets the ingest size. Small by default: the machine is shared.
+BENCH_SPAN_STORES_EXPORTS (default 20) sets the ingest size. Figures are printed side by side: each
+ClickHouse figure right after its PostgreSQL counterpart. A reduced run: BENCH_SPAN_STORES_SPANS=56000.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import os
 import random
 import statistics
 import time
+from collections.abc import Iterator
 
 from agentfeedback.traces.v1 import traces_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -43,7 +46,7 @@ from tests.helpers.otlp import kv
 
 NS = 1_000_000_000
 EXPORTS = int(os.environ.get("BENCH_SPAN_STORES_EXPORTS", "20"))
-SPANS = int(os.environ.get("BENCH_SPAN_STORES_SPANS", "56000"))
+SPANS = int(os.environ.get("BENCH_SPAN_STORES_SPANS", "3000000"))  # issue 26: GetTrace over 3M spans
 GET_TRACE_CALLS = 1000
 SEARCH_REPS = 11
 RARE_EVERY = 7  # one payload in 7 carries the rare value (on one span)
@@ -54,12 +57,12 @@ def _ts(ns: int) -> Timestamp:
     return Timestamp(seconds=ns // NS, nanos=ns % NS)
 
 
-def dataset(now_ns: int) -> tuple[list[list[tuple]], list[bytes]]:
-    """Storage rows in batches of one payload each, spread over the 14 retained UTC days up to `now_ns`
-    (from the first retained midnight: 14 × 24 h before `now_ns` lies on a day retention has dropped,
-    with no partition), and the trace ids (for GetTrace)."""
+def dataset(now_ns: int, encoder) -> Iterator[tuple[list, list[bytes]]]:
+    """(storage rows of one payload, made by `encoder` as the store's write path makes them, its trace
+    ids) per payload, spread over the 14 retained UTC days up to `now_ns` (from the first retained
+    midnight: 14 × 24 h before `now_ns` lies on a day retention has dropped, with no partition). Made as
+    consumed (3M spans are not held)."""
     payloads = max(SPANS // 1000, 14)
-    batches, trace_ids = [], []
     window = Window(0, 2**62)
     first = first_retained_day_ns(now_ns, 14) + 600 * NS
     for j in range(payloads):
@@ -69,9 +72,7 @@ def dataset(now_ns: int) -> tuple[list[list[tuple]], list[bytes]]:
         spans = req.resource_spans[0].scope_spans[0].spans
         if j % RARE_EVERY == 0:
             spans[0].attributes.append(kv("bench.case", "needle"))
-        trace_ids += sorted({bytes(s.trace_id) for s in spans})
-        batches.append(flatten(req, window).rows)
-    return batches, trace_ids
+        yield flatten(req, window, encoder).rows, sorted({bytes(s.trace_id) for s in spans})
 
 
 async def _latencies(fn, reps: int) -> list[float]:
@@ -84,17 +85,22 @@ async def _latencies(fn, reps: int) -> list[float]:
     return sorted(lat)
 
 
-async def query_figures(prefix: str, store, batches, trace_ids, now_ns: int, settle) -> dict[str, float]:
-    """Load `batches` through the store's write path, `await settle()` (what each store's background
-    maintenance does in steady state: PostgreSQL's ANALYZE, ClickHouse's merges), then time the reads."""
-    t0 = time.perf_counter()
-    for rows in batches:
+async def query_figures(prefix: str, store, now_ns: int, settle) -> dict[str, float]:
+    """Load the dataset through the store's write path (rows encoded as its ingest encodes them), `await
+    settle()` (what each store's background maintenance does in steady state: PostgreSQL's ANALYZE,
+    ClickHouse's merges), then time the reads."""
+    load_s, spans, trace_ids = 0.0, 0, []
+    for rows, ids in dataset(now_ns, store.row_encoder):
+        t0 = time.perf_counter()
         await store.copy_spans(rows)
-    load_s = time.perf_counter() - t0
+        load_s += time.perf_counter() - t0
+        spans += len(rows)
+        trace_ids += ids
     await settle()
     reader = TraceReader(store, lambda: Window.at(now_ns, 14, 3600), max_search_days=14)
     rnd = random.Random(26)
     picks = [rnd.choice(trace_ids) for _ in range(GET_TRACE_CALLS)]
+    del trace_ids
 
     async def get(i: int) -> None:
         t = await reader.get_trace(traces_pb2.GetTraceRequest(trace_id=picks[i].hex()))
@@ -112,7 +118,7 @@ async def query_figures(prefix: str, store, batches, trace_ids, now_ns: int, set
     g = await _latencies(get, GET_TRACE_CALLS)
     r = await _latencies(searcher(rare), SEARCH_REPS)
     c = await _latencies(searcher(common), SEARCH_REPS)
-    return {f"{prefix}_load_spans_per_s": sum(map(len, batches)) / load_s,
+    return {f"{prefix}_spans": float(spans), f"{prefix}_load_spans_per_s": spans / load_s,
             f"{prefix}_get_trace_p50_ms": statistics.median(g), **tail(f"{prefix}_get_trace", g),
             f"{prefix}_search_14d_rare_p50_ms": statistics.median(r),
             f"{prefix}_search_1d_common_p50_ms": statistics.median(c)}
@@ -143,10 +149,8 @@ async def run(ctx) -> dict[str, float]:
 async def _run(ctx) -> dict[str, float]:
     now_ns = time.time_ns()
     payloads = [make_payload(i, now_ns) for i in range(EXPORTS)]
-    batches, trace_ids = dataset(now_ns)
     chdb = ChdbTransport.shared(str(ctx.tmp / "chdb"))
-    out: dict[str, float] = {"span_store_spans": float(sum(map(len, batches))),
-                             "span_store_ingest_spans": float(EXPORTS * 1000)}
+    out: dict[str, float] = {"span_store_ingest_spans": float(EXPORTS * 1000)}
 
     # Ingest, both stores, same payloads.
     out["span_store_pg_ingest_spans_per_s"] = await _ingest(_settings(), payloads, database_url=await ctx.new_database())
@@ -164,7 +168,7 @@ async def _run(ctx) -> dict[str, float]:
             async with pool.acquire() as conn:
                 await conn.execute("ANALYZE traces.spans")
 
-        out.update(await query_figures("span_store_pg", pg, batches, trace_ids, now_ns, analyze))
+        out.update(await query_figures("span_store_pg", pg, now_ns, analyze))
         async with pool.acquire() as conn:
             size = await conn.fetchval(
                 "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
@@ -178,7 +182,7 @@ async def _run(ctx) -> dict[str, float]:
         for table in ("otel_traces", "otel_traces_trace_id_ts"):
             await chdb.command(f"OPTIMIZE TABLE bench_query.{table} FINAL")
 
-    out.update(await query_figures("span_store_ch", ch, batches, trace_ids, now_ns, merge))
+    out.update(await query_figures("span_store_ch", ch, now_ns, merge))
     rows = await chdb.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'bench_query'"
                             " AND table IN ('otel_traces', 'otel_traces_trace_id_ts') AND active")
     out["span_store_ch_bytes_per_span"] = int(rows[0][0]) / await ch.span_count()
@@ -187,4 +191,21 @@ async def _run(ctx) -> dict[str, float]:
     out["span_store_ch_vs_pg_bytes"] = out["span_store_ch_bytes_per_span"] / out["span_store_pg_bytes_per_span"]
     for db in ("bench_ingest", "bench_query"):
         await chdb.command(f"DROP DATABASE IF EXISTS {db}")
-    return out
+    return side_by_side(out)
+
+
+def side_by_side(out: dict[str, float]) -> dict[str, float]:
+    """`out` ordered so each ClickHouse figure follows its PostgreSQL counterpart (then their ratio, where
+    issue 26 sets one): the bench prints figures in this order."""
+    ordered = {k: v for k, v in out.items() if not k.startswith(("span_store_pg_", "span_store_ch_"))}
+    for k, v in out.items():
+        if k.startswith("span_store_pg_"):
+            ordered[k] = v
+            ch = k.replace("_pg_", "_ch_")
+            if ch in out:
+                ordered[ch] = out[ch]
+            ratio = "span_store_ch_vs_pg_" + {"ingest_spans_per_s": "ingest", "bytes_per_span": "bytes"}.get(
+                k.removeprefix("span_store_pg_"), "-")
+            if ratio in out:
+                ordered[ratio] = out[ratio]
+    return ordered | out

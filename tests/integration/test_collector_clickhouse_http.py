@@ -64,7 +64,8 @@ async def test_server_errors_surface_as_clickhouse_errors(http_url):
             await store.get_trace(new_trace_id())  # no tables yet
         await store.create_schema(14)
         tid = new_trace_id()
-        rows = flatten(request([span(tid, new_span_id(), start_ns=time.time_ns() - NS)]), Window(0, 2**62)).rows
+        rows = flatten(request([span(tid, new_span_id(), start_ns=time.time_ns() - NS)]), Window(0, 2**62),
+                       store.row_encoder).rows
         await store.copy_spans(rows)
         assert len(await store.get_trace(tid)) == 1
     finally:
