@@ -43,7 +43,7 @@ from string import Template
 import orjson
 
 from services.tracecollector.clickhouse_transport import ClickHouseTransport
-from services.tracecollector.ingest import any_value
+from services.tracecollector.ingest import attributes_dict, to_json
 
 SCHEMA_DIR = Path(__file__).parent / "clickhouse_schema"
 _NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
@@ -67,7 +67,6 @@ INSERT_COLUMNS = (
 )
 # DateTime64(9) holds [1900-01-01, 2262-04-11]; OTLP event times are uint64 ns: clamped into it.
 _MAX_NS = 2**63 - 1
-_MAX_EXACT = 2**53  # ingest.any_value: larger ints are kept as decimal strings
 
 
 # --- values: our JSON form (ingest.any_value) → the exporter's string form -------------------
@@ -79,7 +78,10 @@ def _go_float(d: float) -> str:
         return "NaN"
     if math.isinf(d):
         return "+Inf" if d > 0 else "-Inf"
-    return format(Decimal(repr(d)).normalize(), "f")
+    r = repr(d)  # the shortest round-trip digits, as Go's -1 precision: only the notation differs
+    if "e" not in r:
+        return r[:-2] if r.endswith(".0") else r
+    return format(Decimal(r).normalize(), "f")
 
 
 def as_string(v: object) -> str:
@@ -116,52 +118,57 @@ def _dt(ns: int) -> str:
     return f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
 
 
-def _attribute_maps(kvs) -> tuple[dict[str, str], dict[str, object] | None]:
-    """OTLP attributes straight to split_attributes(ingest.attributes_dict(kvs)) in one pass: the Map's
-    strings, and the values whose JSON the strings do not give back (None: none)."""
-    strings: dict[str, str] = {}
-    typed: dict[str, object] | None = None
-    for kv in kvs:
-        v = kv.value
-        if s := v.string_value:
-            strings[kv.key] = s
-            if typed:
-                typed.pop(kv.key, None)  # a repeated key keeps its last value
-            continue
-        if (i := v.int_value) and -_MAX_EXACT <= i <= _MAX_EXACT:  # set: the oneof holds an int
-            strings[kv.key] = str(i)
-            if typed is None:
-                typed = {}
-            typed[kv.key] = i
-            continue
-        j = any_value(v)
-        strings[kv.key] = s = as_string(j)
-        if s != j:
-            if typed is None:
-                typed = {}
-            typed[kv.key] = j
-        elif typed:
-            typed.pop(kv.key, None)
-    return strings, typed
+def _map_json(attrs: dict[str, object]) -> tuple[dict[str, object], dict[str, object] | None]:
+    """ingest.attributes_dict(kvs) as the value to send for a Map(String, String) column, and the typed
+    values (split_attributes' second half; None: none). Sent as is, ClickHouse's JSON input stores ints,
+    bools, arrays and objects as their JSON text and null as '' (INSERT_SETTINGS), which is AsString's
+    form; only doubles are formatted here (Go's 'f' -1, not JSON's repr)."""
+    typed = {k: v for k, v in attrs.items() if type(v) is not str}
+    if not typed:
+        return attrs, None
+    floats = {k: _go_float(v) for k, v in typed.items() if type(v) is float}
+    return ({**attrs, **floats} if floats else attrs), typed
 
 
-# A JSON-escaped U+0000 (orjson writes NUL as `\u0000`) not itself preceded by an escaping backslash.
+def _exact(attrs: dict[str, object]) -> tuple[dict[str, str], dict[str, object]]:
+    """split_attributes of `attrs` with ingest's U+0000 → U+FFFD applied first (the slow path for the
+    rare span holding a NUL: arrays' and objects' strings then match the PostgreSQL rows')."""
+    return split_attributes(orjson.loads(to_json(attrs)))
+
+
+# Insert settings the row encoding relies on (the defaults of current ClickHouse, set so a server's
+# profile cannot change them).
+INSERT_SETTINGS = {"input_format_json_read_numbers_as_strings": 1, "input_format_json_read_bools_as_strings": 1,
+                   "input_format_json_read_arrays_as_strings": 1, "input_format_json_read_objects_as_strings": 1,
+                   "input_format_null_as_default": 1}
+
+# A JSON-escaped U+0000 (orjson writes NUL as `\\u0000`) not itself preceded by an escaping backslash.
 _JSON_NUL = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
 
 
 class ExporterRowEncoder:
     """ingest.RowEncoder for the exporter's table: each span straight from OTLP to one JSONCompactEachRow
     line of INSERT_COLUMNS + AgentFeedbackTypes (one JSON encoding; no ROW_FIELDS tuple in between;
-    AgentFeedbackTypes as a JSON object, which ClickHouse stores as its text in the String column:
-    input_format_json_read_objects_as_strings, on by default).
-    Values as the PostgreSQL rows hold them (ingest's text policy: U+0000 stored as U+FFFD)."""
+    the resource's Map encoded once per ResourceSpans; AgentFeedbackTypes as a JSON object, which
+    ClickHouse stores as its text in the String column). Values as the PostgreSQL rows hold them
+    (ingest's text policy: U+0000 stored as U+FFFD)."""
 
-    def resource(self, attributes: dict[str, object]) -> tuple[dict[str, str], dict[str, object]]:
-        return split_attributes(attributes)
+    def resource(self, attributes: dict[str, object]) -> tuple[orjson.Fragment, dict | None, dict]:
+        m, typed = _map_json(attributes)
+        return orjson.Fragment(orjson.dumps(m)), typed, attributes
 
     def span(self, sp, parent_span_id: bytes | None, service: str, scope: str,
-             resource: tuple[dict[str, str], dict[str, object]]) -> bytes:
-        attrs, typed = _attribute_maps(sp.attributes)
+             resource: tuple[orjson.Fragment, dict | None, dict]) -> bytes:
+        line = self._line(sp, parent_span_id, service, scope, resource, _map_json)
+        if b"\\u0000" in line:
+            res = _exact(resource[2])
+            line = _JSON_NUL.sub(rb"\1\\ufffd", self._line(sp, parent_span_id, service, scope,
+                                                          (res[0], res[1] or None, None), _exact))
+        return line
+
+    @staticmethod
+    def _line(sp, parent_span_id, service, scope, resource, maps) -> bytes:
+        attrs, typed = maps(attributes_dict(sp.attributes))
         types: dict[str, object] = {}
         if typed:
             types["s"] = typed
@@ -171,7 +178,7 @@ class ExporterRowEncoder:
         for i, e in enumerate(sp.events):
             ev_ts.append(_dt(e.time_unix_nano))
             ev_names.append(e.name)
-            a, t = _attribute_maps(e.attributes)
+            a, t = maps(attributes_dict(e.attributes))
             ev_attrs.append(a)
             if t:
                 ev_typed[str(i)] = t
@@ -180,7 +187,7 @@ class ExporterRowEncoder:
             ln_tids.append(ln.trace_id.hex())
             ln_sids.append(ln.span_id.hex())
             ln_states.append(ln.trace_state)
-            a, t = _attribute_maps(ln.attributes)
+            a, t = maps(attributes_dict(ln.attributes))
             ln_attrs.append(a)
             if t:
                 ln_typed[str(i)] = t
@@ -192,15 +199,12 @@ class ExporterRowEncoder:
         kind = sp.kind
         status = sp.status
         code = status.code
-        line = orjson.dumps([
+        return orjson.dumps([
             _dt(start), sp.trace_id.hex(), sp.span_id.hex(), parent_span_id.hex() if parent_span_id else "",
             sp.trace_state, sp.name, KIND_NAMES[kind] if 0 <= kind < 6 else "", service, resource[0], scope, "",
             attrs, sp.end_time_unix_nano - start, STATUS_NAMES[code] if 0 <= code < 3 else "", status.message,
             ev_ts, ev_names, ev_attrs, ln_tids, ln_sids, ln_states, ln_attrs, types or "",
         ])
-        if b"\\u0000" in line:
-            line = _JSON_NUL.sub(rb"\1\\ufffd", line)
-        return line
 
 
 # --- reads -----------------------------------------------------------------------------------
@@ -371,7 +375,7 @@ class ClickHouseStore:
         """INSERT `rows` (ExporterRowEncoder lines) as the exporter does, one statement; stored when
         this returns. Raises ClickHouseError."""
         await self._tx.insert_json(self._traces, (*INSERT_COLUMNS, "AgentFeedbackTypes"), b"\n".join(rows),
-                                   fmt="JSONCompactEachRow")
+                                   fmt="JSONCompactEachRow", settings=INSERT_SETTINGS)
 
     # --- reads ---
 

@@ -31,9 +31,10 @@ class ClickHouseTransport(Protocol):
     async def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
         """Run a SELECT; its rows as tuples."""
 
-    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow") -> None:
+    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow",
+                          settings: Mapping[str, int] | None = None) -> None:
         """INSERT the `fmt` payload (JSONEachRow: one JSON object per line; JSONCompactEachRow: one array
-        of `columns` per line) into `table` (`db.name`);
+        of `columns` per line) into `table` (`db.name`) with the query `settings`;
         one INSERT statement: ClickHouse writes it as one part, atomically per block, and this returns
         once the server stored it."""
 
@@ -99,9 +100,11 @@ class HttpTransport:
             raise ClickHouseError(str(e)) from e
         return [tuple(r) for r in result.result_rows]
 
-    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow") -> None:
+    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow",
+                          settings: Mapping[str, int] | None = None) -> None:
         try:
-            await (await self._get()).raw_insert(table, column_names=list(columns), insert_block=payload, fmt=fmt)
+            await (await self._get()).raw_insert(table, column_names=list(columns), insert_block=payload, fmt=fmt,
+                                                 settings=dict(settings or {}))
         except Exception as e:
             raise ClickHouseError(str(e)) from e
 
@@ -152,9 +155,11 @@ class ChdbTransport:
         res = await asyncio.to_thread(self._run, sql, params, "JSONCompactEachRow")
         return [tuple(orjson.loads(line)) for line in res.splitlines() if line]
 
-    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow") -> None:
+    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow",
+                          settings: Mapping[str, int] | None = None) -> None:
         cols = ", ".join(f"`{c}`" for c in columns)
-        sql = f"INSERT INTO {table} ({cols}) FORMAT {fmt}\n" + payload.decode()
+        with_settings = " SETTINGS " + ", ".join(f"{k} = {int(v)}" for k, v in settings.items()) if settings else ""
+        sql = f"INSERT INTO {table} ({cols}){with_settings} FORMAT {fmt}\n" + payload.decode()
         await asyncio.to_thread(self._run, sql, None, "CSV")
 
     async def close(self) -> None:

@@ -53,6 +53,34 @@ async def test_get_trace_returns_parents_events_links_typed_attributes_and_resou
     assert c.links[0].attributes["why"] == "caller"
 
 
+async def test_nul_is_stored_as_the_replacement_character_and_doubles_match_their_string(collector):
+    """ingest's text policy on either store: every U+0000 (name, status, attribute keys and values, inside
+    arrays and kvlists, events, links, resource) reads back U+FFFD; a double attribute is found by its
+    string form."""
+    tid, sid = new_trace_id(), new_span_id()
+    start = time.time_ns() - 10 * NS
+    sp = span(tid, sid, name="n\x00ame", start_ns=start, attrs={
+        "k\x00": "v\x00", "arr": ["a\x00", 1], "kv": {"in\x00": "x\x00"}, "d": 0.25, "whole": 100.0})
+    sp.status.code, sp.status.message = 2, "bad\x00"
+    sp.events.add(name="e\x00", time_unix_nano=start + 1, attributes=[kv("m", "\x00")])
+    sp.links.add(trace_id=b"\x11" * 16, span_id=b"\x22" * 8, trace_state="t\x00", attributes=[kv("w", ["\x00"])])
+    req = request([sp], service="chat")
+    req.resource_spans[0].resource.attributes.append(kv("host.name", "h\x00"))
+    await collector.otlp().Export(req)
+
+    (r,) = (await collector.get_trace(tid)).spans
+    f = "\ufffd"
+    assert (r.name, r.status_message) == (f"n{f}ame", f"bad{f}")
+    assert r.attributes[f"k{f}"] == f"v{f}" and list(r.attributes["arr"]) == [f"a{f}", 1]
+    assert dict(r.attributes["kv"]) == {f"in{f}": f"x{f}"} and (r.attributes["d"], r.attributes["whole"]) == (0.25, 100)
+    assert (r.events[0].name, r.events[0].attributes["m"]) == (f"e{f}", f)
+    assert list(r.links[0].attributes["w"]) == [f] and r.resource_attributes["host.name"] == f"h{f}"
+    for attrs in ({f"k{f}": f"v{f}"}, {"d": "0.25"}):
+        page = await collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
+            start_time=ts(start - NS), end_time=ts(start + NS), attributes=attrs), metadata=collector.md())
+        assert [t.trace_id for t in page.traces] == [tid.hex()], attrs
+
+
 async def test_get_trace_errors_invalid_argument_and_not_found(collector):
     q = collector.query()
     for bad in ("xyz", "0" * 32, "ab" * 15):
