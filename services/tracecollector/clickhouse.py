@@ -367,7 +367,7 @@ class ClickHouseStore:
 
     async def ping(self) -> None:
         """Returns when ClickHouse answers `SELECT 1`; raises ClickHouseError otherwise."""
-        await self._tx.query("SELECT 1")
+        await self._tx.ping()
 
     # --- writes ---
 

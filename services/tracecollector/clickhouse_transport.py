@@ -38,6 +38,9 @@ class ClickHouseTransport(Protocol):
         one INSERT statement: ClickHouse writes it as one part, atomically per block, and this returns
         once the server stored it."""
 
+    async def ping(self) -> None:
+        """Returns when ClickHouse answers; raises ClickHouseError otherwise."""
+
     async def close(self) -> None: ...
 
 
@@ -108,6 +111,9 @@ class HttpTransport:
         except Exception as e:
             raise ClickHouseError(str(e)) from e
 
+    async def ping(self) -> None:
+        await self.query("SELECT 1")  # the server answers it beside running statements
+
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
@@ -161,6 +167,13 @@ class ChdbTransport:
         with_settings = " SETTINGS " + ", ".join(f"{k} = {int(v)}" for k, v in settings.items()) if settings else ""
         sql = f"INSERT INTO {table} ({cols}){with_settings} FORMAT {fmt}\n" + payload.decode()
         await asyncio.to_thread(self._run, sql, None, "CSV")
+
+    async def ping(self) -> None:
+        """A statement running in the engine is its answer: the lock that serializes statements must not
+        make a health check wait behind a large INSERT (a server answers `SELECT 1` beside it)."""
+        if self._lock.acquire(blocking=False):
+            self._lock.release()
+            await self.query("SELECT 1")
 
     async def close(self) -> None:
         """The engine stays (one per process, shared); nothing to close per store."""
