@@ -1,5 +1,8 @@
-"""The review queue (#/queue) in both real engines against the real stack through Envoy: filters saved
-in the URL list exactly what ListFeedback answers for the same filters; one item at a time shows the
+"""The review queue (#/queue) in both real engines against the real stack through Envoy: it holds the
+owner's reports and negative judgements; filters saved in the URL (kind, agent, category, reason, author,
+status) list exactly what ListRatings (`instances/-`, NEGATIVE) and ListFeedback answer for the same
+filters; a judgement's view shows its turn's conversation, the evidence the turn's reports froze, the trace
+and every judgement on the turn, and refuses triage keys; one item at a time shows the
 agent's name (not its id), one turn numbering ("Turn 1" = turn_index 0), the conversation around the
 turn, the trace, the owner's judgement of the turn with taxonomy labels, and the complaint turn of an
 agent-recorded report as a link; the keyboard works it (j next, k previous, t triaged, f file) and the
@@ -37,8 +40,9 @@ class Seeded:
     complaint_trace: str  # trace id of the turn in which the owner complained (Ops desk, turn 2)
     user_report: str  # feedback/<id>: Ops desk turn 1, TOOL_FAILURE, by the owner
     agent_report: str  # feedback/<id>: Ops desk turn 1, BROKEN_RESPONSE, recorded by the agent
-    billing_report: str  # feedback/<id>: Billing bot turn 1, BROKEN_RESPONSE, by the owner (newest)
-    expected: dict[str, list[str]]  # queue URL query → the names ListFeedback answers, in order
+    billing_report: str  # feedback/<id>: Billing bot turn 1, BROKEN_RESPONSE, by the owner (newest report)
+    judgement: str    # ratings/<id>: the owner's NEGATIVE judgement of Ops desk turn 1 (newest of all)
+    expected: dict[str, list[str]]  # queue URL query → the names ListRatings + ListFeedback answer, in order
 
 
 async def _seed(stack) -> Seeded:
@@ -67,19 +71,31 @@ async def _seed(stack) -> Seeded:
     agent_report = await report(first.reply.name, "The owner said the count was wrong.", pb.CATEGORY_BROKEN_RESPONSE,
                                 md=agent_md(stack), author=pb.AUTHOR_AGENT, context_trace_id=complaint.trace_id)
     billing_report = await report(other.reply.name, "Names are missing.", pb.CATEGORY_BROKEN_RESPONSE)
-    await fb.PutRating(pb.PutRatingRequest(
+    judgement = await fb.PutRating(pb.PutRatingRequest(
         rating=pb.Rating(conversation=ops, turn_index=0, scope=pb.RATING_SCOPE_MESSAGE, aspect="reply_judgement",
                          sentiment=pb.RATING_SENTIMENT_NEGATIVE, choice="did_not_work", reasons=["factually_wrong"]),
         update_mask=field_mask_pb2.FieldMask(paths=["sentiment", "choice", "reasons"]), request_id=str(uuid.uuid4())),
         metadata=stack.md())
     open_ = pb.STATUS_OPEN
+
+    async def judged(**filters) -> list[str]:  # the queue's judgements: the owner's NEGATIVE ratings, newest first
+        return [r.name for r in (await fb.ListRatings(pb.ListRatingsRequest(
+            conversation="instances/-", sentiment=pb.RATING_SENTIMENT_NEGATIVE, origin=pb.RATING_ORIGIN_USER, **filters),
+            metadata=stack.md())).ratings]
+    assert await judged() == [judgement.name]
     expected = {
-        "": [f.name for f in await list_all(stack, status=open_)],
+        # Reports and judgements together, newest first (the judgement was made last).
+        "": await judged() + [f.name for f in await list_all(stack, status=open_)],
+        "kind=judgements": await judged(),
+        "reason=factually_wrong": await judged(reason="factually_wrong"),
+        "reason=misunderstood": await judged(reason="misunderstood"),
+        "kind=reports": [f.name for f in await list_all(stack, status=open_)],
         "category=TOOL_FAILURE": [f.name for f in await list_all(stack, status=open_, category=pb.CATEGORY_TOOL_FAILURE)],
         f"agent={billing.split('/')[-1]}": [f.name for f in await list_all(stack, status=open_, instance=billing)],
         "author=AGENT&status=any": [f.name for f in await list_all(stack, author=pb.AUTHOR_AGENT)],
     }
-    return Seeded(ops, billing, complaint.trace_id, user_report, agent_report, billing_report, expected)
+    assert expected["reason=misunderstood"] == []
+    return Seeded(ops, billing, complaint.trace_id, user_report, agent_report, billing_report, judgement.name, expected)
 
 
 ROWS = "[...document.querySelectorAll('.queue-row')].map((r) => r.dataset.name)"
@@ -122,7 +138,22 @@ def queue_flow(b, second, engine: str, width: int, site: str, gateway_url: str, 
     _until(b, ROWS, s.expected["category=TOOL_FAILURE"], f"{engine}: rows after picking a category")
 
     b.goto(f"{site}/#/queue")
-    _until(b, CURRENT, s.billing_report, f"{engine}: first item")
+    # The newest item is the owner's negative judgement: its turn's conversation, the evidence its
+    # turn's reports froze, the trace and every judgement on the turn; it is looked at, not triaged.
+    _until(b, CURRENT, s.judgement, f"{engine}: first item (the judgement)")
+    b.wait(".queue-item.judgement-item .fb-agent", "Ops desk")
+    assert b.js("document.querySelector('.queue-item .qi-turn').textContent") == "Turn 1"
+    b.wait(".queue-item .qi-reasons .reason-badge", "Factually wrong")
+    b.wait(".queue-item .qi-conv .qi-msg.reported")
+    b.wait(".queue-item .qi-evidence .qi-turn-reports", "Frozen with 2 reports on this turn.")
+    b.wait(".queue-item .qi-trace .wf-span")
+    b.wait(".queue-item .qi-judgements .qi-rating", "How did this reply do?")
+    assert b.js("document.querySelector('.queue-actions .q-triage').disabled") is True
+    b.press("t")
+    b.wait(".queue-status", "A judgement has no triage state")
+    b.shot(f"{engine}-{width}-queue-judgement")
+    b.press("j")
+    _until(b, CURRENT, s.billing_report, f"{engine}: j goes from the judgement to the newest report")
     b.wait(".queue-item .fb-agent", "Billing bot")
     assert b.js("document.querySelector('.queue-item .qi-turn').textContent") == "Turn 1"
     b.wait(".queue-item .qi-trace .wf-span")
@@ -140,6 +171,10 @@ def queue_flow(b, second, engine: str, width: int, site: str, gateway_url: str, 
     b.shot(f"{engine}-{width}-queue-agent-report")
     b.press("k")
     _until(b, CURRENT, s.billing_report, f"{engine}: k goes back")
+    b.press("k")
+    _until(b, CURRENT, s.judgement, f"{engine}: k goes back to the judgement")
+    b.press("j")
+    _until(b, CURRENT, s.billing_report, f"{engine}: and j forward again")
     # The claim lives in the service: a second browser session sees the held item as claimed.
     if second is not None:
         sign_in(second)

@@ -1,6 +1,7 @@
-// The review queue (#/queue): the caller's reports that need a look, filtered on the server
-// (ListFeedback: agent, category, author kind, status, age, text) with the filters kept in the URL, and
-// worked through one at a time (components/queueItem.ts) with the keyboard:
+// The review queue (#/queue): the caller's reports and negative judgements that need a look, filtered on
+// the server (reports: ListFeedback — agent, category, author kind, status, age, text; judgements:
+// ListRatings over every conversation — NEGATIVE, the owner's own, agent, reason, age) with the filters
+// kept in the URL, and worked through one at a time (components/queueItem.ts) with the keyboard:
 //   j / n  next        k / p  previous      t  triaged      d  dismissed      o  reopen      f  file
 //   x      select the open item for bulk triage
 // The open item is claimed for this tab (claims.ts: a lease held by the feedback service, renewed while
@@ -9,30 +10,59 @@ import { api, Code, errorCode, errorText, lastSegment, uuid4 } from "../api";
 import { claim, claimedByOther, claimRefusal, holdClaim, reviewSession } from "../claims";
 import { h, mount } from "../dom";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { Author, Category, ListFeedbackRequestSchema, Status, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
-import { agentName, agentNames, loadAgentNames, plural, STATUS_NAMES, statusName, turnLabel } from "../names";
+import {
+  Author, Category, ListFeedbackRequestSchema, ListRatingsRequestSchema, RatingOrigin, RatingSentiment, Status, type Feedback, type Rating,
+} from "../gen/agentfeedback/feedback/v1/feedback_pb";
+import { agentName, agentNames, aspectLabel, loadAgentNames, plural, STATUS_NAMES, statusName, turnLabel } from "../names";
 import { go } from "../router";
-import { categoryLabel, categoryOf, TAXONOMY } from "../taxonomy";
-import { claimBadge, queueItemView, turnIndexOf } from "../components/queueItem";
+import { allReasons, categoryLabel, categoryOf, labelOf, TAXONOMY } from "../taxonomy";
+import { claimBadge, judgementItemView, queueItemView, turnIndexOf } from "../components/queueItem";
 
 const AGES: [string, string][] = [["1", "last day"], ["7", "last 7 days"], ["30", "last 30 days"], ["90", "last 90 days"]];
 const AUTHORS: [string, string][] = [["USER", "the owner"], ["AGENT", "the agent"], ["PLATFORM", "the platform"]];
-const FILTER_KEYS = ["agent", "category", "author", "status", "age", "text"] as const;
+const KINDS: [string, string][] = [["reports", "reports"], ["judgements", "negative judgements"]];
+const FILTER_KEYS = ["kind", "agent", "category", "reason", "author", "status", "age", "text"] as const;
 
-/** The ListFeedback filters a queue URL names (status defaults to open; `status=any` lifts it). */
-export function queueRequest(q: URLSearchParams, now = Date.now()): MessageInitShape<typeof ListFeedbackRequestSchema> {
-  const status = q.get("status") ?? "open";
+function ageStart(q: URLSearchParams, now: number) {
   const age = Number(q.get("age") ?? "");
-  const start = age > 0 ? new Date(now - age * 86_400_000) : null;
+  return age > 0 ? { seconds: BigInt(Math.floor((now - age * 86_400_000) / 1000)), nanos: 0 } : undefined;
+}
+
+/** The ListFeedback filters a queue URL names (status defaults to open; `status=any` lifts it), or null
+ * when the URL asks for judgements only (`kind=judgements`, or a `reason`: reports carry no reasons). */
+export function queueRequest(q: URLSearchParams, now = Date.now()): MessageInitShape<typeof ListFeedbackRequestSchema> | null {
+  if (q.get("kind") === "judgements" || q.get("reason")) return null;
+  const status = q.get("status") ?? "open";
   return {
     instance: q.get("agent") ? `instances/${q.get("agent")}` : "",
     category: q.get("category") ? categoryOf(q.get("category")!) : Category.UNSPECIFIED,
     author: Author[(q.get("author") ?? "") as keyof typeof Author] ?? Author.UNSPECIFIED,
     status: STATUS_NAMES.find(([, n]) => n === status)?.[0] ?? Status.UNSPECIFIED,
-    startTime: start ? { seconds: BigInt(Math.floor(start.getTime() / 1000)), nanos: 0 } : undefined,
+    startTime: ageStart(q, now),
     text: q.get("text") ?? "",
   };
 }
+
+/** The ListRatings request for the queue's negative judgements (the owner's own, every conversation or
+ * the agent's), or null when the URL's filters exclude judgements: `kind=reports`, an author other than
+ * the owner, a report category, a text, or a triage status other than open (judgements have none). */
+export function judgementRequest(q: URLSearchParams, now = Date.now()): MessageInitShape<typeof ListRatingsRequestSchema> | null {
+  const status = q.get("status") ?? "open";
+  const author = q.get("author") ?? "";
+  if (q.get("kind") === "reports" || (author && author !== "USER") || q.get("category") || q.get("text") || !["open", "any"].includes(status)) return null;
+  return {
+    conversation: q.get("agent") ? `instances/${q.get("agent")}` : "instances/-",
+    sentiment: RatingSentiment.NEGATIVE, origin: RatingOrigin.USER, reason: q.get("reason") ?? "", startTime: ageStart(q, now),
+  };
+}
+
+/** One queue item: a report (triaged, claimed, filed) or a negative judgement (looked at, not triaged). */
+export type QueueItem = { kind: "report"; fb: Feedback } | { kind: "judgement"; r: Rating };
+const nameOf = (it: QueueItem) => (it.kind === "report" ? it.fb.name : it.r.name);
+const millisOf = (it: QueueItem) => {
+  const t = it.kind === "report" ? it.fb.createTime : it.r.updateTime;
+  return t ? Number(t.seconds) * 1000 + t.nanos / 1e6 : 0;
+};
 
 function filterForm(q: URLSearchParams): HTMLFormElement {
   const sel = (key: string, label: string, options: [string, string][], any = "any") =>
@@ -42,7 +72,9 @@ function filterForm(q: URLSearchParams): HTMLFormElement {
   const agents = [...agentNames().entries()].map(([name, display]) => [lastSegment(name), display || lastSegment(name)] as [string, string]);
   const text = h("input", { type: "search", name: "text", id: "q-text", "aria-label": "Text", placeholder: "words in the report", value: q.get("text") ?? "" });
   const form = h("form", { class: "queue-filters inline-form", role: "search" },
+    sel("kind", "Kind", KINDS, "reports and judgements"),
     sel("agent", "Agent", agents), sel("category", "Category", TAXONOMY.report_categories.map((c) => [c.category, c.label])),
+    sel("reason", "Reason", allReasons().map((r) => [r.slug, r.label])),
     sel("author", "Reported by", AUTHORS), sel("status", "Status", [["any", "any"], ...STATUS_NAMES.map(([, n]) => [n, n] as [string, string])], ""),
     sel("age", "Age", AGES), h("label", {}, "Text ", text), h("button", { type: "submit" }, "Filter"));
   const apply = () => {
@@ -59,22 +91,26 @@ function filterForm(q: URLSearchParams): HTMLFormElement {
 }
 
 interface QueueState {
-  items: Feedback[];
+  items: QueueItem[];
   index: number;
-  selected: Set<string>;
-  pageToken: string;
+  selected: Set<string>; // reports picked for bulk triage
+  reportToken: string | null; // next ListFeedback page ("" = first); null: none left or not asked
+  ratingToken: string | null; // the same for ListRatings
   stopClaim: (() => void) | null;
   held: boolean; // the open item is claimed by another session
 }
 
 export async function queuePage(main: HTMLElement, query: URLSearchParams): Promise<void> {
   await loadAgentNames();
-  const state: QueueState = { items: [], index: -1, selected: new Set(), pageToken: "", stopClaim: null, held: false };
+  const req = queueRequest(query);
+  const jreq = judgementRequest(query);
+  const state: QueueState = { items: [], index: -1, selected: new Set(), reportToken: req ? "" : null, ratingToken: jreq ? "" : null, stopClaim: null, held: false };
+  const more = () => state.reportToken !== null || state.ratingToken !== null;
   const list = h("ol", { class: "queue-list", "aria-label": "Queue" });
   const itemBox = h("div", { class: "queue-view", "aria-live": "polite" });
   const status = h("p", { class: "queue-status", role: "status" });
   const error = h("p", { class: "error", role: "alert" });
-  const more = h("button", { type: "button", class: "load-more", hidden: true }, "Load more");
+  const moreButton = h("button", { type: "button", class: "load-more", hidden: true }, "Load more");
   const count = h("span", { class: "muted queue-count" });
   const bulk = h("div", { class: "queue-bulk inline-form" },
     h("button", { type: "button", class: "bulk-select-all" }, "Select all"),
@@ -84,63 +120,85 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
   const keys = h("p", { class: "muted queue-keys" }, "Keys: ", ...[["j", "next"], ["k", "previous"], ["t", "triaged"], ["d", "dismissed"], ["o", "reopen"], ["f", "file"], ["x", "select"]]
     .flatMap(([k, what]) => [h("kbd", {}, k), ` ${what} `]));
   mount(main, h("div", { class: "page-head" }, h("h1", {}, "Review queue"), count), filterForm(query), error,
-    h("div", { class: "queue-layout" }, h("div", { class: "queue-side" }, bulk, list, more), h("div", { class: "queue-main" }, keys, status, itemBox)));
+    h("div", { class: "queue-layout" }, h("div", { class: "queue-side" }, bulk, list, moreButton), h("div", { class: "queue-main" }, keys, status, itemBox)));
 
-  const req = queueRequest(query);
   const here = location.hash;
   const alive = () => location.hash.split("?")[0] === "#/queue" && document.body.contains(itemBox);
+  const reportAt = (i: number): Feedback | null => { const it = state.items[i]; return it?.kind === "report" ? it.fb : null; };
+  const indexOf = (name: string) => state.items.findIndex((x) => nameOf(x) === name);
 
-  const rowOf = (fb: Feedback): HTMLElement => {
+  const rowOf = (it: QueueItem): HTMLElement => {
+    const name = nameOf(it);
+    const open = (...content: (Node | string | null)[]) => {
+      const b = h("button", { type: "button", class: "link q-open" }, ...content);
+      b.addEventListener("click", () => void show(indexOf(name)));
+      return b;
+    };
+    if (it.kind === "judgement") {
+      const r = it.r;
+      return h("li", { class: "queue-row judgement-row", dataset: { name, kind: "judgement" } },
+        h("span", { class: "q-select-none", "aria-hidden": "true" }),
+        open(h("span", { class: "q-agent" }, agentName(r.conversation)), ` · ${turnLabel(r.turnIndex)} · `,
+          h("span", { class: "q-words" }, aspectLabel(r.aspect), r.choice ? `: ${labelOf(r.choice)}` : "")),
+        h("span", { class: "q-badges" }, h("span", { class: "badge judgement-kind" }, "judgement"),
+          ...r.reasons.map((x) => h("span", { class: "badge reason-badge" }, labelOf(x)))));
+    }
+    const fb = it.fb;
     const turn = turnIndexOf(fb);
     const box = h("input", { type: "checkbox", class: "q-select", "aria-label": "Select for bulk triage", checked: state.selected.has(fb.name) });
     box.addEventListener("change", () => { box.checked ? state.selected.add(fb.name) : state.selected.delete(fb.name); bulkCount(); });
-    const open = h("button", { type: "button", class: "link q-open" },
-      h("span", { class: "q-agent" }, agentName(fb.instance)), turn !== null ? ` · ${turnLabel(turn)}` : "", " · ",
-      h("span", { class: "q-words" }, fb.body.split("\n")[0].slice(0, 80)));
-    open.addEventListener("click", () => show(state.items.findIndex((x) => x.name === fb.name)));
-    return h("li", { class: "queue-row", dataset: { name: fb.name } }, box, open,
+    return h("li", { class: "queue-row", dataset: { name, kind: "report" } }, box,
+      open(h("span", { class: "q-agent" }, agentName(fb.instance)), turn !== null ? ` · ${turnLabel(turn)}` : "", " · ",
+        h("span", { class: "q-words" }, fb.body.split("\n")[0].slice(0, 80))),
       h("span", { class: "q-badges" }, h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)),
         fb.category ? h("span", { class: "badge" }, categoryLabel(fb.category)) : null, claimBadge(fb)));
   };
   const redrawRow = (fb: Feedback) => {
     const old = list.querySelector(`li[data-name="${CSS.escape(fb.name)}"]`);
-    const fresh = rowOf(fb);
-    if (state.items[state.index]?.name === fb.name) fresh.classList.add("current");
+    const fresh = rowOf({ kind: "report", fb });
+    if (state.index >= 0 && state.items[state.index] && nameOf(state.items[state.index]) === fb.name) fresh.classList.add("current");
     old?.replaceWith(fresh);
   };
+  const setReport = (i: number, fb: Feedback) => { state.items[i] = { kind: "report", fb }; redrawRow(fb); };
   const bulkCount = () => { bulk.querySelector(".bulk-count")!.textContent = state.selected.size ? `${state.selected.size} selected` : "none selected"; };
+  const view = (it: QueueItem) => (it.kind === "report" ? [actionBar(it), queueItemView(it.fb)] : [actionBar(it), judgementItemView(it.r)]);
 
   const show = async (i: number) => {
     if (i < 0 || i >= state.items.length) {
-      status.textContent = i < 0 ? "This is the first item." : state.pageToken ? "Loading more…" : "End of the queue.";
-      if (i >= state.items.length && state.pageToken) { await load(); if (i < state.items.length) await show(i); }
+      status.textContent = i < 0 ? "This is the first item." : more() ? "Loading more…" : "End of the queue.";
+      if (i >= state.items.length && more()) { await load(); if (i < state.items.length) await show(i); }
       return;
     }
     state.stopClaim?.();
     state.stopClaim = null;
+    state.held = false;
     state.index = i;
+    const name = nameOf(state.items[i]);
     list.querySelectorAll(".queue-row.current").forEach((r) => r.classList.remove("current"));
-    const row = list.querySelector<HTMLElement>(`li[data-name="${CSS.escape(state.items[i].name)}"]`);
+    const row = list.querySelector<HTMLElement>(`li[data-name="${CSS.escape(name)}"]`);
     row?.classList.add("current");
     row?.scrollIntoView({ block: "nearest" });
-    status.textContent = `Item ${i + 1} of ${state.items.length}${state.pageToken ? "+" : ""}`;
-    const name = state.items[i].name;
+    status.textContent = `Item ${i + 1} of ${state.items.length}${more() ? "+" : ""}`;
+    const q = new URLSearchParams(here.split("?")[1] ?? "");
+    q.set("item", lastSegment(name));
+    if (state.items[i].kind === "judgement") { // a judgement is looked at, not claimed or triaged
+      mount(itemBox, ...view(state.items[i]));
+      history.replaceState(null, "", `#/queue?${q}`);
+      return;
+    }
     const got = await claim(name);
-    if (state.items[state.index]?.name !== name) return; // moved on meanwhile
-    let fb = state.items[i];
+    if (nameOf(state.items[state.index] ?? state.items[i]) !== name) return; // moved on meanwhile
+    let fb = reportAt(i)!;
     if (got.ok) {
-      fb = state.items[i] = got.feedback;
-      state.held = false;
+      fb = got.feedback;
       state.stopClaim = holdClaim(name, alive);
     } else {
       state.held = got.held;
-      if (got.held) fb = state.items[i] = await api().feedback.getFeedback({ name }).catch(() => fb);
+      if (got.held) fb = await api().feedback.getFeedback({ name }).catch(() => fb);
       else status.textContent = `Not claimed: ${errorText(got.error)}`;
     }
-    redrawRow(fb);
-    mount(itemBox, actionBar(fb), queueItemView(fb));
-    const q = new URLSearchParams(here.split("?")[1] ?? "");
-    q.set("item", lastSegment(name));
+    setReport(i, fb);
+    mount(itemBox, ...view(state.items[i]));
     history.replaceState(null, "", `#/queue?${q}`);
   };
 
@@ -156,10 +214,11 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
       return errorText(e);
     }
   };
+  const notAReport = () => { status.textContent = "A judgement has no triage state: to file it, report the turn from its conversation."; };
 
   const triageCurrent = async (to: Status) => {
-    const fb = state.items[state.index];
-    if (!fb) return;
+    const fb = reportAt(state.index);
+    if (!fb) { if (state.items[state.index]) notAReport(); return; }
     if (state.held) { status.textContent = "Claimed by another session: pick another item."; return; }
     const r = await update(fb, to);
     if (typeof r === "string") {
@@ -167,32 +226,32 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
       if (r === "changed meanwhile" || r.startsWith("claimed by")) await refresh(state.index);
       return;
     }
-    state.items[state.index] = r;
-    redrawRow(r);
+    setReport(state.index, r);
     status.textContent = `Marked ${statusName(to)}.`;
     await show(state.index + 1);
     if (state.index < state.items.length) status.textContent = `Marked ${statusName(to)}. ${status.textContent}`;
   };
 
   const refresh = async (i: number) => {
-    const fb = await api().feedback.getFeedback({ name: state.items[i].name });
-    state.items[i] = fb;
-    redrawRow(fb);
+    const cur = reportAt(i);
+    if (!cur) return;
+    const fb = await api().feedback.getFeedback({ name: cur.name });
+    setReport(i, fb);
     if (i === state.index) {
       state.held = !!claimedByOther(fb); // e.g. our lease lapsed and another session took the item
-      mount(itemBox, actionBar(fb), queueItemView(fb));
+      mount(itemBox, ...view(state.items[i]));
     }
   };
 
   const fileCurrent = async () => {
-    const fb = state.items[state.index];
-    if (!fb || state.held) return;
+    const fb = reportAt(state.index);
+    if (!fb) { if (state.items[state.index]) notAReport(); return; }
+    if (state.held) return;
     status.textContent = "Filing…";
     try {
       const filed = await api().feedback.fileFeedback({ name: fb.name, requestId: uuid4(), reviewSession: reviewSession() });
-      state.items[state.index] = filed;
-      redrawRow(filed);
-      mount(itemBox, actionBar(filed), queueItemView(filed));
+      setReport(state.index, filed);
+      mount(itemBox, ...view(state.items[state.index]));
       status.textContent = "Filed.";
     } catch (e) {
       const held = claimRefusal(e);
@@ -201,20 +260,23 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     }
   };
 
-  function actionBar(fb: Feedback): HTMLElement {
+  function actionBar(it: QueueItem): HTMLElement {
     const b = (cls: string, label: string, key: string, run: () => void, disabled = false) =>
       h("button", { type: "button", class: cls, "aria-keyshortcuts": key, disabled, onclick: run }, label, h("kbd", { "aria-hidden": "true" }, key));
+    const fb = it.kind === "report" ? it.fb : null;
+    const off = state.held || !fb;
     return h("div", { class: "queue-actions", role: "toolbar", "aria-label": "Review actions" },
       b("q-prev", "Previous", "k", () => void show(state.index - 1)),
       b("q-next", "Next", "j", () => void show(state.index + 1)),
-      b("q-triage", "Triaged", "t", () => void triageCurrent(Status.TRIAGED), state.held || fb.status === Status.TRIAGED),
-      b("q-dismiss", "Dismiss", "d", () => void triageCurrent(Status.DISMISSED), state.held || fb.status === Status.DISMISSED),
-      b("q-reopen", "Reopen", "o", () => void triageCurrent(Status.OPEN), state.held || fb.status === Status.OPEN),
-      b("q-file", "File issue", "f", () => void fileCurrent(), state.held || !!fb.issueUrl));
+      b("q-triage", "Triaged", "t", () => void triageCurrent(Status.TRIAGED), off || fb?.status === Status.TRIAGED),
+      b("q-dismiss", "Dismiss", "d", () => void triageCurrent(Status.DISMISSED), off || fb?.status === Status.DISMISSED),
+      b("q-reopen", "Reopen", "o", () => void triageCurrent(Status.OPEN), off || fb?.status === Status.OPEN),
+      b("q-file", "File issue", "f", () => void fileCurrent(), off || !!fb?.issueUrl),
+      fb ? null : h("span", { class: "muted q-judgement-note" }, "A judgement is looked at, not triaged."));
   }
 
   const bulkSet = async (to: Status) => {
-    const picked = state.items.filter((x) => state.selected.has(x.name));
+    const picked = state.items.flatMap((x) => (x.kind === "report" && state.selected.has(x.fb.name) ? [x.fb] : []));
     if (!picked.length) { status.textContent = "Select items first (x, or the boxes)."; return; }
     status.textContent = `Saving ${plural(picked.length, "item")}…`;
     const results = await Promise.all(picked.map((fb) => update(fb, to)));
@@ -223,38 +285,46 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     results.forEach((r) => {
       if (typeof r === "string") { failed.push(r); return; }
       ok++;
-      const at = state.items.findIndex((x) => x.name === r.name);
-      state.items[at] = r;
       state.selected.delete(r.name);
-      redrawRow(r);
+      setReport(indexOf(r.name), r);
     });
     bulkCount();
     status.textContent = `${plural(ok, "item")} marked ${statusName(to)}${failed.length ? `; ${plural(failed.length, "item")} not saved (${[...new Set(failed)].join(", ")})` : ""}.`;
     const cur = state.items[state.index];
-    if (cur) mount(itemBox, actionBar(cur), queueItemView(cur));
+    if (cur) mount(itemBox, ...view(cur));
   };
   bulk.querySelector(".bulk-triage")!.addEventListener("click", () => void bulkSet(Status.TRIAGED));
   bulk.querySelector(".bulk-dismiss")!.addEventListener("click", () => void bulkSet(Status.DISMISSED));
   bulk.querySelector(".bulk-select-all")!.addEventListener("click", () => {
-    for (const fb of state.items) state.selected.add(fb.name);
+    for (const it of state.items) if (it.kind === "report") state.selected.add(it.fb.name);
     list.querySelectorAll<HTMLInputElement>(".q-select").forEach((c) => (c.checked = true));
     bulkCount();
   });
 
+  // One page of each list still to read; the batch is shown newest first (reports by create time,
+  // judgements by update time).
   const load = async () => {
     try {
-      const r = await api().feedback.listFeedback({ ...req, pageSize: 50, pageToken: state.pageToken });
-      state.items.push(...r.feedback);
-      list.append(...r.feedback.map(rowOf));
-      state.pageToken = r.nextPageToken;
-      more.hidden = !state.pageToken;
-      count.textContent = `${plural(state.items.length, "item")}${state.pageToken ? " so far" : ""}`;
+      const [reports, ratings] = await Promise.all([
+        req && state.reportToken !== null ? api().feedback.listFeedback({ ...req, pageSize: 50, pageToken: state.reportToken }) : null,
+        jreq && state.ratingToken !== null ? api().feedback.listRatings({ ...jreq, pageSize: 50, pageToken: state.ratingToken }) : null,
+      ]);
+      const batch: QueueItem[] = [
+        ...(reports?.feedback ?? []).map((fb): QueueItem => ({ kind: "report", fb })),
+        ...(ratings?.ratings ?? []).map((r): QueueItem => ({ kind: "judgement", r })),
+      ].sort((a, b) => millisOf(b) - millisOf(a));
+      if (reports) state.reportToken = reports.nextPageToken || null;
+      if (ratings) state.ratingToken = ratings.nextPageToken || null;
+      state.items.push(...batch);
+      list.append(...batch.map(rowOf));
+      moreButton.hidden = !more();
+      count.textContent = `${plural(state.items.length, "item")}${more() ? " so far" : ""}`;
       if (!state.items.length) mount(itemBox, h("p", { class: "muted empty" }, "Nothing in the queue for these filters."));
     } catch (e) {
       error.textContent = errorText(e);
     }
   };
-  more.addEventListener("click", () => void load());
+  moreButton.addEventListener("click", () => void load());
 
   const onKey = (ev: KeyboardEvent) => {
     if (!alive()) { document.removeEventListener("keydown", onKey); state.stopClaim?.(); return; }
@@ -266,8 +336,8 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
       t: () => void triageCurrent(Status.TRIAGED), d: () => void triageCurrent(Status.DISMISSED),
       o: () => void triageCurrent(Status.OPEN), f: () => void fileCurrent(),
       x: () => {
-        const fb = state.items[state.index];
-        if (!fb) return;
+        const fb = reportAt(state.index);
+        if (!fb) { if (state.items[state.index]) notAReport(); return; }
         state.selected.has(fb.name) ? state.selected.delete(fb.name) : state.selected.add(fb.name);
         redrawRow(fb);
         bulkCount();
@@ -287,6 +357,6 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
 
   await load();
   const wanted = query.get("item");
-  const at = wanted ? state.items.findIndex((x) => lastSegment(x.name) === wanted) : 0;
+  const at = wanted ? state.items.findIndex((x) => lastSegment(nameOf(x)) === wanted) : 0;
   if (state.items.length) await show(Math.max(0, at));
 }
