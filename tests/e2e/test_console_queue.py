@@ -201,7 +201,8 @@ def queue_flow(b, second, engine: str, width: int, site: str, gateway_url: str, 
     b.wait(".queue-item")
     b.click(".bulk-select-all")
     b.click(".bulk-dismiss")
-    b.wait(".queue-status", "2 items marked dismissed; 1 item not saved (not allowed from filed)")
+    _until(b, "document.querySelector('.queue-status').textContent",
+           "2 items marked dismissed; 1 item not saved (not allowed from filed).", f"{engine}: bulk dismiss")
     b.shot(f"{engine}-{width}-queue-bulk")
     # My ratings: the owner's judgement of the turn, by name and label, changed in place.
     mine = "tr.my-rating[data-aspect=reply_judgement]"
