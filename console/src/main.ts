@@ -64,7 +64,7 @@ async function render(): Promise<void> {
     case "signin":
       return signInPage(main);
     case "agents":
-      return route.path[1] ? agentPage(main, route.path[1], route.path[2] ?? "chat", route.query) : agentsPage(main);
+      return route.path[1] ? agentPage(main, route.path[1], route.path[2] ?? "chat", route.query) : agentsPage(main, route.query);
     case "queue":
       return queuePage(main, route.query);
     case "feedback":

@@ -65,6 +65,11 @@ class Instance:
     # Forks: `instances/{source}` and the last copied turn (ForkConversation); '' / 0 otherwise.
     fork_source: str = ""
     fork_turn_index: int = 0
+    # The start of the latest turn (None before the first); the activity order's key (its latest turn,
+    # else its create_time); turns whose messages it holds (ListInstances only).
+    last_turn_time: datetime | None = None
+    activity_time: datetime | None = None
+    turn_count: int = 0
 
     @property
     def name(self) -> str:
@@ -295,13 +300,44 @@ def from_us(us: int) -> datetime:
     return EPOCH + us * _US
 
 
-# ListInstances has no filters: its tokens are bound to this constant (a token of another list is refused).
+# ListInstances in its default order and without a search binds its tokens to this constant (a token of
+# another list is refused); a search or the activity order binds them to `InstanceQuery.filters()`.
 INSTANCE_FILTERS = "instances"
+INSTANCE_SEARCH_MAX_CHARS = 100
+ORDER_BY_CREATE = ("", "create_time", "create_time asc")
+ORDER_BY_ACTIVITY = "last_activity_time desc"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceQuery:
+    """ListInstances' search (a case-insensitive substring of the display name; '' = all) and order."""
+
+    search: str = ""
+    by_activity: bool = False
+
+    def filters(self) -> str | dict[str, str | bool]:
+        return {"search": self.search, "by_activity": self.by_activity} if self.search or self.by_activity \
+            else INSTANCE_FILTERS
+
+
+def instance_query(search: str, order_by: str) -> InstanceQuery:
+    """ListInstances' `search` (≤ 100 characters, no NUL; trimmed) and `order_by` (AIP-132: whitespace and
+    case of the keywords do not matter); INVALID_ARGUMENT naming the field otherwise."""
+    check_text(search, "search", INSTANCE_SEARCH_MAX_CHARS)
+    order = " ".join(order_by.split()).lower()
+    if order not in ORDER_BY_CREATE and order != ORDER_BY_ACTIVITY:
+        raise InvalidArgument("order_by", f'must be "create_time" or "{ORDER_BY_ACTIVITY}"')
+    return InstanceQuery(search.strip(), order == ORDER_BY_ACTIVITY)
 
 
 def instance_key(i: Instance) -> dict[str, int | str]:
     """ListInstances keyset position: (create_time, id) of the last instance returned."""
     return {"t": to_us(i.create_time), "id": i.id}
+
+
+def instance_activity_key(i: Instance) -> dict[str, int | str]:
+    """ListInstances keyset position in the activity order: (activity_time, id) of the last one returned."""
+    return {"t": to_us(i.activity_time or i.create_time), "id": i.id}
 
 
 def instance_position(pos: dict) -> tuple[datetime, str]:

@@ -20,6 +20,7 @@ from services.chat.domain import (
     Channel,
     HistoryMessage,
     Instance,
+    InstanceQuery,
     Message,
     MessagePage,
     NewInstance,
@@ -28,26 +29,37 @@ from services.chat.domain import (
     TurnRecord,
 )
 from services.chat.workspace import Applied, Op
+from services.common.db import fetch_custom_plan, like_pattern
 from services.common.ids import check_same_request
 
 INSERT_INSTANCE = """
 INSERT INTO instances (owner, id, display_name, agent, request_id, create_time, request_fingerprint)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT DO NOTHING
-RETURNING owner, id, display_name, agent, create_time, fork_source, fork_turn_index
+RETURNING owner, id, display_name, agent, create_time, fork_source, fork_turn_index, last_turn_time
 """
-INSTANCE_COLUMNS = "owner, id, display_name, agent, create_time, fork_source, fork_turn_index"
+INSTANCE_COLUMNS = "owner, id, display_name, agent, create_time, fork_source, fork_turn_index, last_turn_time"
 SELECT_INSTANCE = f"SELECT {INSTANCE_COLUMNS} FROM instances WHERE owner = $1 AND id = $2"
 SELECT_INSTANCE_BY_REQUEST = f"""
 SELECT {INSTANCE_COLUMNS}, request_fingerprint FROM instances
 WHERE owner = $1 AND request_id = $2
 """
-LIST_INSTANCES = f"""
-SELECT {INSTANCE_COLUMNS} FROM instances
-WHERE owner = $1 AND ($2::timestamptz IS NULL OR (create_time, id) > ($2, $3))
-ORDER BY create_time, id
+# One page of an owner's instances: $1 owner, keyset $2/$3 (NULL: the first page), $4 limit, $5 an ILIKE
+# pattern of the display name ('' = all). The turn count reads messages_instance_turn only (per listed
+# instance, so a page costs its own conversations' lengths, never the owner's whole history).
+_LIST_INSTANCES = f"""
+SELECT {INSTANCE_COLUMNS}, activity_time,
+       (SELECT count(DISTINCT m.turn_index) FROM messages m WHERE m.owner = i.owner AND m.instance_id = i.id)
+           AS turn_count
+FROM instances i
+WHERE owner = $1 AND ($2::timestamptz IS NULL OR {{keyset}}) AND ($5 = '' OR display_name ILIKE $5)
+ORDER BY {{order}}
 LIMIT $4
 """
+LIST_INSTANCES = _LIST_INSTANCES.format(keyset="(create_time, id) > ($2, $3)", order="create_time, id")
+# Latest activity first (instances_activity).
+LIST_INSTANCES_BY_ACTIVITY = _LIST_INSTANCES.format(keyset="(activity_time, id) < ($2, $3)",
+                                                    order="activity_time DESC, id DESC")
 
 MESSAGE_COLUMNS = (
     "instance_id, id, role, content, trace_id, turn_index, create_time, channel, audio_key, dictation, "
@@ -61,7 +73,7 @@ READ_COLUMNS = f"{MESSAGE_COLUMNS}, source_message, source_trace_id"
 # same request_id won (the turn index it claimed stays unused; indexes only need to be unique).
 BEGIN_TURN = """
 WITH inst AS (
-    UPDATE instances SET next_turn_index = next_turn_index + 1
+    UPDATE instances SET next_turn_index = next_turn_index + 1, last_turn_time = $6
     WHERE owner = $1 AND id = $2
     RETURNING agent, next_turn_index - 1 AS turn_index
 ), turn AS (
@@ -195,6 +207,7 @@ WHERE t.defects <> '{}' AND ($1::text IS NULL OR t.owner = $1) AND t.instance_id
 
 
 def _instance(r: asyncpg.Record) -> Instance:
+    listed = "turn_count" in r.keys()
     return Instance(
         owner=r["owner"],
         id=r["id"],
@@ -203,6 +216,9 @@ def _instance(r: asyncpg.Record) -> Instance:
         create_time=r["create_time"],
         fork_source=r["fork_source"],
         fork_turn_index=r["fork_turn_index"],
+        last_turn_time=r["last_turn_time"],
+        activity_time=r["activity_time"] if listed else None,
+        turn_count=r["turn_count"] if listed else 0,
     )
 
 
@@ -288,10 +304,14 @@ class Repository:
         return _instance(r) if r is not None else None
 
     async def list_instances(
-        self, owner: str, after: tuple[datetime, str] | None, limit: int
+        self, owner: str, query: InstanceQuery, after: tuple[datetime, str] | None, limit: int
     ) -> list[Instance]:
+        """At most `limit` of `owner`'s instances after the keyset `after`, in the query's order and search."""
         t, i = after if after else (None, None)
-        return [_instance(r) for r in await self._pool.fetch(LIST_INSTANCES, owner, t, i, limit)]
+        sql = LIST_INSTANCES_BY_ACTIVITY if query.by_activity else LIST_INSTANCES
+        # A custom plan: with the optional keyset and search a generic plan would not use the index.
+        rows = await fetch_custom_plan(self._pool, sql, owner, t, i, limit, like_pattern(query.search))
+        return [_instance(r) for r in rows]
 
     async def turn_by_request(self, owner: str, instance_id: str, request_id: uuid.UUID) -> TurnRecord | None:
         """The turn a request_id already produced (any state), or None."""

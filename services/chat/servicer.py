@@ -68,6 +68,7 @@ def instance_pb(i: Instance) -> chat_pb2.Instance:
     return chat_pb2.Instance(
         name=i.name, display_name=i.display_name, agent=i.agent, owner=i.owner,
         create_time=_ts(i.create_time), fork_source=i.fork_source, fork_turn_index=i.fork_turn_index,
+        last_turn_time=_ts(i.last_turn_time) if i.last_turn_time else None, turn_count=i.turn_count,
     )
 
 
@@ -132,11 +133,14 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         return instance_pb(inst)
 
     async def ListInstances(self, request, context):  # noqa: N802
+        """The caller's instances, oldest first or latest activity first, optionally searched by name
+        (domain.instance_query has the errors); a page token keeps its search and order."""
         owner = current_principal().sub
-        got = await pages.page(request.page_token, pages.page_size(request.page_size, default=100),
-                               domain.INSTANCE_FILTERS, domain.instance_position,
-                               lambda after, n: self._repo.list_instances(owner, after, n + 1), instance_pb,
-                               domain.instance_key)
+        size = pages.page_size(request.page_size, default=100)
+        query = domain.instance_query(request.search, request.order_by)
+        got = await pages.page(request.page_token, size, query.filters(), domain.instance_position,
+                               lambda after, n: self._repo.list_instances(owner, query, after, n + 1), instance_pb,
+                               domain.instance_activity_key if query.by_activity else domain.instance_key)
         return chat_pb2.ListInstancesResponse(instances=got.items, next_page_token=got.next_page_token)
 
     async def SendMessage(self, request, context):  # noqa: N802

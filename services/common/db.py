@@ -350,3 +350,10 @@ async def fetch_custom_plan(pool: asyncpg.Pool, sql: str, *args: Any) -> list[as
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(_CUSTOM_PLAN)
         return await conn.fetch(sql, *args)
+
+
+def like_pattern(text: str) -> str:
+    """A case-insensitive substring pattern for ILIKE with `\\` escaping ('' when no filter)."""
+    if not text:
+        return ""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

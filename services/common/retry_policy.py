@@ -36,7 +36,7 @@ _SAFE: dict[str, tuple[str, ...] | None] = {
                                           "ListSuspectedDefects", "GetSuspectedDefect"),
     "agentfeedback.feedback.v1.FeedbackService": ("CreateFeedback", "GetFeedback", "ListFeedback", "ListRatings",
                                                   "DeleteRating", "GetFeedbackStats", "ListRecentFeedback",
-                                                  "GetTurnFeedback", "ListAuditRecords"),
+                                                  "GetTurnFeedback", "ListAuditRecords", "CountConversationFeedback"),
 }
 
 

@@ -599,10 +599,29 @@ def list_recent(r: pb.ListRecentFeedbackRequest) -> tuple[RecentFilter, int]:
         sentiment=v.check(enum_value, r.sentiment, RatingSentiment, "sentiment"),
         category=v.check(enum_value, r.category, Category, "category"), text=v.check(check_text, r.text, "text", 200),
         negative_only=r.negative_only, reason=v.check(check_slug, r.reason, "reason"),
-        choice=v.check(check_slug, r.choice, "choice"),
+        choice=v.check(check_slug, r.choice, "choice"), reports_only=r.reports_only,
     )
     v.raise_any()
     return f, size
+
+
+COUNT_CONVERSATIONS_MAX = 100
+
+
+def count_conversations(r: pb.CountConversationFeedbackRequest) -> list[str]:
+    """CountConversationFeedback: 1..100 names `instances/{id}` (INVALID_ARGUMENT naming `conversations`
+    or the first bad `conversations[i]`)."""
+    v = Violations()
+    if not r.conversations:
+        v.add("conversations", "must name at least one conversation")
+    elif len(r.conversations) > COUNT_CONVERSATIONS_MAX:
+        v.add("conversations", f"names {len(r.conversations)} conversations; the limit is {COUNT_CONVERSATIONS_MAX}")
+    else:
+        for i, name in enumerate(r.conversations):
+            if v.check(parse_name, name, "instances/{}", f"conversations[{i}]") is None:
+                break
+    v.raise_any()
+    return list(r.conversations)
 
 
 def turn_feedback(request: pb.GetTurnFeedbackRequest) -> tuple[str, int, str]:

@@ -49,6 +49,7 @@ METHOD_SCOPES: dict[str, str | None] = {
         "UpdateFeedback": SCOPE_FEEDBACK_TRIAGE, "DeleteFeedback": SCOPE_FEEDBACK_WRITE,
         "FileFeedback": SCOPE_FEEDBACK_TRIAGE, "PutRating": SCOPE_FEEDBACK_WRITE, "DeleteRating": SCOPE_FEEDBACK_WRITE,
         "ListRatings": SCOPE_FEEDBACK_READ, "CopyRatings": SCOPE_FEEDBACK_WRITE,
+        "CountConversationFeedback": SCOPE_FEEDBACK_READ,
         "GetFeedbackStats": SCOPE_FEEDBACK_ADMIN, "ListRecentFeedback": SCOPE_FEEDBACK_ADMIN,
         "GetTurnFeedback": SCOPE_FEEDBACK_ADMIN, "ListAuditRecords": None,  # admin or read: Audit.list
         "ReportSuspectedDefect": SCOPE_FEEDBACK_WRITE,
@@ -176,6 +177,14 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
                                    lambda after, n: self._ratings.list(p, conversation, turn, f, after, n),
                                    codec.rating_pb, codec.rating_position_key)
         return pb.ListRatingsResponse(ratings=got.items, next_page_token=got.next_page_token)
+
+    async def CountConversationFeedback(self, request: pb.CountConversationFeedbackRequest,  # noqa: N802
+                                        context) -> pb.CountConversationFeedbackResponse:
+        """The caller's reports and own ratings per conversation (≤ 100; codec.count_conversations)."""
+        counts = await self._stats.conversation_counts(current_principal().sub, codec.count_conversations(request))
+        return pb.CountConversationFeedbackResponse(counts=[
+            pb.ConversationFeedbackCount(conversation=c, reports=n_reports, ratings=n_ratings)
+            for c, n_reports, n_ratings in counts])
 
     async def CopyRatings(self, request: pb.CopyRatingsRequest, context) -> pb.CopyRatingsResponse:  # noqa: N802
         """Copy the caller's ratings of turns ≤ through_turn_index onto a fork (Ratings.copy)."""

@@ -56,6 +56,11 @@ class Stats:
             end_time=now, evaluations=evaluations,
         )
 
+    async def conversation_counts(self, owner: str, conversations: list[str]) -> list[tuple[str, int, int]]:
+        """The caller's own figures (not an operator read): (conversation, reports, USER ratings) per
+        distinct conversation, in the request's order; another owner's conversation counts zero."""
+        return await self._repo.conversation_counts(owner, list(dict.fromkeys(conversations)))
+
     async def turn(self, user: str, conversation: str, turn_index: int) -> tuple[list[Rating], list[Report]]:
         """Everything `user` said about one turn: every rating (origin shown) and report (read-only)."""
         return await self._repo.turn_feedback(user, conversation, turn_index)
@@ -64,9 +69,10 @@ class Stats:
         """USER ratings and reports of every owner, newest first (time, id), at most `size` + 1 (one more
         tells the caller there is a next page). Rating-only filters (scope, aspect, rating sentiment,
         reason, choice) leave reports out; `negative_only` keeps NEGATIVE ratings and BAD reports; `text` matches the
-        note / the body (case-insensitive)."""
+        note / the body (case-insensitive); `reports_only` leaves ratings out."""
         rating_only = bool(f.scope or f.aspect or f.sentiment or f.reason or f.choice)
-        ratings, reports = await self._repo.recent(f, after, size + 1, ratings=True, reports=not rating_only)
+        ratings, reports = await self._repo.recent(f, after, size + 1, ratings=not f.reports_only,
+                                                   reports=not rating_only)
         items = [RecentItem(r.update_time, r.id, rating=r) for r in ratings]
         items += [RecentItem(r.create_time, r.id, report=r) for r in reports]
         items.sort(key=lambda x: (x.time, x.id), reverse=True)

@@ -113,17 +113,24 @@ async def test_dashboard_panels_show_the_data_the_test_made(stack, tmp_path):
                 assert await numbers(page, "funnel") == {"engaged": ["2"], "answered": ["2"], "complete": ["1"]}
                 assert await numbers(page, "latest-state") == {"Done": ["1"], "Partly done": ["1"]}
 
-                neg = page.locator(".negative-feed .feed-item")
+                # Negative signals as a table paged with the API's tokens: ten rows, then the rest.
+                neg = page.locator(".negative-feed tbody tr.dt-row")
                 await expect(neg).to_have_count(10)
-                await page.locator(".negative-feed-box .load-more").click()
-                await expect(neg).to_have_count(2 + ARTIFACTS + 1)  # dislike, did_not_work, 9 artifacts, the report
-                await expect(page.locator(".negative-feed .feed-item.report")).to_have_count(1)
+                first = [await r.get_attribute("data-key") for r in await neg.all()]
+                await page.locator(".negative-feed-box .dt-next").click()
+                await expect(neg).to_have_count(2 + ARTIFACTS + 1 - 10)  # dislike, did_not_work, 9 artifacts, the report
+                second = [await r.get_attribute("data-key") for r in await neg.all()]
+                await expect(page.locator(".negative-feed-box .dt-next")).to_be_disabled()
+                keys = first + second
+                assert len(set(keys)) == 2 + ARTIFACTS + 1
+                assert len([k for k in keys if k.startswith("feedback/")]) == 1
                 await shot(page, "console-dashboard")
 
-                feed = page.locator(".recent-feed .feed-item")
+                feed = page.locator(".recent-feed tbody tr.dt-row")
                 await page.select_option("#feed-category", label="Tool failure")
                 await expect(feed).to_have_count(1)
-                await expect(feed.first).to_contain_text("The weather tool failed in the pipeline.")
+                await feed.first.locator(".dt-expand").click()
+                await expect(page.locator(".recent-feed tr.dt-detail")).to_contain_text("The weather tool failed in the pipeline.")
                 await page.select_option("#feed-category", "")
                 await page.select_option("#feed-scope", label="conversation")
                 await expect(feed).to_have_count(2)
@@ -134,14 +141,14 @@ async def test_dashboard_panels_show_the_data_the_test_made(stack, tmp_path):
 
                 # The reports table: FileFeedback is owner-scoped, so an operator's row for bob's report
                 # says the owner files it; bob (an owner with feedback:admin) files it from the table.
-                report = page.locator(".reports-table tr.report-row-item")
+                report = page.locator(".reports-table tbody tr.dt-row")
                 await expect(report).to_have_count(1)
                 await expect(report.locator(".not-yours")).to_have_text("owner files")
                 await sign_in(page, site, envoy.url, stack.token("bob", ALL_SCOPES))
                 await page.goto(f"{site}/#/stats")
                 await report.locator(".act-file").click()
-                await expect(page.locator(".reports-table tr.report-row-item a.issue-link")).to_be_visible()
-                await expect(page.locator(".reports-table tr.report-row-item .badge.status-filed")).to_be_visible()
+                await expect(page.locator(".reports-table tbody tr.dt-row a.issue-link")).to_be_visible()
+                await expect(page.locator(".reports-table tbody tr.dt-row .badge.status-filed")).to_be_visible()
     listed = await stack.feedback().ListFeedback(pb.ListFeedbackRequest(), metadata=stack.md("bob"))
     assert listed.feedback[0].status == pb.STATUS_FILED and listed.feedback[0].issue_url.startswith("file://")
     assert convs["alice"] != convs["bob"]
@@ -154,13 +161,14 @@ async def test_dashboard_reason_and_choice_filters_and_the_turn_viewer(stack, tm
             async with browser_page(1280, 1000) as page:
                 await sign_in(page, site, envoy.url, stack.token("ops", ALL_SCOPES))
                 await page.goto(f"{site}/#/stats")
-                feed = page.locator(".recent-feed .feed-item")
+                feed = page.locator(".recent-feed tbody tr.dt-row")
                 await page.select_option("#feed-reason", "ignored_constraints")
                 await expect(feed).to_have_count(1)
                 await expect(feed.first.locator(".feed-choice")).to_have_text("Didn't work")
                 await expect(feed.first.locator(".reason-badge")).to_have_text("Ignored my constraints")
                 # The per-turn viewer: everything alice said about that turn, read-only.
-                await feed.first.locator(".view-turn").click()
+                await feed.first.locator(".dt-expand").click()
+                await page.locator(".recent-feed tr.dt-detail .view-turn").click()
                 view = page.locator(".turn-view")
                 await expect(view.locator(".tv-ratings .feed-item")).to_have_count(3 + ARTIFACTS)
                 await expect(view.locator(".tv-reports .feed-item")).to_have_count(0)
@@ -168,7 +176,8 @@ async def test_dashboard_reason_and_choice_filters_and_the_turn_viewer(stack, tm
                 await page.select_option("#feed-reason", "")
                 await page.select_option("#feed-choice", "partly")
                 await expect(feed).to_have_count(1)
-                await feed.first.locator(".view-turn").click()
+                await feed.first.locator(".dt-expand").click()
+                await page.locator(".recent-feed tr.dt-detail .view-turn").click()
                 await expect(view.locator(".tv-reports .feed-item")).to_have_count(1)
                 await expect(view.locator(".tv-reports")).to_contain_text("The weather tool failed in the pipeline.")
                 await shot(page, "console-dashboard-turn-viewer")

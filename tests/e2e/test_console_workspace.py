@@ -19,11 +19,10 @@ import uuid
 import pytest
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
-from playwright.sync_api import sync_playwright
 
+from tests.helpers import engines
 from tests.helpers.grpcweb import ARTIFACTS, CONSOLE_DIST, gateway, static_site
-from tests.helpers.layout import MEASURE_JS, assert_layout
-from tests.helpers.console import CHROMIUM, CHROMIUM_ARGS
+from tests.helpers.layout import assert_layout
 
 pytestmark = pytest.mark.browser
 HEIGHT = 900
@@ -34,74 +33,8 @@ GOAL = "A benchmark report, not docs"
 GREEN, RED = "rgb(31, 138, 76)", "rgb(192, 57, 43)"  # style.css --good / --bad
 
 
-class Chromium:
-    def __init__(self, page):
-        self.page = page
-
-    def goto(self, url: str) -> None:
-        self.page.goto(url)
-
-    def wait(self, css: str, text: str | None = None) -> None:
-        loc = self.page.locator(css) if text is None else self.page.locator(css, has_text=text)
-        loc.first.wait_for(state="visible")
-
-    def gone(self, css: str) -> None:
-        self.page.locator(css).first.wait_for(state="detached")
-
-    def click(self, css: str) -> None:
-        self.page.locator(css).first.click()
-
-    def fill(self, css: str, text: str) -> None:
-        self.page.fill(css, text)
-
-    def js(self, body: str):
-        return self.page.evaluate("() => {" + body + "}")
-
-    def measure(self) -> dict:
-        return self.js(MEASURE_JS)
-
-    def shot(self, name: str) -> None:
-        ARTIFACTS.mkdir(exist_ok=True)
-        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-class WebKit:
-    def __init__(self, driver):
-        from tests.helpers import webkit as webkit_support  # noqa: PLC0415
-        self.d, self.wk = driver, webkit_support
-
-    def goto(self, url: str) -> None:
-        self.d.get(url)
-
-    def wait(self, css: str, text: str | None = None) -> None:
-        self.wk.wait_css(self.d, css, text=text)
-
-    def gone(self, css: str) -> None:
-        from selenium.webdriver.support.ui import WebDriverWait  # noqa: PLC0415
-        WebDriverWait(self.d, 15, 0.05).until(lambda d: not d.find_elements("css selector", css))
-
-    def click(self, css: str) -> None:
-        el = self.wk.wait_css(self.d, css)
-        self.d.execute_script("arguments[0].scrollIntoView({block: 'center'})", el)
-        el.click()
-
-    def fill(self, css: str, text: str) -> None:
-        el = self.wk.wait_css(self.d, css)
-        self.d.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'));", el, text)
-
-    def js(self, body: str):
-        return self.d.execute_script(body)
-
-    def measure(self) -> dict:
-        self.wk.settle(self.d)
-        return self.d.execute_script(MEASURE_JS)
-
-    def shot(self, name: str) -> None:
-        self.wk.screenshot(self.d, name)
-
-
 def count(b, css: str) -> int:
-    return b.js(f"return document.querySelectorAll({css!r}).length")
+    return b.js(f"document.querySelectorAll({css!r}).length")
 
 
 def until(b, css: str, n: int) -> None:
@@ -127,11 +60,11 @@ def workspace_flow(b, engine: str, width: int, site: str, gateway_url: str, toke
     assert count(b, f"{panel}[data-component=artifacts] .ws-artifact") == 2
     assert count(b, ".workspace .ping") == 2
     assert count(b, f"{panel}[data-component=plan] .ping") == 1 and count(b, f"{panel}[data-component=preferences] .ping") == 1
-    assert b.js("return getComputedStyle(document.querySelector('.workspace .ping-dot')).animationName") == "ws-pulse"
+    assert b.js("getComputedStyle(document.querySelector('.workspace .ping-dot')).animationName") == "ws-pulse"
     b.wait(".workspace .ping-cloud", "Just updated")
-    side_by_side = b.js("const w = document.querySelector('.workspace').getBoundingClientRect();"
-                        "const c = document.querySelector('.chat-main').getBoundingClientRect();"
-                        "return w.left >= c.right - 1 ? 'beside' : w.top >= c.bottom - 1 ? 'below' : 'overlap'")
+    side_by_side = b.js("(() => { const w = document.querySelector('.workspace').getBoundingClientRect();"
+                        " const c = document.querySelector('.chat-main').getBoundingClientRect();"
+                        " return w.left >= c.right - 1 ? 'beside' : w.top >= c.bottom - 1 ? 'below' : 'overlap'; })()")
     assert side_by_side == ("beside" if width > 760 else "below")
     assert_layout(b.measure(), f"{name} chat with the workspace", min_timestamps=2)
     b.shot(f"{name}-workspace")
@@ -143,11 +76,11 @@ def workspace_flow(b, engine: str, width: int, site: str, gateway_url: str, toke
     b.wait(f"{panel}[data-component=plan] .glyph-pair[data-lit=like]")
     reply = "article.msg.assistant[data-turn='1'] .glyph-pair"
     b.wait(f"{reply}[data-lit=feedback]")
-    colours = b.js(f"const g = document.querySelector({reply!r}); return [getComputedStyle(g.querySelector('.act-like')).backgroundColor,"
-                   " getComputedStyle(g.querySelector('.act-dislike')).backgroundColor]")
+    colours = b.js(f"(() => {{ const g = document.querySelector({reply!r}); return [getComputedStyle(g.querySelector('.act-like')).backgroundColor,"
+                   " getComputedStyle(g.querySelector('.act-dislike')).backgroundColor]; }})()")
     assert colours == [GREEN, RED]
-    unlit = b.js("const g = document.querySelector(\"article.msg.assistant[data-turn='0'] .glyph-pair\");"
-                 " return [g.dataset.lit, getComputedStyle(g.querySelector('.act-like')).backgroundColor]")
+    unlit = b.js("(() => { const g = document.querySelector(\"article.msg.assistant[data-turn='0'] .glyph-pair\");"
+                 " return [g.dataset.lit, getComputedStyle(g.querySelector('.act-like')).backgroundColor]; })()")
     assert unlit[0] == "none" and unlit[1] != GREEN
 
     # An older turn: the workspace as it was then (no plan yet, two artifacts just written), no ping.
@@ -211,32 +144,23 @@ async def seed(stack) -> str:
 
 
 def _chromium(width: int, site: str, gateway_url: str, token: str, agent_id: str) -> None:
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_context(viewport={"width": width, "height": HEIGHT}).new_page()
-            page.set_default_timeout(15_000)
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            workspace_flow(Chromium(page), "chromium", width, site, gateway_url, token, agent_id)
-            assert not errors, errors
-            # prefers-reduced-motion: the ping stays as a badge and does not pulse.
-            page.emulate_media(reduced_motion="reduce")
-            page.reload()
-            page.locator(".workspace .ws-panel").first.wait_for(state="visible")
-            page.fill("#chat-input", "Write a glossary.")
-            page.click("#chat-send")
-            page.locator(".workspace .ping-cloud", has_text="Just updated").first.wait_for(state="visible")
-            assert page.evaluate("() => getComputedStyle(document.querySelector('.workspace .ping-dot')).animationName") == "none"
-            page.screenshot(path=str(ARTIFACTS / f"chromium-{width}-workspace-reduced-motion.png"), full_page=True)
-        finally:
-            browser.close()
+    with engines.chromium(width, HEIGHT) as (b,):
+        workspace_flow(b, "chromium", width, site, gateway_url, token, agent_id)
+        # prefers-reduced-motion: the ping stays as a badge and does not pulse.
+        page = b.page
+        page.emulate_media(reduced_motion="reduce")
+        page.reload()
+        page.locator(".workspace .ws-panel").first.wait_for(state="visible")
+        page.fill("#chat-input", "Write a glossary.")
+        page.click("#chat-send")
+        page.locator(".workspace .ping-cloud", has_text="Just updated").first.wait_for(state="visible")
+        assert page.evaluate("() => getComputedStyle(document.querySelector('.workspace .ping-dot')).animationName") == "none"
+        page.screenshot(path=str(ARTIFACTS / f"chromium-{width}-workspace-reduced-motion.png"), full_page=True)
 
 
 def _webkit(width: int, site: str, gateway_url: str, token: str, agent_id: str) -> None:
-    from tests.helpers.webkit import webkit  # noqa: PLC0415
-    with webkit(width, HEIGHT) as driver:
-        workspace_flow(WebKit(driver), "webkit", width, site, gateway_url, token, agent_id)
+    with engines.webkit(width, HEIGHT) as b:
+        workspace_flow(b, "webkit", width, site, gateway_url, token, agent_id)
 
 
 async def _run(stack, tmp_path, engine, width: int) -> str:

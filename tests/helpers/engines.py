@@ -4,7 +4,8 @@ either: Debian's Chromium through Playwright (sync API) and Debian's WebKitGTK t
 the in-process stack keeps serving on the event loop.
 
 Methods: goto, wait (visible, optionally containing a text), gone, click, fill, press (a key to the
-focused page), js (an expression's value), measure (layout.MEASURE_JS), shot (test-artifacts/).
+focused page), hover (the pointer over a point of an element), js (an expression's value), measure
+(layout.MEASURE_JS), shot (test-artifacts/).
 """
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ class Chromium:
     def press(self, key: str) -> None:
         self.page.keyboard.press(key)
 
+    def hover(self, css: str, x: float, y: float) -> None:
+        """The pointer to (x, y) of the element's box, as fractions of its size (1.0 = its last pixel)."""
+        loc = self.page.locator(css).first
+        loc.scroll_into_view_if_needed()
+        box = loc.bounding_box()
+        self.page.mouse.move(box["x"] + min(x * box["width"], box["width"] - 1), box["y"] + min(y * box["height"], box["height"] - 1))
+
     def js(self, expression: str):
         return self.page.evaluate(f"() => ({expression})")
 
@@ -68,7 +76,10 @@ class WebKit:
         WebDriverWait(self.d, 15, 0.05).until(lambda d: not d.find_elements("css selector", css))
 
     def click(self, css: str) -> None:
-        self.wk.wait_css(self.d, css).click()
+        el = self.wk.wait_css(self.d, css)
+        # WebKitWebDriver clicks where the element is, even when that is below the fold at 320 px.
+        self.d.execute_script("arguments[0].scrollIntoView({block: 'center'})", el)
+        el.click()
 
     def fill(self, css: str, text: str) -> None:
         el = self.wk.wait_css(self.d, css)
@@ -79,6 +90,17 @@ class WebKit:
     def press(self, key: str) -> None:
         from selenium.webdriver.common.action_chains import ActionChains
         ActionChains(self.d).send_keys(key).perform()
+
+    def hover(self, css: str, x: float, y: float) -> None:
+        """The pointer to (x, y) of the element's box, as fractions of its size (1.0 = its last pixel):
+        a WebDriver pointer move, whose offsets count from the element's centre."""
+        from selenium.webdriver.common.action_chains import ActionChains
+        el = self.wk.wait_css(self.d, css)
+        self.d.execute_script("arguments[0].scrollIntoView({block: 'center'})", el)
+        w, h = el.size["width"], el.size["height"]
+        dx = int(min(x * w, w - 1) - w / 2)
+        dy = int(min(y * h, h - 1) - h / 2)
+        ActionChains(self.d).move_to_element_with_offset(el, dx, dy).perform()
 
     def js(self, expression: str):
         return self.d.execute_script(f"return ({expression});")

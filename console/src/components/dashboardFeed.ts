@@ -1,7 +1,9 @@
-// The dashboard's lists (feedback:admin): negative signals across every scope, the recent feed with
-// scope / aspect / sentiment / category / reason / choice / text filters and paging, the reports table
-// with File issue (FeedbackService.ListRecentFeedback), and a read-only viewer of everything one user said
-// about one turn (GetTurnFeedback; reading another owner's report bodies there is audited server-side).
+// The dashboard's lists (feedback:admin), each a table (dataTable.ts: sortable columns, the API's page
+// tokens, a row expanding to the whole rating or report): negative signals across every scope, the
+// recent feed with the server's scope / aspect / sentiment / category / reason / choice / text filters,
+// the reports (`reports_only`) with File issue (FeedbackService.ListRecentFeedback), and a read-only
+// viewer of everything one user said about one turn (GetTurnFeedback; reading another owner's report
+// bodies there is audited server-side).
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, errorText, principal } from "../api";
 import { h, mount, timeEl } from "../dom";
@@ -12,7 +14,8 @@ import {
 /** The filter part of a ListRecentFeedbackRequest (paging is the list's). */
 interface FeedFilter { scope?: RatingScope; aspect?: string; sentiment?: RatingSentiment; category?: Category; reason?: string; choice?: string; text?: string; negativeOnly?: boolean }
 import { allChoices, allReasons, categoryLabel, categoryOf, labelOf, TAXONOMY } from "../taxonomy";
-import { clamped } from "./evidence";
+import { clamped, traceUiLink } from "./evidence";
+import { dataTable, type Column } from "./dataTable";
 import { fileControl } from "./rowActions";
 import { agentName, aspectLabel, enumLabel, plural, statusName, turnLabel } from "../names";
 import { complaintTurnLink } from "./queueItem";
@@ -69,46 +72,53 @@ export function reportItem(fb: Feedback, open?: Open): HTMLElement {
     clamped("feed-body", 3, fb.body),
     complaintTurnLink(fb),
     h("div", { class: "feed-foot muted" }, fb.instance ? `${agentName(fb.instance)} · ${turnLabel(fb.snapshot?.turnIndex ?? 0)} ` : "",
-      open ? viewButton(open, fb.instance, fb.snapshot?.turnIndex ?? 0, fb.owner) : null));
+      open ? viewButton(open, fb.instance, fb.snapshot?.turnIndex ?? 0, fb.owner) : null, traceUiLink(fb)));
 }
 
-function itemEl(it: RecentItem, open: Open): HTMLElement | null {
-  if (it.item.case === "rating") return ratingRow(it.item.value, open);
-  if (it.item.case === "feedback") return reportItem(it.item.value, open);
-  return null;
-}
+const itemTime = (it: RecentItem) => it.item.case === "rating" ? it.item.value.updateTime
+  : it.item.case === "feedback" ? it.item.value.createTime : undefined;
+const millis = (t: { seconds: bigint; nanos: number } | undefined) => t ? Number(t.seconds) * 1000 + t.nanos / 1e6 : 0;
+const secs = (it: RecentItem) => millis(itemTime(it));
+const conversationOf = (it: RecentItem) => it.item.case === "rating" ? it.item.value.conversation : it.item.case === "feedback" ? it.item.value.instance : "";
+const turnOf = (it: RecentItem) => it.item.case === "rating" ? it.item.value.turnIndex : it.item.case === "feedback" ? it.item.value.snapshot?.turnIndex ?? 0 : 0;
+const whoOf = (it: RecentItem) => it.item.case === "rating" ? it.item.value.user : it.item.case === "feedback" ? it.item.value.owner : "";
+const whatOf = (it: RecentItem) => it.item.case === "rating"
+  ? `${aspectLabel(it.item.value.aspect)}${it.item.value.artifactId ? ` · artifact ${it.item.value.artifactId}` : ""}`
+  : it.item.case === "feedback" ? `Report${it.item.value.category ? `: ${categoryLabel(it.item.value.category)}` : ""}` : "";
+const keyOf = (it: RecentItem) => it.item.case === "rating" ? `rating:${it.item.value.name}` : it.item.case === "feedback" ? it.item.value.name : "";
+const sentimentOf = (it: RecentItem) => it.item.case === "rating" ? enumLabel(RatingSentiment, it.item.value.sentiment).replace(/^rating sentiment /, "")
+  : it.item.case === "feedback" && it.item.value.sentiment === Sentiment.BAD ? "negative" : it.item.case === "feedback" && it.item.value.sentiment === Sentiment.GOOD ? "positive" : "";
 
-/** A paged list over ListRecentFeedback with a fixed request part; `keep` filters items client-side. */
-function pagedList(cls: string, request: () => FeedFilter, render: (it: RecentItem) => HTMLElement | null,
-                   empty: string, pageSize = 20): { el: HTMLElement; reload: () => void } {
-  const list = h("ul", { class: `feed ${cls}` });
-  const error = h("p", { class: "error", role: "alert" });
-  const more = h("button", { type: "button", class: "load-more", hidden: true }, "Load more");
-  let token = "";
-  let generation = 0; // a reload started later wins: an earlier answer arriving after it is dropped
-  const load = async (fresh: boolean) => {
-    if (fresh) { token = ""; list.replaceChildren(); generation++; }
-    const mine = generation;
-    error.textContent = "";
-    try {
-      const r = await api().feedback.listRecentFeedback({ ...request(), pageSize, pageToken: token });
-      if (mine !== generation) return;
-      const rows = r.items.map(render).filter((x): x is HTMLElement => !!x);
-      list.append(...rows);
-      if (fresh && !list.children.length) list.append(h("li", { class: "muted empty" }, empty));
-      token = r.nextPageToken;
-      more.hidden = !token;
-    } catch (e) {
-      error.textContent = errorText(e);
-    }
-  };
-  more.addEventListener("click", () => void load(false));
-  void load(true);
-  return { el: h("div", { class: `feed-box ${cls}-box` }, list, error, more), reload: () => void load(true) };
+/** The columns of a feed of ratings and reports (time, who, agent, turn, what, judgement, reasons). */
+const FEED_COLUMNS: Column<RecentItem>[] = [
+  { key: "time", label: "Time", cell: (it) => timeEl(itemTime(it) ? timestampDate(itemTime(it)!) : undefined), sort: secs },
+  { key: "who", label: "Who", cell: whoOf, sort: whoOf },
+  { key: "agent", label: "Agent", cell: (it) => agentName(conversationOf(it)), sort: (it) => agentName(conversationOf(it)).toLowerCase(), wide: true },
+  { key: "turn", label: "Turn", cell: (it) => turnLabel(turnOf(it)), sort: turnOf, wide: true },
+  { key: "what", label: "What", cell: (it) => h("span", { class: it.item.case === "rating" ? "feed-dim" : "badge" }, whatOf(it)), sort: whatOf },
+  { key: "judgement", label: "Judgement", sort: sentimentOf, cell: (it) => it.item.case === "rating"
+    ? [sentimentBadge(it.item.value.sentiment), it.item.value.choice ? h("span", { class: "badge feed-choice" }, labelOf(it.item.value.choice)) : null]
+    : it.item.case === "feedback" ? [it.item.value.sentiment === Sentiment.BAD ? h("span", { class: "badge sent-negative" }, "bad") : null,
+      h("span", { class: `badge status-${statusName(it.item.value.status)}` }, statusName(it.item.value.status))] : null },
+  { key: "reasons", label: "Reasons", wide: true, cell: (it) => it.item.case === "rating"
+    ? it.item.value.reasons.map((x) => h("span", { class: "badge reason-badge" }, labelOf(x))) : null },
+];
+
+/** A feed of ListRecentFeedback as a table (dataTable.ts); `request` is read again on every reload. */
+function feedTable(cls: string, request: () => FeedFilter, open: Open, empty: string, pageSize: number): { el: HTMLElement; reload: () => void } {
+  return dataTable<RecentItem>({
+    cls, columns: FEED_COLUMNS, empty, noun: "item", key: keyOf,
+    label: (it) => `${whatOf(it)} by ${whoOf(it)}`,
+    load: async (pageToken) => {
+      const r = await api().feedback.listRecentFeedback({ ...request(), pageSize, pageToken });
+      return { items: r.items.filter((it) => it.item.case), next: r.nextPageToken };
+    },
+    detail: (it) => h("ul", { class: "feed" }, it.item.case === "rating" ? ratingRow(it.item.value, open) : reportItem(it.item.value as Feedback, open)),
+  });
 }
 
 export function negativeSignals(open: Open): HTMLElement {
-  return pagedList("negative-feed", () => ({ negativeOnly: true }), (it) => itemEl(it, open), "No negative signals.", 10).el;
+  return feedTable("negative-feed", () => ({ negativeOnly: true }), open, "No negative signals.", 10).el;
 }
 
 export function recentFeed(open: Open): HTMLElement {
@@ -127,39 +137,40 @@ export function recentFeed(open: Open): HTMLElement {
     sel("feed-category", "Category", categories), sel("feed-reason", "Reason", reasons), sel("feed-choice", "Choice", choices),
     h("label", {}, "Text ", text), h("button", { type: "submit" }, "Filter"));
   const val = (id: string) => (filters.querySelector<HTMLSelectElement>(`#${id}`)?.value ?? "");
-  const list = pagedList("recent-feed", () => ({
+  const list = feedTable("recent-feed", () => ({
     scope: Number(val("feed-scope")) as RatingScope, aspect: val("feed-aspect"), sentiment: Number(val("feed-sentiment")) as RatingSentiment,
     category: Number(val("feed-category")) as Category, reason: val("feed-reason"), choice: val("feed-choice"), text: text.value.trim(),
-  }), (it) => itemEl(it, open), "Nothing matches.");
+  }), open, "Nothing matches.", 20);
   filters.addEventListener("submit", (ev) => { ev.preventDefault(); list.reload(); });
   filters.querySelectorAll("select").forEach((s) => s.addEventListener("change", () => list.reload()));
   return h("div", {}, filters, list.el);
 }
 
-/** The reports of the feed (newest first) as a table, with File issue on those without a link. */
+/** Every owner's reports (ListRecentFeedback `reports_only`, newest first) as a table, with File issue
+ *  on the caller's own reports without a link; a row expands to the report. */
 export function reportsTable(open: Open): HTMLElement {
-  const row = (fb: Feedback): HTMLElement => {
-    const tr = h("tr", { class: "report-row-item", dataset: { name: fb.name } },
-      h("td", {}, timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined)),
-      h("td", {}, fb.owner),
-      h("td", {}, categoryLabel(fb.category)),
-      h("td", {}, h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status))),
-      h("td", { class: "report-body" }, clamped("table-body", 2, fb.body)),
-      h("td", {}, fb.issueUrl ? h("a", { href: fb.issueUrl, class: "issue-link", rel: "noopener noreferrer", target: "_blank" }, "issue")
+  const text = (fb: Feedback) => fb.body.split("\n")[0].slice(0, 160);
+  const table: { el: HTMLElement; reload: () => void } = dataTable<Feedback>({
+    cls: "reports-table", empty: "No reports.", noun: "report", key: (fb) => fb.name, label: (fb) => `the report “${fb.body.slice(0, 40)}”`,
+    columns: [
+      { key: "time", label: "Time", cell: (fb) => timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined), sort: (fb) => millis(fb.createTime) },
+      { key: "owner", label: "Owner", cell: (fb) => fb.owner, sort: (fb) => fb.owner },
+      { key: "agent", label: "Agent", cell: (fb) => fb.instance ? agentName(fb.instance) : "—", sort: (fb) => agentName(fb.instance).toLowerCase(), wide: true },
+      { key: "category", label: "Category", cell: (fb) => fb.category ? categoryLabel(fb.category) : h("span", { class: "muted" }, "none"), sort: (fb) => categoryLabel(fb.category) },
+      { key: "status", label: "Status", cell: (fb) => h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)), sort: (fb) => fb.status },
+      { key: "words", label: "Report", cell: (fb) => h("span", { class: "fb-first-line report-body" }, text(fb)) },
+      { key: "issue", label: "Issue", cell: (fb) => fb.issueUrl ? h("a", { href: fb.issueUrl, class: "issue-link", rel: "noopener noreferrer", target: "_blank" }, "issue")
         // FileFeedback is owner-scoped (another owner's report is NOT_FOUND), so only the owner's rows offer it.
-        : fb.owner === principal()?.sub ? fileControl(fb, (filed) => tr.replaceWith(row(filed)))
-        : h("span", { class: "muted not-yours", title: "FileFeedback is owner-scoped: the owner files it (Feedback page)." }, "owner files"),
-        " ", viewButton(open, fb.instance, fb.snapshot?.turnIndex ?? 0, fb.owner)));
-    return tr;
-  };
-  const body = h("tbody", {});
-  const table = h("table", { class: "reports-table" },
-    h("thead", {}, h("tr", {}, ["time", "owner", "category", "status", "report", ""].map((c) => h("th", {}, c)))), body);
-  const list = pagedList("reports-feed", () => ({}), (it) => {
-    if (it.item.case === "feedback") body.append(row(it.item.value));
-    return null;
-  }, "", 100);
-  return h("div", { class: "table-wrap" }, table, list.el);
+        : fb.owner === principal()?.sub ? fileControl(fb, () => table.reload())
+        : h("span", { class: "muted not-yours", title: "FileFeedback is owner-scoped: the owner files it (Feedback page)." }, "owner files") },
+    ],
+    load: async (pageToken) => {
+      const r = await api().feedback.listRecentFeedback({ reportsOnly: true, pageSize: 20, pageToken });
+      return { items: r.items.flatMap((it) => it.item.case === "feedback" ? [it.item.value] : []), next: r.nextPageToken };
+    },
+    detail: (fb) => h("ul", { class: "feed" }, reportItem(fb, open)),
+  });
+  return table.el;
 }
 
 /** The per-turn viewer: conversation + turn + user → every rating (origin marked) and report. */

@@ -62,3 +62,10 @@ export function frozenToolCalls(fb: Feedback): HTMLElement | null {
       h("span", { class: "muted" }, " (frozen with the report)")),
     h("ul", { class: "tool-calls" }, calls.map(toolCall)));
 }
+
+/** "Open trace" in the SREs' trace view (`Feedback.trace_url`, the server's configured template filled
+ *  with the turn's trace id), in a new tab; null when the server sent none (no template, or no trace). */
+export function traceUiLink(fb: Feedback): HTMLElement | null {
+  if (!/^https?:\/\//i.test(fb.traceUrl)) return null;
+  return h("a", { href: fb.traceUrl, class: "trace-ui-link", target: "_blank", rel: "noopener noreferrer", title: "The turn in the trace view (new tab)" }, "Open trace");
+}

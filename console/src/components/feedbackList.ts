@@ -10,7 +10,7 @@ import { Author, SnapshotSource, Status, TraceSnapshotState, type Feedback } fro
 import { categoryLabel } from "../taxonomy";
 import { agentName, loadAgentNames, STATUS_NAMES, statusName, turnLabel } from "../names";
 import { claimBadge, complaintTurnLink, turnIndexOf } from "./queueItem";
-import { clamped, frozenToolCalls, voiceProvenance } from "./evidence";
+import { clamped, frozenToolCalls, traceUiLink, voiceProvenance } from "./evidence";
 import { deleteControl, fileControl, historyControl } from "./rowActions";
 
 /** Lines of a quoted reply shown before "Show all" (a 2,000-character reply must not fill the screen). */
@@ -188,7 +188,7 @@ export function feedbackRow(fb: Feedback, focused = false): HTMLElement {
     voiceProvenance(fb),
     frozenToolCalls(fb),
     fb.issueUrl ? h("p", { class: "fb-issue" }, "Issue: ", h("a", { href: fb.issueUrl, rel: "noopener noreferrer", target: "_blank" }, fb.issueUrl)) : null,
-    h("p", { class: "fb-links" }, conversationLink(fb), " · ", traceLink(fb)),
+    h("p", { class: "fb-links" }, conversationLink(fb), " · ", traceLink(fb), traceUiLink(fb) ? [" · ", traceUiLink(fb)] : null),
     h("div", { class: "fb-actions" },
       fileControl(fb, (filed) => row.replaceWith(feedbackRow(filed, true))),
       deleteControl(fb, row),

@@ -14,6 +14,7 @@ import { go } from "../router";
 import { categoryLabel, categoryOf, TAXONOMY } from "../taxonomy";
 import { claimBadge, turnIndexOf } from "../components/queueItem";
 import { feedbackRow } from "../components/feedbackList";
+import { traceUiLink } from "../components/evidence";
 
 export const FEEDBACK_PAGE_SIZE = 25;
 const AUTHORS: [string, string][] = [["USER", "the owner"], ["AGENT", "the agent"], ["PLATFORM", "the platform"]];
@@ -127,7 +128,7 @@ export async function feedbackPage(main: HTMLElement, query: URLSearchParams): P
       h("td", { class: "col-author" }, AUTHOR_TEXT[fb.author] ?? "owner"),
       h("td", { class: "col-status" }, h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)), claimBadge(fb)),
       h("td", { class: "col-words" }, h("span", { class: "fb-first-line" }, fb.body.split("\n")[0].slice(0, 160))),
-      h("td", {}, expand));
+      h("td", { class: "col-actions" }, expand, traceUiLink(fb)));
     expand.addEventListener("click", () => detail(fb, tr));
     return tr;
   };

@@ -23,6 +23,7 @@ class RecentFilter:
     negative_only: bool = False
     reason: str = ""
     choice: str = ""
+    reports_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from services.common.db import NamedSQL, fetch_custom_plan
+from services.common.db import NamedSQL, fetch_custom_plan, like_pattern
 from services.common.ledger import Ledger
 from services.feedback.model.audit import AuditEntry
 from services.feedback.model.enums import SnapshotSource, Status, TraceState
@@ -153,13 +153,6 @@ CREATE_ANSWERED = """
 SELECT EXISTS (SELECT 1 FROM feedback WHERE owner = $1 AND request_id = $2)
     OR EXISTS (SELECT 1 FROM feedback_create_requests
                WHERE owner = $1 AND request_id = $2 AND delete_time > now() - make_interval(secs => $3))"""
-
-
-def like_pattern(text: str) -> str:
-    """A case-insensitive substring pattern for ILIKE with `\\` escaping ('' when no filter)."""
-    if not text:
-        return ""
-    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def _report(r: asyncpg.Record | None) -> Report | None:

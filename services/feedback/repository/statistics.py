@@ -10,14 +10,14 @@ from typing import Any
 
 import asyncpg
 
-from services.common.db import NamedSQL, fetch_custom_plan
+from services.common.db import NamedSQL, fetch_custom_plan, like_pattern
 from services.feedback.model.enums import Category, RatingOrigin, RatingScope, RatingSentiment, Sentiment, SnapshotSource
 from services.feedback.model.rating import Rating
 from services.feedback.model.report import Report
 from services.feedback.model.statistics import AspectCount, DailyCount, RecentFilter
 from services.feedback.repository import rows, text_search
 from services.feedback.repository.ratings import _RATING_COUNTS, _SENTIMENT_COUNTS, RATING_COLUMNS, REPORT_DAYS
-from services.feedback.repository.reports import FEEDBACK_COLUMNS, like_pattern
+from services.feedback.repository.reports import FEEDBACK_COLUMNS
 
 # Per (scope, aspect, UTC day): the split of that day's ratings (hourly rollups, migration 0010). The
 # per-aspect totals and the daily trend are its sums (one pass over the rollups instead of three).
@@ -110,6 +110,20 @@ def _dimensions(got: list[asyncpg.Record]) -> list[tuple[AspectCount, DailyCount
     return out
 
 
+
+# CountConversationFeedback: per requested conversation ($2, ≤ 100, in order) the owner's reports and
+# USER ratings, each counted from its (owner, conversation) index (feedback_owner_instance_time,
+# ratings_owner_conversation): a conversation costs its own rows, never the owner's whole history.
+CONVERSATION_COUNTS = """
+SELECT c.conversation,
+       (SELECT count(*) FROM feedback f WHERE f.owner = $1 AND f.instance = c.conversation) AS reports,
+       (SELECT count(*) FROM ratings r WHERE r.owner = $1 AND r.conversation = c.conversation AND r.origin = $3)
+           AS ratings
+FROM unnest($2::text[]) WITH ORDINALITY AS c(conversation, n)
+ORDER BY c.n
+"""
+
+
 @dataclass
 class StatisticsStore:
     """The statistics' and the operator feed's reads over `pool` (the Stats use case's store): every
@@ -173,6 +187,11 @@ class StatisticsStore:
         if not values["text"]:
             return await fetch_custom_plan(self.pool, *plain.bind(values))
         return await text_search.fetch_matches(self.pool, text, values)
+
+    async def conversation_counts(self, owner: str, conversations: list[str]) -> list[tuple[str, int, int]]:
+        """(conversation, reports, USER ratings) of `owner` for each conversation, in the given order."""
+        rows_ = await self.pool.fetch(CONVERSATION_COUNTS, owner, conversations, RatingOrigin.USER)
+        return [(r["conversation"], r["reports"], r["ratings"]) for r in rows_]
 
     async def turn_feedback(self, owner: str, conversation: str, turn_index: int) -> tuple[list[Rating], list[Report]]:
         """Every rating (any origin) and report of `owner` about one turn."""
