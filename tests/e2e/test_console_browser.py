@@ -106,7 +106,7 @@ async def flag_a_reply_and_follow_it(stack: Stack, page: Page, site: str, gatewa
     # The account-wide Feedback page.
     await page.locator("header.top").get_by_role("link", name="Feedback").click()
     # One table row per report; its Details open the whole report.
-    await page.locator("tr.fb-tr", has_text=sentence).locator(".fb-expand").click()
+    await page.locator("tr.dt-row", has_text=sentence).locator(".dt-expand").click()
     row = page.locator(".feedback-row", has_text=sentence)
     await expect(row).to_have_count(1)
     await expect(row.locator(".fb-quote")).to_contain_text(reply_text[:80])
@@ -237,7 +237,7 @@ async def test_console_marks_a_quote_the_chat_service_did_not_confirm(stack, tmp
                 await page.click("button[type=submit]")
                 await expect(page.get_by_role("heading", name="Agents")).to_be_visible()
                 await page.locator("header.top").get_by_role("link", name="Feedback").click()
-                await page.locator("tr.fb-tr", has_text="It said sunny; it was pouring.").locator(".fb-expand").click()
+                await page.locator("tr.dt-row", has_text="It said sunny; it was pouring.").locator(".dt-expand").click()
                 row = page.locator(".feedback-row", has_text="It said sunny; it was pouring.")
                 await expect(row).to_have_count(1)
                 await expect(row.locator(".badge.unverified")).to_have_text("quote not confirmed")

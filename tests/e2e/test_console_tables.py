@@ -125,13 +125,13 @@ def tables_flow(b, engine: str, width: int, site: str, gateway_url: str, token: 
 
     # The Feedback table: "Open trace" on the row and in the expanded report, a new tab, no opener.
     b.goto(f"{site}/#/feedback")
-    row = f"table.fb-table tr.fb-tr[data-name='{want['report']}']"
+    row = f"table.fb-table tr.dt-row[data-key='{want['report']}']"
     b.wait(f"{row} a.trace-ui-link")
     link = b.js(f"(() => {{ const a = {one(row + ' a.trace-ui-link')}; return [a.href, a.target, a.rel, a.textContent]; }})()")
     assert link[0] == want["trace_url"] and link[1] == "_blank" and "noopener" in link[2].split() and link[3] == "Open trace"
-    b.click(f"{row} .fb-expand")
-    b.wait(f"tr.fb-detail[data-name='{want['report']}'] .feedback-row a.trace-ui-link")
-    fb_detail = f"tr.fb-detail[data-name='{want['report']}']"
+    b.click(f"{row} .dt-expand")
+    b.wait(f"tr.dt-detail[data-key='{want['report']}'] .feedback-row a.trace-ui-link")
+    fb_detail = f"tr.dt-detail[data-key='{want['report']}']"
     assert b.js(f"{one(fb_detail + ' a.trace-ui-link')}.href") == want["trace_url"]
     b.shot(f"{name}-tables-feedback")
 
@@ -173,7 +173,8 @@ def tables_flow(b, engine: str, width: int, site: str, gateway_url: str, token: 
     b.wait(rep)
     b.click(f"{rep} .dt-expand")
     detail = f".reports-table tr.dt-detail[data-key='{want['report']}']"
-    b.wait(f"{detail} .feed-body", "The count is off by one.")
+    b.wait(f"{detail} .feed-item.report")
+    until(b, f"{one(detail + ' .feed-body')}.textContent.includes('The count is off by one.')", True)
     assert b.js(f"{one(detail + ' a.trace-ui-link')}.href") == want["trace_url"]
     assert b.js(f"{one(detail + ' a.trace-ui-link')}.rel").split().count("noopener") == 1
     # Nothing wider than the phone (the tables scroll inside their own box).

@@ -1,4 +1,4 @@
-// One paged, sortable table over a list RPC (the dashboard's feeds): a row per item, a "Details"
+// One paged, sortable table over a list RPC (the Feedback page, the dashboard's feeds): a row per item, a "Details"
 // button expanding the row to the item's whole record, Previous / Next over the API's page tokens
 // (a stack of the tokens seen: AIP-158 tokens are opaque, so "previous" is the token that led here).
 // Columns sort the rows of the page on screen; the server's order (newest first) is the default.
@@ -15,7 +15,7 @@ export interface Column<T> {
   cell: (item: T) => Cell | Cell[];
   /** Sortable when given: the value rows are ordered by. */
   sort?: (item: T) => string | number;
-  /** Hidden at 480 px and below (the phone keeps the columns that say what and when). */
+  /** Hidden at 480 px and below (style.css: the phone keeps the columns that say what). */
   wide?: boolean;
 }
 
@@ -29,10 +29,15 @@ export interface TableOptions<T> {
   label: (item: T) => string;
   empty: string;
   noun: string;
+  /** Next to a row's Details button (a link out, say). */
+  extra?: (item: T) => Node | null;
+  /** Rows opened as soon as they are drawn (a highlighted item, `expand=all`). */
+  expand?: (item: T) => boolean;
 }
 
-/** The table and its pager; `reload()` shows the first page again (after a filter change). */
-export function dataTable<T>(o: TableOptions<T>): { el: HTMLElement; reload: () => void } {
+/** The table and its pager; `reload()` shows the first page again (after a filter change); `ready`
+ *  settles once the first page is drawn (or its error shown). */
+export function dataTable<T>(o: TableOptions<T>): { el: HTMLElement; reload: () => Promise<void>; ready: Promise<void> } {
   const body = h("tbody", {});
   const error = h("p", { class: "error", role: "alert" });
   const info = h("span", { class: "muted dt-page-info", role: "status" });
@@ -70,7 +75,8 @@ export function dataTable<T>(o: TableOptions<T>): { el: HTMLElement; reload: () 
   const rowOf = (item: T) => {
     const btn = h("button", { type: "button", class: "dt-expand", "aria-expanded": "false", "aria-label": `Details of ${o.label(item)}` }, "Details");
     const tr = h("tr", { class: "dt-row", dataset: { key: o.key(item) } },
-      o.columns.map((c) => h("td", { class: `col-${c.key}${c.wide ? " col-wide" : ""}` }, c.cell(item))), h("td", {}, btn));
+      o.columns.map((c) => h("td", { class: `col-${c.key}${c.wide ? " col-wide" : ""}` }, c.cell(item))),
+      h("td", { class: "col-actions" }, btn, o.extra?.(item) ?? null));
     btn.addEventListener("click", () => toggle(item, tr));
     return tr;
   };
@@ -83,6 +89,12 @@ export function dataTable<T>(o: TableOptions<T>): { el: HTMLElement; reload: () 
     head.querySelectorAll("th[aria-sort]").forEach((c) => c.setAttribute("aria-sort", "none"));
     if (col) head.querySelector(`th.col-${col.key}`)?.setAttribute("aria-sort", sort!.desc ? "descending" : "ascending");
     mount(body, shown.length ? shown.map(rowOf) : h("tr", {}, h("td", { colspan: width, class: "muted empty" }, o.empty)));
+    if (o.expand) {
+      for (const tr of body.querySelectorAll<HTMLElement>("tr.dt-row")) {
+        const item = shown.find((x) => o.key(x) === tr.dataset.key);
+        if (item && o.expand(item)) toggle(item, tr);
+      }
+    }
   };
   const load = async (to: number) => {
     const mine = ++generation;
@@ -107,8 +119,8 @@ export function dataTable<T>(o: TableOptions<T>): { el: HTMLElement; reload: () 
   };
   prev.addEventListener("click", () => void load(page - 1));
   next.addEventListener("click", () => void load(page + 1));
-  const reload = () => { tokens = [""]; void load(0); };
-  reload();
+  const reload = () => { tokens = [""]; return load(0); };
+  const ready = reload();
   return { el: h("div", { class: `dt-box ${o.cls}-box` }, h("div", { class: "table-wrap" }, table), error,
-    h("div", { class: "dt-pager fb-pager inline-form" }, prev, info, next)), reload };
+    h("div", { class: "dt-pager fb-pager inline-form" }, prev, info, next)), reload, ready };
 }

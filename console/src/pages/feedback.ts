@@ -1,20 +1,21 @@
 // The account-wide Feedback page (#/feedback): every report of the caller as a table. Every filter
 // ListFeedback offers is a control here and is applied by the server (agent, status, author kind,
-// sentiment, category, time range, text, one turn's trace id); the filters live in the URL. Pages are
-// the API's page tokens (Next / Previous keep a stack of the tokens seen). Columns sort the rows of the
-// page on screen (the server's order is newest first). A row expands to the whole report: evidence,
-// links, triage, file, delete, history (feedbackList.ts); `expand=all` opens every row.
+// sentiment, category, time range, text, one turn's trace id); the filters live in the URL. The table is
+// dataTable.ts: the API's page tokens, columns sorting the page on screen (the server's order is newest
+// first), a row expanding to the whole report: evidence, links, triage, file, delete, history
+// (feedbackList.ts); `expand=all` opens every row; "Open trace" (Feedback.trace_url) on each row.
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { api, errorText, lastSegment } from "../api";
+import { api, lastSegment } from "../api";
 import { h, mount, timeEl } from "../dom";
 import { Author, Category, ListFeedbackRequestSchema, Sentiment, Status, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
-import { agentName, agentNames, loadAgentNames, plural, STATUS_NAMES, statusName, turnLabel } from "../names";
+import { agentName, agentNames, loadAgentNames, STATUS_NAMES, statusName, turnLabel } from "../names";
 import { go } from "../router";
 import { categoryLabel, categoryOf, TAXONOMY } from "../taxonomy";
 import { claimBadge, turnIndexOf } from "../components/queueItem";
 import { feedbackRow } from "../components/feedbackList";
 import { traceUiLink } from "../components/evidence";
+import { dataTable } from "../components/dataTable";
 
 export const FEEDBACK_PAGE_SIZE = 25;
 const AUTHORS: [string, string][] = [["USER", "the owner"], ["AGENT", "the agent"], ["PLATFORM", "the platform"]];
@@ -72,106 +73,32 @@ function filters(q: URLSearchParams): HTMLFormElement {
   return form;
 }
 
-type SortKey = "time" | "agent" | "turn" | "category" | "author" | "status";
-const sortValue: Record<SortKey, (fb: Feedback) => string | number> = {
-  time: (fb) => Number(fb.createTime?.seconds ?? 0n),
-  agent: (fb) => agentName(fb.instance).toLowerCase(),
-  turn: (fb) => turnIndexOf(fb) ?? -1,
-  category: (fb) => categoryLabel(fb.category),
-  author: (fb) => AUTHOR_TEXT[fb.author] ?? "",
-  status: (fb) => fb.status,
-};
+const millis = (fb: Feedback) => fb.createTime ? Number(fb.createTime.seconds) * 1000 + fb.createTime.nanos / 1e6 : 0;
 
 export async function feedbackPage(main: HTMLElement, query: URLSearchParams): Promise<void> {
   await loadAgentNames();
   const expandAll = query.get("expand") === "all";
-  const body = h("tbody", {});
-  const error = h("p", { class: "error", role: "alert" });
-  const pageInfo = h("span", { class: "muted fb-page-info", role: "status" });
-  const prev = h("button", { type: "button", class: "fb-prev", disabled: true }, "Previous page");
-  const next = h("button", { type: "button", class: "fb-next", disabled: true }, "Next page");
-  let sort: { key: SortKey; desc: boolean } = { key: "time", desc: true };
-  let rows: Feedback[] = [];
-  const tokens: string[] = [""]; // tokens[i] = the page token of page i
-  let page = 0;
-
-  const th = (key: SortKey, label: string) => {
-    const b = h("button", { type: "button", class: "link sort", dataset: { sort: key } }, label);
-    b.addEventListener("click", () => {
-      sort = { key, desc: sort.key === key ? !sort.desc : key === "time" };
-      draw();
-    });
-    return h("th", { scope: "col", class: `col-${key}`, "aria-sort": "none" }, b);
-  };
-  const head = h("tr", {}, th("time", "Time"), th("agent", "Agent"), th("turn", "Turn"), th("category", "Category"),
-    th("author", "By"), th("status", "Status"), h("th", { scope: "col", class: "col-words" }, "Report"), h("th", { scope: "col" }, h("span", { class: "offscreen" }, "Details")));
-  const table = h("table", { class: "fb-table" }, h("thead", {}, head), body);
-
-  const detail = (fb: Feedback, tr: HTMLElement): void => {
-    const open = tr.nextElementSibling?.classList.contains("fb-detail");
-    const btn = tr.querySelector<HTMLButtonElement>(".fb-expand")!;
-    if (open) { tr.nextElementSibling!.remove(); btn.setAttribute("aria-expanded", "false"); btn.textContent = "Details"; return; }
-    const card = feedbackRow(fb, query.get("highlight") === fb.name);
-    tr.after(h("tr", { class: "fb-detail", dataset: { name: fb.name } }, h("td", { colspan: "8" }, card)));
-    btn.setAttribute("aria-expanded", "true");
-    btn.textContent = "Hide";
-  };
-
-  const rowOf = (fb: Feedback): HTMLElement => {
-    const turn = turnIndexOf(fb);
-    const expand = h("button", { type: "button", class: "fb-expand", "aria-expanded": "false", "aria-label": `Details of the report “${fb.body.slice(0, 40)}”` }, "Details");
-    const tr = h("tr", { class: "fb-tr", dataset: { name: fb.name } },
-      h("td", { class: "col-time" }, timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined)),
-      h("td", { class: "col-agent" }, fb.instance ? agentName(fb.instance) : "—"),
-      h("td", { class: "col-turn" }, turn !== null ? turnLabel(turn) : "—"),
-      h("td", { class: "col-category" }, fb.category ? categoryLabel(fb.category) : h("span", { class: "muted" }, "none")),
-      h("td", { class: "col-author" }, AUTHOR_TEXT[fb.author] ?? "owner"),
-      h("td", { class: "col-status" }, h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)), claimBadge(fb)),
-      h("td", { class: "col-words" }, h("span", { class: "fb-first-line" }, fb.body.split("\n")[0].slice(0, 160))),
-      h("td", { class: "col-actions" }, expand, traceUiLink(fb)));
-    expand.addEventListener("click", () => detail(fb, tr));
-    return tr;
-  };
-
-  const draw = () => {
-    const v = sortValue[sort.key];
-    const sorted = [...rows].sort((a, b) => {
-      const x = v(a), y = v(b);
-      return (x < y ? -1 : x > y ? 1 : 0) * (sort.desc ? -1 : 1);
-    });
-    head.querySelectorAll("th[aria-sort]").forEach((c) => c.setAttribute("aria-sort", "none"));
-    head.querySelector(`th.col-${sort.key}`)?.setAttribute("aria-sort", sort.desc ? "descending" : "ascending");
-    mount(body, sorted.length ? sorted.map(rowOf) : h("tr", {}, h("td", { colspan: "8", class: "muted empty" }, "Nothing flagged yet.")));
-    for (const tr of body.querySelectorAll<HTMLElement>("tr.fb-tr")) {
-      const fb = rows.find((x) => x.name === tr.dataset.name)!;
-      if (expandAll || query.get("highlight") === fb.name) detail(fb, tr);
-    }
-  };
-
-  const load = async (to: number) => {
-    error.textContent = "";
-    table.setAttribute("aria-busy", "true");
-    try {
-      const r = await api().feedback.listFeedback({ ...feedbackRequest(query), pageSize: FEEDBACK_PAGE_SIZE, pageToken: tokens[to] });
-      page = to;
-      rows = r.feedback;
-      tokens[to + 1] = r.nextPageToken;
-      tokens.length = to + 2;
-      prev.disabled = page === 0;
-      next.disabled = !r.nextPageToken;
-      pageInfo.textContent = `Page ${page + 1}: ${plural(rows.length, "report")}${r.nextPageToken ? ", more on the next page" : ""}`;
-      draw();
-    } catch (e) {
-      error.textContent = errorText(e);
-    } finally {
-      table.removeAttribute("aria-busy");
-    }
-  };
-  prev.addEventListener("click", () => void load(page - 1));
-  next.addEventListener("click", () => void load(page + 1));
-
-  mount(main, h("div", { class: "page-head" }, h("h1", {}, "Feedback")), filters(query), error,
-    h("div", { class: "table-wrap" }, table), h("div", { class: "fb-pager inline-form" }, prev, pageInfo, next));
-  await load(0);
+  const table = dataTable<Feedback>({
+    cls: "fb-page", noun: "report", empty: "Nothing flagged yet.", key: (fb) => fb.name,
+    label: (fb) => `the report “${fb.body.slice(0, 40)}”`,
+    columns: [
+      { key: "time", label: "Time", cell: (fb) => timeEl(fb.createTime ? timestampDate(fb.createTime) : undefined), sort: millis, wide: true },
+      { key: "agent", label: "Agent", cell: (fb) => fb.instance ? agentName(fb.instance) : "—", sort: (fb) => agentName(fb.instance).toLowerCase() },
+      { key: "turn", label: "Turn", cell: (fb) => turnIndexOf(fb) !== null ? turnLabel(turnIndexOf(fb)!) : "—", sort: (fb) => turnIndexOf(fb) ?? -1, wide: true },
+      { key: "category", label: "Category", cell: (fb) => fb.category ? categoryLabel(fb.category) : h("span", { class: "muted" }, "none"), sort: (fb) => categoryLabel(fb.category) },
+      { key: "author", label: "By", cell: (fb) => AUTHOR_TEXT[fb.author] ?? "owner", sort: (fb) => AUTHOR_TEXT[fb.author] ?? "", wide: true },
+      { key: "status", label: "Status", cell: (fb) => [h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)), claimBadge(fb)], sort: (fb) => fb.status },
+      { key: "words", label: "Report", cell: (fb) => h("span", { class: "fb-first-line" }, fb.body.split("\n")[0].slice(0, 160)) },
+    ],
+    load: async (pageToken) => {
+      const r = await api().feedback.listFeedback({ ...feedbackRequest(query), pageSize: FEEDBACK_PAGE_SIZE, pageToken });
+      return { items: r.feedback, next: r.nextPageToken };
+    },
+    detail: (fb) => feedbackRow(fb, query.get("highlight") === fb.name),
+    extra: traceUiLink,
+    expand: (fb) => expandAll || query.get("highlight") === fb.name,
+  });
+  mount(main, h("div", { class: "page-head" }, h("h1", {}, "Feedback")), filters(query), table.el);
+  await table.ready;
   main.querySelector(".feedback-row.focused")?.scrollIntoView({ block: "center" });
 }
