@@ -5,6 +5,7 @@ from google.protobuf.json_format import MessageToDict
 
 from agentfeedback.feedback.v1 import feedback_pb2
 from agentfeedback.traces.v1 import traces_pb2
+from services.cli.terminal import for_terminal
 from services.common import toolcalls
 
 _WIDTH = 40
@@ -37,10 +38,11 @@ def render_waterfall(trace: traces_pb2.Trace) -> str:
     """One line per span, indented by depth, with a bar placed on the trace's time axis (ms).
 
     Tool calls show `gen_ai.tool.name`; span events are listed under their span with their offset.
+    Names and attributes come from OTLP exporters (untrusted): printed through `for_terminal`.
     """
     spans = list(trace.spans)
     if not spans:
-        return f"trace {trace.trace_id}: no spans"
+        return f"trace {for_terminal(trace.trace_id)}: no spans"
     t0, t1 = turn_axis(spans)
     total = max(t1 - t0, 1)
     children: dict[str, list[traces_pb2.Span]] = {}
@@ -48,7 +50,7 @@ def render_waterfall(trace: traces_pb2.Trace) -> str:
     for s in spans:
         parent = s.parent_span_id if s.parent_span_id in ids else ""
         children.setdefault(parent, []).append(s)
-    lines = [f"trace {trace.trace_id}  ({len(spans)} spans, {total / 1e6:.1f} ms)"]
+    lines = [f"trace {for_terminal(trace.trace_id)}  ({len(spans)} spans, {total / 1e6:.1f} ms)"]
 
     def walk(parent: str, depth: int) -> None:
         for s in sorted(children.get(parent, []), key=lambda x: (x.start_time_unix_nano, x.span_id)):
@@ -64,12 +66,14 @@ def render_waterfall(trace: traces_pb2.Trace) -> str:
                 label += f" [{toolcalls.tool_name(s.name, attrs)}]"
             status = traces_pb2.StatusCode.Name(s.status_code).removeprefix("STATUS_CODE_")
             dur = (s.end_time_unix_nano - s.start_time_unix_nano) / 1e6
-            lines.append(f"{bar} {'  ' * depth}{label}  {dur:.1f} ms  {status}  ({s.service_name})")
+            lines.append(f"{bar} {'  ' * depth}{for_terminal(label)}  {dur:.1f} ms  {status}  "
+                         f"({for_terminal(s.service_name)})")
             for e in s.events:
                 off = (e.time_unix_nano - t0) / 1e6
                 ea = _attrs(e.attributes)
                 extra = " ".join(f"{k}={v}" for k, v in sorted(ea.items()))
-                lines.append(f"{' ' * _WIDTH} {'  ' * depth}  • {e.name} @{off:.1f} ms {extra}".rstrip())
+                lines.append(f"{' ' * _WIDTH} {'  ' * depth}  • {for_terminal(e.name)} @{off:.1f} ms "
+                             f"{for_terminal(extra)}".rstrip())
             walk(s.span_id, depth + 1)
 
     walk("", 0)
@@ -77,7 +81,8 @@ def render_waterfall(trace: traces_pb2.Trace) -> str:
 
 
 def render_feedback(fb: feedback_pb2.Feedback) -> str:
-    """The owner's words, the snapshot, the anchors and the frozen tool calls of one row."""
+    """The owner's words, the snapshot, the anchors and the frozen tool calls of one row; every line is
+    ours (multi-line text is split first), so the whole is passed through `for_terminal` keeping \\n."""
     snap = fb.snapshot
     ts = fb.trace_snapshot
     target = fb.WhichOneof("target")
@@ -112,4 +117,4 @@ def render_feedback(fb: feedback_pb2.Feedback) -> str:
         out.append(f"    tool {tc.name} ({tc.call_id}) {tc.status} {tc.duration_ms:.1f} ms result {tc.result_size_bytes} bytes")
     for ev in ts.events:
         out.append(f"    event {ev.name} {_attrs(ev.attributes)}")
-    return "\n".join(out)
+    return for_terminal("\n".join(out), keep="\n")

@@ -20,6 +20,7 @@ from agentfeedback.feedback.v1 import feedback_pb2
 from agentfeedback.traces.v1 import traces_pb2
 from services.cli.client import Clients, ClientSettings
 from services.cli.render import render_feedback, render_waterfall
+from services.cli.terminal import for_terminal, json_line
 
 STATUSES = ["open", "triaged", "filed", "dismissed"]
 
@@ -39,7 +40,7 @@ def _run(fn):
         try:
             return asyncio.run(go())
         except grpc.aio.AioRpcError as e:
-            click.echo(f"{e.code().name}: {e.details()}", err=True)
+            click.echo(f"{e.code().name}: {for_terminal(e.details() or '')}", err=True)
             sys.exit(1)
 
     return click.pass_obj(wrapper)
@@ -47,7 +48,8 @@ def _run(fn):
 
 def ticket_markdown(fb: feedback_pb2.Feedback) -> str:
     """The evidence bundle: the same Markdown ticket draft FileFeedback files, here with every field
-    (the owner reading their own row sees their words and the quoted turn) plus the links."""
+    (the owner reading their own row sees their words and the quoted turn) plus the links; controls in
+    the owner's words and the quoted turn are escaped for the terminal (`for_terminal`, lines kept)."""
     from services.feedback.codec import report_from_pb  # noqa: PLC0415 - the one renderer
     from services.feedback.ticket import TicketFields, render_ticket  # noqa: PLC0415
 
@@ -61,7 +63,7 @@ def ticket_markdown(fb: feedback_pb2.Feedback) -> str:
     links.append(f"- trace: `agentfeedback trace get {trace_id}`" if trace_id else "- trace: not recorded")
     if fb.issue_url:
         links.append(f"- issue: {fb.issue_url}")
-    return f"# {title}\n\n{body}" + "\n".join(links) + "\n"
+    return for_terminal(f"# {title}\n\n{body}" + "\n".join(links) + "\n", keep="\n")
 
 
 def feedback_name(value: str) -> str:
@@ -99,9 +101,9 @@ async def list_cmd(c: Clients, instance: str, status: str | None, text: str, lim
             click.echo(json.dumps(MessageToDict(fb)))
             continue
         st = feedback_pb2.Status.Name(fb.status).removeprefix("STATUS_")
-        words = fb.body.replace("\n", " ")
-        click.echo(f"{fb.name.removeprefix('feedback/')}  {st:9s} {fb.snapshot.trace_id or '-':32s}  "
-                   f"{fb.create_time.ToJsonString()[:19]}  {words[:60]}")
+        words = for_terminal(fb.body.replace("\n", " ")[:60])
+        click.echo(f"{fb.name.removeprefix('feedback/')}  {st:9s} {for_terminal(fb.snapshot.trace_id or '-'):32s}  "
+                   f"{fb.create_time.ToJsonString()[:19]}  {words}")
     if not rows and not as_json:
         click.echo("no feedback matches", err=True)
     if resp.next_page_token:
@@ -211,7 +213,7 @@ async def watch_cmd(c: Clients, resume_token: str, from_oldest: bool, owner: str
                                             kind=kinds[kind], aspect=aspect, include_text=include_text)
     async for resp in c.feedback().WatchFeedback(req, metadata=c.md):  # no deadline: a stream that stays open
         if resp.HasField("event") or heartbeats:
-            click.echo(json.dumps(MessageToDict(resp), ensure_ascii=False))
+            click.echo(json_line(MessageToDict(resp)))
             sys.stdout.flush()
 
 

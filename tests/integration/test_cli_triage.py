@@ -7,15 +7,19 @@ import json
 import time
 import uuid
 
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.trace.v1 import trace_pb2
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
+from tests.helpers import otlp
 from tests.helpers.cli import _cli
 
 CAPTURED = feedback_pb2.TRACE_SNAPSHOT_STATE_CAPTURED
 
 
-async def _flagged_turn(stack):
+async def _flagged_turn(stack, body: str = "The list stops halfway; it lost people."):
     chat = stack.chat()
     inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
         instance=chat_pb2.Instance(display_name="ops", agent="reference")), metadata=stack.md("alice"))
@@ -25,7 +29,7 @@ async def _flagged_turn(stack):
         instance=inst.name, content="list my subordinates", channel=chat_pb2.CHANNEL_VOICE, audio_key="audio/77",
         dictation="list my sub or dinates", request_id=str(uuid.uuid4())), metadata=stack.md("alice"))
     fb = await stack.feedback().CreateFeedback(feedback_pb2.CreateFeedbackRequest(
-        feedback=feedback_pb2.Feedback(message=turn.reply.name, body="The list stops halfway; it lost people.",
+        feedback=feedback_pb2.Feedback(message=turn.reply.name, body=body,
                                        sentiment=feedback_pb2.SENTIMENT_BAD, category=feedback_pb2.CATEGORY_TOOL_FAILURE),
         request_id=str(uuid.uuid4())), metadata=stack.md("alice"))
     await stack.wait_trace(turn.trace_id, min_spans=3)
@@ -93,3 +97,39 @@ async def test_feedback_delete_removes_the_report_for_its_owner_only(stack):
     assert done.exit_code == 0 and f"{fb.name}: deleted" in done.output
     gone = await _cli(stack, "feedback", "show", fid)
     assert gone.exit_code == 1 and "NOT_FOUND" in gone.output
+
+
+HOSTILE = "\x07\x1b[2J\x1b]0;pwned\x07\r\n\u202egnp.exe\u2066x\u2069\u200e\u200f\ufeff\x9b31m"
+RAW_CONTROLS = ["\x07", "\x1b", "\r", "\u202e", "\u2066", "\u2069", "\u200e", "\u200f", "\ufeff", "\x9b"]
+
+
+def _no_raw_controls(out: str) -> None:
+    for ch in RAW_CONTROLS:
+        assert ch not in out, f"raw {ch!r} reached the terminal"
+    assert "\\x1b[2J" in out and "\\u202e" in out  # shown escaped, visibly
+
+
+async def test_owners_words_with_terminal_escapes_are_printed_escaped(stack):
+    _, fb = await _flagged_turn(stack, body=f"bad {HOSTILE} words")
+    fid = fb.name.removeprefix("feedback/")
+    for args in (("feedback", "list"), ("feedback", "show", fid), ("feedback", "show", fid, "--plain")):
+        got = await _cli(stack, *args)
+        assert got.exit_code == 0, got.output
+        assert fid in got.output or "bad" in got.output
+        _no_raw_controls(got.output)
+
+
+async def test_span_names_and_attributes_with_terminal_escapes_are_printed_escaped(stack):
+    tid, root = otlp.new_trace_id(), otlp.new_span_id()
+    spans = [otlp.span(tid, root, name=f"chat.turn{HOSTILE}", attrs={"enduser.id": "alice"}),
+             otlp.span(tid, otlp.new_span_id(), parent=root, name="tool.call",
+                       attrs={"gen_ai.tool.name": f"ls{HOSTILE}", "enduser.id": "alice"},
+                       events=[trace_pb2.Span.Event(name=f"ev{HOSTILE}", time_unix_nano=time.time_ns() - 60 * 10**9,
+                                                    attributes=[otlp.kv("k", HOSTILE)])])]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{stack.ports['otlp_grpc']}") as ch:
+        await trace_service_pb2_grpc.TraceServiceStub(ch).Export(otlp.request(spans, service=f"svc{HOSTILE}"))
+    await stack.wait_trace(tid.hex(), min_spans=2)
+    got = await _cli(stack, "trace", "get", tid.hex())
+    assert got.exit_code == 0, got.output
+    assert "chat.turn" in got.output and "ev" in got.output
+    _no_raw_controls(got.output)
