@@ -10,6 +10,7 @@ data lives.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import secrets
 import time
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import jwt
 
+from services.common import pages
 from services.common.errors import PermissionDenied, Unauthenticated
 from services.common.settings import CommonSettings
 
@@ -83,6 +85,11 @@ def current_principal() -> Principal:
     return p
 
 
+def current_principal_or_none() -> Principal | None:
+    """The principal of the RPC being handled, None outside one."""
+    return _current.get()
+
+
 def set_current_principal(p: Principal | None) -> contextvars.Token:
     """Set the principal of the RPC being handled; the token undoes it (`reset_current_principal`)."""
     return _current.set(p)
@@ -108,6 +115,17 @@ def dev_secret(settings: CommonSettings) -> str:
         except FileNotFoundError:
             pass
     return path.read_text().strip()
+
+
+def page_token_key(settings: CommonSettings) -> bytes:
+    """The page-token HMAC key (services.common.pages): `AGENTFEEDBACK_PAGE_TOKEN_KEY` when set (needed
+    when replicas verify RS256/JWKS tokens and so share no HS256 secret), else derived from the HS256
+    secret (`dev_secret`), which every replica of an HS256 deployment already shares (with RS256 and no
+    key: the data dir's generated secret, i.e. one key per data dir)."""
+    configured = settings.page_token_key.get_secret_value()
+    if configured:
+        return hashlib.sha256(b"agentfeedback page-token key\0" + configured.encode()).digest()
+    return hashlib.sha256(b"agentfeedback page-token key from jwt secret\0" + dev_secret(settings).encode()).digest()
 
 
 def mint_token(secret: str, sub: str, scopes: tuple[str, ...] | list[str] = DEV_SCOPES, ttl_s: int = 86400) -> str:
@@ -138,6 +156,8 @@ class Authenticator:
         else:
             self._key = dev_secret(settings)
             self._algs = ["HS256"]
+        # Every server builds its Authenticator at start-up: the one place page tokens get their key.
+        pages.set_key(page_token_key(settings))
 
     def authenticate(self, authorization: str | None) -> Principal:
         """Principal for an `authorization` header value; Unauthenticated when absent or invalid."""

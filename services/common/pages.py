@@ -1,19 +1,24 @@
 """Paging of every List RPC (AIP-158): page size, page tokens and the one read → fetch → fit → issue
 block (`page`).
 
-A token is the URL-safe base64 of a small JSON object: the keyset position of the last item returned
-(fields chosen by the list, e.g. `{"t": …, "i": …}`) plus `f`, a digest of the filters it was issued
-for. Tokens are opaque but not signed: a client can decode, edit and send one back, so `read` checks
-the digest and every caller checks each position value (`page_token_int` / `_text` / `_us` /
-`page_token_time`) before it reaches SQL — a forged token is INVALID_ARGUMENT naming `page_token`, never
-INTERNAL. A token sent with other filters is INVALID_ARGUMENT too (start again without one).
+A page token (`issue` / `read`) is `<payload>.<mac>`: the URL-safe base64 of a small JSON object — the
+keyset position of the last item returned (fields chosen by the list, e.g. `{"t": …, "i": …}`), `f`, a
+digest of the filters it was issued for, and `c`, a digest of the caller's `sub` — and an HMAC-SHA256
+(truncated to 128 bits) of the payload under the deployment's page-token key (`set_key`, from
+`AGENTFEEDBACK_PAGE_TOKEN_KEY`, else derived from the HS256 JWT secret; see `auth.page_token_key`).
+An edited or foreign token is INVALID_ARGUMENT naming `page_token` ("is not a token this service
+issued"); one sent with other filters or by another caller is INVALID_ARGUMENT too (AIP-158: start
+again without one). Every caller still checks each position value (`page_token_int` / `_text` / `_us`
+/ `page_token_time`) before it reaches SQL: a key that leaked must not make SQL errors INTERNAL.
 """
 from __future__ import annotations
 
 import base64
 import datetime as dt
 import hashlib
+import hmac
 import json
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -62,6 +67,32 @@ def decode_page_token(token: str, field_path: str = FIELD) -> dict[str, Any] | N
         raise InvalidArgument(field_path, NOT_OURS) from None
 
 
+# The deployment's key (`set_key`, at server start-up). Until set (a bare unit test of a list): a
+# random key per process, so tokens still only round-trip within the process that issued them.
+_key: bytes = secrets.token_bytes(32)
+_MAC_BYTES = 16
+
+
+def set_key(key: bytes) -> None:
+    """The HMAC key page tokens are signed with (every replica of a deployment must share it)."""
+    global _key
+    _key = key
+
+
+def _mac(payload: str) -> str:
+    raw = hmac.new(_key, b"agentfeedback page token v1\0" + payload.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(raw[:_MAC_BYTES]).decode().rstrip("=")
+
+
+def _caller_digest() -> str:
+    """A digest (16 hex) of the RPC's caller (`sub` of the principal the auth interceptor set; '' when
+    none, e.g. a store used directly)."""
+    from services.common.auth import current_principal_or_none  # noqa: PLC0415 - auth imports settings
+
+    p = current_principal_or_none()
+    return hashlib.sha256(f"caller\0{p.sub if p else ''}".encode()).hexdigest()[:16]
+
+
 def filters_digest(filters: Any) -> str:
     """A short digest (16 hex) of a list call's filters: any JSON-able value (datetimes as ISO 8601)."""
     raw = json.dumps(filters, sort_keys=True, default=str, separators=(",", ":"))
@@ -69,16 +100,26 @@ def filters_digest(filters: Any) -> str:
 
 
 def issue(position: Mapping[str, Any], filters: Any) -> str:
-    """The next page's token: `position` (the last item's sort key) bound to `filters`."""
-    return encode_page_token({**position, "f": filters_digest(filters)})
+    """The next page's token: `position` (the last item's sort key) bound to `filters` and the caller,
+    signed with the deployment's key."""
+    payload = encode_page_token({**position, "f": filters_digest(filters), "c": _caller_digest()})
+    return f"{payload}.{_mac(payload)}"
 
 
 def read(token: str, filters: Any) -> dict[str, Any] | None:
     """The position a token carries; None for no token. INVALID_ARGUMENT naming `page_token` when it
-    is not one of ours or was issued for other filters."""
-    pos = decode_page_token(token, FIELD)
-    if pos is None:
+    is not one of ours (edited, or signed with another key), or was issued for other filters or to
+    another caller."""
+    if not token:
         return None
+    payload, _, mac = token.partition(".")
+    if not hmac.compare_digest(mac.encode(), _mac(payload).encode()):
+        raise InvalidArgument(FIELD, NOT_OURS)
+    pos = decode_page_token(payload, FIELD)
+    if pos is None:
+        raise InvalidArgument(FIELD, NOT_OURS)
+    if pos.get("c") != _caller_digest():
+        raise InvalidArgument(FIELD, "was issued to another caller; start again without a page_token")
     if pos.get("f") != filters_digest(filters):
         raise InvalidArgument(FIELD, "was issued for different filters; start again without a page_token")
     return pos
