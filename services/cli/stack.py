@@ -5,6 +5,8 @@ feedback → reference agent → chat gateway (→ Envoy + console when built). 
 database URL and the standard `OTEL_*` variables pointing its exporter at the collector; its
 output goes to `.data/logs/<name>.log`. Readiness = `grpc.health.v1` SERVING.
 Stop: SIGTERM to every child (they drain: NOT_SERVING → in-flight calls finish), then PostgreSQL.
+A supervisor killed outright takes its children with it (PR_SET_PDEATHSIG) and the embedded
+PostgreSQL too (services.cli.pg_watchdog).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from services.common.db import embedded_postgres_server
+from services.cli import pg_watchdog
 from services.cli.proc import die_with_parent
 from services.cli.supervise import _alive, open_log, stop_postgres
 from services.cli.client import loopback as _loopback
@@ -48,6 +51,7 @@ class LocalStack:
     envoy: object | None = None
     console_url: str = ""
     _pg_handle: object | None = None
+    _pg_watchdog: object | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -59,6 +63,8 @@ class LocalStack:
         pgdata = Path(self.settings.data_dir) / "pg"
         _forget_dead_handles(pgdata)
         self._pg_handle = embedded_postgres_server(pgdata, cleanup_mode="stop")
+        # The postmaster outlives a SIGKILLed supervisor (pg_ctl daemonizes it): a watchdog stops it.
+        self._pg_watchdog = pg_watchdog.start(pgdata)
         return self._pg_handle.get_uri("postgres")  # type: ignore[attr-defined]
 
     @property
@@ -177,6 +183,8 @@ class LocalStack:
             # by hand); the handle's cleanup then finds nothing to stop (no pg_ctl fork).
             stop_postgres(Path(self.settings.data_dir) / "pg")
             self._pg_handle.cleanup()  # type: ignore[attr-defined]
+        if self._pg_watchdog is not None:
+            self._pg_watchdog.release()  # type: ignore[attr-defined]
 
 
 _TARGETS = (

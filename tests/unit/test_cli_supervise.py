@@ -4,6 +4,9 @@ restarted by hand (real processes, a real embedded PostgreSQL)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -104,6 +107,14 @@ def _gone(pid: int) -> bool:
     return False
 
 
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie its new parent (init, maybe not reaping in a container) has not reaped yet."""
+    try:
+        return _gone(pid) or Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 class _PgStack:
     """A stack of no children whose embedded PostgreSQL is supervised (as LocalStack's)."""
 
@@ -147,3 +158,28 @@ async def test_a_killed_postgres_is_started_again_in_its_data_directory(monkeypa
     assert stopped
     assert said[0].startswith("PostgreSQL (") and "exited; restarting in 0 s" in said[0]
     assert said[1].startswith("PostgreSQL restarted (pid ") and str(first) not in said[1]
+
+
+def test_a_killed_supervisor_leaves_no_postgres_running():
+    """`make run` SIGKILLed: its embedded PostgreSQL (daemonized by pg_ctl, reparented to init) stops
+    too, through the watchdog the supervisor starts beside it."""
+    pgdata = Path(tempfile.mkdtemp(prefix="af-watchdog-")) / "pg"
+    code = ("import sys, time; from pathlib import Path; from services.common.db import embedded_postgres_server; "
+            "from services.cli import pg_watchdog; "
+            f"pg = Path({str(pgdata)!r}); embedded_postgres_server(pg, cleanup_mode=None); pg_watchdog.start(pg); "
+            "print('ready', flush=True); time.sleep(600)")
+    sup = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parents[2], stdout=subprocess.PIPE, text=True)
+    try:
+        assert sup.stdout.readline().strip() == "ready"
+        postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+        os.kill(sup.pid, signal.SIGKILL)
+        sup.wait(10)
+        deadline = time.monotonic() + 60
+        while not _exited(postmaster) or (pgdata / "postmaster.pid").exists():
+            assert time.monotonic() < deadline, "PostgreSQL outlived its killed supervisor"
+            time.sleep(0.1)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+        stop_postgres(pgdata)
+        shutil.rmtree(pgdata.parent, ignore_errors=True)
