@@ -24,11 +24,16 @@ OWNER_WORDS = (
 
 
 def demo_turns(conversations: int, turns: int) -> list[list[str]]:
-    """User turns of the first `conversations` ShareGPT conversations with at least 2 human turns."""
+    """User turns of the first `conversations` ShareGPT conversations with at least 2 human turns.
+
+    Only a conversation's first record (id `<conv>_0`): ShareGPT V3 splits long conversations into
+    records `<conv>_0`, `<conv>_1`, …, and a later one starts mid-conversation."""
     from services.chat.agent.replay import load_sharegpt  # noqa: PLC0415 - the one dataset reader
 
     out: list[list[str]] = []
     for conv in load_sharegpt(limit=50).conversations:
+        if conv[0].conversation_id.rpartition("_")[2] not in ("0", conv[0].conversation_id):
+            continue  # a continuation record
         human = [e.human for e in conv if e.human.strip()]
         if len(human) >= 2 and all(len(h) < 4000 for h in human[:turns]):
             out.append(human[:turns])
@@ -48,11 +53,26 @@ def demo_instance_request_id(i: int) -> str:
     return str(uuid.uuid5(DEMO_NAMESPACE, f"demo-agent-{i}"))
 
 
+def demo_turn_request_id(i: int, j: int) -> str:
+    """The SendMessage request_id of user turn `j` of demo conversation `i`: a retried or repeated
+    send of the same turn answers the first result (AIP-155) instead of adding the turn again."""
+    return str(uuid.uuid5(DEMO_NAMESPACE, f"demo-turn-{i}-{j}"))
+
+
+async def _existing_report(fb_stub, c: Clients, instance: str, message: str) -> feedback_pb2.Feedback | None:
+    """The demo's report on `message` when an earlier run filed it (the owner's words on that reply)."""
+    resp = await fb_stub.ListFeedback(feedback_pb2.ListFeedbackRequest(instance=instance, page_size=100),
+                                      metadata=c.md, timeout=c.settings.timeout_s)
+    return next((f for f in resp.feedback if f.message == message and f.body == OWNER_WORDS), None)
+
+
 async def run_demo(c: Clients, conversations: int = 3, turns: int = 3, echo: Callable[[str], None] = print) -> str:
     """Run the demo; returns the feedback name. Raises grpc.aio.AioRpcError when a service fails.
 
-    Every run replays the conversations as new turns (new trace ids) into the same demo agents
-    (`demo_instance_request_id`) and flags the reply to the second user turn of the first one."""
+    Idempotent across runs: the demo agents are the same (`demo_instance_request_id`), turns already
+    in an agent are shown, not sent again (a run stopped half-way is completed; `demo_turn_request_id`
+    makes a repeated send answer its first result), and the reply to the second user turn of the first
+    conversation is flagged once (an earlier run's report is shown again)."""
     t_start = time.monotonic()
     chat = c.chat()
     fb_stub = c.feedback()
@@ -65,25 +85,32 @@ async def run_demo(c: Clients, conversations: int = 3, turns: int = 3, echo: Cal
                 request_id=demo_instance_request_id(i)),
             metadata=c.md, timeout=c.settings.timeout_s)
         echo(f"\n== {inst.name} ({inst.display_name})")
+        held = list((await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=inst.name, page_size=2 * len(user_turns)),
+                                             metadata=c.md, timeout=c.settings.timeout_s)).messages)
+        replies = {m.turn_index: m for m in held if m.role == chat_pb2.ROLE_ASSISTANT}
         for j, text in enumerate(user_turns):
-            r = await chat.SendMessage(
-                chat_pb2.SendMessageRequest(instance=inst.name, content=text, request_id=str(uuid.uuid4()),
-                                            channel=chat_pb2.CHANNEL_TEXT),
-                metadata=c.md, timeout=c.settings.timeout_s)
-            echo(f"  user  [{r.trace_id}] {text[:90]!r}")
-            echo(f"  agent [{r.trace_id}] {r.reply.content[:90]!r}")
+            reply, earlier = replies.get(j), " (from an earlier run)" if j in replies else ""
+            if reply is None:
+                r = await chat.SendMessage(
+                    chat_pb2.SendMessageRequest(instance=inst.name, content=text, request_id=demo_turn_request_id(i, j),
+                                                channel=chat_pb2.CHANNEL_TEXT),
+                    metadata=c.md, timeout=c.settings.timeout_s)
+                reply = r.reply
+            echo(f"  user  [{reply.trace_id}] {text[:90]!r}{earlier}")
+            echo(f"  agent [{reply.trace_id}] {reply.content[:90]!r}")
             if i == 0 and j == 1:
-                flagged = r.reply
+                flagged = reply
     if flagged is None:
         raise RuntimeError("no conversation with two user turns was replayed")
 
     echo(f"\n== the owner flags {flagged.name}: {OWNER_WORDS!r}")
-    fb = await fb_stub.CreateFeedback(
+    instance = flagged.name.partition("/messages/")[0]
+    fb = await _existing_report(fb_stub, c, instance, flagged.name) or await fb_stub.CreateFeedback(
         feedback_pb2.CreateFeedbackRequest(
             feedback=feedback_pb2.Feedback(message=flagged.name, body=OWNER_WORDS, sentiment=feedback_pb2.SENTIMENT_BAD,
                                            category=feedback_pb2.CATEGORY_BROKEN_RESPONSE,
                                            surface=feedback_pb2.SURFACE_CHAT),
-            request_id=str(uuid.uuid4())),
+            request_id=str(uuid.uuid5(DEMO_NAMESPACE, f"demo-flag-{flagged.name}"))),
         metadata=c.md, timeout=c.settings.timeout_s)
     # The turn's spans reach the collector a moment later; the feedback service freezes them.
     deadline = time.monotonic() + 30

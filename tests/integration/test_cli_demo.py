@@ -6,7 +6,7 @@ from agentfeedback.feedback.v1 import feedback_pb2
 from tests.helpers.cli import _cli
 
 
-async def test_demo_twice_reuses_its_agents_and_flags_a_new_turn_each_time(stack):
+async def test_demo_twice_reuses_its_agents_and_replays_nothing_twice(stack):
     first = await _cli(stack, "demo", "--conversations", "2", "--turns", "2", sub="dora")
     second = await _cli(stack, "demo", "--conversations", "2", "--turns", "2", sub="dora")
     assert first.exit_code == 0, first.output
@@ -14,17 +14,19 @@ async def test_demo_twice_reuses_its_agents_and_flags_a_new_turn_each_time(stack
 
     instances = (await stack.chat().ListInstances(chat_pb2.ListInstancesRequest(), metadata=stack.md("dora"))).instances
     assert sorted(i.display_name for i in instances) == ["ShareGPT replay 1", "ShareGPT replay 2"]
-    # Each run replayed its turns into the same agents: 2 runs × 2 user turns × (user + reply).
+    # The second run found the first run's turns: 2 user turns × (user + reply), no question twice.
     for inst in instances:
         msgs = (await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=inst.name),
                                                 metadata=stack.md("dora"))).messages
-        assert len(msgs) == 8
-    # One report per run, each on that run's reply to the second user turn of the first conversation.
+        assert len(msgs) == 4
+        users = [m.content for m in msgs if m.role == chat_pb2.ROLE_USER]
+        assert len(set(users)) == 2
+    assert "(from an earlier run)" in second.output and "(from an earlier run)" not in first.output
+    # One report, on the reply to the second user turn of the first conversation; the rerun shows it again.
     reports = (await stack.feedback().ListFeedback(feedback_pb2.ListFeedbackRequest(),
                                                    metadata=stack.md("dora"))).feedback
-    assert len(reports) == 2
-    assert len({r.message for r in reports}) == 2
-    assert {r.snapshot.turn_index for r in reports} == {1, 3}
+    assert len(reports) == 1 and reports[0].snapshot.turn_index == 1
+    assert reports[0].name.removeprefix("feedback/") in second.output
 
     # Another owner running the demo gets agents of their own (request ids are per owner).
     other = await _cli(stack, "demo", "--conversations", "1", "--turns", "2", sub="erin")
@@ -32,3 +34,16 @@ async def test_demo_twice_reuses_its_agents_and_flags_a_new_turn_each_time(stack
     theirs = (await stack.chat().ListInstances(chat_pb2.ListInstancesRequest(), metadata=stack.md("erin"))).instances
     assert [i.display_name for i in theirs] == ["ShareGPT replay 1"]
     assert theirs[0].name not in {i.name for i in instances}
+
+
+def test_each_demo_conversation_starts_at_its_beginning():
+    """ShareGPT V3 splits a long conversation into records `<id>_0`, `<id>_1`, …: the demo replays only
+    first records, so no agent starts mid-conversation (replay 3 once continued replay 2)."""
+    from services.chat.agent.replay import load_sharegpt  # noqa: PLC0415
+    from services.cli.demo import demo_turns  # noqa: PLC0415
+
+    firsts = {conv[0].human: conv[0].conversation_id for conv in reversed(load_sharegpt(limit=50).conversations)}
+    picked = demo_turns(3, 3)
+    assert len(picked) == 3
+    assert [firsts[turns[0]].rpartition("_")[2] for turns in picked] == ["0", "0", "0"]
+    assert len({firsts[turns[0]].rpartition("_")[0] for turns in picked}) == 3
