@@ -77,7 +77,7 @@ def workspace_flow(b, engine: str, width: int, site: str, gateway_url: str, toke
     reply = "article.msg.assistant[data-turn='1'] .glyph-pair"
     b.wait(f"{reply}[data-lit=feedback]")
     colours = b.js(f"(() => {{ const g = document.querySelector({reply!r}); return [getComputedStyle(g.querySelector('.act-like')).backgroundColor,"
-                   " getComputedStyle(g.querySelector('.act-dislike')).backgroundColor]; }})()")
+                   " getComputedStyle(g.querySelector('.act-dislike')).backgroundColor]; })()")
     assert colours == [GREEN, RED]
     unlit = b.js("(() => { const g = document.querySelector(\"article.msg.assistant[data-turn='0'] .glyph-pair\");"
                  " return [g.dataset.lit, getComputedStyle(g.querySelector('.act-like')).backgroundColor]; })()")
