@@ -16,6 +16,7 @@ from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
 from services.cli.client import Clients
+from services.cli.terminal import counted
 from services.cli.triage import _run
 
 SENTIMENTS = {"positive": pb.RATING_SENTIMENT_POSITIVE, "neutral": pb.RATING_SENTIMENT_NEUTRAL,
@@ -49,7 +50,7 @@ def export() -> None:
 
 
 @export.command("dataset")
-@click.option("--output", "-o", type=click.File("w"), default="-", help="JSONL file (default stdout).")
+@click.option("--output", "-o", type=click.File("w", lazy=False), default="-", help="JSONL file (default stdout).")
 @click.option("--instance", "conversation", default="", help="One conversation (`instances/{id}`).")
 @click.option("--aspect", default="", help="Only turns rated on this aspect.")
 @click.option("--sentiment", type=click.Choice(sorted(SENTIMENTS)), default=None)
@@ -74,11 +75,14 @@ async def dataset_cmd(c: Clients, output, conversation: str, aspect: str, sentim
         output.write(json.dumps(dataset_line(r), ensure_ascii=False) + "\n")
         output.flush()
         n += 1
-    click.echo(f"exported {n} labelled turns", err=True)
+    click.echo(f"exported {counted(n, 'labelled turn')}", err=True)
+    if n == 0:
+        click.echo("(only rated turns are exported: a turn becomes a label when its reply gets a rating, "
+                   "e.g. thumbs up/down in the console or PutRating; a report alone is not one)", err=True)
 
 
 @export.command("pairs")
-@click.option("--output", "-o", type=click.File("w"), default="-", help="JSONL file (default stdout).")
+@click.option("--output", "-o", type=click.File("w", lazy=False), default="-", help="JSONL file (default stdout).")
 @click.option("--aspect", default="", help="Only pairs judged on this aspect.")
 @_run
 async def pairs_cmd(c: Clients, output, aspect: str):
@@ -92,4 +96,7 @@ async def pairs_cmd(c: Clients, output, aspect: str):
         output.write(json.dumps(row, ensure_ascii=False) + "\n")
         output.flush()
         n += 1
-    click.echo(f"exported {n} preference pairs", err=True)
+    click.echo(f"exported {counted(n, 'preference pair')}", err=True)
+    if n == 0:
+        click.echo("(pairs come from forks: a conversation forked after a turn whose two branches' next replies you "
+                   "rated differently on one aspect)", err=True)

@@ -38,3 +38,8 @@ def json_line(obj: object) -> str:
     """One JSON line for a terminal: non-ASCII text stays readable, but controls JSON leaves raw (C1,
     bidi, separators) are written as \\uXXXX escapes, so the line is still valid JSON of the same value."""
     return _pattern("").sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(obj, ensure_ascii=False))
+
+
+def counted(n: int, singular: str, plural: str | None = None) -> str:
+    """`n` and the noun in the number it takes: "1 row", "2 rows", "0 labelled turns"."""
+    return f"{n} {singular if n == 1 else plural or singular + 's'}"

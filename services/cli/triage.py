@@ -20,7 +20,7 @@ from agentfeedback.feedback.v1 import feedback_pb2
 from agentfeedback.traces.v1 import traces_pb2
 from services.cli.client import Clients, ClientSettings
 from services.cli.render import render_feedback, render_waterfall
-from services.cli.terminal import for_terminal, json_line
+from services.cli.terminal import counted, for_terminal, json_line
 
 STATUSES = ["open", "triaged", "filed", "dismissed"]
 
@@ -172,7 +172,7 @@ async def delete_cmd(c: Clients, feedback_id: str):
 
 
 @feedback.command("export")
-@click.option("--output", "-o", type=click.File("w"), default="-", help="JSONL file (default stdout).")
+@click.option("--output", "-o", type=click.File("w", lazy=False), default="-", help="JSONL file (default stdout).")
 @click.option("--page-size", default=200, show_default=True, type=click.IntRange(1, 1000), help="Rows per request (1–1000).")
 @_run
 async def export_cmd(c: Clients, output, page_size: int):
@@ -192,7 +192,7 @@ async def export_cmd(c: Clients, output, page_size: int):
             token = resp.next_page_token
             if not token:
                 break
-    click.echo(f"exported {n} rows", err=True)
+    click.echo(f"exported {counted(n, 'row')}", err=True)
 
 
 @feedback.command("watch")

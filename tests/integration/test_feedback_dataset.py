@@ -134,3 +134,28 @@ async def test_preference_pairs_from_forks_equal_what_the_forks_and_ratings_impl
     only = tmp_path / "tone.jsonl"
     assert (await _cli(stack, "export", "pairs", "-o", str(only), "--aspect", "tone")).exit_code == 0
     assert [json.loads(x)["aspect"] for x in only.read_text().splitlines()] == ["tone"]
+
+
+async def test_an_export_with_nothing_rated_creates_the_file_and_says_why_it_is_empty(stack, tmp_path):
+    """Right after the demo (a report, no rating): the file exists, empty, and the CLI says only rated
+    turns are exported; counts take the right number ("1 row")."""
+    inst = await new_instance(stack, "fay")
+    turn = await send(stack, inst, "a question", sub="fay")
+    await flag(stack, turn.reply.name, "wrong", sub="fay")
+    out = tmp_path / "none.jsonl"
+    r = await _cli(stack, "export", "dataset", "-o", str(out), sub="fay")
+    assert r.exit_code == 0, r.output
+    assert out.exists() and out.read_text() == ""
+    assert "exported 0 labelled turns" in r.output and "only rated turns are exported" in r.output
+    pairs = tmp_path / "pairs.jsonl"
+    r = await _cli(stack, "export", "pairs", "-o", str(pairs), sub="fay")
+    assert r.exit_code == 0 and pairs.exists() and "exported 0 preference pairs" in r.output
+
+    await stack.feedback().PutRating(pb.PutRatingRequest(rating=pb.Rating(
+        conversation=inst, turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE, aspect="accuracy",
+        sentiment=pb.RATING_SENTIMENT_NEGATIVE), request_id=rid()), metadata=stack.md("fay"))
+    r = await _cli(stack, "export", "dataset", "-o", str(out), sub="fay")
+    assert "exported 1 labelled turn\n" in r.output and len(out.read_text().splitlines()) == 1
+    rows = tmp_path / "rows.jsonl"
+    r = await _cli(stack, "feedback", "export", "-o", str(rows), sub="fay")
+    assert "exported 1 row\n" in r.output
