@@ -83,7 +83,8 @@ def rows() -> list[tuple[str, str, str, str]]:
             seen.add(var)
             default = f.get_default(call_default_factory=True)  # a default_factory's value, not PydanticUndefined
             if isinstance(default, Path):
-                default = str(default).replace(str(PROJECT_ROOT), ".")
+                # The repository root's, not the working directory's (PROJECT_ROOT in the code).
+                default = str(default).replace(str(PROJECT_ROOT), "<repo root>")
             if isinstance(default, SecretStr):  # a secret's default is shown as "(empty)" or "(secret)"
                 default = "(secret)" if default.get_secret_value() else ""
             out.append((var, repr(default) if default not in ("", None) else "(empty)", component, docs.get(name, "")))

