@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
+import logging
 import secrets
 import time
 from dataclasses import dataclass
@@ -120,11 +121,17 @@ def dev_secret(settings: CommonSettings) -> str:
 def page_token_key(settings: CommonSettings) -> bytes:
     """The page-token HMAC key (services.common.pages): `AGENTFEEDBACK_PAGE_TOKEN_KEY` when set (needed
     when replicas verify RS256/JWKS tokens and so share no HS256 secret), else derived from the HS256
-    secret (`dev_secret`), which every replica of an HS256 deployment already shares (with RS256 and no
-    key: the data dir's generated secret, i.e. one key per data dir)."""
+    secret (`dev_secret`), which every replica of an HS256 deployment already shares; with RS256 and no
+    key, a random key of this process (logged as a warning)."""
     configured = settings.page_token_key.get_secret_value()
     if configured:
         return hashlib.sha256(b"agentfeedback page-token key\0" + configured.encode()).digest()
+    if not settings.jwt_secret.get_secret_value() and (settings.jwt_jwks_url or settings.jwt_public_key_file):
+        # RS256 and no key: no shared secret to derive from, and the data dir may be read-only (a
+        # container). A key of this process: its tokens page on with this replica only.
+        logging.getLogger(__name__).warning("AGENTFEEDBACK_PAGE_TOKEN_KEY is not set: page tokens are "
+                                            "valid on this process only (set it on every replica)")
+        return secrets.token_bytes(32)
     return hashlib.sha256(b"agentfeedback page-token key from jwt secret\0" + dev_secret(settings).encode()).digest()
 
 

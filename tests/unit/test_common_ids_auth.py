@@ -126,3 +126,18 @@ def test_a_name_with_a_final_newline_is_invalid_argument(name):
     pattern = "instances/{}" if name.count("/") == 1 else "instances/{}/messages/{}"
     with pytest.raises(InvalidArgument):
         parse_name(name, pattern, "name")
+
+
+def test_page_token_key_is_shared_by_replicas_and_never_needs_a_writable_data_dir(tmp_path):
+    """Two replicas with one HS256 secret (or one AGENTFEEDBACK_PAGE_TOKEN_KEY) derive the same key; with
+    RS256 and no key nothing is written to the data dir (read-only in a container)."""
+    from services.common.auth import page_token_key  # noqa: PLC0415
+
+    a, b = (page_token_key(CommonSettings(data_dir=tmp_path / d, jwt_secret="s" * 40)) for d in ("a", "b"))
+    assert a == b and len(a) == 32
+    keyed = [page_token_key(CommonSettings(data_dir=tmp_path / d, page_token_key="k" * 40,
+                                           jwt_jwks_url="https://idp.example/jwks")) for d in ("c", "d")]
+    assert keyed[0] == keyed[1] != a
+    ro = tmp_path / "ro"
+    assert len(page_token_key(CommonSettings(data_dir=ro, jwt_jwks_url="https://idp.example/jwks"))) == 32
+    assert not ro.exists()
