@@ -16,9 +16,13 @@ from services.common.settings import CommonSettings, SettingsError, load_setting
 from services.feedback.settings import FeedbackSettings
 
 
-def _edit(token: str, **changes) -> str:
-    d = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    return base64.urlsafe_b64encode(json.dumps({**d, **changes}).encode()).decode().rstrip("=")
+def _edit(token: str, *, resign: bool = False, **changes) -> str:
+    """`token` with its payload edited, keeping its signature (a client's edit) or signed again with the
+    process's key (what a leaked key would allow)."""
+    payload, _, mac = token.partition(".")
+    d = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    edited = base64.urlsafe_b64encode(json.dumps({**d, **changes}).encode()).decode().rstrip("=")
+    return f"{edited}.{pages._mac(edited) if resign else mac}"
 
 
 def test_a_page_token_reads_back_only_with_the_filters_it_was_issued_for():
@@ -30,11 +34,32 @@ def test_a_page_token_reads_back_only_with_the_filters_it_was_issued_for():
         with pytest.raises(InvalidArgument) as e:
             pages.read(token, other)
         assert e.value.field_path == "page_token"
-    with pytest.raises(InvalidArgument):  # a client re-binding a token to other filters by hand
+    with pytest.raises(InvalidArgument) as e:  # a client re-binding a token to other filters by hand
         pages.read(_edit(token, f="0" * 16), filters)
+    assert "not a token this service issued" in str(e.value)
+    with pytest.raises(InvalidArgument) as e:  # even signed with the key: the filters' digest is checked
+        pages.read(_edit(token, resign=True, f="0" * 16), filters)
+    assert "different filters" in str(e.value)
     for garbage in ("!!!", base64.urlsafe_b64encode(b"[1,2]").decode()):
         with pytest.raises(InvalidArgument):
             pages.read(garbage, filters)
+
+
+def test_a_page_token_reads_back_only_for_the_caller_it_was_issued_to():
+    from services.common.auth import Principal, reset_current_principal, set_current_principal  # noqa: PLC0415
+
+    def as_caller(sub, fn):
+        t = set_current_principal(Principal(sub=sub, scopes=frozenset(), token=""))
+        try:
+            return fn()
+        finally:
+            reset_current_principal(t)
+
+    token = as_caller("alice", lambda: pages.issue({"i": "abc"}, {}))
+    assert as_caller("alice", lambda: pages.read(token, {}))["i"] == "abc"
+    with pytest.raises(InvalidArgument) as e:
+        as_caller("mallory", lambda: pages.read(token, {}))
+    assert e.value.field_path == "page_token" and "another caller" in str(e.value)
 
 
 @pytest.mark.parametrize("value", ["2026-01-01T00:00:00", "0001-01-01T00:00:00+01:00", "yesterday", 17, None])
