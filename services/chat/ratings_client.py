@@ -1,5 +1,6 @@
-"""The gateway's one call into the feedback service: FeedbackService.CopyRatings for ForkConversation
-(the `RatingsPort` of `services.chat.fork`). One channel, created at start-up; the caller's token is
+"""The gateway's calls into the feedback service: FeedbackService.CopyRatings for ForkConversation
+(the `RatingsPort` of `services.chat.fork`) and NoteTurnsRemoved for DeleteTurn / ClearMessages (the
+`RemovalPort` of `services.chat.removal`). One channel, created at start-up; the caller's token is
 forwarded (the ratings are the caller's, checked where they live) with the caller's remaining deadline,
 at most TIMEOUT_S. A transport failure (UNAVAILABLE, DEADLINE_EXCEEDED) becomes `RatingsUnavailable`;
 any other status is re-raised as it is.
@@ -21,6 +22,17 @@ class RatingsUnavailable(Exception):
     """The feedback service could not be reached (or did not answer in time)."""
 
 
+async def _call(rpc, req, token: str, timeout_s: float | None):
+    """`rpc(req)` with the caller's token and remaining deadline (≤ TIMEOUT_S); see the module doc."""
+    try:
+        return await rpc(req, timeout=deadlines.timeout(TIMEOUT_S, timeout_s),
+                         metadata=(("authorization", f"Bearer {token}"),))
+    except grpc.aio.AioRpcError as e:
+        if e.code() in _TRANSIENT:
+            raise RatingsUnavailable(upstream_detail(e)) from None
+        raise
+
+
 class RatingsClient:
     def __init__(self, channel: grpc.aio.Channel):
         self._stub = feedback_pb2_grpc.FeedbackServiceStub(channel)
@@ -34,12 +46,14 @@ class RatingsClient:
             source_conversation=source, target_conversation=target, through_turn_index=through_turn_index,
             request_id=request_id,
         )
-        timeout = deadlines.timeout(TIMEOUT_S, timeout_s)
-        try:
-            md = (("authorization", f"Bearer {token}"),)
-            resp = await self._stub.CopyRatings(req, timeout=timeout, metadata=md)
-        except grpc.aio.AioRpcError as e:
-            if e.code() in _TRANSIENT:
-                raise RatingsUnavailable(upstream_detail(e)) from None
-            raise
-        return resp.copied_count
+        return (await _call(self._stub.CopyRatings, req, token, timeout_s)).copied_count
+
+    async def note_turns_removed(
+        self, *, conversation: str, turn_indexes: list[int] | None = None, through_turn_index: int | None = None,
+        token: str, timeout_s: float | None,
+    ) -> int:
+        """The caller's ratings deleted (0 on a repeat). Raises RatingsUnavailable, grpc.aio.AioRpcError."""
+        req = feedback_pb2.NoteTurnsRemovedRequest(conversation=conversation, turn_indexes=turn_indexes or [])
+        if through_turn_index is not None:
+            req.through_turn_index = through_turn_index
+        return (await _call(self._stub.NoteTurnsRemoved, req, token, timeout_s)).deleted_rating_count

@@ -165,6 +165,11 @@ DELETE_TURN_MESSAGES = """
 DELETE FROM messages WHERE owner = $1 AND instance_id = $2 AND trace_id = $3 RETURNING turn_index
 """
 DELETE_TURN = "DELETE FROM turns WHERE owner = $1 AND instance_id = $2 AND trace_id = $3"
+# What DeleteTurn / ClearMessages tell the feedback service before deleting (services/chat/removal.py).
+TURN_INDEXES_OF_TRACE = """
+SELECT DISTINCT turn_index FROM messages WHERE owner = $1 AND instance_id = $2 AND trace_id = $3
+ORDER BY turn_index"""
+LAST_TURN_INDEX = "SELECT next_turn_index - 1 FROM instances WHERE owner = $1 AND id = $2"
 
 # ForkConversation, in one transaction: the new instance (its next turn follows the copied prefix),
 # then copies of the prefix's messages with new ids (gen_random_uuid, 32 hex like services.common.ids),
@@ -447,6 +452,14 @@ class Repository:
                 await conn.execute(CLEAR_TURNS, owner, instance_id)
                 await workspace_store.clear(conn, owner, instance_id)
         return int(status.split()[-1])
+
+    async def turn_indexes_of(self, owner: str, instance_id: str, trace_id: str) -> list[int]:
+        """The turn indexes of the stored messages of trace `trace_id` (one turn; empty when none)."""
+        return [r["turn_index"] for r in await self._pool.fetch(TURN_INDEXES_OF_TRACE, owner, instance_id, trace_id)]
+
+    async def last_turn_index(self, owner: str, instance_id: str) -> int:
+        """The index of the instance's latest turn ever started (-1: none; indexes are never reused)."""
+        return await self._pool.fetchval(LAST_TURN_INDEX, owner, instance_id)
 
     async def delete_turn(self, owner: str, instance_id: str, trace_id: str) -> int:
         """Delete the messages (and record) of one turn and its workspace snapshot (workspace_store

@@ -17,6 +17,7 @@ from services.chat import retries
 from services.chat.agent_client import AgentClient
 from services.chat.fork import Forker
 from services.chat.ratings_client import RatingsClient
+from services.chat.removal import TurnRemover
 from services.chat.repository import Repository
 from services.chat.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, ChatServicer
 from services.chat.settings import ChatSettings
@@ -65,13 +66,14 @@ async def create_server(
     )
     quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
                                           answered=retries.answered_checks(repo, turns), burst=settings.write_quota_burst)
+    ratings = RatingsClient(feedback_channel)
     server = GrpcServer([interceptor, quota], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.metrics = metrics
     server.watch_database(url)
     server.add(
         chat_pb2_grpc.add_ChatServiceServicer_to_server,
-        ChatServicer(repo, turns, settings.max_content_chars, Forker(repo, RatingsClient(feedback_channel)),
-                     workspace),
+        ChatServicer(repo, turns, settings.max_content_chars, Forker(repo, ratings), workspace,
+                     TurnRemover(repo, ratings)),
         SERVICE,
     )
     server.bind(settings.listen)

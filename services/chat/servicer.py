@@ -19,6 +19,7 @@ from services.chat import defects, domain
 from services.chat.defects import SuspectedDefect
 from services.chat.fork import Forker
 from services.chat.domain import Instance, Message, MessagePage
+from services.chat.removal import TurnRemover
 from services.chat.repository import InstanceExists, Repository
 from services.chat.turn import StreamStart, TurnCall, TurnRunner
 from services.chat.workspace_api import WorkspaceReads
@@ -102,8 +103,9 @@ def message_pb(m: Message) -> chat_pb2.Message:
 
 class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
     def __init__(self, repo: Repository, turns: TurnRunner, max_content_chars: int, forker: Forker,
-                 workspace: WorkspaceStore):
+                 workspace: WorkspaceStore, remover: TurnRemover):
         self._workspace = WorkspaceReads(workspace)
+        self._remover = remover
         self._repo = repo
         self._turns = turns
         self._max_chars = max_content_chars
@@ -198,17 +200,18 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         return chat_pb2.ListMessagesResponse(messages=got.items, next_page_token=got.next_page_token)
 
     async def ClearMessages(self, request, context):  # noqa: N802
+        """services.chat.removal (the feedback service is told first)."""
         inst = await self._instance(request.parent, "parent")
-        n = await self._repo.clear_messages(inst.owner, inst.id)
+        n = await self._remover.clear(current_principal(), inst.id, inst.name, caller_remaining(context))
         return chat_pb2.ClearMessagesResponse(deleted_count=n)
 
     async def DeleteTurn(self, request, context):  # noqa: N802
+        """services.chat.removal (the feedback service is told first)."""
         inst = await self._instance(request.parent, "parent")
         trace_id = domain.filter_trace_id(request.trace_id)
         if trace_id is None:
             raise InvalidArgument("trace_id", "is required (32 hexadecimal characters)")
-        if await self._repo.delete_turn(inst.owner, inst.id, trace_id) == 0:
-            raise NotFound(f"{inst.name} turn {trace_id}")
+        await self._remover.delete_turn(current_principal(), inst.id, inst.name, trace_id, caller_remaining(context))
         return empty_pb2.Empty()
 
     async def ForkConversation(self, request, context):  # noqa: N802

@@ -17,7 +17,8 @@ class ChatSettings(CommonSettings):
     metrics_listen: str = Field(default="127.0.0.1:9461", pattern=r"^$|" + LISTEN_PATTERN)
     # Address of the agent's AgentService.
     agent_target: str = Field(default="127.0.0.1:50054", pattern=TARGET_PATTERN)
-    # Address of FeedbackService (ForkConversation copies the caller's ratings there: CopyRatings).
+    # Address of FeedbackService (ForkConversation copies the caller's ratings there: CopyRatings; DeleteTurn and
+    # ClearMessages tell it first: NoteTurnsRemoved).
     feedback_target: str = Field(default="127.0.0.1:50052", pattern=TARGET_PATTERN)
     # Longest user message, in Unicode code points.
     max_content_chars: int = Field(default=32000, ge=1)

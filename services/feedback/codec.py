@@ -564,6 +564,29 @@ def rating_filters(conversation: str, turn: int | None, f: RatingFilter) -> dict
     return {"conversation": conversation, "turn_index": turn, **{k: v for k, v in more.items() if v}}
 
 
+NOTE_TURNS_MAX = 100
+
+
+def turns_removed(request: pb.NoteTurnsRemovedRequest) -> tuple[str, list[tuple[int, int]]]:
+    """NoteTurnsRemoved: the conversation and its removed turn ranges (first, last; inclusive):
+    one per `turn_indexes` entry (≤ NOTE_TURNS_MAX, each ≥ 0), or (0, through_turn_index)."""
+    v = Violations()
+    v.check(parse_name, request.conversation, "instances/{}", "conversation")
+    indexes = list(request.turn_indexes)
+    through = request.through_turn_index if request.HasField("through_turn_index") else None
+    if (not indexes) == (through is None):
+        v.add("turn_indexes", "give either turn_indexes (DeleteTurn) or through_turn_index (ClearMessages)")
+    if len(indexes) > NOTE_TURNS_MAX:
+        v.add("turn_indexes", f"names {len(indexes)} turns; the limit is {NOTE_TURNS_MAX}")
+    if any(i < 0 for i in indexes):
+        v.add("turn_indexes", "must not be negative")
+    if through is not None and through < 0:
+        v.add("through_turn_index", "must not be negative")
+    v.raise_any()
+    ranges = [(i, i) for i in sorted(set(indexes))] if indexes else [(0, through)]
+    return request.conversation, ranges
+
+
 def copy_ratings(request: pb.CopyRatingsRequest) -> tuple[str, str, int, uuid.UUID | None]:
     """CopyRatings: source, target (another conversation), through_turn_index (≥ 0), request_id."""
     v = Violations()

@@ -21,7 +21,7 @@ from services.feedback import domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.model.enums import RatingScope
 from services.feedback.model.rating import Rating, RatingFilter, RatingKey, RatingPut
-from services.feedback.repository.ratings import RatingStore
+from services.feedback.repository.ratings import RatingStore, TurnRemoved
 
 
 class TtlCache:
@@ -132,8 +132,11 @@ class Ratings:
         key, version, fingerprint = put.key, put.version, put.fingerprint
         message, trace_id = await self._rated_message(p, key)
         w = replace(put.write, message=message)
-        got = await self._repo.put_rating(key, p.sub, w, new_id=new_id(), etag=version,
-                                          request_id=put.request_id, fingerprint=fingerprint)
+        try:
+            got = await self._repo.put_rating(key, p.sub, w, new_id=new_id(), etag=version,
+                                              request_id=put.request_id, fingerprint=fingerprint)
+        except TurnRemoved:  # removed after chat answered (NoteTurnsRemoved): the write refused it
+            raise _removed(key.conversation, key.turn_index) from None
         if got.written is not None:
             if self.on_written is not None:
                 self.on_written(key.scope)
@@ -153,6 +156,12 @@ class Ratings:
         if cur is None:
             raise NotFound(what)
         raise domain.Stale(put.etag, cur)
+
+    async def note_turns_removed(self, p: Principal, conversation: str, ranges: list[tuple[int, int]]) -> int:
+        """ChatService.DeleteTurn / ClearMessages, before they delete (the caller's token: the owner):
+        record the removal and delete the caller's ratings of those turns (one transaction; the rollups
+        and the change feed follow by trigger). Idempotent; returns the ratings deleted."""
+        return await self._repo.note_turns_removed(p.sub, conversation, ranges)
 
     async def delete(self, p: Principal, rid: str) -> None:
         """Deleting an absent (or another owner's) rating succeeds and changes nothing."""
@@ -182,4 +191,13 @@ class Ratings:
             replies = await self._chat.replies_through(target, p.metadata, through_turn_index, "target_conversation")
         except ChatUnreachable as e:
             raise e.unavailable("to check the conversations") from None
-        return await self._repo.copy_ratings(p.sub, source, target, through_turn_index, replies, request_id)
+        try:
+            return await self._repo.copy_ratings(p.sub, source, target, through_turn_index, replies, request_id)
+        except TurnRemoved:  # a fork turn removed while this copy ran
+            raise _removed(target, through_turn_index) from None
+
+
+def _removed(conversation: str, turn_index: int) -> NotFound:
+    """NOT_FOUND naming a turn removed in chat (DeleteTurn / Clear chat), as chat itself answers."""
+    return NotFound(f"{conversation} turn {turn_index}", reason="TURN_REMOVED",
+                    explanation="the turn was deleted in chat")

@@ -18,6 +18,7 @@ from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common import pages
 from services.common.auth import (
     ACTOR_METADATA,
+    SCOPE_CHAT,
     SCOPE_FEEDBACK_ADMIN,
     SCOPE_FEEDBACK_EVALUATIONS,
     SCOPE_FEEDBACK_READ,
@@ -49,6 +50,7 @@ METHOD_SCOPES: dict[str, str | None] = {
         "UpdateFeedback": SCOPE_FEEDBACK_TRIAGE, "DeleteFeedback": SCOPE_FEEDBACK_WRITE,
         "FileFeedback": SCOPE_FEEDBACK_TRIAGE, "PutRating": SCOPE_FEEDBACK_WRITE, "DeleteRating": SCOPE_FEEDBACK_WRITE,
         "ListRatings": SCOPE_FEEDBACK_READ, "CopyRatings": SCOPE_FEEDBACK_WRITE,
+        "NoteTurnsRemoved": SCOPE_CHAT,  # ChatService.DeleteTurn / ClearMessages with the owner's token
         "CountConversationFeedback": SCOPE_FEEDBACK_READ,
         "GetFeedbackStats": SCOPE_FEEDBACK_ADMIN, "ListRecentFeedback": SCOPE_FEEDBACK_ADMIN,
         "GetTurnFeedback": SCOPE_FEEDBACK_ADMIN, "ListAuditRecords": None,  # admin or read: Audit.list
@@ -191,6 +193,13 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         source, target, through, rid = codec.copy_ratings(request)
         n = await self._ratings.copy(current_principal(), source, target, through, rid)
         return pb.CopyRatingsResponse(copied_count=n)
+
+    async def NoteTurnsRemoved(self, request: pb.NoteTurnsRemovedRequest,  # noqa: N802
+                               context) -> pb.NoteTurnsRemovedResponse:
+        """Chat removes the caller's turns (Ratings.note_turns_removed; codec.turns_removed)."""
+        conversation, ranges = codec.turns_removed(request)
+        n = await self._ratings.note_turns_removed(current_principal(), conversation, ranges)
+        return pb.NoteTurnsRemovedResponse(deleted_rating_count=n)
 
     # ------------------------------------------------------------ operators
     async def GetFeedbackStats(self, request: pb.GetFeedbackStatsRequest, context) -> pb.FeedbackStats:  # noqa: N802

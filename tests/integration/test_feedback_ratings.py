@@ -5,20 +5,22 @@ separate OS process on the same database.
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 
 import grpc
 import pytest
 from google.protobuf import field_mask_pb2
+from opentelemetry.sdk.trace import TracerProvider
 
-from agentfeedback.chat.v1 import chat_pb2
+from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info, status_details
 from tests.helpers.feedback import channel_to, expect_error, flag, new_instance, send
 from tests.helpers.procs import reported_port, spawn_feedback_process, wait_serving
-from tests.stack import Stack
+from tests.stack import TEST_JWT_SECRET, Stack
 
 POS, NEU, NEG = pb.RATING_SENTIMENT_POSITIVE, pb.RATING_SENTIMENT_NEUTRAL, pb.RATING_SENTIMENT_NEGATIVE
 
@@ -297,16 +299,29 @@ async def test_a_token_without_the_chat_scope_cannot_rate_on_another_tokens_cach
     assert [r.sentiment for r in await ratings_of(stack, inst)] == [pb.RATING_SENTIMENT_POSITIVE]
 
 
+async def aspect_counts(stack: Stack, aspect: str) -> tuple[int, int]:
+    """GetFeedbackStats' (positive, negative) MESSAGE ratings of `aspect` today (every owner)."""
+    s = await stack.feedback().GetFeedbackStats(pb.GetFeedbackStatsRequest(window_days=1), metadata=stack.md("ops"))
+    got = [(a.positive, a.negative) for a in s.aspects if a.aspect == aspect and a.scope == pb.RATING_SCOPE_MESSAGE]
+    return got[0] if got else (0, 0)
+
+
 async def test_a_just_deleted_turn_cannot_be_rated_and_a_cleared_conversations_turns_neither(stack):
     """A turn rated a moment ago (its check at the chat service fresh) and then deleted (DeleteTurn) or
     cleared (Clear chat) answers NOT_FOUND naming the turn at once, on the next put: no remembered
-    answer outlives the message it is about."""
+    answer outlives the message it is about. Its ratings go with it: ListRatings no longer lists them
+    and GetFeedbackStats no longer counts them (chat tells feedback before deleting, issue 25)."""
     inst = await new_instance(stack)
     first, second = await send(stack, inst, "q1"), await send(stack, inst, "q2")
     fb, chat = stack.feedback(), stack.chat()
+    aspect = f"gone_{uuid.uuid4().hex[:8]}"
     for t in (first, second):
         await put(fb, rating(inst, t.reply.turn_index, sentiment=POS), stack.md())
+        await put(fb, rating(inst, t.reply.turn_index, aspect, sentiment=NEG), stack.md())
+    assert await aspect_counts(stack, aspect) == (0, 2)
     await chat.DeleteTurn(chat_pb2.DeleteTurnRequest(parent=inst, trace_id=first.trace_id), metadata=stack.md())
+    assert {r.turn_index for r in await ratings_of(stack, inst)} == {second.reply.turn_index}
+    assert await aspect_counts(stack, aspect) == (0, 1), "the deleted turn's rating is no longer counted"
     e = await expect_error(put(fb, rating(inst, first.reply.turn_index, sentiment=NEG), stack.md()),
                            grpc.StatusCode.NOT_FOUND)
     assert f"turn {first.reply.turn_index}" in e.details() and inst in e.details()
@@ -314,7 +329,68 @@ async def test_a_just_deleted_turn_cannot_be_rated_and_a_cleared_conversations_t
     e = await expect_error(put(fb, rating(inst, second.reply.turn_index, sentiment=NEG), stack.md()),
                            grpc.StatusCode.NOT_FOUND)
     assert f"turn {second.reply.turn_index}" in e.details()
-    assert {r.sentiment for r in await ratings_of(stack, inst)} == {POS}, "nothing written after the deletes"
+    assert await ratings_of(stack, inst) == [], "nothing listed, nothing written after the deletes"
+    assert await aspect_counts(stack, aspect) == (0, 0)
+    third = await send(stack, inst, "q3")  # a turn after Clear chat has a new index: it can be rated
+    assert third.reply.turn_index > second.reply.turn_index
+    await put(fb, rating(inst, third.reply.turn_index, sentiment=POS), stack.md())
+    assert [r.turn_index for r in await ratings_of(stack, inst)] == [third.reply.turn_index]
+
+
+async def test_a_rating_the_chat_check_let_through_cannot_land_on_a_turn_removed_since(stack):
+    """The write itself refuses a removed turn (migration 0065): the removal recorded by
+    NoteTurnsRemoved (as DeleteTurn sends it, before deleting) makes the next put NOT_FOUND naming the
+    turn even while chat still has the turn (a put whose chat check passed just before the removal)."""
+    inst = await new_instance(stack)
+    t = await send(stack, inst, "q")
+    fb = stack.feedback()
+    await put(fb, rating(inst, t.reply.turn_index, sentiment=POS), stack.md())
+    req = pb.NoteTurnsRemovedRequest(conversation=inst, turn_indexes=[t.reply.turn_index])
+    assert (await fb.NoteTurnsRemoved(req, metadata=stack.md())).deleted_rating_count == 1
+    assert (await fb.NoteTurnsRemoved(req, metadata=stack.md())).deleted_rating_count == 0, "a repeat is a no-op"
+    e = await expect_error(put(fb, rating(inst, t.reply.turn_index, sentiment=NEG), stack.md()),
+                           grpc.StatusCode.NOT_FOUND)
+    assert f"{inst} turn {t.reply.turn_index}" in e.details() and error_info(e).reason == "TURN_REMOVED"
+    assert await ratings_of(stack, inst) == []
+
+
+async def test_delete_turn_with_the_feedback_service_down_is_unavailable_and_deletes_nothing(stack, tmp_path):
+    """Chat tells feedback before deleting: with feedback unreachable DeleteTurn and Clear chat answer
+    UNAVAILABLE with RetryInfo and the turn is still there (and still rated); the retry, once feedback
+    answers, deletes it; repeating DeleteTurn after that is NOT_FOUND and changes nothing."""
+    from services.chat.server import create_server as create_chat  # noqa: PLC0415
+    from services.chat.settings import ChatSettings  # noqa: PLC0415
+
+    with socket.socket() as s:  # a port nothing listens on: the feedback service stopped
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    cut_off = await create_chat(ChatSettings(
+        listen="127.0.0.1:0", metrics_listen="", agent_target=f"127.0.0.1:{stack.ports['agent']}",
+        feedback_target=f"127.0.0.1:{dead}", database_url=stack.database_url, data_dir=tmp_path,
+        jwt_secret=TEST_JWT_SECRET, shutdown_grace_s=0, shutdown_drain_s=0), database_url=stack.database_url,
+        tracer_provider=TracerProvider())
+    ch = grpc.aio.insecure_channel(f"127.0.0.1:{cut_off.port}")
+    try:
+        inst = await new_instance(stack)
+        t = await send(stack, inst, "q")
+        await put(stack.feedback(), rating(inst, t.reply.turn_index, sentiment=POS), stack.md())
+        lone = chat_pb2_grpc.ChatServiceStub(ch)
+        delete = chat_pb2.DeleteTurnRequest(parent=inst, trace_id=t.trace_id)
+        for call in (lone.DeleteTurn(delete, metadata=stack.md()),
+                     lone.ClearMessages(chat_pb2.ClearMessagesRequest(parent=inst), metadata=stack.md())):
+            e = await expect_error(call, grpc.StatusCode.UNAVAILABLE)
+            assert error_info(e).reason == "FEEDBACK_UNAVAILABLE" and "nothing deleted" in e.details()
+            assert any(d.type_url.endswith("/google.rpc.RetryInfo") for d in status_details(e))
+        listed = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=inst), metadata=stack.md())
+        assert len(listed.messages) == 2, "the turn is still there"
+        assert len(await ratings_of(stack, inst)) == 1
+        await stack.chat().DeleteTurn(delete, metadata=stack.md())
+        await expect_error(stack.chat().DeleteTurn(delete, metadata=stack.md()), grpc.StatusCode.NOT_FOUND)
+        listed = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=inst), metadata=stack.md())
+        assert list(listed.messages) == [] and await ratings_of(stack, inst) == []
+    finally:
+        await ch.close()
+        await cut_off.stop(0)
 
 
 async def test_list_ratings_with_a_negative_turn_index_is_invalid_argument_naming_it(stack: Stack):

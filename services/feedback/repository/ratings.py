@@ -101,6 +101,18 @@ WITH {_RATING_PRIOR}, up AS (
 
 DELETE_RATING = "DELETE FROM ratings WHERE id = $1 AND owner = $2"
 
+# NoteTurnsRemoved (migration 0065), one transaction: the conversation's removal lock (a rating write
+# takes it shared), the removal (a repeat records nothing new), then the owner's ratings of those turns
+# (not CONVERSATION scope, which names no turn). $3 / $4: the first and last removed turn index.
+LOCK_REMOVAL = "SELECT pg_advisory_xact_lock(removed_turns_lock_key($1, $2))"
+INSERT_REMOVAL = """
+INSERT INTO removed_turns (owner, conversation, first_turn_index, last_turn_index, remove_time)
+VALUES ($1, $2, $3, $4, now()) ON CONFLICT DO NOTHING"""
+DELETE_REMOVED_RATINGS = """
+DELETE FROM ratings WHERE owner = $1 AND conversation = $2 AND turn_index BETWEEN $3 AND $4 AND scope <> $5"""
+# SQLSTATE of the ratings trigger refusing a rating on a removed turn (migration 0065).
+TURN_REMOVED_SQLSTATE = "AF001"
+
 # ListRatings' optional filters (0 / '' / NULL = not applied).
 _RATING_FILTERS = """(:sentiment::smallint = 0 OR sentiment = :sentiment)
   AND (:reason = '' OR reasons @> ARRAY[:reason::text])
@@ -125,7 +137,7 @@ LIMIT :limit""")
 # messages' names: a MESSAGE rating is copied only onto such a turn (and names its message there);
 # other scopes are copied as they are. With `:request_id` (CopyRatings' own, ForkConversation's per
 # fork): it is claimed in the request ledger (`CopyRatings`) in the same statement, and a claimed id
-# copies nothing.
+# copies nothing. A turn removed on the fork (migration 0065) gets no copy.
 COPY_RATINGS = NamedSQL(f"""
 WITH {ledger.record_cte("claim", "''", "(SELECT 1) AS one")}
 INSERT INTO ratings (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category, note, origin,
@@ -137,6 +149,8 @@ FROM ratings r
 LEFT JOIN unnest(:turns::int[], :messages::text[]) AS t (turn_index, message) ON t.turn_index = r.turn_index
 WHERE r.owner = :owner AND r.conversation = :source AND r.turn_index <= :through
   AND (r.scope <> :message_scope OR t.message IS NOT NULL)
+  AND NOT EXISTS (SELECT 1 FROM removed_turns x WHERE x.owner = r.owner AND x.conversation = :target
+                  AND r.turn_index BETWEEN x.first_turn_index AND x.last_turn_index)
   AND (:request_id::uuid IS NULL OR EXISTS (SELECT 1 FROM claim))
 ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO NOTHING""")
 
@@ -189,6 +203,10 @@ def _filter_values(f: RatingFilter) -> dict[str, Any]:
     return {"sentiment": f.sentiment, "reason": f.reason, "start_time": f.start_time, "origin": f.origin}
 
 
+class TurnRemoved(Exception):
+    """The rated turn was removed in chat (DeleteTurn / Clear chat): no rating may be written on it."""
+
+
 @dataclass
 class RatingStore:
     """Reads and writes of ratings over `pool` (the Ratings use case's store)."""
@@ -213,7 +231,25 @@ class RatingStore:
                   "version": etag.version if etag else None, "cas_id": etag.incarnation if etag else None,
                   **PUTS.params(owner, request_id, fingerprint)}
         sql = UPSERT_RATING if etag is None else CAS_RATING
-        return _outcome(await self.pool.fetchrow(*sql.bind(values)))
+        try:
+            return _outcome(await self.pool.fetchrow(*sql.bind(values)))
+        except asyncpg.PostgresError as e:
+            if e.sqlstate == TURN_REMOVED_SQLSTATE:
+                raise TurnRemoved() from None
+            raise
+
+    async def note_turns_removed(self, owner: str, conversation: str, ranges: list[tuple[int, int]]) -> int:
+        """Record removed turn ranges (first, last; inclusive) and delete `owner`'s ratings of them, one
+        transaction; returns the ratings deleted (0 on a repeat)."""
+        deleted = 0
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute(LOCK_REMOVAL, owner, conversation)
+            for first, last in ranges:
+                await conn.execute(INSERT_REMOVAL, owner, conversation, first, last)
+                status = await conn.execute(DELETE_REMOVED_RATINGS, owner, conversation, first, last,
+                                            RatingScope.CONVERSATION)
+                deleted += int(status.rsplit(" ", 1)[-1])
+        return deleted
 
     async def delete_rating(self, rid: str, owner: str) -> None:
         await self.pool.execute(DELETE_RATING, rid, owner)
@@ -241,4 +277,9 @@ class RatingStore:
         turns = list(target_replies)
         values = {**_NAMED, "owner": owner, "target": target, "source": source, "through": through, "turns": turns,
                   "messages": [target_replies[t] for t in turns], **COPIES.params(owner, request_id)}
-        return int((await self.pool.execute(*COPY_RATINGS.bind(values))).rsplit(" ", 1)[-1])
+        try:
+            return int((await self.pool.execute(*COPY_RATINGS.bind(values))).rsplit(" ", 1)[-1])
+        except asyncpg.PostgresError as e:
+            if e.sqlstate == TURN_REMOVED_SQLSTATE:
+                raise TurnRemoved() from None
+            raise
