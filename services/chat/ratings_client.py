@@ -49,11 +49,12 @@ class RatingsClient:
         return (await _call(self._stub.CopyRatings, req, token, timeout_s)).copied_count
 
     async def note_turns_removed(
-        self, *, conversation: str, turn_indexes: list[int] | None = None, through_turn_index: int | None = None,
-        token: str, timeout_s: float | None,
+        self, *, conversation: str, turn_indexes: list[int] | None = None, trace_ids: list[str] | None = None,
+        through_turn_index: int | None = None, token: str, timeout_s: float | None,
     ) -> int:
         """The caller's ratings deleted (0 on a repeat). Raises RatingsUnavailable, grpc.aio.AioRpcError."""
-        req = feedback_pb2.NoteTurnsRemovedRequest(conversation=conversation, turn_indexes=turn_indexes or [])
+        req = feedback_pb2.NoteTurnsRemovedRequest(conversation=conversation, turn_indexes=turn_indexes or [],
+                                                   trace_ids=trace_ids or [])
         if through_turn_index is not None:
             req.through_turn_index = through_turn_index
         return (await _call(self._stub.NoteTurnsRemoved, req, token, timeout_s)).deleted_rating_count

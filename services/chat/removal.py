@@ -2,8 +2,8 @@
 
 Steps: 1. the turns to remove (the trace's turn index; every turn ever started, for Clear chat);
 2. FeedbackService.NoteTurnsRemoved with the caller's token (the owner: the ratings are the caller's,
-scope `chat` is what DeleteTurn itself needs), which records the removal and deletes the caller's
-ratings of those turns; 3. the messages, turn records and workspace snapshots deleted (one transaction,
+scope `chat` is what DeleteTurn itself needs), which records the removal, deletes the caller's
+ratings of those turns and marks the caller's reports of them (kept, no longer counted); 3. the messages, turn records and workspace snapshots deleted (one transaction,
 `Repository.delete_turn` / `clear_messages`). If step 2 fails, nothing is deleted: UNAVAILABLE
 (FEEDBACK_UNAVAILABLE, RetryInfo) and a retry is safe (NoteTurnsRemoved is idempotent). A crash between
 2 and 3 leaves the turn shown but no longer rateable; repeating the call finishes it.
@@ -23,8 +23,8 @@ from services.common.errors import NotFound, Unavailable
 
 class RemovalPort(Protocol):
     async def note_turns_removed(
-        self, *, conversation: str, turn_indexes: list[int] | None = None, through_turn_index: int | None = None,
-        token: str, timeout_s: float | None,
+        self, *, conversation: str, turn_indexes: list[int] | None = None, trace_ids: list[str] | None = None,
+        through_turn_index: int | None = None, token: str, timeout_s: float | None,
     ) -> int: ...
 
 
@@ -51,7 +51,7 @@ class TurnRemover:
         indexes = await self._repo.turn_indexes_of(p.sub, instance_id, trace_id)
         if not indexes:
             raise NotFound(f"{conversation} turn {trace_id}")
-        await self._tell(p, conversation, remaining_s, turn_indexes=indexes)
+        await self._tell(p, conversation, remaining_s, turn_indexes=indexes, trace_ids=[trace_id])
         if await self._repo.delete_turn(p.sub, instance_id, trace_id) == 0:
             raise NotFound(f"{conversation} turn {trace_id}")  # a concurrent DeleteTurn won
 

@@ -153,6 +153,7 @@ def feedback_pb(r: Report, now: dt.datetime, retention_days: int) -> pb.Feedback
     else:
         fb.coding.session = a.coding_session
         fb.coding.timeline_seq = a.coding_seq
+    _ts(r.turn_removed_time, fb.turn_removed_time)
     snapshot_into(r.snapshot, fb.snapshot)
     if r.snapshot.component is not None:  # what the report is about: kept with its frozen state
         fb.component.scope, fb.component.artifact_id = r.snapshot.component.scope, r.snapshot.component.artifact_id
@@ -567,9 +568,10 @@ def rating_filters(conversation: str, turn: int | None, f: RatingFilter) -> dict
 NOTE_TURNS_MAX = 100
 
 
-def turns_removed(request: pb.NoteTurnsRemovedRequest) -> tuple[str, list[tuple[int, int]]]:
-    """NoteTurnsRemoved: the conversation and its removed turn ranges (first, last; inclusive):
-    one per `turn_indexes` entry (≤ NOTE_TURNS_MAX, each ≥ 0), or (0, through_turn_index)."""
+def turns_removed(request: pb.NoteTurnsRemovedRequest) -> tuple[str, list[tuple[int, int]], list[str] | None]:
+    """NoteTurnsRemoved: the conversation, its removed turn ranges (first, last; inclusive): one per
+    `turn_indexes` entry (≤ NOTE_TURNS_MAX, each ≥ 0), or (0, through_turn_index); the trace ids whose
+    reports are marked (None: every report of the conversation, with `through_turn_index`)."""
     v = Violations()
     v.check(parse_name, request.conversation, "instances/{}", "conversation")
     indexes = list(request.turn_indexes)
@@ -582,9 +584,14 @@ def turns_removed(request: pb.NoteTurnsRemovedRequest) -> tuple[str, list[tuple[
         v.add("turn_indexes", "must not be negative")
     if through is not None and through < 0:
         v.add("through_turn_index", "must not be negative")
+    if len(request.trace_ids) > NOTE_TURNS_MAX:
+        v.add("trace_ids", f"names {len(request.trace_ids)} traces; the limit is {NOTE_TURNS_MAX}")
+    else:
+        for i, t in enumerate(request.trace_ids):
+            v.check(parse_trace_id, t, f"trace_ids[{i}]")
     v.raise_any()
     ranges = [(i, i) for i in sorted(set(indexes))] if indexes else [(0, through)]
-    return request.conversation, ranges
+    return request.conversation, ranges, (None if through is not None else sorted(set(request.trace_ids)))
 
 
 def copy_ratings(request: pb.CopyRatingsRequest) -> tuple[str, str, int, uuid.UUID | None]:

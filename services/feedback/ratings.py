@@ -157,11 +157,14 @@ class Ratings:
             raise NotFound(what)
         raise domain.Stale(put.etag, cur)
 
-    async def note_turns_removed(self, p: Principal, conversation: str, ranges: list[tuple[int, int]]) -> int:
+    async def note_turns_removed(self, p: Principal, conversation: str, ranges: list[tuple[int, int]],
+                                 trace_ids: list[str] | None) -> tuple[int, int]:
         """ChatService.DeleteTurn / ClearMessages, before they delete (the caller's token: the owner):
-        record the removal and delete the caller's ratings of those turns (one transaction; the rollups
-        and the change feed follow by trigger). Idempotent; returns the ratings deleted."""
-        return await self._repo.note_turns_removed(p.sub, conversation, ranges)
+        record the removal, delete the caller's ratings of those turns and mark the caller's reports of
+        `trace_ids` (None: every report of the conversation) with turn_removed_time (kept as evidence,
+        no longer counted by the statistics); one transaction, the rollups and the change feed follow by
+        trigger. Idempotent; returns (ratings deleted, reports marked)."""
+        return await self._repo.note_turns_removed(p.sub, conversation, ranges, trace_ids)
 
     async def delete(self, p: Principal, rid: str) -> None:
         """Deleting an absent (or another owner's) rating succeeds and changes nothing."""

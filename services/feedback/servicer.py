@@ -197,9 +197,9 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     async def NoteTurnsRemoved(self, request: pb.NoteTurnsRemovedRequest,  # noqa: N802
                                context) -> pb.NoteTurnsRemovedResponse:
         """Chat removes the caller's turns (Ratings.note_turns_removed; codec.turns_removed)."""
-        conversation, ranges = codec.turns_removed(request)
-        n = await self._ratings.note_turns_removed(current_principal(), conversation, ranges)
-        return pb.NoteTurnsRemovedResponse(deleted_rating_count=n)
+        conversation, ranges, trace_ids = codec.turns_removed(request)
+        n, marked = await self._ratings.note_turns_removed(current_principal(), conversation, ranges, trace_ids)
+        return pb.NoteTurnsRemovedResponse(deleted_rating_count=n, marked_report_count=marked)
 
     # ------------------------------------------------------------ operators
     async def GetFeedbackStats(self, request: pb.GetFeedbackStatsRequest, context) -> pb.FeedbackStats:  # noqa: N802

@@ -18,7 +18,7 @@ from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info, status_details
-from tests.helpers.feedback import channel_to, expect_error, flag, new_instance, send
+from tests.helpers.feedback import channel_to, expect_error, flag, get, new_instance, send
 from tests.helpers.procs import reported_port, spawn_feedback_process, wait_serving
 from tests.stack import TEST_JWT_SECRET, Stack
 
@@ -306,6 +306,11 @@ async def aspect_counts(stack: Stack, aspect: str) -> tuple[int, int]:
     return got[0] if got else (0, 0)
 
 
+async def report_total(stack: Stack) -> int:
+    s = await stack.feedback().GetFeedbackStats(pb.GetFeedbackStatsRequest(window_days=1), metadata=stack.md("ops"))
+    return s.total_reports
+
+
 async def test_a_just_deleted_turn_cannot_be_rated_and_a_cleared_conversations_turns_neither(stack):
     """A turn rated a moment ago (its check at the chat service fresh) and then deleted (DeleteTurn) or
     cleared (Clear chat) answers NOT_FOUND naming the turn at once, on the next put: no remembered
@@ -318,10 +323,16 @@ async def test_a_just_deleted_turn_cannot_be_rated_and_a_cleared_conversations_t
     for t in (first, second):
         await put(fb, rating(inst, t.reply.turn_index, sentiment=POS), stack.md())
         await put(fb, rating(inst, t.reply.turn_index, aspect, sentiment=NEG), stack.md())
+    reports = [await flag(stack, t.reply.name) for t in (first, second)]
     assert await aspect_counts(stack, aspect) == (0, 2)
+    before = await report_total(stack)
     await chat.DeleteTurn(chat_pb2.DeleteTurnRequest(parent=inst, trace_id=first.trace_id), metadata=stack.md())
     assert {r.turn_index for r in await ratings_of(stack, inst)} == {second.reply.turn_index}
     assert await aspect_counts(stack, aspect) == (0, 1), "the deleted turn's rating is no longer counted"
+    kept = [await get(stack, r.name) for r in reports]
+    assert kept[0].HasField("turn_removed_time") and not kept[1].HasField("turn_removed_time")
+    assert kept[0].body == reports[0].body and kept[0].snapshot.target_text, "the report is kept as evidence"
+    assert await report_total(stack) == before - 1, "a report of a removed turn is not counted"
     e = await expect_error(put(fb, rating(inst, first.reply.turn_index, sentiment=NEG), stack.md()),
                            grpc.StatusCode.NOT_FOUND)
     assert f"turn {first.reply.turn_index}" in e.details() and inst in e.details()
@@ -331,6 +342,8 @@ async def test_a_just_deleted_turn_cannot_be_rated_and_a_cleared_conversations_t
     assert f"turn {second.reply.turn_index}" in e.details()
     assert await ratings_of(stack, inst) == [], "nothing listed, nothing written after the deletes"
     assert await aspect_counts(stack, aspect) == (0, 0)
+    assert (await get(stack, reports[1].name)).HasField("turn_removed_time")
+    assert await report_total(stack) == before - 2
     third = await send(stack, inst, "q3")  # a turn after Clear chat has a new index: it can be rated
     assert third.reply.turn_index > second.reply.turn_index
     await put(fb, rating(inst, third.reply.turn_index, sentiment=POS), stack.md())
@@ -352,6 +365,11 @@ async def test_a_rating_the_chat_check_let_through_cannot_land_on_a_turn_removed
                            grpc.StatusCode.NOT_FOUND)
     assert f"{inst} turn {t.reply.turn_index}" in e.details() and error_info(e).reason == "TURN_REMOVED"
     assert await ratings_of(stack, inst) == []
+    for bad, field in ((pb.NoteTurnsRemovedRequest(conversation=inst), "turn_indexes"),
+                       (pb.NoteTurnsRemovedRequest(conversation=inst, turn_indexes=[0], trace_ids=["x"]), "trace_ids[0]"),
+                       (pb.NoteTurnsRemovedRequest(conversation="x", through_turn_index=0), "conversation")):
+        e = await expect_error(fb.NoteTurnsRemoved(bad, metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+        assert error_info(e).metadata["field"] == field
 
 
 async def test_delete_turn_with_the_feedback_service_down_is_unavailable_and_deletes_nothing(stack, tmp_path):

@@ -171,6 +171,8 @@ class Report:
     turn_time: dt.datetime | None = None
     # AGENT reports: the trace id of the turn in which the owner spoke the complaint (issue 13).
     context_trace_id: str = ""
+    # When the reported turn was removed in chat (NoteTurnsRemoved); None while it exists.
+    turn_removed_time: dt.datetime | None = None
     # The live review claim, when the read asked for it (Claims.attach); None when free or expired.
     claim: Claim | None = None
 

@@ -110,6 +110,11 @@ INSERT INTO removed_turns (owner, conversation, first_turn_index, last_turn_inde
 VALUES ($1, $2, $3, $4, now()) ON CONFLICT DO NOTHING"""
 DELETE_REMOVED_RATINGS = """
 DELETE FROM ratings WHERE owner = $1 AND conversation = $2 AND turn_index BETWEEN $3 AND $4 AND scope <> $5"""
+# The owner's reports of the removed turns are kept and marked (migration 0066): those of `$4` trace
+# ids, or every report of the conversation when $3 (Clear chat).
+MARK_REMOVED_REPORTS = """
+UPDATE feedback SET turn_removed_time = now()
+WHERE owner = $1 AND instance = $2 AND turn_removed_time IS NULL AND ($3 OR trace_id = ANY($4::text[]))"""
 # SQLSTATE of the ratings trigger refusing a rating on a removed turn (migration 0065).
 TURN_REMOVED_SQLSTATE = "AF001"
 
@@ -176,7 +181,7 @@ _REPORT_COUNTS = """WITH c AS (
     WHERE hour >= date_trunc('hour', $1::timestamptz - interval '1 microsecond', 'UTC') + interval '1 hour'
     UNION ALL
     SELECT create_time, category, 1 FROM feedback
-    WHERE create_time >= $1 AND create_time < date_trunc('hour', $1::timestamptz - interval '1 microsecond', 'UTC') + interval '1 hour')"""
+    WHERE turn_removed_time IS NULL AND create_time >= $1 AND create_time < date_trunc('hour', $1::timestamptz - interval '1 microsecond', 'UTC') + interval '1 hour')"""
 # Per (category, UTC day): the reports created since $1 (the categories' totals are their sums).
 REPORT_DAYS = f"""{_REPORT_COUNTS}
 SELECT category, (t AT TIME ZONE 'UTC')::date AS day, sum(n)::bigint AS count FROM c GROUP BY 1, 2 HAVING sum(n) > 0
@@ -238,9 +243,11 @@ class RatingStore:
                 raise TurnRemoved() from None
             raise
 
-    async def note_turns_removed(self, owner: str, conversation: str, ranges: list[tuple[int, int]]) -> int:
-        """Record removed turn ranges (first, last; inclusive) and delete `owner`'s ratings of them, one
-        transaction; returns the ratings deleted (0 on a repeat)."""
+    async def note_turns_removed(self, owner: str, conversation: str, ranges: list[tuple[int, int]],
+                                 trace_ids: list[str] | None) -> tuple[int, int]:
+        """Record removed turn ranges (first, last; inclusive), delete `owner`'s ratings of them and mark
+        `owner`'s reports of `trace_ids` (None: of the whole conversation), one transaction; returns
+        (ratings deleted, reports marked), (0, 0) on a repeat."""
         deleted = 0
         async with self.pool.acquire() as conn, conn.transaction():
             await conn.execute(LOCK_REMOVAL, owner, conversation)
@@ -249,7 +256,8 @@ class RatingStore:
                 status = await conn.execute(DELETE_REMOVED_RATINGS, owner, conversation, first, last,
                                             RatingScope.CONVERSATION)
                 deleted += int(status.rsplit(" ", 1)[-1])
-        return deleted
+            status = await conn.execute(MARK_REMOVED_REPORTS, owner, conversation, trace_ids is None, trace_ids or [])
+        return deleted, int(status.rsplit(" ", 1)[-1])
 
     async def delete_rating(self, rid: str, owner: str) -> None:
         await self.pool.execute(DELETE_RATING, rid, owner)

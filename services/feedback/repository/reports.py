@@ -29,7 +29,7 @@ from services.feedback.repository.claims import NOT_CLAIMED_BY_OTHERS, live_clai
 FEEDBACK_COLUMNS = """id, owner, request_id, target_kind, message, coding_session, coding_seq, instance, trace_id,
     surface, author, body, sentiment, category, snapshot, snapshot_source, turn_time, trace_state, trace_snapshot,
     capture_attempts, capture_span_count, next_capture_at, capture_time, status, issue_url, filing_until, version,
-    create_time, update_time, context_trace_id"""
+    create_time, update_time, context_trace_id, turn_removed_time"""
 
 GET_BY_REQUEST_ID = f"""SELECT {FEEDBACK_COLUMNS}, request_fingerprint, created_event_time FROM feedback
 WHERE owner = $1 AND request_id = $2"""

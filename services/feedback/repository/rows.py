@@ -140,6 +140,7 @@ def report(r: Mapping[str, Any]) -> Report:
         ),
         status=Status(r["status"]), issue_url=r["issue_url"], version=r["version"], create_time=r["create_time"],
         update_time=r["update_time"], turn_time=r["turn_time"], context_trace_id=r["context_trace_id"],
+        turn_removed_time=r["turn_removed_time"],
     )
 
 
