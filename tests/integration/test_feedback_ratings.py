@@ -8,6 +8,7 @@ import asyncio
 import socket
 import uuid
 
+import asyncpg
 import grpc
 import pytest
 from google.protobuf import field_mask_pb2
@@ -370,6 +371,54 @@ async def test_a_rating_the_chat_check_let_through_cannot_land_on_a_turn_removed
                        (pb.NoteTurnsRemovedRequest(conversation="x", through_turn_index=0), "conversation")):
         e = await expect_error(fb.NoteTurnsRemoved(bad, metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
         assert error_info(e).metadata["field"] == field
+
+
+async def test_puts_racing_the_removal_of_their_turn_never_outlive_it(stack):
+    """Puts whose chat check passed race NoteTurnsRemoved: each either landed before the removal (and
+    was deleted by it) or is NOT_FOUND; none is left on the removed turn."""
+    inst = await new_instance(stack)
+    t = await send(stack, inst, "q")
+    fb = stack.feedback()
+    req = pb.NoteTurnsRemovedRequest(conversation=inst, turn_indexes=[t.reply.turn_index])
+
+    async def one(i: int):
+        try:
+            await put(fb, rating(inst, t.reply.turn_index, f"race_{i}", sentiment=POS), stack.md())
+        except grpc.aio.AioRpcError as e:
+            assert e.code() == grpc.StatusCode.NOT_FOUND, e.details()
+
+    await asyncio.gather(*(one(i) for i in range(12)), fb.NoteTurnsRemoved(req, metadata=stack.md()),
+                         *(one(i) for i in range(12, 24)))
+    assert await ratings_of(stack, inst) == []
+
+
+async def test_a_rating_write_in_flight_when_its_turn_is_removed_is_deleted_with_it(stack):
+    """The exact race: a rating insert already past its check (uncommitted, as a PutRating statement in
+    flight) when NoteTurnsRemoved arrives. The removal waits for it (the conversation's advisory lock)
+    and then deletes it: the rating never outlives the removal."""
+    inst = await new_instance(stack)
+    t = await send(stack, inst, "q")
+    conn = await asyncpg.connect(stack.database_url, server_settings={"search_path": "feedback"})
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute(
+            "INSERT INTO ratings (id, conversation, turn_index, owner, scope, aspect, artifact_id, sentiment, category,"
+            " note, origin, message, version, create_time, update_time, reasons, choice) VALUES ('inflight_' ||"
+            " md5(random()::text), $1, $2, 'alice', 1, 'in_flight', '', 1, 0, '', 1, '', 1, now(), now(), '{}', '')",
+            inst, t.reply.turn_index)
+        req = pb.NoteTurnsRemovedRequest(conversation=inst, turn_indexes=[t.reply.turn_index])
+        removal = asyncio.ensure_future(stack.feedback().NoteTurnsRemoved(req, metadata=stack.md()))
+        deadline = asyncio.get_running_loop().time() + 10
+        while not removal.done() and not await conn.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"):
+            assert asyncio.get_running_loop().time() < deadline, "the removal neither waited nor finished"
+            await asyncio.sleep(0.02)
+        await tx.commit()
+        assert (await removal).deleted_rating_count == 1, "the in-flight rating is deleted by the removal"
+    finally:
+        await conn.close()
+    assert await ratings_of(stack, inst) == []
 
 
 async def test_delete_turn_with_the_feedback_service_down_is_unavailable_and_deletes_nothing(stack, tmp_path):
