@@ -367,7 +367,7 @@ async function branch(state: ChatState, m: Message, status: HTMLElement): Promis
 async function deleteTurn(state: ChatState, log: HTMLElement, m: Message, status: HTMLElement): Promise<void> {
   if (status.dataset.confirm !== m.traceId) {
     status.dataset.confirm = m.traceId;
-    mount(status, "Delete both messages of this turn? Feedback already given is kept. ",
+    mount(status, "Delete both messages of this turn? Your ratings of it are deleted too; your reports of it are kept (marked as of a deleted turn). ",
       h("button", { type: "button", class: "danger confirm-delete", onclick: () => void deleteTurn(state, log, m, status) }, "Delete turn"));
     return;
   }
