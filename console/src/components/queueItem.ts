@@ -12,7 +12,7 @@ import { Role, type Message } from "../gen/agentfeedback/chat/v1/chat_pb";
 import { Author, RatingOrigin, RatingSentiment, type Feedback, type Rating } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { agentName, aspectLabel, turnLabel } from "../names";
 import { categoryLabel, labelOf } from "../taxonomy";
-import { clamped, frozenToolCalls, voiceProvenance } from "./evidence";
+import { clamped, frozenToolCalls, traceUiLink, voiceProvenance } from "./evidence";
 import { statusName } from "../names";
 import { waterfall } from "../pages/trace";
 
@@ -133,7 +133,7 @@ export function queueItemView(fb: Feedback): HTMLElement {
       h("section", { class: "qi-panel" }, h("h3", {}, "Conversation around the turn"), conv),
       h("section", { class: "qi-panel" }, h("h3", {}, "Evidence (frozen with the report)"),
         voiceProvenance(fb), tools ?? h("p", { class: "muted" }, "No tool calls were frozen.")),
-      h("section", { class: "qi-panel" }, h("h3", {}, "Trace"), tr),
+      h("section", { class: "qi-panel" }, h("h3", {}, "Trace"), traceUiLink(fb), tr),
       h("section", { class: "qi-panel" }, h("h3", {}, `Judgements on ${turn !== null ? turnLabel(turn).toLowerCase() : "the turn"}`), judged)));
 }
 
