@@ -6,7 +6,7 @@ gRPC, each screen compared with the API's own answer:
 - the dashboard's feeds as tables: the negative signals paged with the API's page tokens (the rows of
   both pages are the API's items), the recent feed's category filter applied by the server, the reports
   table, a row expanding to the whole report;
-- `Feedback.trace_url` (the configured trace-view template) as "Open trace" on the Feedback table's row,
+- `Feedback.trace_url` (the configured trace-view template) as "Open trace" on the Feedback table's row, in the review queue's item view,
   in its expanded report and in the dashboard's report, opening a new tab without an opener;
 - chart values on hover: today's negative count in the trend's legend (issue 28 "tooltips with values").
 Screenshots: test-artifacts/<engine>-<width>-tables-*.png.
@@ -134,6 +134,10 @@ def tables_flow(b, engine: str, width: int, site: str, gateway_url: str, token: 
     fb_detail = f"tr.dt-detail[data-key='{want['report']}']"
     assert b.js(f"{one(fb_detail + ' a.trace-ui-link')}.href") == want["trace_url"]
     b.shot(f"{name}-tables-feedback")
+    # The review queue's view of the report: the same link beside the live trace.
+    b.goto(f"{site}/#/queue?kind=reports")
+    b.wait(f".queue-item[data-name='{want['report']}'] .qi-panel a.trace-ui-link")
+    assert b.js(f"{one('.queue-item .qi-panel a.trace-ui-link')}.href") == want["trace_url"]
 
     # The dashboard. Today's values on hover: the trend's legend shows today's negative count.
     b.goto(f"{site}/#/stats")
