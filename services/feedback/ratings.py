@@ -76,7 +76,7 @@ class Ratings:
         self.on_evaluated: Callable[[Rating, str], None] | None = None
         self._repo = repo
         self._chat = chat
-        # (sub, scopes, conversation) → ('', ''): positive conversation checks, briefly kept.
+        # (sub, scopes, conversation, turn or None) → (rated message name, trace id): positive checks, briefly kept.
         self._checked = TtlCache(check_cache_s)
 
     async def _rated_message(self, p: Principal, key: RatingKey) -> tuple[str, str]:
@@ -85,19 +85,21 @@ class Ratings:
         conversation to be the caller's. NOT_FOUND otherwise; UNAVAILABLE when chat is down.
         Returns (the rated message's name, its turn's trace id); ('', '') for the other scopes.
 
-        Only the conversation's ownership (the scopes that name no turn and no artifact) is remembered,
-        for `rating_check_cache_s` seconds per (caller, the token's scopes, conversation): a conversation
-        is never deleted, and a token the chat service would refuse (no `chat` scope) never rides on
-        another token's answer. A turn or an artifact is asked about every time: DeleteTurn and Clear
-        chat remove them, and a remembered answer could not be taken back on every replica
-        (docs/architecture.md "The life of a rating"), so a just-deleted turn is NOT_FOUND at once.
-        Negative answers are never cached. An ARTIFACT rating's `artifact_id` other than `0` (the live document) must name
+        A positive answer about a conversation or a turn is remembered for `rating_check_cache_s`
+        seconds per (caller, the token's scopes, conversation, turn), so a burst of clicks on one turn
+        asks the chat service once, and a token the chat service would refuse (no `chat` scope) never
+        rides on another token's answer. A remembered turn that DeleteTurn or Clear chat removes since
+        is still refused at once: chat tells this service before deleting (NoteTurnsRemoved) and the
+        rating's own INSERT is refused on a removed turn (TurnRemoved → NOT_FOUND naming the turn), on
+        every replica (docs/architecture.md "The life of a rating"). An artifact is asked about every
+        time (removing a turn removes artifact versions, which no trigger covers). Negative answers are
+        never cached. An ARTIFACT rating's `artifact_id` other than `0` (the live document) must name
         an artifact of the conversation (ChatService.GetArtifact): INVALID_ARGUMENT naming
         `rating.artifact_id` (reason UNKNOWN_ARTIFACT) otherwise."""
         message_scope = key.scope == RatingScope.MESSAGE
         artifact = artifact_number(key) if key.scope == RatingScope.ARTIFACT else 0
-        cacheable = not message_scope and not artifact
-        cache_key = (p.sub, p.scopes, key.conversation)
+        cacheable = not artifact
+        cache_key = (p.sub, p.scopes, key.conversation, key.turn_index if message_scope else None)
         hit = self._checked.get(cache_key) if cacheable else None
         if hit is not None:
             return hit
