@@ -19,7 +19,6 @@ from pathlib import Path
 
 import jwt
 
-from services.common import pages
 from services.common.errors import PermissionDenied, Unauthenticated
 from services.common.settings import CommonSettings
 
@@ -119,7 +118,7 @@ def dev_secret(settings: CommonSettings) -> str:
 
 
 def page_token_key(settings: CommonSettings) -> bytes:
-    """The page-token HMAC key (services.common.pages): `AGENTFEEDBACK_PAGE_TOKEN_KEY` when set (needed
+    """The page-token HMAC key (services.common.pages, 32 bytes): `AGENTFEEDBACK_PAGE_TOKEN_KEY` when set (needed
     when replicas verify RS256/JWKS tokens and so share no HS256 secret), else derived from the HS256
     secret (`dev_secret`), which every replica of an HS256 deployment already shares; with RS256 and no
     key, a random key of this process (logged as a warning)."""
@@ -163,8 +162,9 @@ class Authenticator:
         else:
             self._key = dev_secret(settings)
             self._algs = ["HS256"]
-        # Every server builds its Authenticator at start-up: the one place page tokens get their key.
-        pages.set_key(page_token_key(settings))
+        # The key this deployment's page tokens are signed with (`server.ServiceInterceptor` hands it to
+        # services.common.pages when the server is built: auth itself never imports pages).
+        self.page_token_key = page_token_key(settings)
 
     def authenticate(self, authorization: str | None) -> Principal:
         """Principal for an `authorization` header value; Unauthenticated when absent or invalid."""

@@ -22,7 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from services.common import deadlines
+from services.common import deadlines, pages
 from services.common.auth import Authenticator, reset_current_principal, set_current_principal
 from services.common.depfail import conflict_error, dependency_error
 from services.common.errors import DomainError, InvalidArgument, Unimplemented, internal_status, to_status
@@ -141,6 +141,8 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     ):
         self._metrics = metrics
         self._auth = authenticator
+        if authenticator is not None:  # every server is built with one: the place page tokens get their key
+            pages.set_key(authenticator.page_token_key)
         self._scopes = method_scopes
         self._tracer = tracer
         self._public = tuple(ALWAYS_PUBLIC_PREFIXES) + tuple(public_prefixes)
