@@ -67,6 +67,27 @@ ROWS: list[tuple[list[str], str, str, str]] = [
     (["grpcweb_overhead_p50_ms"], "ms", "", "gRPC-web through Envoy vs native gRPC to the service"),
     (["quota_quiet_p99_ms", "quota_flood_other_p99_ms"], "ms", "{quota_flood_p99_ratio}× quiet",
      "another owner's write p99 without / during one owner's flood (per-owner write quota on)"),
+    (["feed_latency_1_subscriber_p50_ms", "feed_latency_1_subscriber_p99_ms",
+      "feed_latency_100_subscribers_p50_ms", "feed_latency_100_subscribers_p99_ms"], "ms", "",
+     "change feed end to end: a rating's commit to its WatchFeedback event, 1 subscriber / 100 subscribers "
+     "(p50 / p99)"),
+    (["rating_put_outbox_ratio"], "×", "with the outbox {rating_put_with_outbox_per_s} puts/s, without "
+     "{rating_put_without_outbox_per_s} puts/s", "PutRating with the change feed's outbox triggers on ÷ off, "
+     "alternated in the same run (issue 24's target ≥ 0.95)"),
+    (["span_store_pg_ingest_spans_per_s", "span_store_ch_ingest_spans_per_s"], "spans/s",
+     "ClickHouse ÷ PostgreSQL {span_store_ch_vs_pg_ingest}×",
+     "span store ingest, PostgreSQL / ClickHouse (chdb in-process standing in for a server), the same "
+     "OTLP/gRPC Exports of 1000 spans, 4 clients (issue 26's target ≥ 2×)"),
+    (["span_store_pg_bytes_per_span", "span_store_ch_bytes_per_span"], "bytes",
+     "ClickHouse ÷ PostgreSQL {span_store_ch_vs_pg_bytes}×",
+     "bytes per span on disk with indexes, PostgreSQL / ClickHouse (target ≤ 0.3×)"),
+    (["span_store_pg_get_trace_p99_ms", "span_store_ch_get_trace_p99_ms"], "ms",
+     "p50 {span_store_pg_get_trace_p50_ms} / {span_store_ch_get_trace_p50_ms} ms",
+     "GetTrace p99 over {span_store_pg_spans} spans in 14 days, PostgreSQL / ClickHouse (target ≤ 10 ms)"),
+    (["span_store_pg_search_14d_rare_p50_ms", "span_store_ch_search_14d_rare_p50_ms",
+      "span_store_pg_search_1d_common_p50_ms", "span_store_ch_search_1d_common_p50_ms"], "ms", "",
+     "SearchTraces first page: a rare attribute over 14 days (PostgreSQL / ClickHouse), a common one over "
+     "1 day (PostgreSQL / ClickHouse), p50 (target ≤ 50 ms)"),
 ]
 
 
