@@ -11,8 +11,14 @@ the feedback service. Pure: no I/O (the outbox that keeps them is `evaluation_ou
   the evaluated span), or, on a carrier span with a link, the first link's (how our own emitter and
   other out-of-trace evaluators attach it). The convention names no evaluator kind or identifier: the
   author kind is LLM (an evaluator pipeline) unless the span's OpenInference annotation says otherwise,
-  the identifier the producer's `service.name`. (The spec models events as log records too; this
-  collector receives traces only, so a log-record event is not read: docs/architecture.md.)
+  the identifier the producer's `service.name`.
+- The same event as a log record (`extract_logs`, the OTLP logs receiver `logs.py`): semantic-conventions
+  `docs/general/events.md`: "Events are implemented as a specific type of LogRecord"; "An event MUST
+  have an event name" (OTLP `LogRecord.event_name`, opentelemetry-proto `logs/v1/logs.proto`: "Presence
+  of event_name on the log record identifies this record as an event"; older SDKs set the now
+  deprecated attribute `event.name` instead: read when `event_name` is empty). The rated trace is the
+  record's `trace_id` (the event "parented to" the evaluated span = emitted in its context); the same
+  attributes, author kind (LLM) and identifier as the span event, mapped by the one `gen_ai_event`.
 - OpenInference annotations (Arize-ai/openinference `spec/annotations.md`): flattened
   `annotations.{i}.annotation.{name,label,score,explanation,annotator_kind,identifier}` (zero-based,
   contiguous) on a carrier span with one span link to the rated span: the rated trace is the link's (no
@@ -32,11 +38,18 @@ import math
 from agentfeedback.feedback.v1 import feedback_pb2 as fpb
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from dataclasses import dataclass, field
+
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
+
 from services.tracecollector.ingest import EVALUATION_EVENT, attributes_dict
 
 _NAME, _LABEL, _VALUE = "gen_ai.evaluation.name", "gen_ai.evaluation.score.label", "gen_ai.evaluation.score.value"
 _EXPLANATION, _RESPONSE_ID = "gen_ai.evaluation.explanation", "gen_ai.response.id"
 _ANNOTATION = "annotations.{}.annotation."
+# The attribute older SDKs name an event with (semantic-conventions registry: `event.name` deprecated,
+# "MUST now be set as the value of the EventName field on the LogRecord").
+EVENT_NAME_ATTRIBUTE = "event.name"
 _KINDS = {"HUMAN": fpb.AUTHOR_KIND_HUMAN, "LLM": fpb.AUTHOR_KIND_LLM, "CODE": fpb.AUTHOR_KIND_CODE}
 # Bounds of what is read from one Export (the feedback service checks the shapes; this bounds memory).
 MAX_PER_REQUEST = 10_000
@@ -69,6 +82,13 @@ def _annotations(attrs: dict[str, object]) -> list[dict[str, object]]:
     return out
 
 
+def _resource(attributes, own_namespace: str) -> tuple[bool, str]:
+    """(whether the resource is our own — skipped —, its `service.name` as the source)."""
+    res = attributes_dict(attributes)
+    return (bool(own_namespace) and res.get("service.namespace") == own_namespace,
+            _text(res.get("service.name"))[:256])
+
+
 def key(e: fpb.Evaluation) -> str:
     """The outbox key: a digest of (scope MESSAGE, target trace, name, identifier), the feedback
     service's idempotency key, so a repeat replaces the pending one."""
@@ -87,9 +107,7 @@ def extract(request: trace_service_pb2.ExportTraceServiceRequest, marked: list[t
             break
         rs = request.resource_spans[ri]
         if ri not in resources:
-            res = attributes_dict(rs.resource.attributes)
-            resources[ri] = (bool(own_namespace) and res.get("service.namespace") == own_namespace,
-                             _text(res.get("service.name"))[:256])
+            resources[ri] = _resource(rs.resource.attributes, own_namespace)
         own_resource, source = resources[ri]
         if own_resource:
             continue
@@ -124,14 +142,109 @@ def _of_span(sp, trace_id: str, source: str) -> list[fpb.Evaluation]:
         if ev.name != EVALUATION_EVENT:
             continue
         ea = attributes_dict(ev.attributes)
-        name = _text(ea.get(_NAME))
-        if not name or name in annotated:
+        if _text(ea.get(_NAME)) in annotated:
             continue
-        e = fpb.Evaluation(trace_id=trace_id, name=name, label=_text(ea.get(_LABEL)),
-                           explanation=_text(ea.get(_EXPLANATION)), response_id=_text(ea.get(_RESPONSE_ID)),
-                           author_kind=kind_of_span, identifier=source or "unknown", source=source,
-                           convention=fpb.EVALUATION_CONVENTION_GEN_AI_EVENT)
-        if (s := _score(ea.get(_VALUE))) is not None:
-            e.score = s
-        out.append(e)
+        if (e := gen_ai_event(ea, trace_id, source, kind_of_span)) is not None:
+            out.append(e)
+    return out
+
+
+def gen_ai_event(attrs: dict[str, object], trace_id: str, source: str,
+                 author_kind: int = fpb.AUTHOR_KIND_LLM) -> fpb.Evaluation | None:
+    """The evaluation of one `gen_ai.evaluation.result` event's attributes (span event or log record:
+    the one mapping), naming `trace_id` (32 hex); None without `gen_ai.evaluation.name`."""
+    name = _text(attrs.get(_NAME))
+    if not name:
+        return None
+    e = fpb.Evaluation(trace_id=trace_id, name=name, label=_text(attrs.get(_LABEL)),
+                       explanation=_text(attrs.get(_EXPLANATION)), response_id=_text(attrs.get(_RESPONSE_ID)),
+                       author_kind=author_kind, identifier=source or "unknown", source=source,
+                       convention=fpb.EVALUATION_CONVENTION_GEN_AI_EVENT)
+    if (s := _score(attrs.get(_VALUE))) is not None:
+        e.score = s
+    return e
+
+
+# --- log records ---------------------------------------------------------------------------------
+
+_LOG_REASONS = {
+    "trace_id": "trace_id is not 16 non-zero bytes (emit the event in the evaluated span's context)",
+    "name": "gen_ai.evaluation.name is missing",
+    "score": "neither gen_ai.evaluation.score.value nor gen_ai.evaluation.score.label is set",
+    "too_many": f"more than {MAX_PER_REQUEST} evaluation events in one request",
+}
+
+
+@dataclass
+class LogEvaluations:
+    """What the log records of one Export hold: `found` (last per key), how many records are evaluation
+    events (`events`, our own included), how many of them were `rejected` and why."""
+
+    found: list[fpb.Evaluation] = field(default_factory=list)
+    events: int = 0
+    rejected: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    first_bad: str = ""
+
+    def reject(self, reason: str, where: str) -> None:
+        self.rejected += 1
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        if not self.first_bad:
+            self.first_bad = where
+
+    @property
+    def error_message(self) -> str:
+        """English, for `partial_success.error_message` ("" when nothing was rejected)."""
+        if not self.rejected:
+            return ""
+        parts = "; ".join(f"{n} {_LOG_REASONS[r]}" for r, n in self.counts.items())
+        return f"rejected {self.rejected} gen_ai.evaluation.result log record(s): {parts} (first: {self.first_bad})"
+
+
+def is_evaluation_record(lr) -> bool:
+    """The log record is a `gen_ai.evaluation.result` event (`event_name`, else attribute `event.name`)."""
+    if lr.event_name:
+        return lr.event_name == EVALUATION_EVENT
+    return any(kv.key == EVENT_NAME_ATTRIBUTE and kv.value.string_value == EVALUATION_EVENT for kv in lr.attributes)
+
+
+def count_log_records(request: logs_service_pb2.ExportLogsServiceRequest) -> int:
+    return sum(len(sl.log_records) for rl in request.resource_logs for sl in rl.scope_logs)
+
+
+def extract_logs(request: logs_service_pb2.ExportLogsServiceRequest, own_namespace: str) -> LogEvaluations:
+    """The evaluations of `request`'s `gen_ai.evaluation.result` log records (module docstring); other
+    records are not looked at further. An event without a valid trace id, a name, or a label or score
+    is rejected (the feedback service could never anchor or keep it), as is any past MAX_PER_REQUEST;
+    our own resources' are skipped (neither kept nor rejected)."""
+    out = LogEvaluations()
+    found: dict[str, fpb.Evaluation] = {}
+    for ri, rl in enumerate(request.resource_logs):
+        resource = None
+        for si, sl in enumerate(rl.scope_logs):
+            for li, lr in enumerate(sl.log_records):
+                if not is_evaluation_record(lr):
+                    continue
+                out.events += 1
+                if resource is None:
+                    resource = _resource(rl.resource.attributes, own_namespace)
+                own, source = resource
+                if own:
+                    continue
+                where = f"resource_logs[{ri}].scope_logs[{si}].log_records[{li}]"
+                if len(found) >= MAX_PER_REQUEST:
+                    out.reject("too_many", where)
+                    continue
+                tid = lr.trace_id
+                if len(tid) != 16 or tid == bytes(16):
+                    out.reject("trace_id", where)
+                    continue
+                e = gen_ai_event(attributes_dict(lr.attributes), tid.hex(), source)
+                if e is None:
+                    out.reject("name", where)
+                elif not e.label and not e.HasField("score"):
+                    out.reject("score", where)
+                else:
+                    found[key(e)] = e
+    out.found = list(found.values())
     return out

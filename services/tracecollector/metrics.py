@@ -3,6 +3,9 @@
 - `otelcol_receiver_accepted_spans` / `otelcol_receiver_refused_spans` (counters, labels `receiver`
   = `otlp`, `transport` = `grpc` | `http`): spans stored (acknowledged after commit) / not stored
   (rejected as invalid, refused over capacity, or the database failed);
+- `otelcol_receiver_accepted_log_records` / `otelcol_receiver_refused_log_records` (same labels): log
+  records answered OK (an evaluation event kept, any other record not stored: logs.py) / refused (an
+  evaluation event rejected, or the Export failed);
 - `otelcol_exporter_queue_size` / `otelcol_exporter_queue_capacity` (gauges, label `exporter`):
   `postgresql` (or `clickhouse`, the span store in use) = the span write queue, in spans; `otlp_forward` = the forwarder's queue, in requests;
 - `otelcol_exporter_sent_spans` / `otelcol_exporter_send_failed_spans` (counters, label `exporter`):
@@ -20,6 +23,7 @@ from typing import Any
 
 from opentelemetry.metrics import Meter, Observation
 
+from services.tracecollector.evaluations import count_log_records
 from services.tracecollector.ingest import ExportResult, Ingestor, count_spans
 
 
@@ -30,6 +34,12 @@ class CollectorMetrics:
                                              description="Spans stored and acknowledged.")
         self.refused = meter.create_counter("otelcol_receiver_refused_spans", unit="{span}",
                                             description="Spans not stored (invalid, over capacity, database down).")
+        self.accepted_logs = meter.create_counter(
+            "otelcol_receiver_accepted_log_records", unit="{record}",
+            description="Log records answered OK (evaluation events kept; others not stored).")
+        self.refused_logs = meter.create_counter(
+            "otelcol_receiver_refused_log_records", unit="{record}",
+            description="Log records refused (evaluation events rejected, or not stored).")
         self.sent = meter.create_counter("otelcol_exporter_sent_spans", unit="{span}",
                                          description="Spans written to the exporter's destination.")
         self.failed = meter.create_counter("otelcol_exporter_send_failed_spans", unit="{span}",
@@ -79,7 +89,13 @@ class CollectorMetrics:
 
     def receiver(self, ingestor: Ingestor, transport: str) -> Ingestor:
         """`ingestor` whose `export` counts accepted / refused spans for `transport` (grpc | http)."""
-        return _CountingIngestor(ingestor, self, {"receiver": "otlp", "transport": transport})
+        return _CountingIngestor(ingestor, self.accepted, self.refused, count_spans,
+                                 {"receiver": "otlp", "transport": transport})
+
+    def logs_receiver(self, ingestor, transport: str):
+        """The logs ingestor (logs.LogsIngestor) whose `export` counts accepted / refused log records."""
+        return _CountingIngestor(ingestor, self.accepted_logs, self.refused_logs, count_log_records,
+                                 {"receiver": "otlp", "transport": transport})
 
     def evaluation_outcome(self, outcome: str, n: int) -> None:
         """`n` evaluations of one delivery pass had `outcome` (services/tracecollector/evaluation_delivery.py)."""
@@ -96,17 +112,17 @@ class CollectorMetrics:
 
 
 class _CountingIngestor:
-    def __init__(self, inner: Ingestor, metrics: CollectorMetrics, attrs: dict[str, str]):
-        self._inner, self._m, self._attrs = inner, metrics, attrs
+    def __init__(self, inner, accepted, refused, count: Callable[[Any], int], attrs: dict[str, str]):
+        self._inner, self._accepted, self._refused, self._count, self._attrs = inner, accepted, refused, count, attrs
 
     async def export(self, request) -> ExportResult:
         try:
             result = await self._inner.export(request)
         except Exception:
-            self._m.refused.add(count_spans(request), self._attrs)
+            self._refused.add(self._count(request), self._attrs)
             raise
         if result.accepted:
-            self._m.accepted.add(result.accepted, self._attrs)
+            self._accepted.add(result.accepted, self._attrs)
         if result.rejected:
-            self._m.refused.add(result.rejected, self._attrs)
+            self._refused.add(result.rejected, self._attrs)
         return result

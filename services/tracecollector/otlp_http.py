@@ -1,8 +1,9 @@
-"""OTLP/HTTP receiver: `POST /v1/traces` (default port 4318), aiohttp.
+"""OTLP/HTTP receivers: `POST /v1/traces` and `POST /v1/logs` (default port 4318), aiohttp. Logs: only the
+`gen_ai.evaluation.result` events are kept (logs.py); every other record is answered 200, not stored.
 
 Per the OTLP specification (opentelemetry-proto `docs/specification.md`, "OTLP/HTTP"):
-- Bodies: `application/x-protobuf` (binary ExportTraceServiceRequest) or `application/json`
-  (OTLP/JSON: lowerCamelCase keys, trace/span ids as case-insensitive hex, enums as integers,
+- Bodies: `application/x-protobuf` (binary ExportTraceServiceRequest / ExportLogsServiceRequest) or
+  `application/json` (OTLP/JSON: lowerCamelCase keys, trace/span ids as case-insensitive hex, enums as integers,
   64-bit integers as strings or numbers, unknown fields ignored). The response uses the request's
   Content-Type. Other types → 415.
 - `Content-Encoding: gzip` (or deflate) is decompressed (aiohttp); the body limit (default 20 MiB)
@@ -11,7 +12,8 @@ Per the OTLP specification (opentelemetry-proto `docs/specification.md`, "OTLP/H
 - Another path → 404, another method on it → 405 (Allow: POST), each with a google.rpc.Status; a
   request refused before a handler ran (broken encoding, malformed request) is one incident in the
   log, not a traceback per request (README "Logs").
-- 200 + ExportTraceServiceResponse (with `partial_success` when spans were rejected);
+- 200 + ExportTraceServiceResponse (with `partial_success` when spans were rejected) or
+  ExportLogsServiceResponse (`rejected_log_records`: evaluation events that can never become ratings);
   400 + google.rpc.Status when the body cannot be decoded; 503 + `Retry-After` (seconds) when the
   write queue is full or storage failed (retryable). Error bodies are google.rpc.Status in the
   request's encoding.
@@ -29,19 +31,22 @@ from aiohttp.web_protocol import RequestPayloadError
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from google.rpc import code_pb2, status_pb2
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from services.common.clip import clip
 from services.common.errors import http_status, to_status
 from services.common.incidents import INCIDENTS
 from services.tracecollector.ingest import Ingestor
+from services.tracecollector.logs import LogsIngestor
 from services.tracecollector.writer import Overloaded
 from services.common.depfail import is_database_down
-from services.tracecollector.otlp_grpc import export_response, failure
+from services.tracecollector.otlp_grpc import export_response, failure, logs_response
 
 log = logging.getLogger(__name__)
 
 PATH = "/v1/traces"
+LOGS_PATH = "/v1/logs"
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
@@ -94,8 +99,7 @@ def _objects(parent: dict, *keys: str) -> list[dict]:
     return []
 
 
-def parse_json_request(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
-    """An OTLP/JSON body as ExportTraceServiceRequest; ValueError when it is not OTLP/JSON."""
+def _json_document(body: bytes, message: str) -> dict:
     try:
         doc = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -103,7 +107,22 @@ def parse_json_request(body: bytes) -> trace_service_pb2.ExportTraceServiceReque
     except RecursionError:
         raise ValueError("body is not OTLP/JSON: nested too deeply") from None
     if not isinstance(doc, dict):
-        raise ValueError("body must be a JSON object (ExportTraceServiceRequest)")  # noqa: TRY004 - bad data → 400
+        raise ValueError(f"body must be a JSON object ({message})")  # noqa: TRY004 - bad data → 400
+    return doc
+
+
+def _parse_dict(doc: dict, msg: Message) -> Message:
+    try:
+        json_format.ParseDict(doc, msg, ignore_unknown_fields=True)
+    except (json_format.ParseError, RecursionError) as e:
+        # ParseDict stops at 100 nested messages (ParseError); RecursionError is the backstop.
+        raise ValueError(f"body is not an OTLP/JSON {msg.DESCRIPTOR.name}: {e}") from None
+    return msg
+
+
+def parse_json_request(body: bytes) -> trace_service_pb2.ExportTraceServiceRequest:
+    """An OTLP/JSON body as ExportTraceServiceRequest; ValueError when it is not OTLP/JSON."""
+    doc = _json_document(body, "ExportTraceServiceRequest")
     # Ids are hex in OTLP/JSON, base64 in the protobuf JSON mapping: convert before parsing.
     # Wrongly shaped parts are left to ParseDict, which reports them.
     for rs in _objects(doc, "resourceSpans", "resource_spans"):
@@ -112,13 +131,17 @@ def parse_json_request(body: bytes) -> trace_service_pb2.ExportTraceServiceReque
                 _ids_to_base64(sp)
                 for ln in _objects(sp, "links"):
                     _ids_to_base64(ln)
-    req = trace_service_pb2.ExportTraceServiceRequest()
-    try:
-        json_format.ParseDict(doc, req, ignore_unknown_fields=True)
-    except (json_format.ParseError, RecursionError) as e:
-        # ParseDict stops at 100 nested messages (ParseError); RecursionError is the backstop.
-        raise ValueError(f"body is not an OTLP/JSON ExportTraceServiceRequest: {e}") from None
-    return req
+    return _parse_dict(doc, trace_service_pb2.ExportTraceServiceRequest())
+
+
+def parse_json_logs_request(body: bytes) -> logs_service_pb2.ExportLogsServiceRequest:
+    """An OTLP/JSON body as ExportLogsServiceRequest (ids hex as for spans); ValueError when it is not."""
+    doc = _json_document(body, "ExportLogsServiceRequest")
+    for rl in _objects(doc, "resourceLogs", "resource_logs"):
+        for sl in _objects(rl, "scopeLogs", "scope_logs"):
+            for lr in _objects(sl, "logRecords", "log_records"):
+                _ids_to_base64(lr)
+    return _parse_dict(doc, logs_service_pb2.ExportLogsServiceRequest())
 
 
 def _encode(msg: Message, content_type: str) -> bytes:
@@ -134,54 +157,56 @@ def _error(http: int | None, st: status_pb2.Status, content_type: str, headers: 
                         headers=headers)
 
 
-def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float) -> web.Application:
-    """The aiohttp application serving POST /v1/traces."""
+def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float,
+               logs: LogsIngestor | None = None) -> web.Application:
+    """The aiohttp application serving POST /v1/traces (and POST /v1/logs with `logs`)."""
 
-    async def export(request: web.Request) -> web.Response:
-        ctype = request.content_type
-        reply_type = JSON if ctype == JSON else PROTOBUF
-        if ctype not in (PROTOBUF, JSON):
-            st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
-                                   message=f"Content-Type must be {PROTOBUF} or {JSON}, got {clip(ctype)!r}")
-            return _error(415, st, PROTOBUF)
-        coding = request.headers.get("Content-Encoding", "")
-        encodings = {e.strip().lower() for e in coding.split(",") if e.strip()}
-        if not encodings <= _ENCODINGS:
-            # Unknown codings would otherwise be read as if the body were not encoded (RFC 9110 §8.4: 415).
-            st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
-                                   message=f"Content-Encoding must be gzip, deflate or identity: {clip(coding)!r}")
-            return _error(415, st, reply_type)
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            st = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED,
-                                   message=f"request body exceeds {max_body_bytes} bytes (after decompression)")
-            return _error(413, st, reply_type)
-        except RequestPayloadError as e:  # e.g. Content-Encoding gzip on a body that is not gzip
-            st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
-                                   message=f"request body cannot be read: {str(e).strip()}")
-            # The rest of the body cannot be read either: mark it read (aiohttp would otherwise try
-            # to drain it after the answer and log the same failure), answer, close the connection.
-            request.content.feed_eof()
-            resp = _error(None, st, reply_type)
-            resp.force_close()
-            return resp
-        try:
-            if ctype == JSON:
-                req = parse_json_request(body)
-            else:
-                req = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
-        except (ValueError, DecodeError) as e:
-            return _error(None, status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(e)), reply_type)
-        try:
-            result = await ingestor.export(req)
-        except Exception as e:
-            if not isinstance(e, Overloaded) and not (e.__cause__ is not None and is_database_down(e.__cause__)):
-                log.exception("OTLP/HTTP export not stored")  # (a database outage is counted by the writer)
-            err = failure(e, retry_after_s)
-            delay = str(max(1, math.ceil(err.retry_after_s or retry_after_s)))
-            return _error(None, to_status(err), reply_type, headers={"Retry-After": delay})
-        return web.Response(status=200, body=_encode(export_response(result), reply_type), content_type=reply_type)
+    def handler(decode_protobuf, decode_json, ingest, respond, what: str):
+        async def export(request: web.Request) -> web.Response:
+            ctype = request.content_type
+            reply_type = JSON if ctype == JSON else PROTOBUF
+            if ctype not in (PROTOBUF, JSON):
+                st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
+                                       message=f"Content-Type must be {PROTOBUF} or {JSON}, got {clip(ctype)!r}")
+                return _error(415, st, PROTOBUF)
+            coding = request.headers.get("Content-Encoding", "")
+            encodings = {e.strip().lower() for e in coding.split(",") if e.strip()}
+            if not encodings <= _ENCODINGS:
+                # Unknown codings would otherwise be read as if the body were not encoded (RFC 9110 §8.4: 415).
+                st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
+                                       message=f"Content-Encoding must be gzip, deflate or identity: {clip(coding)!r}")
+                return _error(415, st, reply_type)
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                st = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED,
+                                       message=f"request body exceeds {max_body_bytes} bytes (after decompression)")
+                return _error(413, st, reply_type)
+            except RequestPayloadError as e:  # e.g. Content-Encoding gzip on a body that is not gzip
+                st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
+                                       message=f"request body cannot be read: {str(e).strip()}")
+                # The rest of the body cannot be read either: mark it read (aiohttp would otherwise try
+                # to drain it after the answer and log the same failure), answer, close the connection.
+                request.content.feed_eof()
+                resp = _error(None, st, reply_type)
+                resp.force_close()
+                return resp
+            try:
+                req = decode_json(body) if ctype == JSON else decode_protobuf(body)
+            except (ValueError, DecodeError) as e:
+                return _error(None, status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(e)), reply_type)
+            try:
+                result = await ingest(req)
+            except Exception as e:
+                if not isinstance(e, Overloaded) and not is_database_down(e) and not (
+                        e.__cause__ is not None and is_database_down(e.__cause__)):
+                    log.exception("OTLP/HTTP export not stored")  # (a database outage is counted as an incident)
+                err = failure(e, retry_after_s, what)
+                delay = str(max(1, math.ceil(err.retry_after_s or retry_after_s)))
+                return _error(None, to_status(err), reply_type, headers={"Retry-After": delay})
+            return web.Response(status=200, body=_encode(respond(result), reply_type), content_type=reply_type)
+
+        return export
 
     async def elsewhere(request: web.Request) -> web.Response:
         """Any other path or method: 404 / 405 with a google.rpc.Status, the body read and dropped
@@ -193,16 +218,22 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float)
         except (RequestPayloadError, web.HTTPRequestEntityTooLarge):
             request.content.feed_eof()
             unreadable = True
-        wrong_method = request.path == PATH
+        wrong_method = request.path in paths
         st = status_pb2.Status(code=code_pb2.UNIMPLEMENTED if wrong_method else code_pb2.NOT_FOUND,
-                               message=f"only POST {PATH} is served here" if wrong_method else
-                               f"no such path: {clip(request.path)}; OTLP/HTTP traces are POST {PATH}")
+                               message=f"only POST {request.path} is served here" if wrong_method else
+                               f"no such path: {clip(request.path)}; OTLP/HTTP is POST {' or '.join(paths)}")
         resp = _error(405 if wrong_method else 404, st, PROTOBUF, headers={"Allow": "POST"} if wrong_method else None)
         if unreadable:
             resp.force_close()
         return resp
 
     app = web.Application(client_max_size=max_body_bytes)
-    app.router.add_post(PATH, export)
+    app.router.add_post(PATH, handler(trace_service_pb2.ExportTraceServiceRequest.FromString, parse_json_request,
+                                      ingestor.export, export_response, "spans"))
+    paths = [PATH]
+    if logs is not None:
+        app.router.add_post(LOGS_PATH, handler(logs_service_pb2.ExportLogsServiceRequest.FromString,
+                                               parse_json_logs_request, logs.export, logs_response, "evaluations"))
+        paths.append(LOGS_PATH)
     app.router.add_route("*", "/{tail:.*}", elsewhere)
     return app

@@ -1,4 +1,5 @@
-"""Trace collector wiring: OTLP/gRPC (4317), OTLP/HTTP (4318), TraceQueryService (50053).
+"""Trace collector wiring: OTLP/gRPC (4317: traces and logs), OTLP/HTTP (4318: /v1/traces and /v1/logs),
+TraceQueryService (50053). Logs carry evaluation events only (logs.py); nothing else of them is stored.
 
 `create_server(settings, *, database_url, tracer_provider)` opens the span store (`span_store`:
 PostgreSQL — applies the `traces` migrations, creates the pool, makes the partitions of the retention
@@ -24,6 +25,7 @@ import grpc
 from agentfeedback.traces.v1 import traces_pb2_grpc
 from aiohttp import web
 from opentelemetry import trace
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from services.common.auth import SCOPE_FEEDBACK_EVALUATIONS, Authenticator, ServiceToken
@@ -36,6 +38,7 @@ from services.tracecollector.evaluation_delivery import DeliveryPolicy, Evaluati
 from services.tracecollector.evaluation_outbox import OutboxStore
 from services.tracecollector.forwarder import Forwarder
 from services.tracecollector.ingest import Ingestor, Window
+from services.tracecollector.logs import LogsIngestor
 from services.tracecollector.writer import BatchWriter
 from services.tracecollector.metrics import CollectorMetrics
 from services.tracecollector.query import METHOD_SCOPES, TraceQueryServicer, TraceReader
@@ -69,6 +72,7 @@ class CollectorServer:
         self._pool = None
         self.metrics: ServiceMetrics | None = None
         self.evaluations: EvaluationDelivery | None = None
+        self.logs: LogsIngestor | None = None
         self._feedback_channel = None
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -183,7 +187,7 @@ async def create_server(
         if srv.forwarder is not None:
             srv.forwarder.on_spans = cm.forwarded
             cm.queue("otlp_forward", lambda: srv.forwarder.queued, settings.forward_queue_max)
-        keep_evaluations = None
+        keep_evaluations = keep = None
         if (settings.feedback_target or feedback_channel is not None) and not clickhouse:
             outbox = OutboxStore(srv._pool)
             srv._feedback_channel = feedback_channel or client_channel(settings.feedback_target)
@@ -195,26 +199,36 @@ async def create_server(
             delivery.on_outcome = cm.evaluation_outcome
             delivery.start()
 
+            async def keep(found) -> None:
+                """Evaluations into the outbox (committed on return), then the delivery worker woken."""
+                await outbox.put([(evaluations.key(e), e.SerializeToString(deterministic=True)) for e in found])
+                delivery.wake()
+
             async def keep_evaluations(request, marked) -> None:
                 found = evaluations.extract(request, marked, settings.evaluations_own_namespace)
                 if found:
-                    await outbox.put([(evaluations.key(e), e.SerializeToString(deterministic=True)) for e in found])
-                    delivery.wake()
+                    await keep(found)
 
         ingestor = Ingestor(srv.writer, window, srv.forwarder.submit if srv.forwarder else None, keep_evaluations,
                             encoder=repo.row_encoder)
+        logs = LogsIngestor(settings.evaluations_own_namespace, keep, max_queued=settings.evaluations_queue_max,
+                            retry_after_s=settings.retry_after_s)
+        srv.logs = logs
         rpc_metrics = RpcMetrics(srv.metrics)
 
         provider = tracer_provider or trace.get_tracer_provider()
         tracer = provider.get_tracer("services.tracecollector")
         # OTLP/gRPC: public, untraced; grpc enforces the 4 MiB limit after decompression.
         srv.otlp = GrpcServer(
-            [ServiceInterceptor(None, {}, tracer, public_prefixes=(otlp_grpc.PUBLIC_PREFIX,), metrics=rpc_metrics)],
+            [ServiceInterceptor(None, {}, tracer, public_prefixes=otlp_grpc.PUBLIC_PREFIXES, metrics=rpc_metrics)],
             grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s, max_message_bytes=settings.grpc_max_message_bytes,
         )
         srv.otlp.add(trace_service_pb2_grpc.add_TraceServiceServicer_to_server,
                      otlp_grpc.TraceServiceServicer(cm.receiver(ingestor, "grpc"), settings.retry_after_s),
                      otlp_grpc.SERVICE_NAME)
+        srv.otlp.add(logs_service_pb2_grpc.add_LogsServiceServicer_to_server,
+                     otlp_grpc.LogsServiceServicer(cm.logs_receiver(logs, "grpc"), settings.retry_after_s),
+                     otlp_grpc.LOGS_SERVICE_NAME)
         srv.ports["otlp_grpc"] = srv.otlp.bind(settings.otlp_grpc_listen)
         await srv.otlp.start()
 
@@ -233,7 +247,7 @@ async def create_server(
         await srv.query.start()
 
         app = otlp_http.create_app(cm.receiver(ingestor, "http"), max_body_bytes=settings.http_max_body_bytes,
-                                   retry_after_s=settings.retry_after_s)
+                                   retry_after_s=settings.retry_after_s, logs=cm.logs_receiver(logs, "http"))
         srv.http_runner = web.AppRunner(app, access_log=None)
         await srv.http_runner.setup()
         await web.TCPSite(srv.http_runner, settings.otlp_http_host, settings.otlp_http_port).start()

@@ -12,9 +12,9 @@ from services.common.settings import LISTEN_PATTERN, CommonSettings
 class CollectorSettings(CommonSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTFEEDBACK_COLLECTOR_", extra="ignore")
 
-    # OTLP/gRPC TraceService/Export (OTLP default port 4317).
+    # OTLP/gRPC TraceService/Export and LogsService/Export (OTLP default port 4317).
     otlp_grpc_listen: str = Field(default="127.0.0.1:4317", pattern=LISTEN_PATTERN)
-    # OTLP/HTTP POST /v1/traces: listen host.
+    # OTLP/HTTP POST /v1/traces and /v1/logs: listen host.
     otlp_http_host: str = "127.0.0.1"
     # OTLP/HTTP listen port (OTLP default 4318; 0 = any free port).
     otlp_http_port: int = Field(default=4318, ge=0, le=65535)
@@ -79,5 +79,8 @@ class CollectorSettings(CommonSettings):
     evaluations_retry_max_s: float = Field(default=60.0, gt=0)
     # Days an evaluation is kept undelivered (its turn unknown, or feedback down) before it is dropped.
     evaluations_pending_days: int = Field(default=14, ge=1)
+    # Evaluations from OTLP log records (POST /v1/logs, LogsService/Export) waiting for their commit across
+    # Exports; beyond it Export answers UNAVAILABLE + RetryInfo (HTTP 503), as the span write queue does.
+    evaluations_queue_max: int = Field(default=50_000, ge=1)
     # Seconds between looks at the outbox when nothing woke the worker.
     evaluations_poll_s: float = Field(default=1.0, gt=0)

@@ -23,8 +23,10 @@ Row = tuple
 class Overloaded(Exception):
     """The write queue is full: retry after `retry_after_s` seconds (nothing of the request was stored)."""
 
-    def __init__(self, retry_after_s: float, queued_spans: int):
-        super().__init__(f"span write queue full ({queued_spans} spans waiting); retry in {retry_after_s:g} s")
+    def __init__(self, retry_after_s: float, queued_spans: int, what: str = "spans"):
+        # `what`: the items queued (the logs receiver's bound counts evaluations, logs.py).
+        where = "span write queue" if what == "spans" else f"{what} queue"
+        super().__init__(f"{where} full ({queued_spans} {what} waiting); retry in {retry_after_s:g} s")
         self.retry_after_s = retry_after_s
         self.queued_spans = queued_spans
 

@@ -1,10 +1,14 @@
 """Which evaluations the collector reads from an OTLP Export (services/tracecollector/evaluations.py):
-both conventions, the rated trace (own span or first link), defaults, one per key, our namespace skipped."""
+both conventions, the rated trace (own span or first link), defaults, one per key, our namespace skipped;
+and the GenAI event as an OTLP log record (the logs receiver), mapped by the same code."""
 from __future__ import annotations
 
 from agentfeedback.feedback.v1 import feedback_pb2 as fpb
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.logs.v1 import logs_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
 
 from services.feedback import domain
 from services.feedback.model.enums import RatingSentiment as S
@@ -85,3 +89,54 @@ def test_evaluation_sentiment_comes_from_a_telling_label_else_the_score_sign():
     assert domain.evaluation_problem("ab" * 16, "x", "", None, "", "", "id", "", True) == \
         "an evaluation needs a label or a score"
     assert domain.evaluation_problem("ab" * 16, "x", "l", float("nan"), "", "", "id", "", True) == "score must be finite"
+
+
+def _logs_request(records: list[logs_pb2.LogRecord], namespace: str = "") -> logs_service_pb2.ExportLogsServiceRequest:
+    res = [_kv("service.name", "judge")] + ([_kv("service.namespace", namespace)] if namespace else [])
+    return logs_service_pb2.ExportLogsServiceRequest(resource_logs=[logs_pb2.ResourceLogs(
+        resource=resource_pb2.Resource(attributes=res), scope_logs=[logs_pb2.ScopeLogs(log_records=records)])])
+
+
+def _record(attrs: dict[str, object], event_name: str = "gen_ai.evaluation.result", trace_id: bytes = RATED):
+    return logs_pb2.LogRecord(event_name=event_name, trace_id=trace_id, span_id=b"\x01" * 8,
+                              attributes=[_kv(k, v) for k, v in attrs.items()])
+
+
+def test_a_log_record_event_maps_as_the_span_event_does():
+    attrs = {"gen_ai.evaluation.name": "relevance", "gen_ai.evaluation.score.value": 0.5,
+             "gen_ai.response.id": "instances/i/messages/m"}
+    req, marked = _request()
+    from_span = {e.name: e for e in evaluations.extract(req, marked, "agentfeedback")}["relevance"]
+    got = evaluations.extract_logs(_logs_request([_record(attrs)]), "agentfeedback")
+    assert (got.events, got.rejected, got.error_message) == (1, 0, "")
+    assert got.found == [from_span]  # the same Evaluation, so the same outbox key and rating
+
+
+def test_log_records_are_events_by_event_name_or_the_older_attribute_and_others_are_ignored():
+    old_sdk = _record({"event.name": "gen_ai.evaluation.result", "gen_ai.evaluation.name": "tone",
+                       "gen_ai.evaluation.score.label": "polite"}, event_name="")
+    plain = logs_pb2.LogRecord(body=common_pb2.AnyValue(string_value="GET /health 200"), trace_id=RATED)
+    other_event = _record({"gen_ai.evaluation.name": "x", "gen_ai.evaluation.score.value": 1},
+                          event_name="gen_ai.client.inference.operation.details")
+    # event_name wins over the attribute: a record named otherwise is not an evaluation.
+    renamed = _record({"event.name": "gen_ai.evaluation.result", "gen_ai.evaluation.name": "y",
+                       "gen_ai.evaluation.score.value": 1}, event_name="app.click")
+    got = evaluations.extract_logs(_logs_request([old_sdk, plain, other_event, renamed]), "agentfeedback")
+    assert [(e.name, e.label, e.author_kind, e.identifier) for e in got.found] == [
+        ("tone", "polite", fpb.AUTHOR_KIND_LLM, "judge")]
+    assert (got.events, got.rejected) == (1, 0)
+
+
+def test_log_record_events_that_can_never_be_ratings_are_rejected_with_reasons_and_ours_skipped():
+    name = {"gen_ai.evaluation.name": "relevance", "gen_ai.evaluation.score.label": "relevant"}
+    records = [_record(name, trace_id=b""), _record(name, trace_id=bytes(16)),
+               _record({"gen_ai.evaluation.score.value": 1.0}), _record({"gen_ai.evaluation.name": "n"}),
+               _record(name)]
+    got = evaluations.extract_logs(_logs_request(records), "agentfeedback")
+    assert (got.events, got.rejected, len(got.found)) == (5, 4, 1)
+    msg = got.error_message
+    assert "2 trace_id is not 16 non-zero bytes" in msg and "1 gen_ai.evaluation.name is missing" in msg, msg
+    assert "1 neither gen_ai.evaluation.score.value nor gen_ai.evaluation.score.label" in msg, msg
+    assert msg.endswith("(first: resource_logs[0].scope_logs[0].log_records[0])")
+    ours = evaluations.extract_logs(_logs_request(records, namespace="agentfeedback"), "agentfeedback")
+    assert (ours.events, ours.rejected, ours.found) == (5, 0, [])
