@@ -100,10 +100,15 @@ ORDER BY h.create_time, h.id
 """
 # Step 5 in one statement: the reply and the turn's DONE state (the workspace snapshot follows in the same
 # transaction). Only while this attempt still owns the turn (RUNNING in trace $6): no reply after a retry
-# took it over.
+# took it over. The conversation's row is locked first (the uncorrelated EXISTS runs as a one-time filter
+# before the turns row is touched), in BEGIN_TURN's order: a BEGIN_TURN racing on this turn's request_id
+# holds that row and waits on this turn's row in the request_id index, so taking them the other way round
+# (turn, then the snapshot's lock of the conversation) was a deadlock (tests/integration/test_chat_turn_locks.py).
 FINISH_TURN = f"""
-WITH t AS (UPDATE turns SET state = 'DONE', reply_message_id = $3, defects = $14, defect_tools = $15
-           WHERE owner = $1 AND instance_id = $2 AND trace_id = $6 AND state = 'RUNNING' RETURNING 1)
+WITH i AS (SELECT 1 FROM instances WHERE owner = $1 AND id = $2 FOR UPDATE),
+t AS (UPDATE turns SET state = 'DONE', reply_message_id = $3, defects = $14, defect_tools = $15
+      WHERE owner = $1 AND instance_id = $2 AND trace_id = $6 AND state = 'RUNNING' AND EXISTS (SELECT 1 FROM i)
+      RETURNING 1)
 INSERT INTO messages (owner, {MESSAGE_COLUMNS})
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 FROM t
 """
