@@ -14,6 +14,7 @@ import json
 import click
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.cli.client import Clients
 from services.cli.terminal import counted
@@ -21,6 +22,23 @@ from services.cli.triage import _run
 
 SENTIMENTS = {"positive": pb.RATING_SENTIMENT_POSITIVE, "neutral": pb.RATING_SENTIMENT_NEUTRAL,
               "negative": pb.RATING_SENTIMENT_NEGATIVE}
+
+
+class Rfc3339(click.ParamType):
+    """An RFC 3339 time with its offset (`2026-12-01T00:00:00Z`, `…+02:00`) → a protobuf Timestamp;
+    anything else is a usage error naming the option (exit 2), not a traceback."""
+
+    name = "RFC 3339 time"
+
+    def convert(self, value, param, ctx) -> Timestamp:
+        if isinstance(value, Timestamp):
+            return value
+        ts = Timestamp()
+        try:
+            ts.FromJsonString(value)
+        except ValueError:
+            self.fail("must be an RFC 3339 time with its offset, e.g. 2026-12-01T00:00:00Z", param, ctx)
+        return ts
 
 
 def _dict(m) -> dict:
@@ -54,22 +72,24 @@ def export() -> None:
 @click.option("--instance", "conversation", default="", help="One conversation (`instances/{id}`).")
 @click.option("--aspect", default="", help="Only turns rated on this aspect.")
 @click.option("--sentiment", type=click.Choice(sorted(SENTIMENTS)), default=None)
-@click.option("--since", default="", help="Ratings updated at or after this RFC 3339 time.")
-@click.option("--until", default="", help="…and before this one.")
+@click.option("--since", type=Rfc3339(), default=None,
+              help="Ratings updated at or after this RFC 3339 time (e.g. 2026-12-01T00:00:00Z).")
+@click.option("--until", type=Rfc3339(), default=None, help="…and before this one.")
 @click.option("--include-branch-copies", is_flag=True, help="Count ratings copied onto forks as labels too.")
 @click.option("--resume-token", default="", help="Continue after the line that carried this token.")
 @_run
-async def dataset_cmd(c: Clients, output, conversation: str, aspect: str, sentiment: str | None, since: str, until: str,
+async def dataset_cmd(c: Clients, output, conversation: str, aspect: str, sentiment: str | None,
+                      since: Timestamp | None, until: Timestamp | None,
                       include_branch_copies: bool, resume_token: str):
     """The caller's labelled turns: the conversation before each, the rated reply, its ratings, reports
     and frozen tool calls."""
     req = pb.ExportDatasetRequest(conversation=conversation, aspect=aspect,
                                   sentiment=SENTIMENTS[sentiment] if sentiment else 0,
                                   include_branch_copies=include_branch_copies, resume_token=resume_token)
-    if since:
-        req.start_time.FromJsonString(since)
-    if until:
-        req.end_time.FromJsonString(until)
+    if since is not None:
+        req.start_time.CopyFrom(since)
+    if until is not None:
+        req.end_time.CopyFrom(until)
     n = 0
     async for r in c.feedback().ExportDataset(req, metadata=c.md):
         output.write(json.dumps(dataset_line(r), ensure_ascii=False) + "\n")

@@ -26,3 +26,19 @@ def test_a_bad_setting_is_one_message_naming_the_variable(monkeypatch, variable,
     assert r.exit_code == 1, r.output
     assert f"{variable}={value!r}" in r.output and "Traceback" not in r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+@pytest.mark.parametrize(("option", "value"), [("--since", "yesterday"), ("--since", "2026-12-01"),
+                                               ("--until", "2026-12-01T00:00:00")])
+def test_a_time_that_is_not_rfc_3339_is_a_usage_error_naming_the_option(option, value):
+    r = CliRunner().invoke(cli, ["export", "dataset", option, value])
+    assert r.exit_code == 2, r.output
+    assert f"Invalid value for '{option}'" in r.output and "2026-12-01T00:00:00Z" in r.output
+    assert "Traceback" not in r.output and not isinstance(r.exception, ValueError)
+
+
+def test_an_rfc_3339_time_with_its_offset_becomes_that_instant():
+    from services.cli.export import Rfc3339  # noqa: PLC0415
+
+    ts = Rfc3339().convert("2026-12-01T01:00:00+01:00", None, None)
+    assert ts.ToJsonString() == "2026-12-01T00:00:00Z"
