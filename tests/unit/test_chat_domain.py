@@ -15,9 +15,9 @@ from services.common.errors import InvalidArgument
 def test_agent_timeout_forwards_callers_time_less_reserve_and_caps():
     assert domain.agent_timeout(None, 120.0) == 120.0  # no caller deadline: the cap, nothing more
     assert domain.agent_timeout(500.0, 120.0) == 120.0
-    assert domain.agent_timeout(1.0, 120.0) == pytest.approx(0.9)  # 10 % reserve
-    assert domain.agent_timeout(0.1, 120.0) == pytest.approx(0.08)  # at least 20 ms reserve
-    assert domain.agent_timeout(60.0, 120.0) == pytest.approx(59.75)  # at most 250 ms reserve
+    assert domain.agent_timeout(1.0, 120.0) == pytest.approx(0.75)  # 25 % reserve
+    assert domain.agent_timeout(0.1, 120.0) == pytest.approx(0.05)  # at least 50 ms reserve
+    assert domain.agent_timeout(60.0, 120.0) == pytest.approx(59.0)  # at most 1 s reserve
     assert domain.agent_timeout(0.0, 120.0) == 0.001
 
 
