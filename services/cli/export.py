@@ -5,6 +5,9 @@ the OpenAI chat-messages shape that fine-tuning and evaluation tools read:
      "conversation", "turn_index", "trace_id", "reply", "ratings": [...], "reports": [...],
      "tool_calls": [...], "resume_token"}
 
+Each rating carries `author_kind` (HUMAN for the owner's own; LLM / CODE / HUMAN for an evaluation another
+system sent, with its `evaluator`, `label` and `score`; `score` null where none applies).
+
 Streamed (ExportDataset) and flushed line by line; `--resume-token` continues a cut export after its last line.
 """
 from __future__ import annotations
@@ -22,6 +25,7 @@ from services.cli.triage import _run
 
 SENTIMENTS = {"positive": pb.RATING_SENTIMENT_POSITIVE, "neutral": pb.RATING_SENTIMENT_NEUTRAL,
               "negative": pb.RATING_SENTIMENT_NEGATIVE}
+AUTHOR_KINDS = {"human": pb.AUTHOR_KIND_HUMAN, "llm": pb.AUTHOR_KIND_LLM, "code": pb.AUTHOR_KIND_CODE}
 
 
 class Rfc3339(click.ParamType):
@@ -51,9 +55,11 @@ def dataset_line(r: pb.DatasetRecord) -> dict:
         "messages": [{"role": m.role, "content": m.content} for m in r.messages]
         + [{"role": "assistant", "content": r.completion.content}],
         "conversation": r.conversation, "turn_index": r.turn_index, "trace_id": r.trace_id, "reply": r.reply_name,
-        "ratings": [{"scope": pb.RatingScope.Name(x.scope), "aspect": x.aspect, "artifact_id": x.artifact_id,
+        "ratings": [{"name": x.name, "scope": pb.RatingScope.Name(x.scope), "aspect": x.aspect, "artifact_id": x.artifact_id,
                      "sentiment": pb.RatingSentiment.Name(x.sentiment), "choice": x.choice, "reasons": list(x.reasons),
                      "note": x.note, "origin": pb.RatingOrigin.Name(x.origin),
+                     "author_kind": pb.AuthorKind.Name(x.author_kind), "evaluator": x.evaluator, "label": x.label,
+                     "score": x.score if x.HasField("score") else None,
                      "update_time": x.update_time.ToJsonString()} for x in r.ratings],
         "reports": [{"name": f.name, "body": f.body, "sentiment": pb.Sentiment.Name(f.sentiment),
                      "category": pb.Category.Name(f.category), "status": pb.Status.Name(f.status)} for f in r.feedback],
@@ -72,6 +78,9 @@ def export() -> None:
 @click.option("--instance", "conversation", default="", help="One conversation (`instances/{id}`).")
 @click.option("--aspect", default="", help="Only turns rated on this aspect.")
 @click.option("--sentiment", type=click.Choice(sorted(SENTIMENTS)), default=None)
+@click.option("--author-kind", type=click.Choice(sorted(AUTHOR_KINDS)), default=None,
+              help="Only turns rated by this kind of author (human: you, or another system's reviewer; "
+                   "llm / code: evaluations other systems sent).")
 @click.option("--since", type=Rfc3339(), default=None,
               help="Ratings updated at or after this RFC 3339 time (e.g. 2026-12-01T00:00:00Z).")
 @click.option("--until", type=Rfc3339(), default=None, help="…and before this one.")
@@ -79,12 +88,13 @@ def export() -> None:
 @click.option("--resume-token", default="", help="Continue after the line that carried this token.")
 @_run
 async def dataset_cmd(c: Clients, output, conversation: str, aspect: str, sentiment: str | None,
-                      since: Timestamp | None, until: Timestamp | None,
+                      author_kind: str | None, since: Timestamp | None, until: Timestamp | None,
                       include_branch_copies: bool, resume_token: str):
     """The caller's labelled turns: the conversation before each, the rated reply, its ratings, reports
     and frozen tool calls."""
     req = pb.ExportDatasetRequest(conversation=conversation, aspect=aspect,
                                   sentiment=SENTIMENTS[sentiment] if sentiment else 0,
+                                  author_kind=AUTHOR_KINDS[author_kind] if author_kind else 0,
                                   include_branch_copies=include_branch_copies, resume_token=resume_token)
     if since is not None:
         req.start_time.CopyFrom(since)

@@ -195,12 +195,19 @@ async def export_cmd(c: Clients, output, page_size: int):
     click.echo(f"exported {counted(n, 'row')}", err=True)
 
 
+# The change feed's kinds by their CLI names (watch, webhook create).
+EVENT_KINDS = {None: 0, "feedback": feedback_pb2.FEEDBACK_EVENT_KIND_FEEDBACK,
+               "rating": feedback_pb2.FEEDBACK_EVENT_KIND_RATING,
+               "evaluation": feedback_pb2.FEEDBACK_EVENT_KIND_EVALUATION}
+KIND_HELP = "Only reports, only ratings or only evaluations other systems sent."
+
+
 @feedback.command("watch")
 @click.option("--resume-token", default="", help="Resume after this token (printed with every event).")
 @click.option("--from-oldest", is_flag=True, help="Without a token: from the oldest event kept, not from now.")
 @click.option("--owner", default="", help="feedback:admin: one owner's changes only.")
-@click.option("--kind", type=click.Choice(["feedback", "rating"]), default=None, help="Only reports or only ratings.")
-@click.option("--aspect", default="", help="Only ratings of this aspect.")
+@click.option("--kind", type=click.Choice(["feedback", "rating", "evaluation"]), default=None, help=KIND_HELP)
+@click.option("--aspect", default="", help="Only ratings of this aspect (evaluations of this name).")
 @click.option("--include-text", is_flag=True, help="feedback:admin: other owners' words too (audited).")
 @click.option("--heartbeats", is_flag=True, help="Print heartbeats too (their resume token).")
 @_run
@@ -208,9 +215,8 @@ async def watch_cmd(c: Clients, resume_token: str, from_oldest: bool, owner: str
                     include_text: bool, heartbeats: bool):
     """The change feed (WatchFeedback) as JSON lines, one per event, flushed as they arrive; runs until
     interrupted. Keep the last `resumeToken` and pass it as --resume-token to continue where it stopped."""
-    kinds = {None: 0, "feedback": feedback_pb2.FEEDBACK_EVENT_KIND_FEEDBACK, "rating": feedback_pb2.FEEDBACK_EVENT_KIND_RATING}
     req = feedback_pb2.WatchFeedbackRequest(resume_token=resume_token, from_oldest=from_oldest, owner=owner,
-                                            kind=kinds[kind], aspect=aspect, include_text=include_text)
+                                            kind=EVENT_KINDS[kind], aspect=aspect, include_text=include_text)
     async for resp in c.feedback().WatchFeedback(req, metadata=c.md):  # no deadline: a stream that stays open
         if resp.HasField("event") or heartbeats:
             click.echo(json_line(MessageToDict(resp)))

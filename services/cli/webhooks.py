@@ -13,9 +13,7 @@ from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 
 from services.cli.client import Clients
-from services.cli.triage import _run
-
-KINDS = {None: 0, "feedback": pb.FEEDBACK_EVENT_KIND_FEEDBACK, "rating": pb.FEEDBACK_EVENT_KIND_RATING}
+from services.cli.triage import EVENT_KINDS, KIND_HELP, _run
 
 
 def _name(value: str) -> str:
@@ -30,13 +28,13 @@ def webhook() -> None:
 @webhook.command("create")
 @click.argument("url")
 @click.option("--owner", default="", help="Only this owner's changes.")
-@click.option("--kind", type=click.Choice(["feedback", "rating"]), default=None, help="Only reports or only ratings.")
-@click.option("--aspect", default="", help="Only ratings of this aspect.")
+@click.option("--kind", type=click.Choice(["feedback", "rating", "evaluation"]), default=None, help=KIND_HELP)
+@click.option("--aspect", default="", help="Only ratings of this aspect (evaluations of this name).")
 @_run
 async def create_cmd(c: Clients, url: str, owner: str, kind: str | None, aspect: str):
     """Subscribe URL (https, or http to loopback) to every change from now on; prints the secret once."""
     sub = await c.feedback().CreateWebhookSubscription(pb.CreateWebhookSubscriptionRequest(
-        webhook_subscription=pb.WebhookSubscription(url=url, owner=owner, kind=KINDS[kind], aspect=aspect),
+        webhook_subscription=pb.WebhookSubscription(url=url, owner=owner, kind=EVENT_KINDS[kind], aspect=aspect),
         request_id=str(uuid.uuid4())), metadata=c.md, timeout=c.settings.timeout_s)
     click.echo(f"{sub.name}\nsecret (shown once): {sub.secret}")
 

@@ -14,7 +14,7 @@ from services.feedback import codec, domain, feed_domain
 from services.feedback.codec import enum_value
 from services.feedback.dataset import DatasetFilter, LabelledTurn, PreferencePair
 from services.feedback.feed import FeedItem
-from services.feedback.model.enums import EventKind, RatingScope, RatingSentiment
+from services.feedback.model.enums import AuthorKind, EventKind, RatingScope, RatingSentiment
 from services.feedback.model.feed import FeedFilter, Position
 from services.feedback.model.webhooks import Delivery, WebhookSubscription
 
@@ -64,8 +64,9 @@ def watch_response(item: FeedItem, now: dt.datetime, retention_days: int) -> pb.
         if not item.with_text:
             _omit_words(ev.feedback)
             ev.text_omitted = True
-    elif item.rating is not None:
-        ev.rating.CopyFrom(codec.rating_pb(item.rating))
+    elif item.rating is not None or item.evaluation is not None:
+        ev.rating.CopyFrom(codec.rating_pb(item.rating) if item.rating is not None
+                           else codec.evaluation_rating_pb(item.evaluation))
         if not item.with_text:
             ev.rating.note = ""
             ev.text_omitted = True
@@ -152,13 +153,15 @@ def export_dataset(request: pb.ExportDatasetRequest) -> tuple[DatasetFilter, tup
         v.check(parse_name, request.conversation, "instances/{}", "conversation")
     aspect = v.check(_aspect, request.aspect)
     sentiment = v.check(enum_value, request.sentiment, RatingSentiment, "sentiment")
+    author_kind = v.check(enum_value, request.author_kind, AuthorKind, "author_kind")
     start = v.check(parse_timestamp, request.start_time, "start_time") if request.HasField("start_time") else None
     end = v.check(parse_timestamp, request.end_time, "end_time") if request.HasField("end_time") else None
     if start and end and start > end:
         v.add("start_time", "must not be after end_time")
     after = v.check(_dataset_position, request.resume_token)
     v.raise_any()
-    return DatasetFilter(request.conversation, aspect, sentiment, start, end, request.include_branch_copies), after
+    return DatasetFilter(request.conversation, aspect, sentiment, start, end, request.include_branch_copies,
+                         author_kind), after
 
 
 def dataset_record(t: LabelledTurn, now: dt.datetime, retention_days: int) -> pb.DatasetRecord:
@@ -169,6 +172,7 @@ def dataset_record(t: LabelledTurn, now: dt.datetime, retention_days: int) -> pb
         out.messages.add(role=_ROLES.get(m.role, "user"), content=m.content)
     out.completion.role, out.completion.content = "assistant", t.reply.content
     out.ratings.extend(codec.rating_pb(r) for r in t.ratings)
+    out.ratings.extend(codec.evaluation_rating_pb(e) for e in t.evaluations)
     for r in t.reports:
         fb = out.feedback.add()
         fb.CopyFrom(codec.feedback_pb(r, now, retention_days))

@@ -1,8 +1,8 @@
 """Dataset export, the use case (issue 24): the caller's labelled turns as training / evaluation records.
 
-A labelled turn is a (conversation, turn) with at least one of the caller's ratings matching the filter.
-Its record holds the conversation up to the turn's user message and the rated reply (from the chat service,
-read with the caller's token: ownership lives there), every rating of the turn, the caller's reports on it
+A labelled turn is a (conversation, turn) with at least one of the caller's ratings, or one evaluation of
+it another system sent (AcceptEvaluations), matching the filter (author kind among them). Its record holds the conversation up to the turn's user message and the rated reply (from the chat service,
+read with the caller's token: ownership lives there), every rating and evaluation of the turn, the caller's reports on it
 and the tool calls frozen into them. Pages of PAGE turns (keyset on (conversation, turn)); per page one
 read of each conversation's messages; nothing more than one page is held, so millions of rows stream.
 """
@@ -16,7 +16,8 @@ from services.common.auth import Principal
 from services.common.errors import NotFound
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.domain import MessageView
-from services.feedback.model.enums import RatingScope, RatingSentiment
+from services.feedback.model.enums import AuthorKind, RatingScope, RatingSentiment
+from services.feedback.model.evaluation import StoredEvaluation
 from services.feedback.model.rating import Rating
 from services.feedback.model.report import Report
 from services.feedback.repository.dataset import DatasetStore
@@ -34,6 +35,8 @@ class DatasetFilter:
     start_time: dt.datetime | None = None
     end_time: dt.datetime | None = None
     include_branch_copies: bool = False
+    # UNSPECIFIED: any; HUMAN: the owner's ratings and HUMAN evaluations; LLM / CODE: evaluations of that kind.
+    author_kind: AuthorKind = AuthorKind.UNSPECIFIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,8 @@ class LabelledTurn:
     reply: MessageView
     ratings: tuple[Rating, ...]
     reports: tuple[Report, ...]
+    # Other systems' evaluations of the turn (AcceptEvaluations), by name, identifier.
+    evaluations: tuple[StoredEvaluation, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +92,12 @@ class Datasets:
         A turn whose reply is gone (cleared, deleted) or whose conversation was deleted is skipped.
         UNAVAILABLE (CHAT_UNAVAILABLE) when the chat service cannot be reached."""
         while True:
-            turns = await self._store.labelled_turns(p.sub, f.conversation, f.aspect, f.sentiment, f.start_time,
-                                                     f.end_time, f.include_branch_copies, after, PAGE)
+            turns = await self._store.labelled_turns(p.sub, f.conversation, f.aspect, f.sentiment, f.author_kind,
+                                                     f.start_time, f.end_time, f.include_branch_copies, after, PAGE)
             if not turns:
                 return
             ratings, reports = await self._store.turn_labels(p.sub, turns, f.include_branch_copies)
+            evaluations = await self._store.turn_evaluations(p.sub, turns)
             through: dict[str, int] = {}
             for c, k in turns:
                 through[c] = max(k, through.get(c, k))
@@ -111,7 +117,8 @@ class Datasets:
                 prompt = tuple(m for m in messages[c] if m.turn_index < k or (m.turn_index == k and m.role == "ROLE_USER"))
                 yield LabelledTurn(c, k, prompt, reply,
                                    tuple(r for r in ratings if (r.key.conversation, r.key.turn_index) == (c, k)),
-                                   tuple(r for r in reports if (r.anchor.instance, r.snapshot.turn_index) == (c, k)))
+                                   tuple(r for r in reports if (r.anchor.instance, r.snapshot.turn_index) == (c, k)),
+                                   tuple(e for e in evaluations if (e.anchor.conversation, e.anchor.turn_index) == (c, k)))
             after = turns[-1]
             if len(turns) < PAGE:
                 return
@@ -119,7 +126,8 @@ class Datasets:
     async def preference_pairs(self, p: Principal, aspect: str) -> AsyncIterator[PreferencePair]:
         """For each of the caller's forks (made after turn j of its source), the aspects on which the caller
         rated the two branches' replies at turn k = j + 1 differently (MESSAGE scope, USER origin: branch
-        copies never count): the preferred reply is `chosen`. Forks in the chat service's order."""
+        copies never count; only the owner's own ratings, never other systems' evaluations, which live
+        apart and are not read here): the preferred reply is `chosen`. Forks in the chat service's order."""
         try:
             forks = await self._chat.forks(p.metadata)
         except ChatUnreachable as e:

@@ -1,5 +1,5 @@
 """The change feed, the use case (issue 24; docs/architecture.md "The change feed"): WatchFeedback's
-stream of every change to reports, ratings and triage state, and the feed's retention.
+stream of every change to reports, ratings (other systems' evaluations included) and triage state, and the feed's retention.
 
 The events are the outbox rows the database's triggers write in each change's own transaction
 (migration 0030); a stream reads them in pages after its position, below the safe horizon
@@ -25,6 +25,7 @@ from services.feedback import feed_domain
 from services.feedback.audit import Audit
 from services.feedback.feed_wakeups import FeedWakeups
 from services.feedback.model.enums import EventKind
+from services.feedback.model.evaluation import StoredEvaluation
 from services.feedback.model.feed import FeedEvent, FeedFilter, Position
 from services.feedback.model.rating import Rating
 from services.feedback.model.report import Report
@@ -43,6 +44,7 @@ class FeedItem:
     event: FeedEvent | None = None
     report: Report | None = None
     rating: Rating | None = None
+    evaluation: StoredEvaluation | None = None
     # The owner's words may be sent (the caller's own, or an admin with include_text).
     with_text: bool = True
     heartbeat_time: dt.datetime | None = None
@@ -118,16 +120,14 @@ class Feed:
             gen = self._wakeups.generation
             page = await self._shared(("page", pos, f, gen), lambda at=pos: self._store.feed_page(at, f, self._page_size))
             if page.events:
-                reports, ratings = await self._shared(("resources", tuple(e.position for e in page.events), gen),
-                                                      lambda events=page.events: self._store.feed_resources(events))
+                res = await self._shared(("resources", tuple(e.position for e in page.events), gen),
+                                         lambda events=page.events: self._store.feed_resources(events))
                 if admin_text:
                     read = {e.resource_id for e in page.events if e.kind == EventKind.FEEDBACK}
-                    await self._audit.read_bodies(p, [reports[i] for i in read if i in reports],
+                    await self._audit.read_bodies(p, [res.reports[i] for i in read if i in res.reports],
                                                   "WatchFeedback")
                 for e in page.events:
-                    yield FeedItem(e.position, e, reports.get(e.resource_id) if e.kind == EventKind.FEEDBACK else None,
-                                   ratings.get(e.resource_id) if e.kind == EventKind.RATING else None,
-                                   with_text=e.owner == p.sub or admin_text)
+                    yield FeedItem(e.position, e, *res.item_of(e), with_text=e.owner == p.sub or admin_text)
                 last_sent = time.monotonic()
             pos = page.through
             if len(page.events) == self._page_size:

@@ -60,7 +60,8 @@ SERVICE_SUB = "svc:feedback"
 WRITE_METHODS = ("CreateFeedback", "UpdateFeedback", "FileFeedback", "PutRating", "CopyRatings",
                  "ReportSuspectedDefect")
 # Every method that may change what the change feed shows: each call ends with a wake-up of the streams.
-FEED_WRITE_METHODS = frozenset(f"/{SERVICE}/{m}" for m in (*WRITE_METHODS, "DeleteFeedback", "DeleteRating"))
+FEED_WRITE_METHODS = frozenset(f"/{SERVICE}/{m}" for m in (*WRITE_METHODS, "DeleteFeedback", "DeleteRating",
+                                                              "AcceptEvaluations"))
 
 
 class _ServiceToken(ServiceToken):

@@ -38,7 +38,6 @@ from services.common.clip import clip
 from services.common.errors import InvalidArgument, NotFound
 from services.common.ids import new_id
 from services.feedback import webhook_secrets
-from services.feedback.model.enums import EventKind
 from services.feedback.feed import FeedItem
 from services.feedback.feed_wakeups import FeedWakeups
 from services.feedback.model.feed import FeedEvent, FeedFilter
@@ -79,8 +78,8 @@ def check_url(url: str) -> str:
 
 
 def event_type(e: FeedEvent) -> str:
-    """The Standard Webhooks `type`: `feedback.created`, `rating.updated`, `feedback.filed`, …"""
-    return f"{'feedback' if e.kind == EventKind.FEEDBACK else 'rating'}.{e.type.name.lower()}"
+    """The Standard Webhooks `type`: `feedback.created`, `rating.updated`, `evaluation.created`, `feedback.filed`, …"""
+    return f"{e.kind.name.lower()}.{e.type.name.lower()}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,10 +191,9 @@ class Webhooks:
         while True:
             page = await self._feed.feed_page(pos, s.filter, PAGE)
             if page.events:
-                reports, ratings = await self._feed.feed_resources(page.events)
+                res = await self._feed.feed_resources(page.events)
             for e in page.events:
-                item = FeedItem(e.position, e, reports.get(e.resource_id) if e.kind == EventKind.FEEDBACK else None,
-                                ratings.get(e.resource_id) if e.kind == EventKind.RATING else None, with_text=False)
+                item = FeedItem(e.position, e, *res.item_of(e), with_text=False)
                 d = await self._post(s, signer, e, item)
                 if d.outcome != DeliveryOutcome.DELIVERED:
                     dead = d.attempt >= self._policy.max_attempts

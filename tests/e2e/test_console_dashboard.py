@@ -2,7 +2,8 @@
 two owners: every panel shows exactly that data — headline, sentiment split per dimension, the trend,
 the small multiples, the completion funnel and latest states (charts drawn by uPlot, their numbers in the
 table under each), negative signals across scopes with paging, the recent feed's filters, the reports
-table with File issue, and the per-turn viewer. A fork's branch copies move no figure.
+table with File issue, and the per-turn viewer. A fork's branch copies move no figure; another system's
+evaluation has a table of its own and moves none of the owners' figures.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from playwright.async_api import Page, expect
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
-from services.common.auth import ALL_SCOPES
+from services.common.auth import ALL_SCOPES, SCOPE_FEEDBACK_EVALUATIONS
 from tests.helpers.grpcweb import CONSOLE_DIST, gateway, static_site
 from tests.helpers.console import browser_page, shot, sign_in
 
@@ -74,8 +75,20 @@ async def numbers(page: Page, chart: str) -> dict[str, list[str]]:
     return out
 
 
+async def evaluate(stack, conversation: str, sub: str, turn: int, name: str, kind: int, label: str, score: float) -> None:
+    """An evaluation of a turn handed over as the trace collector does (AcceptEvaluations)."""
+    msgs = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=conversation), metadata=stack.md(sub))
+    trace_id = next(m.trace_id for m in msgs.messages if m.role == chat_pb2.ROLE_ASSISTANT and m.turn_index == turn)
+    got = await stack.feedback().AcceptEvaluations(pb.AcceptEvaluationsRequest(evaluations=[pb.Evaluation(
+        trace_id=trace_id, name=name, label=label, score=score, author_kind=kind, identifier="judge-v1")]),
+        metadata=stack.md("tracecollector", (SCOPE_FEEDBACK_EVALUATIONS,)))
+    assert got.outcomes[0].state == pb.EvaluationOutcome.STATE_ACCEPTED, got
+
+
 async def test_dashboard_panels_show_the_data_the_test_made(stack, tmp_path):
     convs = await seed(stack)
+    # A judge likes the reply alice disliked: its own table, never in her figures.
+    await evaluate(stack, convs["alice"], "alice", 1, "reaction", pb.AUTHOR_KIND_LLM, "positive", 0.75)
     with static_site(CONSOLE_DIST) as site:
         async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
             async with browser_page(1280, 1000) as page:
@@ -105,6 +118,11 @@ async def test_dashboard_panels_show_the_data_the_test_made(stack, tmp_path):
                 cats = page.locator("table.report-categories tbody tr")
                 await expect(cats).to_have_count(1)
                 assert [t.strip() for t in await cats.first.locator("td").all_inner_texts()] == ["Tool failure", "1"]
+                ev = page.locator("table.evaluations tbody tr")
+                await expect(ev).to_have_count(1)
+                assert [t.strip() for t in await page.locator("table.evaluations tr[data-evaluation='llm/reaction'] td"
+                                                              ).all_inner_texts()] == [
+                    "LLM judge", "reaction", "1", "0", "0", "1", "0.75"]
                 await expect(page.locator(".multiples figure.chart")).to_have_count(4)
                 art = await numbers(page, "dim-artifact-artifact_quality")
                 assert list(art.values())[-1] == ["0", "0", str(ARTIFACTS)]

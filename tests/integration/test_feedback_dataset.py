@@ -1,19 +1,23 @@
 """Datasets out (issue 24): `agentfeedback export dataset` over the real ExportDataset stream writes the
 caller's labelled turns as JSONL that Hugging Face `datasets` loads (its `json` builder, offline), in the
 OpenAI chat-messages shape, with every rating of the turn, the reports and their frozen tool calls;
-filters and the resume token work; branch copies are not labels unless asked for."""
+filters and the resume token work; branch copies are not labels unless asked for. Evaluations other
+systems sent are exported with their author kind (filterable) and never become preference pairs."""
 from __future__ import annotations
 
 import json
 import os
 import uuid
 
+import grpc
 import pytest
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 
+from services.common.auth import SCOPE_FEEDBACK_EVALUATIONS
+from services.common.errors import error_info
 from tests.helpers.cli import _cli
-from tests.helpers.feedback import flag, new_instance, rid, send, wait_state
+from tests.helpers.feedback import expect_error, flag, new_instance, rid, send, wait_state
 
 CAPTURED = pb.TRACE_SNAPSHOT_STATE_CAPTURED
 
@@ -159,3 +163,102 @@ async def test_an_export_with_nothing_rated_creates_the_file_and_says_why_it_is_
     rows = tmp_path / "rows.jsonl"
     r = await _cli(stack, "feedback", "export", "-o", str(rows), sub="fay")
     assert "exported 1 row\n" in r.output
+
+
+async def _evaluate(stack, trace_id: str, name: str, kind: int, identifier: str, label: str = "",
+                    score: float | None = None) -> str:
+    """An evaluation handed over as the trace collector does (AcceptEvaluations, its own credential)."""
+    e = pb.Evaluation(trace_id=trace_id, name=name, label=label, author_kind=kind, identifier=identifier,
+                      source="judges")
+    if score is not None:
+        e.score = score
+    got = await stack.feedback().AcceptEvaluations(pb.AcceptEvaluationsRequest(evaluations=[e]),
+                                                   metadata=stack.md("tracecollector", (SCOPE_FEEDBACK_EVALUATIONS,)))
+    assert got.outcomes[0].state == pb.EvaluationOutcome.STATE_ACCEPTED, got
+    return got.outcomes[0].rating
+
+
+async def _export(stack, path, *args: str):
+    r = await _cli(stack, "export", "dataset", "-o", str(path), *args)
+    assert r.exit_code == 0, r.output
+    return _load(path) if path.read_text() else []
+
+
+async def test_evaluations_export_with_their_author_kind_and_the_author_kind_filter_picks_turns(
+        stack, tmp_path, hf_offline):
+    inst = await new_instance(stack)
+    t0, t1, _ = [await send(stack, inst, f"question {i}") for i in range(3)]
+    await _rate(stack, inst, t0.reply.turn_index, "accuracy", pb.RATING_SENTIMENT_POSITIVE)
+    code = await _evaluate(stack, t0.trace_id, "toxicity", pb.AUTHOR_KIND_CODE, "regex-check", label="safe")
+    llm = await _evaluate(stack, t1.trace_id, "relevance", pb.AUTHOR_KIND_LLM, "judge-v1", label="irrelevant",
+                          score=0.25)
+
+    rows = await _export(stack, tmp_path / "all.jsonl")
+    assert [x["turn_index"] for x in rows] == [t0.reply.turn_index, t1.reply.turn_index]
+    keep = ("aspect", "author_kind", "evaluator", "label", "score", "sentiment")
+    assert [{k: x[k] for k in keep} for x in rows[0]["ratings"]] == [
+        {"aspect": "accuracy", "author_kind": "AUTHOR_KIND_HUMAN", "evaluator": "", "label": "", "score": None,
+         "sentiment": "RATING_SENTIMENT_POSITIVE"},
+        {"aspect": "toxicity", "author_kind": "AUTHOR_KIND_CODE", "evaluator": "regex-check", "label": "safe",
+         "score": None, "sentiment": "RATING_SENTIMENT_POSITIVE"}]
+    assert [{k: x[k] for k in keep} for x in rows[1]["ratings"]] == [
+        {"aspect": "relevance", "author_kind": "AUTHOR_KIND_LLM", "evaluator": "judge-v1", "label": "irrelevant",
+         "score": 0.25, "sentiment": "RATING_SENTIMENT_NEGATIVE"}]
+    assert rows[1]["messages"][-1] == {"role": "assistant", "content": t1.reply.content}
+
+    # The author-kind filter picks turns (a picked turn still holds every rating, each with its kind).
+    llm_rows = await _export(stack, tmp_path / "llm.jsonl", "--author-kind", "llm")
+    assert [x["turn_index"] for x in llm_rows] == [t1.reply.turn_index]
+    human = await _export(stack, tmp_path / "human.jsonl", "--author-kind", "human")
+    assert [x["turn_index"] for x in human] == [t0.reply.turn_index]
+    assert [x["author_kind"] for x in human[0]["ratings"]] == ["AUTHOR_KIND_HUMAN", "AUTHOR_KIND_CODE"]
+    code_rows = await _export(stack, tmp_path / "code.jsonl", "--author-kind", "code")
+    assert [x["turn_index"] for x in code_rows] == [t0.reply.turn_index]
+    # The other filters read an evaluation's name as its aspect and its derived sentiment.
+    neg = await _export(stack, tmp_path / "neg.jsonl", "--sentiment", "negative")
+    assert [x["turn_index"] for x in neg] == [t1.reply.turn_index]
+    tox = await _export(stack, tmp_path / "tox.jsonl", "--aspect", "toxicity", "--author-kind", "code")
+    assert [x["turn_index"] for x in tox] == [t0.reply.turn_index]
+    assert await _export(stack, tmp_path / "none.jsonl", "--aspect", "toxicity", "--author-kind", "llm") == []
+    # Another owner never gets them.
+    assert (await _cli(stack, "export", "dataset", "-o", str(tmp_path / "bob.jsonl"), sub="bob")).exit_code == 0
+    assert (tmp_path / "bob.jsonl").read_text() == ""
+    # The RPC refuses an unknown author kind, naming the field.
+    e = await expect_error(_first(stack.feedback().ExportDataset(pb.ExportDatasetRequest(author_kind=9),
+                                                                 metadata=stack.md())),
+                           grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "author_kind"
+    assert {code, llm} == {x["name"] for r in rows for x in r["ratings"] if x["author_kind"] != "AUTHOR_KIND_HUMAN"}
+
+
+async def _first(call):
+    async for m in call:
+        return m
+
+
+async def test_an_llm_evaluation_never_becomes_a_preference_pair(stack, tmp_path, hf_offline):
+    inst = await new_instance(stack)
+    t0 = await send(stack, inst, "first question")
+    t1 = await send(stack, inst, "second question")
+    fork = (await stack.chat().ForkConversation(chat_pb2.ForkConversationRequest(
+        parent=inst, turn_index=t0.reply.turn_index, request_id=str(uuid.uuid4())), metadata=stack.md())).instance.name
+    f1 = await send(stack, fork, "second question")
+    # A judge disagrees about the two branches on `reaction` (the owner rated both alike there), and on
+    # `relevance` (the owner did not rate it at all): neither is the owner's preference.
+    for trace_id, label in ((t1.trace_id, "positive"), (f1.trace_id, "negative")):
+        await _evaluate(stack, trace_id, "reaction", pb.AUTHOR_KIND_LLM, "judge", label=label)
+        await _evaluate(stack, trace_id, "relevance", pb.AUTHOR_KIND_HUMAN, "reviewer-7", label=label)
+    await _rate(stack, inst, t1.reply.turn_index, "reaction", pb.RATING_SENTIMENT_POSITIVE)
+    await _rate(stack, fork, f1.reply.turn_index, "reaction", pb.RATING_SENTIMENT_POSITIVE)
+    # The owner's own differing opinion on `tone` is the one pair.
+    await _rate(stack, inst, t1.reply.turn_index, "tone", pb.RATING_SENTIMENT_NEGATIVE)
+    await _rate(stack, fork, f1.reply.turn_index, "tone", pb.RATING_SENTIMENT_POSITIVE)
+
+    out = tmp_path / "pairs.jsonl"
+    assert (await _cli(stack, "export", "pairs", "-o", str(out))).exit_code == 0
+    rows = list(_load(out))
+    assert [(x["aspect"], x["chosen_conversation"], x["rejected_conversation"]) for x in rows] == [("tone", fork, inst)]
+    for aspect in ("reaction", "relevance"):
+        only = tmp_path / f"{aspect}.jsonl"
+        assert (await _cli(stack, "export", "pairs", "-o", str(only), "--aspect", aspect)).exit_code == 0
+        assert only.read_text() == ""

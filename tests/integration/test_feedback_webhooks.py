@@ -13,55 +13,15 @@ import asyncpg
 import grpc
 import pytest
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
-from aiohttp import web
-from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info
 from tests.helpers.cli import _cli
 from tests.helpers.feedback import expect_error, flag, new_instance, rid, send
+from tests.helpers.webhooks import Receiver, feed_event_ids
 from tests.stack import start_stack
 
 FAST = {"webhook_backoff_first_s": 0.1, "webhook_backoff_max_s": 0.4}
-
-
-class Receiver:
-    """An HTTP endpoint on loopback that verifies each POST's signature and records the verified payloads;
-    `down()` stops listening (connections refused), `up()` listens again on the same port."""
-
-    def __init__(self):
-        self.secret = ""
-        self.got: list[dict] = []
-        self.bad: list[str] = []
-        self.port = 0
-        self._runner: web.AppRunner | None = None
-
-    async def _handle(self, request: web.Request) -> web.Response:
-        body = await request.text()
-        try:
-            payload = Webhook(self.secret).verify(body, dict(request.headers))
-        except WebhookVerificationError as e:
-            self.bad.append(str(e))
-            return web.Response(status=400)
-        assert request.headers["webhook-id"] == payload["data"]["id"]
-        self.got.append(payload)
-        return web.Response(status=204)
-
-    async def up(self) -> None:
-        app = web.Application()
-        app.router.add_post("/hook", self._handle)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
-        await site.start()
-        self.port = self.port or self._runner.addresses[0][1]
-
-    async def down(self) -> None:
-        await self._runner.cleanup()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
 
 
 async def _wait(cond, timeout_s: float = 30.0, what: str = "") -> None:
@@ -69,14 +29,6 @@ async def _wait(cond, timeout_s: float = 30.0, what: str = "") -> None:
     while not cond():
         assert time.monotonic() < deadline, what
         await asyncio.sleep(0.05)
-
-
-async def _outbox(url: str) -> list[str]:
-    conn = await asyncpg.connect(url, server_settings={"search_path": "feedback"})
-    try:
-        return [str(r["seq"]) for r in await conn.fetch("SELECT seq FROM feed_events ORDER BY xid, seq")]
-    finally:
-        await conn.close()
 
 
 async def test_a_receiver_down_while_changes_happen_gets_every_event_signed_and_in_order(database_url, tmp_path):
@@ -124,7 +76,7 @@ async def test_a_receiver_down_while_changes_happen_gets_every_event_signed_and_
         assert receiver.got == []
 
         await receiver.up()  # back: everything arrives, in feed order, each signature verified
-        expected = await _outbox(database_url)
+        expected = await feed_event_ids(database_url)
         await _wait(lambda: [p["data"]["id"] for p in receiver.got] == expected, what=f"got {receiver.got}")
         assert receiver.bad == []
         assert [p["type"] for p in receiver.got] == ["feedback.created", "rating.created", "rating.updated",

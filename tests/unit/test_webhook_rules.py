@@ -1,6 +1,7 @@
 """Webhook rules (services/feedback/webhooks.py, webhook_secrets.py): URLs, event types, backoff, secrets."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
@@ -31,7 +32,10 @@ def test_other_urls_are_invalid_argument_naming_the_field(url):
 def test_event_types_and_backoff():
     e = FeedEvent(Position(1, 1), EventKind.RATING, EventType.UPDATED, "r", "o", RatingScope.MESSAGE, "reaction", False,
                   dt.datetime.now(dt.UTC))
-    assert event_type(e) == "rating.updated"
+    assert (event_type(e), e.name) == ("rating.updated", "ratings/r")
+    ev = dataclasses.replace(e, kind=EventKind.EVALUATION, type=EventType.CREATED)
+    assert (event_type(ev), ev.name) == ("evaluation.created", "evaluations/r")
+    assert dataclasses.replace(e, kind=EventKind.FEEDBACK, type=EventType.FILED).name == "feedback/r"
     p = DeliveryPolicy(10, 30, 1.0, 300.0)
     assert [p.retry_in(a) for a in (1, 2, 3, 9, 10, 30)] == [1, 2, 4, 256, 300, 300]
     assert sum(p.retry_in(a) for a in range(1, 30)) > 3600  # a receiver down for an hour is still retried

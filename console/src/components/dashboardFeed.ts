@@ -35,7 +35,7 @@ function viewButton(open: Open, conversation: string, turn: number, user: string
 
 /** Who judged, for an evaluation another system sent (issue 24; `evaluator` set): an owner's own rating
  * gets no label. */
-const AUTHOR_LABELS: Partial<Record<AuthorKind, string>> = {
+export const AUTHOR_LABELS: Partial<Record<AuthorKind, string>> = {
   [AuthorKind.LLM]: "LLM judge", [AuthorKind.CODE]: "code check", [AuthorKind.HUMAN]: "human reviewer",
 };
 function authorBadge(r: Rating): HTMLElement | null {

@@ -1,17 +1,18 @@
 // The operator dashboard (scope feedback:admin; FeedbackService.GetFeedbackStats counts USER-origin
 // ratings only, so branch copies never move a figure): window picker; headline likes / dislikes /
-// reports / tasks marked complete; the sentiment split per dimension (scope + aspect); the trend over
+// reports / tasks marked complete; the sentiment split per dimension (scope + aspect); other systems'
+// evaluations per author kind and name, apart; the trend over
 // the window; reports by category; per-dimension small multiples; the completion funnel and the latest-state distribution;
 // then the feeds (dashboardFeed.ts): negative signals, the filtered recent feed, the reports table with
 // File issue, and the read-only per-turn viewer. Charts: charts.ts (uPlot).
 import { api, errorText, principal } from "../api";
 import { barChart, COLORS, dailyChart } from "../charts";
 import { h, mount } from "../dom";
-import { RatingScope, type FeedbackStats } from "../gen/agentfeedback/feedback/v1/feedback_pb";
+import { AuthorKind, RatingScope, type FeedbackStats } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { go } from "../router";
 import { categoryLabel, labelOf, TAXONOMY } from "../taxonomy";
 import { aspectLabel, enumLabel, plural } from "../names";
-import { negativeSignals, recentFeed, reportsTable, turnViewer } from "../components/dashboardFeed";
+import { AUTHOR_LABELS, negativeSignals, recentFeed, reportsTable, turnViewer } from "../components/dashboardFeed";
 
 const WINDOWS = [1, 7, 30, 90, 365];
 export const DEFAULT_WINDOW = 30;
@@ -63,6 +64,18 @@ function splitTable(s: FeedbackStats): HTMLElement {
           h("span", { class: "pos", style: `width:${pct(a.positive)}` }), h("span", { class: "neu", style: `width:${pct(a.neutral)}` }),
           h("span", { class: "neg", style: `width:${pct(a.negative)}` }))));
     }))));
+}
+
+/** Evaluations other systems sent (GetFeedbackStats.evaluations, issue 24) per author kind and name: a
+ * table of their own, never added into the owners' figures above. */
+function evaluationTable(s: FeedbackStats): HTMLElement {
+  if (!s.evaluations.length) return h("p", { class: "muted", id: "evaluations-empty" }, "No evaluations from other systems in the window.");
+  return h("div", { class: "table-wrap" }, h("table", { class: "evaluations" },
+    h("thead", {}, h("tr", {}, ["author", "evaluation", "positive", "neutral", "negative", "total", "mean score"].map((c) => h("th", {}, c)))),
+    h("tbody", {}, s.evaluations.map((e) => h("tr", { dataset: { evaluation: `${enumLabel(AuthorKind, e.authorKind)}/${e.name}` } },
+      h("td", {}, AUTHOR_LABELS[e.authorKind] ?? "evaluator"), h("td", { title: e.name }, e.name),
+      [e.positive, e.neutral, e.negative, e.total].map((n) => h("td", {}, n.toString())),
+      h("td", {}, e.meanScore === undefined ? "–" : e.meanScore.toFixed(2)))))));
 }
 
 function charts(s: FeedbackStats): HTMLElement[] {
@@ -121,6 +134,9 @@ export async function statsPage(main: HTMLElement, query: URLSearchParams = new 
     headline(st),
     h("h2", {}, "Sentiment per dimension"), splitTable(st),
     h("h2", {}, "Report categories"), categoryTable(st),
+    h("h2", {}, "Evaluations from other systems"),
+    h("p", { class: "muted" }, "Sent by judges, checks and reviewers over OpenTelemetry; not in the owners' figures above."),
+    evaluationTable(st),
     charts(st));
   counts.removeAttribute("aria-busy");
 }

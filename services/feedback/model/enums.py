@@ -115,11 +115,12 @@ class AuditAction(IntEnum):
 
 # model enum → proto enum name (agentfeedback.feedback.v1); the proto's values are `<UPPER_SNAKE>_<member>`.
 class EventKind(IntEnum):
-    """What a change feed event is about (also `feed_events.kind`, migration 0030)."""
+    """What a change feed event is about (also `feed_events.kind`, migrations 0030 and 0090)."""
 
     UNSPECIFIED = 0
     FEEDBACK = 1
     RATING = 2
+    EVALUATION = 3  # another system's, AcceptEvaluations (`evaluations/{id}`)
 
 
 class EventType(IntEnum):

@@ -6,6 +6,12 @@ import datetime as dt
 from dataclasses import dataclass
 
 from services.feedback.model.enums import EventKind, EventType, RatingScope
+from services.feedback.model.evaluation import StoredEvaluation
+from services.feedback.model.rating import Rating
+from services.feedback.model.report import Report
+
+
+_COLLECTIONS = {EventKind.FEEDBACK: "feedback", EventKind.RATING: "ratings", EventKind.EVALUATION: "evaluations"}
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -37,7 +43,7 @@ class FeedEvent:
 
     @property
     def name(self) -> str:
-        return f"{'feedback' if self.kind == EventKind.FEEDBACK else 'ratings'}/{self.resource_id}"
+        return f"{_COLLECTIONS[self.kind]}/{self.resource_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +66,18 @@ class FeedPage:
     # Committed events exist beyond the safe horizon (a transaction begun earlier is still running):
     # the reader should look again soon, not wait for the next wake-up.
     pending: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FeedResources:
+    """The resources a page of events names, by id, as they are now (a deleted one is absent)."""
+
+    reports: dict[str, Report]
+    ratings: dict[str, Rating]
+    evaluations: dict[str, StoredEvaluation]
+
+    def item_of(self, e: FeedEvent) -> tuple[Report | None, Rating | None, StoredEvaluation | None]:
+        """(report, rating, evaluation) of one event: the one its kind names, or all None."""
+        return (self.reports.get(e.resource_id) if e.kind == EventKind.FEEDBACK else None,
+                self.ratings.get(e.resource_id) if e.kind == EventKind.RATING else None,
+                self.evaluations.get(e.resource_id) if e.kind == EventKind.EVALUATION else None)

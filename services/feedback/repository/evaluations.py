@@ -14,13 +14,13 @@ import asyncpg
 from services.feedback.model.enums import AuthorKind, EvaluationConvention, RatingScope, RatingSentiment
 from services.feedback.model.evaluation import EvaluationCount, EvaluationIn, StoredEvaluation, TurnAnchor
 
-_COLUMNS = """id, scope, target, name, identifier, author_kind, convention, conversation, turn_index, owner, message,
+EVALUATION_COLUMNS = """id, scope, target, name, identifier, author_kind, convention, conversation, turn_index, owner, message,
     label, score, sentiment, explanation, response_id, source, version, create_time, update_time"""
 
 # `up`: the row written (inserted, or updated because a value changed); else the row as stored.
 UPSERT = f"""
 WITH up AS (
-    INSERT INTO evaluations AS e ({_COLUMNS})
+    INSERT INTO evaluations AS e ({EVALUATION_COLUMNS})
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, 1, now(), now())
     ON CONFLICT (scope, target, name, identifier) DO UPDATE SET
         author_kind = EXCLUDED.author_kind, convention = EXCLUDED.convention,
@@ -34,15 +34,15 @@ WITH up AS (
         IS DISTINCT FROM (EXCLUDED.author_kind, EXCLUDED.convention, EXCLUDED.conversation, EXCLUDED.turn_index,
            EXCLUDED.owner, EXCLUDED.message, EXCLUDED.label, EXCLUDED.score, EXCLUDED.explanation,
            EXCLUDED.response_id, EXCLUDED.source)
-    RETURNING {_COLUMNS}
+    RETURNING {EVALUATION_COLUMNS}
 )
 SELECT * FROM up
 UNION ALL
-SELECT {_COLUMNS} FROM evaluations
+SELECT {EVALUATION_COLUMNS} FROM evaluations
 WHERE scope = $2 AND target = $3 AND name = $4 AND identifier = $5 AND NOT EXISTS (SELECT 1 FROM up)
 """
-GET_BY_KEY = f"SELECT {_COLUMNS} FROM evaluations WHERE scope = $1 AND target = $2 AND name = $3 AND identifier = $4"
-TURN = f"SELECT {_COLUMNS} FROM evaluations WHERE conversation = $1 AND turn_index = $2 ORDER BY name, identifier"
+GET_BY_KEY = f"SELECT {EVALUATION_COLUMNS} FROM evaluations WHERE scope = $1 AND target = $2 AND name = $3 AND identifier = $4"
+TURN = f"SELECT {EVALUATION_COLUMNS} FROM evaluations WHERE conversation = $1 AND turn_index = $2 ORDER BY name, identifier"
 # GetFeedbackStats' evaluations: per (author kind, name) over [since, ∞); index evaluations_update_time.
 COUNTS = """
 SELECT author_kind, name,
@@ -52,7 +52,7 @@ FROM evaluations WHERE update_time >= $1 GROUP BY author_kind, name ORDER BY aut
 """
 
 
-def _stored(r: asyncpg.Record) -> StoredEvaluation:
+def evaluation_row(r: asyncpg.Record) -> StoredEvaluation:
     ev = EvaluationIn(r["target"], r["name"], r["label"], r["score"], r["explanation"], r["response_id"],
                       AuthorKind(r["author_kind"]), r["identifier"], r["source"], EvaluationConvention(r["convention"]),
                       RatingScope(r["scope"]))
@@ -75,12 +75,12 @@ class EvaluationStore:
                 row = await conn.fetchrow(UPSERT, *args)
                 if row is None:  # a concurrent first insert of the key, not yet in this statement's snapshot
                     row = await conn.fetchrow(UPSERT, *args)
-                out.append(_stored(row))
+                out.append(evaluation_row(row))
         return out
 
     async def turn(self, conversation: str, turn_index: int) -> list[StoredEvaluation]:
         async with self._pool.acquire() as conn:
-            return [_stored(r) for r in await conn.fetch(TURN, conversation, turn_index)]
+            return [evaluation_row(r) for r in await conn.fetch(TURN, conversation, turn_index)]
 
     async def counts(self, since: dt.datetime) -> list[EvaluationCount]:
         async with self._pool.acquire() as conn:

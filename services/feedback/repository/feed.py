@@ -1,5 +1,5 @@
 """The change feed's SQL (issue 24): reads of the outbox `feed_events` (migration 0030, written by
-triggers in each change's own transaction), its retention, and the resources the events name.
+triggers in each change's own transaction: reports, ratings, evaluations), its retention, and the resources the events name.
 
 The safe horizon: a read returns only events with xid < the xmin of its own statement's snapshot
 (`pg_current_snapshot()` is the statement's active snapshot): those transactions have ended, so their
@@ -16,18 +16,18 @@ import asyncpg
 
 from services.common.db import NamedSQL
 from services.feedback.model.enums import EventKind, EventType, RatingScope
-from services.feedback.model.rating import Rating
-from services.feedback.model.report import Report
-from services.feedback.model.feed import FeedEvent, FeedFilter, FeedPage, Position
+from services.feedback.model.feed import FeedEvent, FeedFilter, FeedPage, FeedResources, Position
 from services.feedback.repository import rows
+from services.feedback.repository.evaluations import EVALUATION_COLUMNS, evaluation_row
 from services.feedback.repository.ratings import RATING_COLUMNS
 from services.feedback.repository.reports import FEEDBACK_COLUMNS
 
 _XMIN = "pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
 _EVENT_COLUMNS = "e.seq, e.xid, e.kind, e.action, e.resource_id, e.owner, e.scope, e.aspect, e.branch_copy, e.change_time"
+# Scope and aspect are those of ratings (kind 2) and evaluations (kind 3, aspect = the evaluation's name).
 _FILTERS = """(:kind::smallint = 0 OR e.kind = :kind)
-    AND (:scope::smallint = 0 OR (e.kind = 2 AND e.scope = :scope))
-    AND (:aspect::text = '' OR (e.kind = 2 AND e.aspect = :aspect))"""
+    AND (:scope::smallint = 0 OR (e.kind IN (2, 3) AND e.scope = :scope))
+    AND (:aspect::text = '' OR (e.kind IN (2, 3) AND e.aspect = :aspect))"""
 
 
 def _page_sql(owner_filter: str) -> NamedSQL:
@@ -59,6 +59,7 @@ UPDATE feed_pruned SET xid = $1, seq = $2, time = $3 WHERE (xid, seq) < ($1, $2)
 RETURNING (SELECT count(*) FROM gone)"""
 REPORTS_BY_ID = f"SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE id = ANY($1::text[])"
 RATINGS_BY_ID = f"SELECT {RATING_COLUMNS} FROM ratings WHERE id = ANY($1::text[])"
+EVALUATIONS_BY_ID = f"SELECT {EVALUATION_COLUMNS} FROM evaluations WHERE id = ANY($1::text[])"
 
 
 def _event(r: asyncpg.Record) -> FeedEvent:
@@ -110,10 +111,13 @@ class FeedStore:
             if old < len(cands) or len(cands) < batch:
                 return total
 
-    async def feed_resources(self, events: Sequence[FeedEvent]) -> tuple[dict[str, Report], dict[str, Rating]]:
-        """The reports and ratings the events name, as they are now (deleted ones absent)."""
-        fids = list({e.resource_id for e in events if e.kind == EventKind.FEEDBACK})
-        rids = list({e.resource_id for e in events if e.kind == EventKind.RATING})
+    async def feed_resources(self, events: Sequence[FeedEvent]) -> FeedResources:
+        """The reports, ratings and evaluations the events name, as they are now (deleted ones absent)."""
+        def ids(kind: EventKind) -> list[str]:
+            return list({e.resource_id for e in events if e.kind == kind})
+
+        fids, rids, eids = ids(EventKind.FEEDBACK), ids(EventKind.RATING), ids(EventKind.EVALUATION)
         reports = [rows.report(r) for r in await self.pool.fetch(REPORTS_BY_ID, fids)] if fids else []
         ratings = [rows.rating(r) for r in await self.pool.fetch(RATINGS_BY_ID, rids)] if rids else []
-        return {r.id: r for r in reports}, {r.id: r for r in ratings}
+        evals = [evaluation_row(r) for r in await self.pool.fetch(EVALUATIONS_BY_ID, eids)] if eids else []
+        return FeedResources({r.id: r for r in reports}, {r.id: r for r in ratings}, {e.id: e for e in evals})
