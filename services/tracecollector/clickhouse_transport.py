@@ -25,6 +25,9 @@ class ClickHouseError(Exception):
 
 
 class ClickHouseTransport(Protocol):
+    # Statements run one at a time: more concurrent INSERTs would only wait, in smaller parts.
+    serial: bool
+
     async def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         """Run a statement that returns nothing (DDL, ALTER, INSERT ... SELECT)."""
 
@@ -70,6 +73,8 @@ def param_text(v: Any) -> str:
 class HttpTransport:
     """A ClickHouse server over HTTP(S) (`clickhouse-connect`'s async client). `url`:
     `http[s]://user[:password]@host:port` (port 8123 / 8443 by default); `password` wins over the URL's."""
+
+    serial = False
 
     def __init__(self, url: str, *, password: str = "", connect_timeout_s: float = 5.0,
                  send_receive_timeout_s: float = 30.0):
@@ -126,6 +131,7 @@ class ChdbTransport:
     one `ChdbTransport.shared(path)` and keeps apart by database. Statements run one at a time in a
     worker thread (the engine call blocks)."""
 
+    serial = True
     _instances: dict[str, ChdbTransport] = {}
 
     def __init__(self, path: str):

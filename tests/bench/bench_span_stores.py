@@ -13,6 +13,9 @@ HTTP hop, and the engine shares this process's CPU with the collector, so its fi
   of 50, after each store's background maintenance (PostgreSQL ANALYZE; ClickHouse OPTIMIZE ... FINAL,
   the merges a server does within minutes); `_bytes_per_span` (PostgreSQL: spans partitions with their
   indexes; ClickHouse: otel_traces and its lookup table after merges, skip indexes included).
+- `span_store_ch_select1_p50_ms`, `_p99_ms`: the floor under every ClickHouse figure, `SELECT 1` through
+  the same transport (GET_TRACE_CALLS calls, on the loaded 14-day set): chdb's fixed cost per statement
+  in this process, which GetTrace pays twice (the lookup table's bounds, then the spans).
 - `span_store_ch_vs_pg_ingest`, `_bytes`: ratios (issue 26's targets: ingest ≥ 2, bytes ≤ 0.3; GetTrace
   p99 ≤ 10 ms and both searches ≤ 50 ms p50 on ClickHouse).
 
@@ -183,6 +186,9 @@ async def _run(ctx) -> dict[str, float]:
             await chdb.command(f"OPTIMIZE TABLE bench_query.{table} FINAL")
 
     out.update(await query_figures("span_store_ch", ch, now_ns, merge))
+    floor = await _latencies(lambda _: chdb.query("SELECT 1"), GET_TRACE_CALLS)
+    out["span_store_ch_select1_p50_ms"] = statistics.median(floor)
+    out.update(tail("span_store_ch_select1", floor))
     rows = await chdb.query("SELECT sum(bytes_on_disk) FROM system.parts WHERE database = 'bench_query'"
                             " AND table IN ('otel_traces', 'otel_traces_trace_id_ts') AND active")
     out["span_store_ch_bytes_per_span"] = int(rows[0][0]) / await ch.span_count()
