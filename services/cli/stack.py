@@ -126,7 +126,8 @@ class LocalStack:
 
     def spawn(self, c: Child) -> None:
         """Start (or restart) child `c`, its output appended to its log (services.cli.supervise.open_log)."""
-        with open_log(self.log_path(c.name)) as out:  # the child keeps its own descriptor
+        event = "started" if c.proc is None else f"restarted (the last one exited with status {c.proc.poll()})"
+        with open_log(self.log_path(c.name), event) as out:  # the child keeps its own descriptor
             c.proc = subprocess.Popen([sys.executable, "-m", c.module, *c.args], env=c.env or None, stdout=out,
                                       stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, start_new_session=True,
                                       preexec_fn=die_with_parent)

@@ -29,8 +29,10 @@ LOG_KEEP = 3
 BACKOFF_FIRST_S, BACKOFF_MAX_S, HEALTHY_AFTER_S = 1.0, 30.0, 60.0
 
 
-def open_log(path: Path) -> IO[bytes]:
-    """`path` opened for appending, rotated first when over LOG_ROTATE_BYTES (see module doc)."""
+def open_log(path: Path, event: str = "started") -> IO[bytes]:
+    """`path` opened for appending, rotated first when over LOG_ROTATE_BYTES (see module doc), after a
+    `=== make run: <event> <UTC time> ===` line (`started`, or `restarted …` when the supervisor
+    starts a child again: the reader of the log tells a restart from a new run)."""
     try:
         big = path.stat().st_size > LOG_ROTATE_BYTES
     except FileNotFoundError:
@@ -42,7 +44,7 @@ def open_log(path: Path) -> IO[bytes]:
                 older.replace(path.with_name(f"{path.name}.{i + 1}"))
         path.replace(path.with_name(f"{path.name}.1"))
     out = open(path, "ab")  # noqa: SIM115 - handed to the child process
-    out.write(f"=== make run: started {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')} ===\n".encode())
+    out.write(f"=== make run: {event} {dt.datetime.now(dt.UTC).isoformat(timespec='seconds')} ===\n".encode())
     out.flush()
     return out
 

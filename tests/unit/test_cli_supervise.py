@@ -183,3 +183,22 @@ def test_a_killed_supervisor_leaves_no_postgres_running():
             sup.kill()
         stop_postgres(pgdata)
         shutil.rmtree(pgdata.parent, ignore_errors=True)
+
+
+def test_a_restarted_child_says_restarted_in_its_log_not_a_new_run(tmp_path: Path, monkeypatch):
+    """The supervisor's restart of a child that died wrote `=== make run: started …` into its log as if a
+    new `make run` had begun; the reader of the log must tell a crash from a new run."""
+    from services.cli.stack import Child, LocalStack  # noqa: PLC0415
+    from services.common.settings import CommonSettings  # noqa: PLC0415
+
+    monkeypatch.setenv("AGENTFEEDBACK_DATA_DIR", str(tmp_path))
+    stack = LocalStack(CommonSettings())
+    stack.log_dir.mkdir(parents=True)
+    child = Child(name="quick", module="json.tool", health_target=None, env={}, args=("--help",))
+    for _ in range(2):
+        stack.spawn(child)
+        assert child.proc is not None and child.proc.wait(timeout=30) == 0
+    banners = [line for line in stack.log_path("quick").read_text().splitlines() if line.startswith("=== make run:")]
+    assert len(banners) == 2, banners
+    assert banners[0].startswith("=== make run: started ")
+    assert banners[1].startswith("=== make run: restarted (the last one exited with status 0) "), banners[1]
