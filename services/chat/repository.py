@@ -28,7 +28,7 @@ from services.chat.domain import (
     TurnInput,
     TurnRecord,
 )
-from services.chat.workspace import Applied, Op
+from services.chat.workspace import Applied, Op, State
 from services.common.db import fetch_custom_plan, like_pattern
 from services.common.ids import check_same_request
 
@@ -71,7 +71,7 @@ READ_COLUMNS = f"{MESSAGE_COLUMNS}, source_message, source_trace_id"
 # read the `$11` newest earlier messages (the statement's snapshot does not see its own insert).
 # No row: the instance does not exist for this owner. `inserted` = 0: a concurrent request with the
 # same request_id won (the turn index it claimed stays unused; indexes only need to be unique).
-BEGIN_TURN = """
+_BEGIN_TURN = """
 WITH inst AS (
     UPDATE instances SET next_turn_index = next_turn_index + 1, last_turn_time = $6
     WHERE owner = $1 AND id = $2
@@ -89,15 +89,19 @@ WITH inst AS (
     RETURNING id
 )
 SELECT inst.turn_index, inst.agent, (SELECT count(*) FROM msg) AS inserted, h.role, h.content, h.id,
-       h.turn_index AS h_turn_index
+       h.turn_index AS h_turn_index{ws_columns}
 FROM inst LEFT JOIN LATERAL (
     SELECT role, content, create_time, id, turn_index FROM messages
     WHERE owner = $1 AND instance_id = $2
     ORDER BY create_time DESC, id DESC
     LIMIT $11
-) h ON true
+) h ON true{ws_join}
 ORDER BY h.create_time, h.id
 """
+BEGIN_TURN = _BEGIN_TURN.format(ws_columns="", ws_join="")
+# The same, and the workspace the agent works on in this turn (workspace_store.BASE_LATERAL) on every row.
+BEGIN_TURN_IN_WORKSPACE = _BEGIN_TURN.format(ws_columns=", " + workspace_store.BASE_LATERAL_COLUMNS,
+                                             ws_join=workspace_store.BASE_LATERAL)
 # Step 5 in one statement: the reply and the turn's DONE state (the workspace snapshot follows in the same
 # transaction). Only while this attempt still owns the turn (RUNNING in trace $6): no reply after a retry
 # took it over. The conversation's row is locked first (the uncorrelated EXISTS runs as a one-time filter
@@ -353,38 +357,45 @@ class Repository:
 
     async def begin_turn(
         self, owner: str, turn: TurnInput, trace_id: str, message_id: str, t0: datetime, history_limit: int
-    ) -> tuple[Message, list[HistoryMessage]] | TurnRecord | None:
+    ) -> tuple[Message, list[HistoryMessage]] | None:
         """Store the user message of a new turn and read the history before it (one statement).
 
-        Returns (user message, history oldest first); or the existing TurnRecord when
-        `turn.request_id` was already used; or None when the instance does not exist for `owner`.
-        Raises RequestRace when a concurrent request with the same request_id stored its turn first.
+        Returns (user message, history oldest first), or None when the instance does not exist for
+        `owner`. Raises RequestRace when `turn.request_id` is already used (another request with it
+        stored its turn first): the caller reads that turn (`turn_by_request`). The request_id is not
+        looked up here: TurnRunner looks it up just before, and the statement's ON CONFLICT catches a
+        request that came in between.
         """
-        async with self._pool.acquire() as conn:
-            if turn.request_id is not None:
-                existing = await self._turn_by_request(conn, owner, turn.instance_id, turn.request_id)
-                if existing is not None:
-                    return existing
-            rows = await conn.fetch(
-                BEGIN_TURN,
-                owner,
-                turn.instance_id,
-                trace_id,
-                turn.request_id,
-                message_id,
-                t0,
-                turn.content,
-                int(turn.channel),
-                turn.audio_key,
-                turn.dictation,
-                history_limit,
-                turn.request_fingerprint,
-            )
+        rows = await self._begin_turn(BEGIN_TURN, owner, turn, trace_id, message_id, t0, history_limit)
+        return None if rows is None else (self._user(turn, trace_id, message_id, t0, rows), _history(turn.instance_id, rows))
+
+    async def begin_turn_in_workspace(
+        self, owner: str, turn: TurnInput, trace_id: str, message_id: str, t0: datetime, history_limit: int
+    ) -> tuple[Message, list[HistoryMessage], State] | None:
+        """`begin_turn`, and the workspace the agent works on in this turn (the latest snapshot of an
+        earlier turn; empty at first: `WorkspaceStore.before_turn`), in the same statement."""
+        rows = await self._begin_turn(BEGIN_TURN_IN_WORKSPACE, owner, turn, trace_id, message_id, t0, history_limit)
+        if rows is None:
+            return None
+        return (self._user(turn, trace_id, message_id, t0, rows), _history(turn.instance_id, rows),
+                workspace_store.begun_state(rows[0]))
+
+    async def _begin_turn(self, sql: str, owner: str, turn: TurnInput, trace_id: str, message_id: str, t0: datetime,
+                          history_limit: int) -> list[asyncpg.Record] | None:
+        """The rows of `sql` (a BEGIN_TURN), None when the instance does not exist; RequestRace (see begin_turn)."""
+        rows = await self._pool.fetch(
+            sql, owner, turn.instance_id, trace_id, turn.request_id, message_id, t0, turn.content,
+            int(turn.channel), turn.audio_key, turn.dictation, history_limit, turn.request_fingerprint,
+        )
         if not rows:
             return None
         if rows[0]["inserted"] == 0:
             raise RequestRace()
-        user = Message(
+        return rows
+
+    @staticmethod
+    def _user(turn: TurnInput, trace_id: str, message_id: str, t0: datetime, rows: list[asyncpg.Record]) -> Message:
+        return Message(
             instance_id=turn.instance_id,
             id=message_id,
             role=Role.USER,
@@ -397,7 +408,6 @@ class Repository:
             dictation=turn.dictation,
             agent=rows[0]["agent"],
         )
-        return user, _history(turn.instance_id, rows)
 
     async def retry_turn(self, owner: str, failed: TurnRecord, request_id: uuid.UUID, trace_id: str,
                          retryable: Sequence[str], history_limit: int, now: datetime,

@@ -48,7 +48,7 @@ from services.chat.domain import (
     time_from_ns,
 )
 from services.chat.repository import Repository, RequestRace
-from services.chat.workspace import Applied
+from services.chat.workspace import Applied, State
 from services.chat.workspace_store import WorkspaceStore
 from services.common import deadlines
 from services.common.clip import clip
@@ -126,12 +126,14 @@ class Replayed:
 @dataclass(frozen=True)
 class Started:
     """`_start`'s answer to a new turn (or a retried failed one): its root span (open; the caller ends
-    it), the stored user message, the history the agent gets and the caller's deadline."""
+    it), the stored user message, the history the agent gets, the caller's deadline and the workspace
+    the agent gets when it was read with the user message (None: read it before the agent call)."""
 
     span: trace.Span
     user: Message
     history: list[HistoryMessage]
     deadline: float | None
+    workspace: State | None = None
 
 
 class TurnRunner:
@@ -253,7 +255,7 @@ class TurnRunner:
         if isinstance(began, Replayed):  # lost a race with the same request_id
             span.end()
             return began
-        user, history = began
+        user, history, workspace = began
         span.set_attribute("chat.turn_index", user.turn_index)
         span.set_attribute("chat.user_message", user.name)
         span.add_event(
@@ -265,12 +267,13 @@ class TurnRunner:
             },
             timestamp=t0_ns,
         )
-        return Started(span, user, history, deadline)
+        return Started(span, user, history, deadline, workspace)
 
     async def _store_user(self, call: TurnCall, failed: TurnRecord | None, span: trace.Span, trace_id: str,
-                          t0: datetime) -> tuple[Message, list[HistoryMessage]] | Replayed:
+                          t0: datetime) -> tuple[Message, list[HistoryMessage], State | None] | Replayed:
         """Step 2: the user message stored under the new trace (or the failed turn `failed` claimed for
-        this retry) with the turn's history; `Replayed` when another request with the same request_id
+        this retry) with the turn's history and, for a new turn with a workspace store, the workspace
+        the agent gets (same statement); `Replayed` when another request with the same request_id
         stored its turn first. NOT_FOUND (`instance`) when the instance is not the caller's."""
         owner, turn = call.owner, call.turn
         try:
@@ -281,6 +284,8 @@ class TurnRunner:
                                                     self._history, t0, self._stale_before())
                 if began is None:  # another retry claimed it first: wait for that one
                     began = await self._replay(owner, turn, call.caller_remaining_s, rerun=False)
+            elif self._workspace is not None:
+                began = await self._repo.begin_turn_in_workspace(owner, turn, trace_id, new_id(), t0, self._history)
             else:
                 began = await self._repo.begin_turn(owner, turn, trace_id, new_id(), t0, self._history)
         except RequestRace:
@@ -300,14 +305,14 @@ class TurnRunner:
             return Replayed(began)
         if began is None or isinstance(began, TurnRecord):  # its messages were deleted meanwhile
             raise NotFound(f"instances/{turn.instance_id}")
-        return began
+        return began if len(began) == 3 else (*began, None)
 
     async def _agent_call(self, call: TurnCall, s: Started
                           ) -> tuple[ThinkInput, float, tuple[tuple[str, str], ...]]:
         """Step 3's arguments: what the agent gets, its timeout (measured now, after the database
         writes) and the metadata carrying the turn's context and the owner's token."""
         timeout = agent_timeout(deadlines.left(s.deadline), self._cap_s)
-        think_input = await self._think_input(call.owner, call.turn, s.user, s.history, s.user.agent)
+        think_input = await self._think_input(call.owner, call.turn, s.user, s.history, s.user.agent, s.workspace)
         return think_input, timeout, self._metadata(s.span, call.token)
 
     async def _replay(
@@ -353,11 +358,15 @@ class TurnRunner:
         return datetime.now(UTC) - timedelta(seconds=self._stale_s)
 
     async def _think_input(
-        self, owner: str, turn: TurnInput, user: Message, history: list[HistoryMessage], agent: str
+        self, owner: str, turn: TurnInput, user: Message, history: list[HistoryMessage], agent: str,
+        workspace: State | None = None,
     ) -> ThinkInput:
-        """What the agent gets: the turn, its history and the workspace the previous turn left."""
+        """What the agent gets: the turn, its history and the workspace the previous turn left
+        (`workspace` when read with the user message, else read now)."""
         ws = ThinkInput.workspace
-        if self._workspace is not None:
+        if workspace is not None:
+            ws = workspace
+        elif self._workspace is not None:
             ws = await self._workspace.before_turn(owner, turn.instance_id, user.turn_index)
         return ThinkInput(
             instance=f"instances/{turn.instance_id}",

@@ -38,6 +38,16 @@ BASE = f"""
 SELECT {SNAPSHOT_COLUMNS} FROM workspace_snapshots
 WHERE owner = $1 AND instance_id = $2 AND turn_index < $3 ORDER BY turn_index DESC LIMIT 1
 """
+# BASE as a LATERAL join on the turn being begun (`inst.turn_index`: Repository.begin_turn's CTE), so the
+# user message, the history and the workspace the agent gets come back in one round trip; `ws_turn_index`
+# NULL: no earlier snapshot. Read with `begun_state`.
+BASE_LATERAL = """
+LEFT JOIN LATERAL (
+    SELECT turn_index AS ws_turn_index, objective, objective_turn, plan, preferences, artifacts
+    FROM workspace_snapshots
+    WHERE owner = $1 AND instance_id = $2 AND turn_index < inst.turn_index ORDER BY turn_index DESC LIMIT 1
+) ws ON true"""
+BASE_LATERAL_COLUMNS = "ws.ws_turn_index, ws.objective, ws.objective_turn, ws.plan, ws.preferences, ws.artifacts"
 LATEST_VERSIONS = """
 SELECT artifact_id, max(version) AS version FROM artifact_versions
 WHERE owner = $1 AND instance_id = $2 GROUP BY artifact_id
@@ -123,6 +133,11 @@ WHERE f.owner = $1 AND f.id = $3 AND p.owner = $1 AND p.id = $2
 def _state(r: asyncpg.Record) -> State:
     return ws.state_from_json(r["objective"], r["objective_turn"], json.loads(r["plan"]),
                               json.loads(r["preferences"]), json.loads(r["artifacts"]))
+
+
+def begun_state(r: asyncpg.Record) -> State:
+    """The workspace of a row carrying BASE_LATERAL_COLUMNS (empty when there is no earlier snapshot)."""
+    return _state(r) if r["ws_turn_index"] is not None else State()
 
 
 def _snapshot(r: asyncpg.Record) -> Snapshot:
