@@ -28,7 +28,7 @@ from services.common.auth import SCOPE_CHAT, SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBAC
 from services.common.deadlines import caller_remaining
 from services.common.errors import AlreadyExists, InvalidArgument, NotFound
 from services.common import pages
-from services.common.ids import new_id, request_fingerprint
+from services.common.ids import new_id, request_fingerprint, timestamp_into
 from services.common.server import extract_context
 
 SERVICE = "agentfeedback.chat.v1.ChatService"
@@ -61,7 +61,7 @@ def _ts(dt: datetime):
     from google.protobuf.timestamp_pb2 import Timestamp  # noqa: PLC0415
 
     t = Timestamp()
-    t.FromDatetime(dt)
+    timestamp_into(t, dt)
     return t
 
 

@@ -29,6 +29,7 @@ from services.common.ids import (
     parse_timestamp,
     parse_trace_id,
     request_fingerprint,
+    timestamp_into,
 )
 from services.feedback import audit, domain
 from services.feedback.judgements import check_reasons, check_slug
@@ -83,7 +84,7 @@ def enum_value(value: int, enum_type: type[E], field_path: str, allow_zero: bool
 
 def _ts(t: dt.datetime | None, into: Timestamp) -> None:
     if t is not None:
-        into.FromDatetime(t)
+        timestamp_into(into, t)
 
 
 def _dt(t: Timestamp, present: bool, field_path: str = "time") -> dt.datetime | None:

@@ -1,6 +1,7 @@
 """Shared helpers: request ids, trace ids, text policy, page tokens, JWT auth."""
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import grpc
@@ -16,11 +17,29 @@ from services.common.ids import (
     parse_request_id,
     parse_trace_id,
     request_fingerprint,
+    timestamp_into,
 )
 from services.common.clip import truncate
 from services.common.pages import decode_page_token, encode_page_token, page_size
 from services.common.settings import CommonSettings
 from google.rpc import error_details_pb2
+
+
+@pytest.mark.parametrize("t", [
+    dt.datetime(2026, 12, 2, 4, 5, 6, 789012, tzinfo=dt.UTC),
+    dt.datetime(1960, 5, 5, 1, 2, 3, 456789, tzinfo=dt.UTC),  # before the epoch: nanos stay >= 0
+    dt.datetime(1, 1, 1, tzinfo=dt.UTC),
+    dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
+    dt.datetime(2026, 6, 1, 12, 0, 0, 1, tzinfo=dt.timezone(dt.timedelta(hours=-7))),
+    dt.datetime(2026, 6, 1, 12, 0, 0, 1),  # naive: UTC, as FromDatetime reads it
+])
+def test_timestamp_into_sets_the_same_instant_as_from_datetime(t):
+    from google.protobuf.timestamp_pb2 import Timestamp  # noqa: PLC0415
+
+    got, want = Timestamp(), Timestamp()
+    timestamp_into(got, t)
+    want.FromDatetime(t)
+    assert (got.seconds, got.nanos) == (want.seconds, want.nanos)
 
 
 def test_request_id_must_be_a_uuid_and_names_the_field():
