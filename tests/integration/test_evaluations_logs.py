@@ -2,7 +2,8 @@
 event emitted through the real OpenTelemetry Python SDK's Logs API (LoggerProvider + the OTLP/gRPC and
 OTLP/HTTP log exporters, `event_name` set, in the evaluated span's context) to the real collector's
 `LogsService/Export` and `POST /v1/logs`, kept in its outbox and handed over real gRPC to the feedback
-service (real PostgreSQL throughout). Every other log record is answered OK and not stored."""
+service (real PostgreSQL throughout). Every other log record is answered OK and not stored. The JS SDK's
+copy (OTLP/HTTP): tests/e2e/test_evaluations_js.py."""
 from __future__ import annotations
 
 import asyncio
