@@ -45,8 +45,10 @@ SELECT {INSTANCE_COLUMNS}, request_fingerprint FROM instances
 WHERE owner = $1 AND request_id = $2
 """
 # One page of an owner's instances: $1 owner, keyset $2/$3 (NULL: the first page), $4 limit, $5 an ILIKE
-# pattern of the display name ('' = all). The turn count reads messages_instance_turn only (per listed
-# instance, so a page costs its own conversations' lengths, never the owner's whole history).
+# pattern of the display name ('' = all; a rare text is answered from the trigram index instances_name_trgm,
+# migration 0045, a common one by walking the order's index to the page). The turn count reads
+# messages_instance_turn only (per listed instance, so a page costs its own conversations' lengths, never
+# the owner's whole history).
 _LIST_INSTANCES = f"""
 SELECT {INSTANCE_COLUMNS}, activity_time,
        (SELECT count(DISTINCT m.turn_index) FROM messages m WHERE m.owner = i.owner AND m.instance_id = i.id)

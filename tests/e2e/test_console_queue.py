@@ -16,7 +16,6 @@ looks again at 1280 px. Screenshots: test-artifacts/<engine>-<width>-queue*.png.
 """
 from __future__ import annotations
 
-import asyncio
 import uuid
 from dataclasses import dataclass
 
@@ -26,7 +25,7 @@ from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from google.protobuf import field_mask_pb2
 
 from tests.helpers.engines import chromium, webkit
-from tests.helpers.grpcweb import CONSOLE_DIST, gateway, static_site
+from tests.helpers.grpcweb import in_console
 from tests.helpers.console import QUESTION
 from tests.helpers.feedback import agent_md, list_all
 
@@ -198,6 +197,8 @@ def queue_flow(b, second, engine: str, width: int, site: str, gateway_url: str, 
     b.wait(".queue-item .issue-link")
     # Bulk: everything selected, dismissed; the filed one cannot be (FILED only reopens) and says so.
     b.goto(f"{site}/#/queue?status=any")
+    # The new page, not the previous one still on screen (a hash change re-renders asynchronously).
+    _until(b, "document.getElementById('q-status').value", "any", f"{engine}: the status=any queue")
     b.wait(".queue-item")
     b.click(".bulk-select-all")
     b.click(".bulk-dismiss")
@@ -262,9 +263,7 @@ def _webkit(site, gateway_url, token, s: Seeded) -> None:
 @pytest.mark.parametrize("engine", ["chromium", "webkit"])
 async def test_review_queue_with_the_keyboard_and_a_claim_seen_elsewhere(stack, tmp_path, engine):
     s = await _seed(stack)
-    with static_site(CONSOLE_DIST) as site:
-        async with gateway(stack, tmp_path / "envoy", origins=(site,)) as envoy:
-            await asyncio.to_thread(_chromium if engine == "chromium" else _webkit, site, envoy.url, stack.token(), s)
+    await in_console(stack, tmp_path / "envoy", _chromium if engine == "chromium" else _webkit, s)
     await _check_service(stack, s)
 
 

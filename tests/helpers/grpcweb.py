@@ -189,3 +189,12 @@ def static_site(root: Path) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         t.join(5)
+
+
+async def in_console(stack: Stack, config_dir: Path, flow, *args) -> None:
+    """Run the browser flow `flow(site, gateway_url, token, *args)` in a thread against the built console
+    (a static site) and an Envoy gateway in front of `stack` that allows the site's origin; the token is
+    alice's with every scope."""
+    with static_site(CONSOLE_DIST) as site:
+        async with gateway(stack, config_dir, origins=(site,)) as envoy:
+            await asyncio.to_thread(flow, site, envoy.url, stack.token(), *args)

@@ -29,6 +29,8 @@ NAMED = {
     "feed": {"feed_latency_1_subscriber_p50_ms", "feed_latency_1_subscriber_max_ms", "rating_put_outbox_ratio"},
     "feedback_reads": {"fbread_list_10000_p50_ms", "fbread_list_10000_max_ms", "fbread_stats_10000_p50_ms"},
     "grpcweb": {"grpcweb_overhead_p50_ms"},
+    "instances": {"instances_activity_p50_ms", "instances_activity_floor_p50_ms", "instances_search_rare_p50_ms",
+                  "instances_search_rare_floor_p50_ms", "instances_search_none_p50_ms", "instances_search_uses_trgm"},
     "quota": {"quota_quiet_max_ms", "quota_flood_other_max_ms", "quota_flood_p99_ratio"},
     "settle": {"capture_settle_after_kill_s", "capture_settle_bound_s"},
     "span_stores": {"span_store_pg_ingest_spans_per_s", "span_store_ch_ingest_spans_per_s",
@@ -38,7 +40,7 @@ NAMED = {
 NAMES = {"retention_days_filesystem", "phoenix_version"}  # figures that are names, not numbers
 # Run side by side, each group's modules one after another; about equal smoke times on a loaded machine.
 GROUPS = (("feedback_reads", "feedback", "settle", "chat", "grpcweb"),
-          ("quota", "collector", "feed", "span_stores"))
+          ("quota", "collector", "feed", "span_stores", "instances"))
 RUN_TIMEOUT_S = 1200
 
 

@@ -9,7 +9,7 @@ import { append, h, mount, timeEl } from "../dom";
 import { Author, SnapshotSource, Status, TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { categoryLabel } from "../taxonomy";
 import { agentName, loadAgentNames, STATUS_NAMES, statusName, turnLabel } from "../names";
-import { claimBadge, complaintTurnLink, turnIndexOf } from "./queueItem";
+import { claimBadge, complaintTurnLink, turnIndexOf, turnRemovedBadge } from "./queueItem";
 import { clamped, frozenToolCalls, traceUiLink, voiceProvenance } from "./evidence";
 import { deleteControl, fileControl, historyControl } from "./rowActions";
 
@@ -86,6 +86,11 @@ function conversationLink(fb: Feedback): HTMLElement {
   const inst = fb.instance ? lastSegment(fb.instance) : "";
   if (!inst) {
     slot.textContent = "no conversation (not a chat turn)";
+    slot.className = "conv-link unavailable";
+    return slot;
+  }
+  if (fb.turnRemovedTime) { // gone for good: no need to ask the chat service
+    slot.textContent = "conversation unavailable (the turn was removed; the evidence here was frozen)";
     slot.className = "conv-link unavailable";
     return slot;
   }
@@ -173,6 +178,7 @@ export function feedbackRow(fb: Feedback, focused = false): HTMLElement {
       turnIndexOf(fb) !== null ? h("span", { class: "fb-turn" }, turnLabel(turnIndexOf(fb)!)) : null,
       h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)),
       fb.category ? h("span", { class: "badge fb-category" }, categoryLabel(fb.category)) : null,
+      turnRemovedBadge(fb),
       claimBadge(fb),
       fb.author === Author.AGENT ? h("span", { class: "badge" }, "recorded by the agent") : null,
       fb.author === Author.PLATFORM ? h("span", { class: "badge" }, "caught by the platform") : null,

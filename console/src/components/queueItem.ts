@@ -34,6 +34,14 @@ export function complaintTurnLink(fb: Feedback): HTMLElement | null {
     " (", h("a", { href: `#/agents/${encodeURIComponent(inst)}/trace?trace=${fb.contextTraceId}`, class: "open-complaint-trace" }, "its trace"), ")");
 }
 
+/** "turn removed 2026-12-02 04:20:31" when the owner removed the report's turn (Clear chat, delete turn
+ * or delete conversation: Feedback.turn_removed_time); the report and its frozen evidence stay. Else null. */
+export function turnRemovedBadge(fb: Feedback): HTMLElement | null {
+  if (!fb.turnRemovedTime) return null;
+  return h("span", { class: "badge turn-removed", title: "The owner removed this turn: its messages are gone; the report and the evidence frozen with it are kept." },
+    "turn removed ", timeEl(timestampDate(fb.turnRemovedTime)));
+}
+
 /** "claimed by alice (another session) until 21:04", or null when free or ours. */
 export function claimBadge(fb: Feedback): HTMLElement | null {
   const c = claimedByOther(fb);
@@ -104,6 +112,13 @@ async function judgements(el: HTMLElement, ref: TurnRef): Promise<void> {
   }
 }
 
+/** Above the conversation of a report whose turn was removed: why its messages are missing. */
+function removedNote(fb: Feedback): HTMLElement | null {
+  if (!fb.turnRemovedTime) return null;
+  return h("p", { class: "qi-removed-note" }, "The turn was removed ", timeEl(timestampDate(fb.turnRemovedTime)),
+    ": its messages are gone from the conversation. The evidence beside was frozen with the report and stays.");
+}
+
 /** The item view's body (everything but the action bar). */
 export function queueItemView(fb: Feedback): HTMLElement {
   const turn = turnIndexOf(fb);
@@ -125,12 +140,13 @@ export function queueItemView(fb: Feedback): HTMLElement {
       fb.category ? h("span", { class: "badge fb-category" }, categoryLabel(fb.category)) : null,
       fb.author === Author.AGENT ? h("span", { class: "badge" }, "recorded by the agent") : null,
       fb.author === Author.PLATFORM ? h("span", { class: "badge" }, "caught by the platform") : null,
+      turnRemovedBadge(fb),
       claimBadge(fb)),
     h("p", { class: "qi-words" }, fb.body),
     complaintTurnLink(fb),
     fb.issueUrl ? h("p", {}, "Issue: ", h("a", { href: fb.issueUrl, rel: "noopener noreferrer", target: "_blank", class: "issue-link" }, fb.issueUrl)) : null,
     h("div", { class: "qi-grid" },
-      h("section", { class: "qi-panel" }, h("h3", {}, "Conversation around the turn"), conv),
+      h("section", { class: "qi-panel" }, h("h3", {}, "Conversation around the turn"), removedNote(fb), conv),
       h("section", { class: "qi-panel" }, h("h3", {}, "Evidence (frozen with the report)"),
         voiceProvenance(fb), tools ?? h("p", { class: "muted" }, "No tool calls were frozen.")),
       h("section", { class: "qi-panel" }, h("h3", {}, "Trace"), traceUiLink(fb), tr),

@@ -12,7 +12,7 @@ import { Author, Category, ListFeedbackRequestSchema, Sentiment, Status, type Fe
 import { agentName, agentNames, loadAgentNames, STATUS_NAMES, statusName, turnLabel } from "../names";
 import { go } from "../router";
 import { categoryLabel, categoryOf, TAXONOMY } from "../taxonomy";
-import { claimBadge, turnIndexOf } from "../components/queueItem";
+import { claimBadge, turnIndexOf, turnRemovedBadge } from "../components/queueItem";
 import { feedbackRow } from "../components/feedbackList";
 import { traceUiLink } from "../components/evidence";
 import { dataTable } from "../components/dataTable";
@@ -87,7 +87,7 @@ export async function feedbackPage(main: HTMLElement, query: URLSearchParams): P
       { key: "turn", label: "Turn", cell: (fb) => turnIndexOf(fb) !== null ? turnLabel(turnIndexOf(fb)!) : "—", sort: (fb) => turnIndexOf(fb) ?? -1, wide: true },
       { key: "category", label: "Category", cell: (fb) => fb.category ? categoryLabel(fb.category) : h("span", { class: "muted" }, "none"), sort: (fb) => categoryLabel(fb.category) },
       { key: "author", label: "By", cell: (fb) => AUTHOR_TEXT[fb.author] ?? "owner", sort: (fb) => AUTHOR_TEXT[fb.author] ?? "", wide: true },
-      { key: "status", label: "Status", cell: (fb) => [h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)), claimBadge(fb)], sort: (fb) => fb.status },
+      { key: "status", label: "Status", cell: (fb) => [h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)), turnRemovedBadge(fb), claimBadge(fb)], sort: (fb) => fb.status },
       { key: "words", label: "Report", cell: (fb) => h("span", { class: "fb-first-line" }, fb.body.split("\n")[0].slice(0, 160)) },
     ],
     load: async (pageToken) => {

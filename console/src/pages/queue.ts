@@ -6,6 +6,8 @@
 //   x      select the open item for bulk triage
 // The open item is claimed for this tab (claims.ts: a lease held by the feedback service, renewed while
 // open, released on leaving), so another session sees it as claimed and does not work it too.
+// The list is strictly newest first across "Load more" pages (reports by create time, judgements by update
+// time; newestFirst.ts): an item shows only once neither list can still hold a newer one.
 import { api, Code, errorCode, errorText, lastSegment, uuid4 } from "../api";
 import { claim, claimedByOther, claimRefusal, holdClaim, reviewSession } from "../claims";
 import { h, mount } from "../dom";
@@ -16,12 +18,18 @@ import {
 import { agentName, agentNames, aspectLabel, loadAgentNames, plural, STATUS_NAMES, statusName, turnLabel } from "../names";
 import { go } from "../router";
 import { allReasons, categoryLabel, categoryOf, labelOf, TAXONOMY } from "../taxonomy";
-import { claimBadge, judgementItemView, queueItemView, turnIndexOf } from "../components/queueItem";
+import { claimBadge, judgementItemView, queueItemView, turnIndexOf, turnRemovedBadge } from "../components/queueItem";
+import { NewestFirst, positionOf } from "../newestFirst";
 
 const AGES: [string, string][] = [["1", "last day"], ["7", "last 7 days"], ["30", "last 30 days"], ["90", "last 90 days"]];
 const AUTHORS: [string, string][] = [["USER", "the owner"], ["AGENT", "the agent"], ["PLATFORM", "the platform"]];
 const KINDS: [string, string][] = [["reports", "reports"], ["judgements", "negative judgements"]];
 const FILTER_KEYS = ["kind", "agent", "category", "reason", "author", "status", "age", "text"] as const;
+const PAGE = 50;
+// One agent's judgements come by turn, not by time (ListRatings on one conversation): they are all read
+// (at most this many pages) and put in time order before merging.
+const MAX_CONVERSATION_PAGES = 20;
+const REPORTS = 0, JUDGEMENTS = 1; // the merge's sources; at the same time a report comes first
 
 function ageStart(q: URLSearchParams, now: number) {
   const age = Number(q.get("age") ?? "");
@@ -59,10 +67,7 @@ export function judgementRequest(q: URLSearchParams, now = Date.now()): MessageI
 /** One queue item: a report (triaged, claimed, filed) or a negative judgement (looked at, not triaged). */
 export type QueueItem = { kind: "report"; fb: Feedback } | { kind: "judgement"; r: Rating };
 const nameOf = (it: QueueItem) => (it.kind === "report" ? it.fb.name : it.r.name);
-const millisOf = (it: QueueItem) => {
-  const t = it.kind === "report" ? it.fb.createTime : it.r.updateTime;
-  return t ? Number(t.seconds) * 1000 + t.nanos / 1e6 : 0;
-};
+const timeOf = (it: QueueItem) => (it.kind === "report" ? it.fb.createTime : it.r.updateTime);
 
 function filterForm(q: URLSearchParams): HTMLFormElement {
   const sel = (key: string, label: string, options: [string, string][], any = "any") =>
@@ -94,8 +99,8 @@ interface QueueState {
   items: QueueItem[];
   index: number;
   selected: Set<string>; // reports picked for bulk triage
-  reportToken: string | null; // next ListFeedback page ("" = first); null: none left or not asked
-  ratingToken: string | null; // the same for ListRatings
+  reportToken: string; // next ListFeedback page ("" = first)
+  ratingToken: string; // the same for ListRatings
   stopClaim: (() => void) | null;
   held: boolean; // the open item is claimed by another session
 }
@@ -104,14 +109,17 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
   await loadAgentNames();
   const req = queueRequest(query);
   const jreq = judgementRequest(query);
-  const state: QueueState = { items: [], index: -1, selected: new Set(), reportToken: req ? "" : null, ratingToken: jreq ? "" : null, stopClaim: null, held: false };
-  const more = () => state.reportToken !== null || state.ratingToken !== null;
+  const state: QueueState = { items: [], index: -1, selected: new Set(), reportToken: "", ratingToken: "", stopClaim: null, held: false };
+  const merge = new NewestFirst<QueueItem>(2, (it, source) => positionOf(timeOf(it), source),
+    [...(req ? [] : [REPORTS]), ...(jreq ? [] : [JUDGEMENTS])]);
+  const more = () => !merge.done();
   const list = h("ol", { class: "queue-list", "aria-label": "Queue" });
   const itemBox = h("div", { class: "queue-view", "aria-live": "polite" });
   const status = h("p", { class: "queue-status", role: "status" });
   const error = h("p", { class: "error", role: "alert" });
   const moreButton = h("button", { type: "button", class: "load-more", hidden: true }, "Load more");
   const count = h("span", { class: "muted queue-count" });
+  const capped = h("p", { class: "muted queue-capped", hidden: true });
   const bulk = h("div", { class: "queue-bulk inline-form" },
     h("button", { type: "button", class: "bulk-select-all" }, "Select all"),
     h("button", { type: "button", class: "bulk-triage" }, "Mark selected triaged"),
@@ -120,7 +128,7 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
   const keys = h("p", { class: "muted queue-keys" }, "Keys: ", ...[["j", "next"], ["k", "previous"], ["t", "triaged"], ["d", "dismissed"], ["o", "reopen"], ["f", "file"], ["x", "select"]]
     .flatMap(([k, what]) => [h("kbd", {}, k), ` ${what} `]));
   mount(main, h("div", { class: "page-head" }, h("h1", {}, "Review queue"), count), filterForm(query), error,
-    h("div", { class: "queue-layout" }, h("div", { class: "queue-side" }, bulk, list, moreButton), h("div", { class: "queue-main" }, keys, status, itemBox)));
+    h("div", { class: "queue-layout" }, h("div", { class: "queue-side" }, bulk, list, capped, moreButton), h("div", { class: "queue-main" }, keys, status, itemBox)));
 
   const here = location.hash;
   const alive = () => location.hash.split("?")[0] === "#/queue" && document.body.contains(itemBox);
@@ -151,7 +159,7 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
       open(h("span", { class: "q-agent" }, agentName(fb.instance)), turn !== null ? ` · ${turnLabel(turn)}` : "", " · ",
         h("span", { class: "q-words" }, fb.body.split("\n")[0].slice(0, 80))),
       h("span", { class: "q-badges" }, h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)),
-        fb.category ? h("span", { class: "badge" }, categoryLabel(fb.category)) : null, claimBadge(fb)));
+        fb.category ? h("span", { class: "badge" }, categoryLabel(fb.category)) : null, turnRemovedBadge(fb), claimBadge(fb)));
   };
   const redrawRow = (fb: Feedback) => {
     const old = list.querySelector(`li[data-name="${CSS.escape(fb.name)}"]`);
@@ -301,20 +309,41 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     bulkCount();
   });
 
-  // One page of each list still to read; the batch is shown newest first (reports by create time,
-  // judgements by update time).
-  const load = async () => {
+  // One page of `source` (one agent's judgements: all of them, then put newest first).
+  const read = async (source: number) => {
+    if (source === REPORTS && req) {
+      const r = await api().feedback.listFeedback({ ...req, pageSize: PAGE, pageToken: state.reportToken });
+      state.reportToken = r.nextPageToken;
+      merge.add(REPORTS, r.feedback.map((fb): QueueItem => ({ kind: "report", fb })), !r.nextPageToken);
+    } else if (source === JUDGEMENTS && jreq) {
+      const got: Rating[] = [];
+      const everyAgent = jreq.conversation === "instances/-";
+      for (let page = 0; page < (everyAgent ? 1 : MAX_CONVERSATION_PAGES); page++) {
+        const r = await api().feedback.listRatings({ ...jreq, pageSize: PAGE, pageToken: state.ratingToken });
+        got.push(...r.ratings);
+        state.ratingToken = r.nextPageToken;
+        if (!r.nextPageToken) break;
+      }
+      if (!everyAgent) {
+        const ms = (r: Rating) => (r.updateTime ? Number(r.updateTime.seconds) * 1000 + r.updateTime.nanos / 1e6 : 0);
+        got.sort((a, b) => ms(b) - ms(a));
+        capped.hidden = !state.ratingToken;
+        capped.textContent = `Only the first ${plural(got.length, "judgement")} of this agent are here; narrow the filters for the others.`;
+      }
+      merge.add(JUDGEMENTS, got.map((r): QueueItem => ({ kind: "judgement", r })), everyAgent ? !state.ratingToken : true);
+    }
+  };
+  // Read what the merge waits on until something can be shown (or nothing is left); one read at a time
+  // (Load more and j past the end may ask together).
+  let loading: Promise<void> | null = null;
+  const load = () => (loading ??= loadNext().finally(() => { loading = null; }));
+  const loadNext = async () => {
     try {
-      const [reports, ratings] = await Promise.all([
-        req && state.reportToken !== null ? api().feedback.listFeedback({ ...req, pageSize: 50, pageToken: state.reportToken }) : null,
-        jreq && state.ratingToken !== null ? api().feedback.listRatings({ ...jreq, pageSize: 50, pageToken: state.ratingToken }) : null,
-      ]);
-      const batch: QueueItem[] = [
-        ...(reports?.feedback ?? []).map((fb): QueueItem => ({ kind: "report", fb })),
-        ...(ratings?.ratings ?? []).map((r): QueueItem => ({ kind: "judgement", r })),
-      ].sort((a, b) => millisOf(b) - millisOf(a));
-      if (reports) state.reportToken = reports.nextPageToken || null;
-      if (ratings) state.ratingToken = ratings.nextPageToken || null;
+      let batch: QueueItem[] = [];
+      while (!batch.length && !merge.done()) {
+        await Promise.all(merge.waiting().map(read));
+        batch = merge.take();
+      }
       state.items.push(...batch);
       list.append(...batch.map(rowOf));
       moreButton.hidden = !more();
