@@ -370,3 +370,18 @@ class AgentCallError(Exception):
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
+
+
+@dataclass(frozen=True)
+class TurnRemoval:
+    """One row of the turn removal outbox (chat migration 0030): turns deleted here that the feedback
+    service must be told about (FeedbackService.NoteTurnsRemoved). DeleteTurn: `turn_indexes` and
+    `trace_ids` of the turn; ClearMessages: every turn ≤ `through_turn_index`."""
+
+    id: int
+    owner: str
+    instance_id: str
+    turn_indexes: tuple[int, ...] = ()
+    through_turn_index: int | None = None
+    trace_ids: tuple[str, ...] = ()
+    attempts: int = 0

@@ -1,8 +1,9 @@
 """The gateway's calls into the feedback service: FeedbackService.CopyRatings for ForkConversation
 (the `RatingsPort` of `services.chat.fork`) and NoteTurnsRemoved for DeleteTurn / ClearMessages (the
-`RemovalPort` of `services.chat.removal`). One channel, created at start-up; the caller's token is
-forwarded (the ratings are the caller's, checked where they live) with the caller's remaining deadline,
-at most TIMEOUT_S. A transport failure (UNAVAILABLE, DEADLINE_EXCEEDED) becomes `RatingsUnavailable`;
+`RemovalPort` of `services.chat.removal`). One channel, created at start-up; CopyRatings forwards the
+caller's token (the ratings are the caller's, checked where they live), NoteTurnsRemoved carries this
+service's own credential and names the owner (it is also sent long after the request, from the
+outbox); each with the caller's remaining deadline, at most TIMEOUT_S. A transport failure (UNAVAILABLE, DEADLINE_EXCEEDED) becomes `RatingsUnavailable`;
 any other status is re-raised as it is.
 """
 
@@ -49,12 +50,13 @@ class RatingsClient:
         return (await _call(self._stub.CopyRatings, req, token, timeout_s)).copied_count
 
     async def note_turns_removed(
-        self, *, conversation: str, turn_indexes: list[int] | None = None, trace_ids: list[str] | None = None,
-        through_turn_index: int | None = None, token: str, timeout_s: float | None,
+        self, *, owner: str, conversation: str, turn_indexes: list[int], trace_ids: list[str],
+        through_turn_index: int | None, token: str, timeout_s: float | None,
     ) -> int:
-        """The caller's ratings deleted (0 on a repeat). Raises RatingsUnavailable, grpc.aio.AioRpcError."""
-        req = feedback_pb2.NoteTurnsRemovedRequest(conversation=conversation, turn_indexes=turn_indexes or [],
-                                                   trace_ids=trace_ids or [])
+        """The owner's ratings deleted (0 on a repeat); `token`: chat's own credential. Raises
+        RatingsUnavailable, grpc.aio.AioRpcError."""
+        req = feedback_pb2.NoteTurnsRemovedRequest(owner=owner, conversation=conversation, turn_indexes=turn_indexes,
+                                                   trace_ids=trace_ids)
         if through_turn_index is not None:
             req.through_turn_index = through_turn_index
         return (await _call(self._stub.NoteTurnsRemoved, req, token, timeout_s)).deleted_rating_count

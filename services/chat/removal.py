@@ -1,63 +1,141 @@
-"""DeleteTurn and ClearMessages (issue 25): the feedback service is told BEFORE the turns go.
+"""DeleteTurn and ClearMessages (issue 25): the delete and its notice to the feedback service are one
+transactional outbox, so the two sides agree after a kill at any point.
 
-Steps: 1. the turns to remove (the trace's turn index; every turn ever started, for Clear chat);
-2. FeedbackService.NoteTurnsRemoved with the caller's token (the owner: the ratings are the caller's,
-scope `chat` is what DeleteTurn itself needs), which records the removal, deletes the caller's
-ratings of those turns and marks the caller's reports of them (kept, no longer counted); 3. the messages, turn records and workspace snapshots deleted (one transaction,
-`Repository.delete_turn` / `clear_messages`). If step 2 fails, nothing is deleted: UNAVAILABLE
-(FEEDBACK_UNAVAILABLE, RetryInfo) and a retry is safe (NoteTurnsRemoved is idempotent). A crash between
-2 and 3 leaves the turn shown but no longer rateable; repeating the call finishes it.
-Clear chat: a turn started while the clear runs (after step 1) is deleted in step 3 but was not told;
-its ratings could only be written in that instant and are then refused by chat's own turn check.
+Steps: 1. one transaction (`Repository.delete_turn` / `clear_messages`): the messages, turn records and
+workspace snapshots deleted and a row recorded in the removal outbox (chat migration 0030) naming the
+owner and the turns (DeleteTurn: the turn's indexes and trace id; Clear chat: every turn ≤ the latest
+ever started, read under the instance's row lock, so a turn begun meanwhile is either deleted and
+covered or begun after with a later index); 2. FeedbackService.NoteTurnsRemoved with this service's own
+credential (scope `feedback:turn-removal`; the owner named in the request), which records the removal,
+deletes the owner's ratings of those turns and marks the owner's reports of them; 3. the outbox row
+deleted. A kill before 1 commits changes nothing; after it, the row stays and `RemovalRelay` (every
+replica runs one) sends it again until the feedback service acknowledges it (NoteTurnsRemoved is
+idempotent, so a send repeated after a kill between 2 and 3 changes nothing more). With the feedback
+service down the delete still succeeds: its ratings are listed until the relay gets through (the
+relay's incident says so in the log); meanwhile a new rating of the turn is refused by the feedback
+service's check at chat (except for a positive answer it remembered, `rating_check_cache_s`, which the
+notice then deletes), and by the feedback write itself once told.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+from collections.abc import Callable
 from typing import Protocol
 
+import grpc
+
+from services.chat.domain import TurnRemoval
 from services.chat.ratings_client import RatingsUnavailable
 from services.chat.repository import Repository
 from services.common.auth import Principal
-from services.common.errors import NotFound, Unavailable
+from services.common.depfail import is_database_down
+from services.common.errors import NotFound
+from services.common.incidents import INCIDENTS
+
+log = logging.getLogger(__name__)
+# The incident of removals the feedback service has not acknowledged (one log line per incident).
+RELAY_FAILED = "TURN_REMOVAL_NOT_ACKNOWLEDGED"
+# Exit status of the test hook (ChatSettings.test_exit_after_removal_commit): as a SIGKILL would leave it.
+TEST_EXIT_STATUS = 137
+# Outbox rows one relay pass claims.
+RELAY_BATCH = 50
 
 
 class RemovalPort(Protocol):
     async def note_turns_removed(
-        self, *, conversation: str, turn_indexes: list[int] | None = None, trace_ids: list[str] | None = None,
-        through_turn_index: int | None = None, token: str, timeout_s: float | None,
+        self, *, owner: str, conversation: str, turn_indexes: list[int], trace_ids: list[str],
+        through_turn_index: int | None, token: str, timeout_s: float | None,
     ) -> int: ...
 
 
 class TurnRemover:
-    """DeleteTurn / ClearMessages over the repository and the feedback service."""
+    """DeleteTurn / ClearMessages over the repository and the feedback service; `token()` is this
+    service's own bearer token for NoteTurnsRemoved."""
 
-    def __init__(self, repo: Repository, feedback: RemovalPort):
+    def __init__(self, repo: Repository, feedback: RemovalPort, token: Callable[[], str],
+                 exit_after_commit: bool = False):
         self._repo = repo
         self._feedback = feedback
+        self._token = token
+        self._exit_after_commit = exit_after_commit
 
-    async def _tell(self, p: Principal, conversation: str, remaining_s: float | None, **turns) -> None:
+    async def send(self, removal: TurnRemoval, timeout_s: float | None) -> bool:
+        """Tell the feedback service about `removal` and drop its outbox row; False (the row stays, the
+        relay sends it again) when the call failed."""
         try:
-            await self._feedback.note_turns_removed(conversation=conversation, token=p.token,
-                                                    timeout_s=remaining_s, **turns)
-        except RatingsUnavailable as e:
-            raise Unavailable(
-                f"nothing deleted: the feedback service could not be told that {conversation}'s turns go "
-                f"({e}); retry", retry_after_s=1.0, reason="FEEDBACK_UNAVAILABLE",
-            ) from None
+            await self._feedback.note_turns_removed(
+                owner=removal.owner, conversation=f"instances/{removal.instance_id}",
+                turn_indexes=list(removal.turn_indexes), trace_ids=list(removal.trace_ids),
+                through_turn_index=removal.through_turn_index, token=self._token(), timeout_s=timeout_s)
+        except (RatingsUnavailable, grpc.aio.AioRpcError) as e:
+            why = e.code().name if isinstance(e, grpc.aio.AioRpcError) else "UNAVAILABLE"
+            INCIDENTS.failure(RELAY_FAILED, f"the feedback service did not acknowledge a turn removal ({why}); "
+                                            "kept in the outbox, sent again")
+            await self._repo.removal_failed(removal.id, why)
+            return False
+        INCIDENTS.resolved(RELAY_FAILED)
+        await self._repo.removal_sent(removal.id)
+        return True
+
+    async def _committed(self, removal: TurnRemoval, remaining_s: float | None) -> None:
+        if self._exit_after_commit:  # TEST HOOK: killed between the delete and the notice
+            os._exit(TEST_EXIT_STATUS)
+        try:
+            await self.send(removal, remaining_s)
+        except Exception as e:  # noqa: BLE001 - the delete is committed: the relay finishes what this could not
+            INCIDENTS.failure(RELAY_FAILED, "a turn removal's outbox row could not be updated; the relay sends it again", e)
 
     async def delete_turn(self, p: Principal, instance_id: str, conversation: str, trace_id: str,
                           remaining_s: float | None) -> None:
         """NOT_FOUND when the instance has no stored message of that trace (a repeat after success)."""
-        indexes = await self._repo.turn_indexes_of(p.sub, instance_id, trace_id)
-        if not indexes:
+        removal = await self._repo.delete_turn(p.sub, instance_id, trace_id)
+        if removal is None:
             raise NotFound(f"{conversation} turn {trace_id}")
-        await self._tell(p, conversation, remaining_s, turn_indexes=indexes, trace_ids=[trace_id])
-        if await self._repo.delete_turn(p.sub, instance_id, trace_id) == 0:
-            raise NotFound(f"{conversation} turn {trace_id}")  # a concurrent DeleteTurn won
+        await self._committed(removal, remaining_s)
 
     async def clear(self, p: Principal, instance_id: str, conversation: str, remaining_s: float | None) -> int:
-        """Messages deleted (0 for an instance without turns: nothing to tell)."""
-        last = await self._repo.last_turn_index(p.sub, instance_id)
-        if last is not None and last >= 0:
-            await self._tell(p, conversation, remaining_s, through_turn_index=last)
-        return await self._repo.clear_messages(p.sub, instance_id)
+        """Messages deleted (an instance without turns has nothing to tell)."""
+        deleted, removal = await self._repo.clear_messages(p.sub, instance_id)
+        if removal is not None:
+            await self._committed(removal, remaining_s)
+        return deleted
+
+
+class RemovalRelay:
+    """Sends the outbox rows no request sent (killed, feedback down): every `poll_s` seconds it claims
+    the due rows (each leased for its backoff, see repository CLAIM_REMOVALS) and sends them in order."""
+
+    def __init__(self, repo: Repository, remover: TurnRemover, poll_s: float):
+        self._repo = repo
+        self._remover = remover
+        self._poll_s = poll_s
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="turn-removal-relay")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def run_once(self) -> int:
+        """One pass; the removals acknowledged."""
+        sent = 0
+        for removal in await self._repo.claim_removals(RELAY_BATCH):
+            sent += await self._remover.send(removal, None)
+        return sent
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.run_once()
+            except Exception as e:  # noqa: BLE001 - the loop outlives a bad pass; the next one retries
+                if is_database_down(e):
+                    INCIDENTS.failure("DATABASE_UNAVAILABLE", "turn removal relay pass failed", e)
+                else:
+                    log.exception("turn removal relay pass failed")
+            await asyncio.sleep(self._poll_s)

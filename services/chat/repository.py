@@ -27,6 +27,7 @@ from services.chat.domain import (
     Role,
     TurnInput,
     TurnRecord,
+    TurnRemoval,
 )
 from services.chat.workspace import Applied, Op, State
 from services.common.db import fetch_custom_plan, like_pattern
@@ -172,15 +173,33 @@ ORDER BY m.create_time, m.id
 """
 CLEAR_MESSAGES = "DELETE FROM messages WHERE owner = $1 AND instance_id = $2"
 CLEAR_TURNS = "DELETE FROM turns WHERE owner = $1 AND instance_id = $2"
+# Clear chat's first statement: the instance row locked (BEGIN_TURN takes it too, so a turn begun
+# before the clear is deleted by it and counted in the removal; one begun after waits for the clear and
+# gets a later index) and its latest turn index ever started (-1: none; indexes are never reused).
+LOCK_LAST_TURN_INDEX = "SELECT next_turn_index - 1 FROM instances WHERE owner = $1 AND id = $2 FOR UPDATE"
 DELETE_TURN_MESSAGES = """
 DELETE FROM messages WHERE owner = $1 AND instance_id = $2 AND trace_id = $3 RETURNING turn_index
 """
 DELETE_TURN = "DELETE FROM turns WHERE owner = $1 AND instance_id = $2 AND trace_id = $3"
-# What DeleteTurn / ClearMessages tell the feedback service before deleting (services/chat/removal.py).
-TURN_INDEXES_OF_TRACE = """
-SELECT DISTINCT turn_index FROM messages WHERE owner = $1 AND instance_id = $2 AND trace_id = $3
-ORDER BY turn_index"""
-LAST_TURN_INDEX = "SELECT next_turn_index - 1 FROM instances WHERE owner = $1 AND id = $2"
+
+# The turn removal outbox (migration 0030; services/chat/removal.py). A new row is due after $6 seconds
+# (the request sends it itself meanwhile); a claim moves a due row's next attempt out by its backoff
+# (2^(attempts−1) s, at least 5 s (ratings_client.TIMEOUT_S: no second claim while a send may still be
+# answered), at most 60 s: a crashed sender's row is due again then) and hands it to one relay (SKIP
+# LOCKED: replicas share the table).
+_REMOVAL_COLUMNS = "id, owner, instance_id, turn_indexes, through_turn_index, trace_ids, attempts"
+INSERT_REMOVAL = f"""
+INSERT INTO turn_removals (owner, instance_id, turn_indexes, through_turn_index, trace_ids, next_attempt)
+VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6)) RETURNING {_REMOVAL_COLUMNS}"""
+CLAIM_REMOVALS = f"""
+UPDATE turn_removals SET attempts = attempts + 1,
+    next_attempt = now() + make_interval(secs => least(60, greatest(5, 2 ^ least(attempts, 6))))
+WHERE id IN (SELECT id FROM turn_removals WHERE next_attempt <= now() ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+RETURNING {_REMOVAL_COLUMNS}"""
+REMOVAL_SENT = "DELETE FROM turn_removals WHERE id = $1"
+REMOVAL_FAILED = "UPDATE turn_removals SET last_error = $2 WHERE id = $1"
+# How long before the request's own send (the client's TIMEOUT_S) the relay leaves a new row alone.
+REMOVAL_FIRST_DUE_S = 10.0
 
 # ForkConversation, in one transaction: the new instance (its next turn follows the copied prefix),
 # then copies of the prefix's messages with new ids (gen_random_uuid, 32 hex like services.common.ids),
@@ -268,6 +287,11 @@ def _defect(r: asyncpg.Record) -> SuspectedDefect:
 def _message_args(owner: str, m: Message) -> tuple:
     return (owner, m.instance_id, m.id, int(m.role), m.content, m.trace_id, m.turn_index, m.create_time,
             int(m.channel), m.audio_key, m.dictation, m.model, m.agent)
+
+
+def _removal(r: asyncpg.Record) -> TurnRemoval:
+    return TurnRemoval(r["id"], r["owner"], r["instance_id"], tuple(r["turn_indexes"]), r["through_turn_index"],
+                       tuple(r["trace_ids"]), r["attempts"])
 
 
 class InstanceExists(Exception):
@@ -460,34 +484,49 @@ class Repository:
             return None
         return [_message(r) for r in rows if r["id"] is not None]
 
-    async def clear_messages(self, owner: str, instance_id: str) -> int:
+    async def clear_messages(self, owner: str, instance_id: str) -> tuple[int, TurnRemoval | None]:
         """Delete every message (and turn record, workspace snapshot and artifact version) of the
-        instance; returns the messages deleted."""
+        instance and, in the same transaction, record the removal in the outbox (None: the instance
+        has no turn, or is not the owner's); returns (messages deleted, the removal)."""
         async with self._pool.acquire() as conn:
             async with conn.transaction():
+                last = await conn.fetchval(LOCK_LAST_TURN_INDEX, owner, instance_id)
                 status = await conn.execute(CLEAR_MESSAGES, owner, instance_id)
                 await conn.execute(CLEAR_TURNS, owner, instance_id)
                 await workspace_store.clear(conn, owner, instance_id)
-        return int(status.split()[-1])
+                removal = None
+                if last is not None and last >= 0:
+                    removal = _removal(await conn.fetchrow(INSERT_REMOVAL, owner, instance_id, [], last, [],
+                                                           REMOVAL_FIRST_DUE_S))
+        return int(status.split()[-1]), removal
 
-    async def turn_indexes_of(self, owner: str, instance_id: str, trace_id: str) -> list[int]:
-        """The turn indexes of the stored messages of trace `trace_id` (one turn; empty when none)."""
-        return [r["turn_index"] for r in await self._pool.fetch(TURN_INDEXES_OF_TRACE, owner, instance_id, trace_id)]
-
-    async def last_turn_index(self, owner: str, instance_id: str) -> int:
-        """The index of the instance's latest turn ever started (-1: none; indexes are never reused)."""
-        return await self._pool.fetchval(LAST_TURN_INDEX, owner, instance_id)
-
-    async def delete_turn(self, owner: str, instance_id: str, trace_id: str) -> int:
+    async def delete_turn(self, owner: str, instance_id: str, trace_id: str) -> TurnRemoval | None:
         """Delete the messages (and record) of one turn and its workspace snapshot (workspace_store
-        says what happens to its artifact versions); returns the messages deleted."""
+        says what happens to its artifact versions) and, in the same transaction, record the removal
+        in the outbox; None (nothing deleted) when the instance has no stored message of that trace."""
         async with self._pool.acquire() as conn:
             async with conn.transaction():
                 rows = await conn.fetch(DELETE_TURN_MESSAGES, owner, instance_id, trace_id)
+                if not rows:
+                    return None
                 await conn.execute(DELETE_TURN, owner, instance_id, trace_id)
-                for turn_index in sorted({r["turn_index"] for r in rows}):
+                indexes = sorted({r["turn_index"] for r in rows})
+                for turn_index in indexes:
                     await workspace_store.delete_turn(conn, owner, instance_id, turn_index)
-        return len(rows)
+                return _removal(await conn.fetchrow(INSERT_REMOVAL, owner, instance_id, indexes, None, [trace_id],
+                                                    REMOVAL_FIRST_DUE_S))
+
+    async def claim_removals(self, limit: int) -> list[TurnRemoval]:
+        """Up to `limit` due outbox rows, oldest first, each leased to this caller until its backoff ends."""
+        return [_removal(r) for r in await self._pool.fetch(CLAIM_REMOVALS, limit)]
+
+    async def removal_sent(self, removal_id: int) -> None:
+        """The feedback service acknowledged the removal: its outbox row goes."""
+        await self._pool.execute(REMOVAL_SENT, removal_id)
+
+    async def removal_failed(self, removal_id: int, error: str) -> None:
+        """Why the last send failed (a bounded code name, for an operator reading the table)."""
+        await self._pool.execute(REMOVAL_FAILED, removal_id, error[:200])
 
     async def fork(
         self, owner: str, parent_id: str, new: NewInstance, turn_index: int, now: datetime

@@ -3,7 +3,8 @@
 `create_server(settings, database_url=..., tracer_provider=...)` follows the service contract
 (preamble / tests/stack.py): applies `services/chat/migrations` to schema `chat`, creates the pool and
 the agent channel once, binds `settings.listen` (port 0 allowed), starts, returns the GrpcServer.
-Stop order: NOT_SERVING → drain → agent and feedback channels close → pool close → span flush.
+Stop order: NOT_SERVING → drain → removal relay stops → agent and feedback channels close → pool close →
+span flush.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from services.chat import retries
 from services.chat.agent_client import AgentClient
 from services.chat.fork import Forker
 from services.chat.ratings_client import RatingsClient
-from services.chat.removal import TurnRemover
+from services.chat.removal import RemovalRelay, TurnRemover
 from services.chat.repository import Repository
 from services.chat.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, ChatServicer
 from services.chat.settings import ChatSettings
 from services.chat.turn import TurnRunner
 from services.chat.workspace_store import WorkspaceStore
-from services.common.auth import Authenticator
+from services.common.auth import SCOPE_FEEDBACK_TURN_REMOVAL, Authenticator, ServiceToken
 from services.common.db import close_pool, create_pool, migrate, resolve_database_url, skip_reset
 from services.common.quota import write_quota_interceptor
 from services.common.metrics import RpcMetrics, ServiceMetrics, pool_gauges
@@ -33,6 +34,8 @@ from services.common.telemetry import setup_tracing
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SCHEMA = "chat"
+# The `sub` of this service's own credential (NoteTurnsRemoved).
+CHAT_SERVICE_SUB = "svc:chat"
 # Counted by the per-owner write quota (services/common/quota.py).
 WRITE_METHODS = ("CreateInstance", "SendMessage", "StreamMessage", "ForkConversation")
 
@@ -67,13 +70,16 @@ async def create_server(
     quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
                                           answered=retries.answered_checks(repo, turns), burst=settings.write_quota_burst)
     ratings = RatingsClient(feedback_channel)
+    token = ServiceToken(settings, settings.feedback_token.get_secret_value(), CHAT_SERVICE_SUB,
+                         (SCOPE_FEEDBACK_TURN_REMOVAL,))
+    remover = TurnRemover(repo, ratings, token, exit_after_commit=settings.test_exit_after_removal_commit)
+    relay = RemovalRelay(repo, remover, settings.removal_relay_poll_s)
     server = GrpcServer([interceptor, quota], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.metrics = metrics
     server.watch_database(url)
     server.add(
         chat_pb2_grpc.add_ChatServiceServicer_to_server,
-        ChatServicer(repo, turns, settings.max_content_chars, Forker(repo, ratings), workspace,
-                     TurnRemover(repo, ratings)),
+        ChatServicer(repo, turns, settings.max_content_chars, Forker(repo, ratings), workspace, remover),
         SERVICE,
     )
     server.bind(settings.listen)
@@ -85,6 +91,7 @@ async def create_server(
     async def close_database() -> None:
         await close_pool(pool)
 
+    server.on_stop(relay.close)
     server.on_stop(close_channel)
     server.on_stop(close_database)
     server.on_stop(metrics.close)
@@ -95,4 +102,5 @@ async def create_server(
 
         server.on_stop(flush)
     await server.start()
+    relay.start()  # removals a killed or cut-off process left in the outbox are sent from now on
     return server

@@ -200,13 +200,13 @@ class ChatServicer(chat_pb2_grpc.ChatServiceServicer):
         return chat_pb2.ListMessagesResponse(messages=got.items, next_page_token=got.next_page_token)
 
     async def ClearMessages(self, request, context):  # noqa: N802
-        """services.chat.removal (the feedback service is told first)."""
+        """services.chat.removal (the delete and its outbox row, then the feedback service told)."""
         inst = await self._instance(request.parent, "parent")
         n = await self._remover.clear(current_principal(), inst.id, inst.name, caller_remaining(context))
         return chat_pb2.ClearMessagesResponse(deleted_count=n)
 
     async def DeleteTurn(self, request, context):  # noqa: N802
-        """services.chat.removal (the feedback service is told first)."""
+        """services.chat.removal (the delete and its outbox row, then the feedback service told)."""
         inst = await self._instance(request.parent, "parent")
         trace_id = domain.filter_trace_id(request.trace_id)
         if trace_id is None:

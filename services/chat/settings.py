@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from services.common.settings import LISTEN_PATTERN, TARGET_PATTERN, CommonSettings
@@ -18,7 +18,7 @@ class ChatSettings(CommonSettings):
     # Address of the agent's AgentService.
     agent_target: str = Field(default="127.0.0.1:50054", pattern=TARGET_PATTERN)
     # Address of FeedbackService (ForkConversation copies the caller's ratings there: CopyRatings; DeleteTurn and
-    # ClearMessages tell it first: NoteTurnsRemoved).
+    # ClearMessages tell it which turns went: NoteTurnsRemoved, from the removal outbox).
     feedback_target: str = Field(default="127.0.0.1:50052", pattern=TARGET_PATTERN)
     # Longest user message, in Unicode code points.
     max_content_chars: int = Field(default=32000, ge=1)
@@ -29,3 +29,14 @@ class ChatSettings(CommonSettings):
     # Seconds past agent_timeout_cap_s after which a RUNNING turn is taken to have lost its process (killed
     # mid-turn): a retry with its request_id then runs it again (services/chat/turn.py STALE_MARGIN_S).
     turn_stale_margin_s: float = Field(default=60.0, gt=0)
+    # Bearer token of this service's own credential (scope `feedback:turn-removal`) for
+    # FeedbackService.NoteTurnsRemoved. Empty: minted from the HS256 secret as `svc:chat` (embedded / dev
+    # deployments); under RS256/JWKS it must be set, else removals wait in the outbox (logged).
+    feedback_token: SecretStr = SecretStr("")
+    # Seconds between looks at the removal outbox for removals not yet acknowledged by the feedback
+    # service (services/chat/removal.py RemovalRelay); a failed send waits 1 s × 2^(attempts−1), at most 60 s.
+    removal_relay_poll_s: float = Field(default=1.0, gt=0)
+    # TEST HOOK ONLY (tests/integration/test_turn_removal_outbox.py): exit the process right after a
+    # DeleteTurn / ClearMessages transaction committed, before the feedback service is told (a SIGKILL at
+    # the worst point). Never set in a deployment.
+    test_exit_after_removal_commit: bool = False

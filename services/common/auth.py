@@ -39,6 +39,10 @@ SCOPE_FEEDBACK_TOOL = "feedback:tool"
 # feedback service (FeedbackService.AcceptEvaluations) and finds their turns across owners
 # (ChatService.LookupTurns). Not in ALL_SCOPES: no owner or dev token may write another system's ratings.
 SCOPE_FEEDBACK_EVALUATIONS = "feedback:evaluations"
+# The chat gateway's own service credential: tells the feedback service which turns DeleteTurn / Clear
+# chat removed (FeedbackService.NoteTurnsRemoved, naming the owner). Not in ALL_SCOPES: an owner's token
+# could otherwise mark any turn removed and delete its ratings.
+SCOPE_FEEDBACK_TURN_REMOVAL = "feedback:turn-removal"
 # gRPC metadata key of such a credential (`Bearer <jwt>`), sent next to the user's `authorization`.
 ACTOR_METADATA = "x-agentfeedback-actor"
 # Metadata naming the MCP tool that made a call (a claim; the credential above proves it).

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import re
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -357,3 +358,25 @@ def like_pattern(text: str) -> str:
     if not text:
         return ""
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+T = TypeVar("T")
+# Attempts of a transaction PostgreSQL rolled back for a concurrent one (`retry_conflicts`).
+CONFLICT_ATTEMPTS = 4
+
+
+async def retry_conflicts(run: Callable[[], Awaitable[T]], attempts: int = CONFLICT_ATTEMPTS) -> T:
+    """`await run()`, run again (after 10-40 ms × the attempt, jittered) when PostgreSQL rolled it back
+    because of a concurrent transaction (SQLSTATE class 40: `40P01` deadlock_detected, `40001`
+    serialization_failure): nothing of it was stored, so a client never sees a deadlock the server can
+    resolve by itself. `run` must be a whole transaction (or one autocommit statement), never a
+    statement inside an open one. The last attempt's error propagates (ABORTED TRANSACTION_CONFLICT,
+    services.common.depfail.conflict_error)."""
+    for attempt in range(1, attempts):
+        try:
+            return await run()
+        except asyncpg.exceptions.TransactionRollbackError:
+            log.info("a transaction was rolled back by a concurrent one (attempt %d of %d); running it again",
+                     attempt, attempts)
+            await asyncio.sleep(random.uniform(0.01, 0.04) * attempt)
+    return await run()

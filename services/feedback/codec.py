@@ -569,11 +569,12 @@ def rating_filters(conversation: str, turn: int | None, f: RatingFilter) -> dict
 NOTE_TURNS_MAX = 100
 
 
-def turns_removed(request: pb.NoteTurnsRemovedRequest) -> tuple[str, list[tuple[int, int]], list[str] | None]:
-    """NoteTurnsRemoved: the conversation, its removed turn ranges (first, last; inclusive): one per
-    `turn_indexes` entry (≤ NOTE_TURNS_MAX, each ≥ 0), or (0, through_turn_index); the trace ids whose
-    reports are marked (None: every report of the conversation, with `through_turn_index`)."""
+def turns_removed(request: pb.NoteTurnsRemovedRequest) -> tuple[str, str, list[tuple[int, int]], list[str]]:
+    """NoteTurnsRemoved: the owner (required, ≤ 256 characters), the conversation, its removed turn
+    ranges (first, last; inclusive): one per `turn_indexes` entry (≤ NOTE_TURNS_MAX, each ≥ 0), or
+    (0, through_turn_index); the removed turns' trace ids (≤ NOTE_TURNS_MAX)."""
     v = Violations()
+    owner = v.check(check_text, request.owner, "owner", 256, required=True)
     v.check(parse_name, request.conversation, "instances/{}", "conversation")
     indexes = list(request.turn_indexes)
     through = request.through_turn_index if request.HasField("through_turn_index") else None
@@ -592,7 +593,7 @@ def turns_removed(request: pb.NoteTurnsRemovedRequest) -> tuple[str, list[tuple[
             v.check(parse_trace_id, t, f"trace_ids[{i}]")
     v.raise_any()
     ranges = [(i, i) for i in sorted(set(indexes))] if indexes else [(0, through)]
-    return request.conversation, ranges, (None if through is not None else sorted(set(request.trace_ids)))
+    return owner, request.conversation, ranges, sorted(set(request.trace_ids))
 
 
 def copy_ratings(request: pb.CopyRatingsRequest) -> tuple[str, str, int, uuid.UUID | None]:

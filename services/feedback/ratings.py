@@ -89,9 +89,10 @@ class Ratings:
         seconds per (caller, the token's scopes, conversation, turn), so a burst of clicks on one turn
         asks the chat service once, and a token the chat service would refuse (no `chat` scope) never
         rides on another token's answer. A remembered turn that DeleteTurn or Clear chat removes since
-        is still refused at once: chat tells this service before deleting (NoteTurnsRemoved) and the
-        rating's own INSERT is refused on a removed turn (TurnRemoved → NOT_FOUND naming the turn), on
-        every replica (docs/architecture.md "The life of a rating"). An artifact is asked about every
+        is refused once chat's notice arrives (NoteTurnsRemoved, sent from chat's outbox right after its
+        delete, normally within the DeleteTurn call): the rating's own INSERT is refused on a removed
+        turn (TurnRemoved → NOT_FOUND naming the turn), on every replica, and a rating written before
+        the notice is deleted by it (docs/architecture.md "The life of a rating"). An artifact is asked about every
         time (removing a turn removes artifact versions, which no trigger covers). Negative answers are
         never cached. An ARTIFACT rating's `artifact_id` other than `0` (the live document) must name
         an artifact of the conversation (ChatService.GetArtifact): INVALID_ARGUMENT naming
@@ -159,14 +160,14 @@ class Ratings:
             raise NotFound(what)
         raise domain.Stale(put.etag, cur)
 
-    async def note_turns_removed(self, p: Principal, conversation: str, ranges: list[tuple[int, int]],
-                                 trace_ids: list[str] | None) -> tuple[int, int]:
-        """ChatService.DeleteTurn / ClearMessages, before they delete (the caller's token: the owner):
-        record the removal, delete the caller's ratings of those turns and mark the caller's reports of
-        `trace_ids` (None: every report of the conversation) with turn_removed_time (kept as evidence,
-        no longer counted by the statistics); one transaction, the rollups and the change feed follow by
-        trigger. Idempotent; returns (ratings deleted, reports marked)."""
-        return await self._repo.note_turns_removed(p.sub, conversation, ranges, trace_ids)
+    async def note_turns_removed(self, owner: str, conversation: str, ranges: list[tuple[int, int]],
+                                 trace_ids: list[str]) -> tuple[int, int]:
+        """The chat service removed `owner`'s turns (DeleteTurn / ClearMessages, sent from its outbox
+        until acknowledged): record the removal, delete the owner's ratings of those turns and mark the
+        owner's reports of them (their snapshot's turn index in `ranges`, or of `trace_ids`) with
+        turn_removed_time (kept as evidence, no longer counted by the statistics); one transaction, the
+        rollups and the change feed follow by trigger. Idempotent; returns (ratings deleted, reports marked)."""
+        return await self._repo.note_turns_removed(owner, conversation, ranges, trace_ids)
 
     async def delete(self, p: Principal, rid: str) -> None:
         """Deleting an absent (or another owner's) rating succeeds and changes nothing."""

@@ -18,11 +18,11 @@ from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common import pages
 from services.common.auth import (
     ACTOR_METADATA,
-    SCOPE_CHAT,
     SCOPE_FEEDBACK_ADMIN,
     SCOPE_FEEDBACK_EVALUATIONS,
     SCOPE_FEEDBACK_READ,
     SCOPE_FEEDBACK_TRIAGE,
+    SCOPE_FEEDBACK_TURN_REMOVAL,
     SCOPE_FEEDBACK_WRITE,
     current_principal,
 )
@@ -50,7 +50,7 @@ METHOD_SCOPES: dict[str, str | None] = {
         "UpdateFeedback": SCOPE_FEEDBACK_TRIAGE, "DeleteFeedback": SCOPE_FEEDBACK_WRITE,
         "FileFeedback": SCOPE_FEEDBACK_TRIAGE, "PutRating": SCOPE_FEEDBACK_WRITE, "DeleteRating": SCOPE_FEEDBACK_WRITE,
         "ListRatings": SCOPE_FEEDBACK_READ, "CopyRatings": SCOPE_FEEDBACK_WRITE,
-        "NoteTurnsRemoved": SCOPE_CHAT,  # ChatService.DeleteTurn / ClearMessages with the owner's token
+        "NoteTurnsRemoved": SCOPE_FEEDBACK_TURN_REMOVAL,  # the chat gateway's own credential only
         "CountConversationFeedback": SCOPE_FEEDBACK_READ,
         "GetFeedbackStats": SCOPE_FEEDBACK_ADMIN, "ListRecentFeedback": SCOPE_FEEDBACK_ADMIN,
         "GetTurnFeedback": SCOPE_FEEDBACK_ADMIN, "ListAuditRecords": None,  # admin or read: Audit.list
@@ -196,9 +196,10 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
 
     async def NoteTurnsRemoved(self, request: pb.NoteTurnsRemovedRequest,  # noqa: N802
                                context) -> pb.NoteTurnsRemovedResponse:
-        """Chat removes the caller's turns (Ratings.note_turns_removed; codec.turns_removed)."""
-        conversation, ranges, trace_ids = codec.turns_removed(request)
-        n, marked = await self._ratings.note_turns_removed(current_principal(), conversation, ranges, trace_ids)
+        """Chat removed `owner`'s turns (Ratings.note_turns_removed; codec.turns_removed); chat's credential
+        only (METHOD_SCOPES)."""
+        owner, conversation, ranges, trace_ids = codec.turns_removed(request)
+        n, marked = await self._ratings.note_turns_removed(owner, conversation, ranges, trace_ids)
         return pb.NoteTurnsRemovedResponse(deleted_rating_count=n, marked_report_count=marked)
 
     # ------------------------------------------------------------ operators

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import field_mask_pb2
 
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
@@ -17,6 +18,7 @@ from services.common.auth import (
     ACTOR_METADATA,
     SCOPE_FEEDBACK_AGENT,
     SCOPE_FEEDBACK_READ,
+    SCOPE_FEEDBACK_TURN_REMOVAL,
     mint_token,
 )
 from services.feedback.server import create_server
@@ -87,6 +89,11 @@ def agent_md(stack: Stack, sub: str = "alice", actor_scopes: tuple[str, ...] = (
     return (*stack.md(sub), (ACTOR_METADATA, f"Bearer {actor}"))
 
 
+def chat_service_md(stack: Stack):
+    """The chat gateway's own credential (FeedbackService.NoteTurnsRemoved), as services/chat/server.py mints it."""
+    return stack.md("svc:chat", (SCOPE_FEEDBACK_TURN_REMOVAL,))
+
+
 async def expect_error(awaitable, code: grpc.StatusCode) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await awaitable
@@ -131,3 +138,22 @@ async def created_events(stack: Stack, trace_id: str) -> list:
     await stack.aflush_spans()
     t = await stack.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=stack.md())
     return [(sp, e) for sp in t.spans for e in sp.events if e.name == "feedback.created"]
+
+
+def rating(conversation: str, turn: int, aspect: str = "reaction", scope: int = pb.RATING_SCOPE_MESSAGE,
+           **kw) -> pb.Rating:
+    return pb.Rating(conversation=conversation, turn_index=turn, scope=scope, aspect=aspect, **kw)
+
+
+async def put(stub, r: pb.Rating, md, mask: list[str] | None = None) -> pb.Rating:
+    req = pb.PutRatingRequest(rating=r, request_id=str(uuid.uuid4()))
+    if mask:
+        req.update_mask.CopyFrom(field_mask_pb2.FieldMask(paths=mask))
+    return await stub.PutRating(req, metadata=md)
+
+
+async def ratings_of(stack: Stack, conversation: str, sub: str = "alice", turn: int | None = None) -> list[pb.Rating]:
+    req = pb.ListRatingsRequest(conversation=conversation)
+    if turn is not None:
+        req.turn_index = turn
+    return list((await stack.feedback().ListRatings(req, metadata=stack.md(sub))).ratings)

@@ -30,9 +30,8 @@ async def reported_port(log: Path, proc: subprocess.Popen, pattern: str, timeout
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def spawn_feedback_process(stack, port: int, log: Path, **extra_env: str) -> subprocess.Popen:
-    """`python -m services.feedback.main` as its own OS process on the stack's database and services
-    (`port` 0: it binds any free port and logs it, `reported_port`)."""
+def _spawn(stack, module: str, log: Path, env: dict[str, str]) -> subprocess.Popen:
+    """`python -m <module>` as its own OS process on the stack's database and secret, `env` added."""
     from tests.stack import TEST_JWT_SECRET  # noqa: PLC0415 - tests.stack imports the services
 
     env = {
@@ -40,15 +39,35 @@ def spawn_feedback_process(stack, port: int, log: Path, **extra_env: str) -> sub
         "AGENTFEEDBACK_DATABASE_URL": stack.database_url,
         "AGENTFEEDBACK_JWT_SECRET": TEST_JWT_SECRET,
         "AGENTFEEDBACK_DATA_DIR": str(stack.data_dir / "second"),
+        "OTEL_TRACES_EXPORTER": "none",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "gen")]),
+        **env,
+    }
+    return subprocess.Popen([sys.executable, "-m", module], cwd=ROOT, env=env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT)
+
+
+def spawn_feedback_process(stack, port: int, log: Path, **extra_env: str) -> subprocess.Popen:
+    """`python -m services.feedback.main` as its own OS process on the stack's database and services
+    (`port` 0: it binds any free port and logs it, `reported_port`)."""
+    return _spawn(stack, "services.feedback.main", log, {
         "AGENTFEEDBACK_FEEDBACK_LISTEN": f"127.0.0.1:{port}",
         "AGENTFEEDBACK_FEEDBACK_CHAT_TARGET": f"127.0.0.1:{stack.ports['chat']}",
         "AGENTFEEDBACK_FEEDBACK_TRACES_TARGET": f"127.0.0.1:{stack.ports['query']}",
-        "OTEL_TRACES_EXPORTER": "none",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "gen")]),
         **extra_env,
-    }
-    return subprocess.Popen([sys.executable, "-m", "services.feedback.main"], cwd=ROOT, env=env,
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+    })
+
+
+def spawn_chat_process(stack, log: Path, **extra_env: str) -> subprocess.Popen:
+    """`python -m services.chat.main` as its own OS process on the stack's database, agent and feedback
+    service, on any free port (logged: "ChatService listening on port N", `reported_port`)."""
+    return _spawn(stack, "services.chat.main", log, {
+        "AGENTFEEDBACK_CHAT_LISTEN": "127.0.0.1:0",
+        "AGENTFEEDBACK_CHAT_METRICS_LISTEN": "",
+        "AGENTFEEDBACK_CHAT_AGENT_TARGET": f"127.0.0.1:{stack.ports['agent']}",
+        "AGENTFEEDBACK_CHAT_FEEDBACK_TARGET": f"127.0.0.1:{stack.ports['feedback']}",
+        **extra_env,
+    })
 
 
 async def wait_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: float = 30.0) -> None:

@@ -11,7 +11,6 @@ import uuid
 import asyncpg
 import grpc
 import pytest
-from google.protobuf import field_mask_pb2
 from opentelemetry.sdk.trace import TracerProvider
 
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
@@ -19,30 +18,23 @@ from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info, status_details
-from tests.helpers.feedback import channel_to, expect_error, flag, get, new_instance, send
+from tests.helpers.feedback import (
+    chat_service_md,
+    channel_to,
+    expect_error,
+    flag,
+    get,
+    new_instance,
+    put,
+    rating,
+    ratings_of,
+    send,
+    wait_until,
+)
 from tests.helpers.procs import reported_port, spawn_feedback_process, wait_serving
 from tests.stack import TEST_JWT_SECRET, Stack
 
 POS, NEU, NEG = pb.RATING_SENTIMENT_POSITIVE, pb.RATING_SENTIMENT_NEUTRAL, pb.RATING_SENTIMENT_NEGATIVE
-
-
-def rating(conversation: str, turn: int, aspect: str = "reaction", scope: int = pb.RATING_SCOPE_MESSAGE,
-           **kw) -> pb.Rating:
-    return pb.Rating(conversation=conversation, turn_index=turn, scope=scope, aspect=aspect, **kw)
-
-
-async def put(stub, r: pb.Rating, md, mask: list[str] | None = None) -> pb.Rating:
-    req = pb.PutRatingRequest(rating=r, request_id=str(uuid.uuid4()))
-    if mask:
-        req.update_mask.CopyFrom(field_mask_pb2.FieldMask(paths=mask))
-    return await stub.PutRating(req, metadata=md)
-
-
-async def ratings_of(stack: Stack, conversation: str, sub: str = "alice", turn: int | None = None) -> list[pb.Rating]:
-    req = pb.ListRatingsRequest(conversation=conversation)
-    if turn is not None:
-        req.turn_index = turn
-    return list((await stack.feedback().ListRatings(req, metadata=stack.md(sub))).ratings)
 
 
 async def test_F06_like_dislike_dislike_leaves_one_dislike_and_the_last_call_is_a_no_op(stack):
@@ -359,17 +351,19 @@ async def test_a_rating_the_chat_check_let_through_cannot_land_on_a_turn_removed
     t = await send(stack, inst, "q")
     fb = stack.feedback()
     await put(fb, rating(inst, t.reply.turn_index, sentiment=POS), stack.md())
-    req = pb.NoteTurnsRemovedRequest(conversation=inst, turn_indexes=[t.reply.turn_index])
-    assert (await fb.NoteTurnsRemoved(req, metadata=stack.md())).deleted_rating_count == 1
-    assert (await fb.NoteTurnsRemoved(req, metadata=stack.md())).deleted_rating_count == 0, "a repeat is a no-op"
+    req = pb.NoteTurnsRemovedRequest(owner="alice", conversation=inst, turn_indexes=[t.reply.turn_index])
+    assert (await fb.NoteTurnsRemoved(req, metadata=chat_service_md(stack))).deleted_rating_count == 1
+    assert (await fb.NoteTurnsRemoved(req, metadata=chat_service_md(stack))).deleted_rating_count == 0, "a repeat is a no-op"
     e = await expect_error(put(fb, rating(inst, t.reply.turn_index, sentiment=NEG), stack.md()),
                            grpc.StatusCode.NOT_FOUND)
     assert f"{inst} turn {t.reply.turn_index}" in e.details() and error_info(e).reason == "TURN_REMOVED"
     assert await ratings_of(stack, inst) == []
-    for bad, field in ((pb.NoteTurnsRemovedRequest(conversation=inst), "turn_indexes"),
-                       (pb.NoteTurnsRemovedRequest(conversation=inst, turn_indexes=[0], trace_ids=["x"]), "trace_ids[0]"),
-                       (pb.NoteTurnsRemovedRequest(conversation="x", through_turn_index=0), "conversation")):
-        e = await expect_error(fb.NoteTurnsRemoved(bad, metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+    for bad, field in ((pb.NoteTurnsRemovedRequest(owner="alice", conversation=inst), "turn_indexes"),
+                       (pb.NoteTurnsRemovedRequest(owner="alice", conversation=inst, turn_indexes=[0], trace_ids=["x"]),
+                        "trace_ids[0]"),
+                       (pb.NoteTurnsRemovedRequest(owner="alice", conversation="x", through_turn_index=0), "conversation"),
+                       (pb.NoteTurnsRemovedRequest(conversation=inst, through_turn_index=0), "owner")):
+        e = await expect_error(fb.NoteTurnsRemoved(bad, metadata=chat_service_md(stack)), grpc.StatusCode.INVALID_ARGUMENT)
         assert error_info(e).metadata["field"] == field
 
 
@@ -379,7 +373,7 @@ async def test_puts_racing_the_removal_of_their_turn_never_outlive_it(stack):
     inst = await new_instance(stack)
     t = await send(stack, inst, "q")
     fb = stack.feedback()
-    req = pb.NoteTurnsRemovedRequest(conversation=inst, turn_indexes=[t.reply.turn_index])
+    req = pb.NoteTurnsRemovedRequest(owner="alice", conversation=inst, turn_indexes=[t.reply.turn_index])
 
     async def one(i: int):
         try:
@@ -387,7 +381,7 @@ async def test_puts_racing_the_removal_of_their_turn_never_outlive_it(stack):
         except grpc.aio.AioRpcError as e:
             assert e.code() == grpc.StatusCode.NOT_FOUND, e.details()
 
-    await asyncio.gather(*(one(i) for i in range(12)), fb.NoteTurnsRemoved(req, metadata=stack.md()),
+    await asyncio.gather(*(one(i) for i in range(12)), fb.NoteTurnsRemoved(req, metadata=chat_service_md(stack)),
                          *(one(i) for i in range(12, 24)))
     assert await ratings_of(stack, inst) == []
 
@@ -407,8 +401,8 @@ async def test_a_rating_write_in_flight_when_its_turn_is_removed_is_deleted_with
             " note, origin, message, version, create_time, update_time, reasons, choice) VALUES ('inflight_' ||"
             " md5(random()::text), $1, $2, 'alice', 1, 'in_flight', '', 1, 0, '', 1, '', 1, now(), now(), '{}', '')",
             inst, t.reply.turn_index)
-        req = pb.NoteTurnsRemovedRequest(conversation=inst, turn_indexes=[t.reply.turn_index])
-        removal = asyncio.ensure_future(stack.feedback().NoteTurnsRemoved(req, metadata=stack.md()))
+        req = pb.NoteTurnsRemovedRequest(owner="alice", conversation=inst, turn_indexes=[t.reply.turn_index])
+        removal = asyncio.ensure_future(stack.feedback().NoteTurnsRemoved(req, metadata=chat_service_md(stack)))
         deadline = asyncio.get_running_loop().time() + 10
         while not removal.done() and not await conn.fetchval(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"):
@@ -421,10 +415,11 @@ async def test_a_rating_write_in_flight_when_its_turn_is_removed_is_deleted_with
     assert await ratings_of(stack, inst) == []
 
 
-async def test_delete_turn_with_the_feedback_service_down_is_unavailable_and_deletes_nothing(stack, tmp_path):
-    """Chat tells feedback before deleting: with feedback unreachable DeleteTurn and Clear chat answer
-    UNAVAILABLE with RetryInfo and the turn is still there (and still rated); the retry, once feedback
-    answers, deletes it; repeating DeleteTurn after that is NOT_FOUND and changes nothing."""
+async def test_delete_turn_with_the_feedback_service_down_deletes_and_feedback_follows_once_reachable(stack, tmp_path):
+    """The delete and its notice are one outbox (services/chat/removal.py): with the feedback service
+    unreachable from a chat replica, DeleteTurn and Clear chat still succeed there (the turn is gone at
+    once) and the turn's rating stays only until a replica that reaches the feedback service sends the
+    removal from the shared outbox; repeating DeleteTurn after that is NOT_FOUND and changes nothing."""
     from services.chat.server import create_server as create_chat  # noqa: PLC0415
     from services.chat.settings import ChatSettings  # noqa: PLC0415
 
@@ -439,22 +434,21 @@ async def test_delete_turn_with_the_feedback_service_down_is_unavailable_and_del
     ch = grpc.aio.insecure_channel(f"127.0.0.1:{cut_off.port}")
     try:
         inst = await new_instance(stack)
-        t = await send(stack, inst, "q")
-        await put(stack.feedback(), rating(inst, t.reply.turn_index, sentiment=POS), stack.md())
+        t, kept = await send(stack, inst, "q"), await send(stack, inst, "q2")
+        for turn in (t, kept):
+            await put(stack.feedback(), rating(inst, turn.reply.turn_index, sentiment=POS), stack.md())
         lone = chat_pb2_grpc.ChatServiceStub(ch)
         delete = chat_pb2.DeleteTurnRequest(parent=inst, trace_id=t.trace_id)
-        for call in (lone.DeleteTurn(delete, metadata=stack.md()),
-                     lone.ClearMessages(chat_pb2.ClearMessagesRequest(parent=inst), metadata=stack.md())):
-            e = await expect_error(call, grpc.StatusCode.UNAVAILABLE)
-            assert error_info(e).reason == "FEEDBACK_UNAVAILABLE" and "nothing deleted" in e.details()
-            assert any(d.type_url.endswith("/google.rpc.RetryInfo") for d in status_details(e))
+        await lone.DeleteTurn(delete, metadata=stack.md())
         listed = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=inst), metadata=stack.md())
-        assert len(listed.messages) == 2, "the turn is still there"
-        assert len(await ratings_of(stack, inst)) == 1
-        await stack.chat().DeleteTurn(delete, metadata=stack.md())
+        assert {m.trace_id for m in listed.messages} == {kept.trace_id}, "the turn is gone at once"
+        await wait_until(lambda: ratings_of(stack, inst),
+                         lambda got: [r.turn_index for r in got] == [kept.reply.turn_index], timeout_s=40)
         await expect_error(stack.chat().DeleteTurn(delete, metadata=stack.md()), grpc.StatusCode.NOT_FOUND)
+        await lone.ClearMessages(chat_pb2.ClearMessagesRequest(parent=inst), metadata=stack.md())
         listed = await stack.chat().ListMessages(chat_pb2.ListMessagesRequest(parent=inst), metadata=stack.md())
-        assert list(listed.messages) == [] and await ratings_of(stack, inst) == []
+        assert list(listed.messages) == []
+        await wait_until(lambda: ratings_of(stack, inst), lambda got: got == [], timeout_s=40)
     finally:
         await ch.close()
         await cut_off.stop(0)

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from services.common import ledger
-from services.common.db import NamedSQL, fetch_custom_plan
+from services.common.db import NamedSQL, fetch_custom_plan, retry_conflicts
 from services.common.etags import Etag
 from services.common.ledger import Ledger
 from services.feedback.model.enums import (
@@ -101,20 +101,29 @@ WITH {_RATING_PRIOR}, up AS (
 
 DELETE_RATING = "DELETE FROM ratings WHERE id = $1 AND owner = $2"
 
-# NoteTurnsRemoved (migration 0065), one transaction: the conversation's removal lock (a rating write
-# takes it shared), the removal (a repeat records nothing new), then the owner's ratings of those turns
-# (not CONVERSATION scope, which names no turn). $3 / $4: the first and last removed turn index.
+# NoteTurnsRemoved (migrations 0065, 0085), one transaction, its locks in the order every other writer
+# of these rows takes them (a writer waiting on one lock holds none the removal still needs, so the two
+# cannot deadlock): 1. the conversation's removal lock (a rating or report insert takes it shared
+# before anything else); 2. the removal (a repeat records nothing new); 3. the owner's reports of those
+# turns, marked (kept, migration 0066): report rows before the rollup rows their triggers touch, as
+# DeleteFeedback and UpdateFeedback take them; 4. the owner's ratings of those turns, deleted in ONE
+# statement (each rating row locked before any rollup row is: AFTER row triggers run at the end of the
+# statement, as for DeleteRating; one statement per range held the first range's
+# conversation_activity row while waiting for a rating of the next). CONVERSATION-scope ratings name no
+# turn and are kept. $3 / $4: the first and last turn index of each removed range; $5: trace ids (the
+# reports') or the CONVERSATION scope (the ratings').
 LOCK_REMOVAL = "SELECT pg_advisory_xact_lock(removed_turns_lock_key($1, $2))"
 INSERT_REMOVAL = """
 INSERT INTO removed_turns (owner, conversation, first_turn_index, last_turn_index, remove_time)
-VALUES ($1, $2, $3, $4, now()) ON CONFLICT DO NOTHING"""
-DELETE_REMOVED_RATINGS = """
-DELETE FROM ratings WHERE owner = $1 AND conversation = $2 AND turn_index BETWEEN $3 AND $4 AND scope <> $5"""
-# The owner's reports of the removed turns are kept and marked (migration 0066): those of `$4` trace
-# ids, or every report of the conversation when $3 (Clear chat).
+SELECT $1, $2, r.f, r.l, now() FROM unnest($3::int[], $4::int[]) AS r (f, l) ON CONFLICT DO NOTHING"""
 MARK_REMOVED_REPORTS = """
 UPDATE feedback SET turn_removed_time = now()
-WHERE owner = $1 AND instance = $2 AND turn_removed_time IS NULL AND ($3 OR trace_id = ANY($4::text[]))"""
+WHERE owner = $1 AND instance = $2 AND turn_removed_time IS NULL
+  AND (trace_id = ANY($5::text[]) OR EXISTS (SELECT 1 FROM unnest($3::int[], $4::int[]) AS r (f, l)
+                                           WHERE report_turn_index(snapshot, snapshot_source) BETWEEN r.f AND r.l))"""
+DELETE_REMOVED_RATINGS = """
+DELETE FROM ratings x USING unnest($3::int[], $4::int[]) AS r (f, l)
+WHERE x.owner = $1 AND x.conversation = $2 AND x.turn_index BETWEEN r.f AND r.l AND x.scope <> $5"""
 # SQLSTATE of the ratings trigger refusing a rating on a removed turn (migration 0065).
 TURN_REMOVED_SQLSTATE = "AF001"
 
@@ -236,31 +245,33 @@ class RatingStore:
                   "version": etag.version if etag else None, "cas_id": etag.incarnation if etag else None,
                   **PUTS.params(owner, request_id, fingerprint)}
         sql = UPSERT_RATING if etag is None else CAS_RATING
-        try:
-            return _outcome(await self.pool.fetchrow(*sql.bind(values)))
+        try:  # one statement (its ledger claim included): rolled back whole, so run again
+            return _outcome(await retry_conflicts(lambda: self.pool.fetchrow(*sql.bind(values))))
         except asyncpg.PostgresError as e:
             if e.sqlstate == TURN_REMOVED_SQLSTATE:
                 raise TurnRemoved() from None
             raise
 
     async def note_turns_removed(self, owner: str, conversation: str, ranges: list[tuple[int, int]],
-                                 trace_ids: list[str] | None) -> tuple[int, int]:
-        """Record removed turn ranges (first, last; inclusive), delete `owner`'s ratings of them and mark
-        `owner`'s reports of `trace_ids` (None: of the whole conversation), one transaction; returns
-        (ratings deleted, reports marked), (0, 0) on a repeat."""
-        deleted = 0
-        async with self.pool.acquire() as conn, conn.transaction():
-            await conn.execute(LOCK_REMOVAL, owner, conversation)
-            for first, last in ranges:
-                await conn.execute(INSERT_REMOVAL, owner, conversation, first, last)
-                status = await conn.execute(DELETE_REMOVED_RATINGS, owner, conversation, first, last,
-                                            RatingScope.CONVERSATION)
-                deleted += int(status.rsplit(" ", 1)[-1])
-            status = await conn.execute(MARK_REMOVED_REPORTS, owner, conversation, trace_ids is None, trace_ids or [])
-        return deleted, int(status.rsplit(" ", 1)[-1])
+                                 trace_ids: list[str]) -> tuple[int, int]:
+        """Record removed turn ranges (first, last; inclusive), mark `owner`'s reports of them (or of
+        `trace_ids`) and delete `owner`'s ratings of them, one transaction (run again when PostgreSQL
+        rolls it back for a concurrent one); returns (ratings deleted, reports marked), (0, 0) on a repeat."""
+        firsts, lasts = [f for f, _ in ranges], [last for _, last in ranges]
+        args = (owner, conversation, firsts, lasts, trace_ids)
+
+        async def run() -> tuple[int, int]:
+            async with self.pool.acquire() as conn, conn.transaction():
+                await conn.execute(LOCK_REMOVAL, owner, conversation)
+                await conn.execute(INSERT_REMOVAL, *args[:4])
+                marked = await conn.execute(MARK_REMOVED_REPORTS, *args)
+                deleted = await conn.execute(DELETE_REMOVED_RATINGS, *args[:4], RatingScope.CONVERSATION)
+            return int(deleted.rsplit(" ", 1)[-1]), int(marked.rsplit(" ", 1)[-1])
+
+        return await retry_conflicts(run)
 
     async def delete_rating(self, rid: str, owner: str) -> None:
-        await self.pool.execute(DELETE_RATING, rid, owner)
+        await retry_conflicts(lambda: self.pool.execute(DELETE_RATING, rid, owner))
 
     async def list_ratings(self, owner: str, conversation: str, turn_index: int | None, f: RatingFilter,
                            after: tuple[int, int, str, str] | None, limit: int) -> list[Rating]:
@@ -286,7 +297,7 @@ class RatingStore:
         values = {**_NAMED, "owner": owner, "target": target, "source": source, "through": through, "turns": turns,
                   "messages": [target_replies[t] for t in turns], **COPIES.params(owner, request_id)}
         try:
-            return int((await self.pool.execute(*COPY_RATINGS.bind(values))).rsplit(" ", 1)[-1])
+            return int((await retry_conflicts(lambda: self.pool.execute(*COPY_RATINGS.bind(values)))).rsplit(" ", 1)[-1])
         except asyncpg.PostgresError as e:
             if e.sqlstate == TURN_REMOVED_SQLSTATE:
                 raise TurnRemoved() from None
