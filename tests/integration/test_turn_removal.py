@@ -11,7 +11,8 @@ import grpc
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.chat.removal import TEST_EXIT_STATUS
-from services.common.auth import ALL_SCOPES, DEV_SCOPES
+from services.common.auth import ALL_SCOPES, DEV_SCOPES, SCOPE_FEEDBACK_EVALUATIONS
+from tests.helpers.evaluations import turn_evaluations
 from tests.helpers.feedback import (
     chat_service_md,
     expect_error,
@@ -89,6 +90,21 @@ async def test_chat_killed_between_its_delete_and_the_notice_to_feedback_still_r
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+async def test_a_deleted_turn_loses_the_evaluations_other_systems_sent_about_it(stack):
+    """An LLM judge's evaluation of a turn (AcceptEvaluations, the collector's credential) goes with the
+    turn on DeleteTurn, as the owner's ratings do; another turn's stays."""
+    inst = await new_instance(stack)
+    t, kept = await send(stack, inst, "q"), await send(stack, inst, "q2")
+    collector = stack.md("tracecollector", (SCOPE_FEEDBACK_EVALUATIONS,))
+    await stack.feedback().AcceptEvaluations(pb.AcceptEvaluationsRequest(evaluations=[
+        pb.Evaluation(trace_id=turn.trace_id, name="relevance", label="relevant", author_kind=pb.AUTHOR_KIND_LLM,
+                      identifier="judge") for turn in (t, kept)]), metadata=collector)
+    assert len(await turn_evaluations(stack, inst, t.reply.turn_index)) == 1
+    await stack.chat().DeleteTurn(chat_pb2.DeleteTurnRequest(parent=inst, trace_id=t.trace_id), metadata=stack.md())
+    assert await turn_evaluations(stack, inst, t.reply.turn_index) == []
+    assert len(await turn_evaluations(stack, inst, kept.reply.turn_index)) == 1
 
 
 async def test_a_report_stored_on_a_turn_removed_a_moment_before_is_marked_and_not_counted(stack):

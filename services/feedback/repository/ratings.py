@@ -124,6 +124,11 @@ WHERE owner = $1 AND instance = $2 AND turn_removed_time IS NULL
 DELETE_REMOVED_RATINGS = """
 DELETE FROM ratings x USING unnest($3::int[], $4::int[]) AS r (f, l)
 WHERE x.owner = $1 AND x.conversation = $2 AND x.turn_index BETWEEN r.f AND r.l AND x.scope <> $5"""
+# 5. the evaluations other systems sent about those turns (migration 0060: ratings with an author kind,
+# of the conversation's owner), deleted like the owner's ratings; they hold no rollup row.
+DELETE_REMOVED_EVALUATIONS = """
+DELETE FROM evaluations x USING unnest($3::int[], $4::int[]) AS r (f, l)
+WHERE x.owner = $1 AND x.conversation = $2 AND x.turn_index BETWEEN r.f AND r.l"""
 # SQLSTATE of the ratings trigger refusing a rating on a removed turn (migration 0065).
 TURN_REMOVED_SQLSTATE = "AF001"
 
@@ -255,7 +260,7 @@ class RatingStore:
     async def note_turns_removed(self, owner: str, conversation: str, ranges: list[tuple[int, int]],
                                  trace_ids: list[str]) -> tuple[int, int]:
         """Record removed turn ranges (first, last; inclusive), mark `owner`'s reports of them (or of
-        `trace_ids`) and delete `owner`'s ratings of them, one transaction (run again when PostgreSQL
+        `trace_ids`) and delete `owner`'s ratings and the evaluations of them, one transaction (run again when PostgreSQL
         rolls it back for a concurrent one); returns (ratings deleted, reports marked), (0, 0) on a repeat."""
         firsts, lasts = [f for f, _ in ranges], [last for _, last in ranges]
         args = (owner, conversation, firsts, lasts, trace_ids)
@@ -266,6 +271,7 @@ class RatingStore:
                 await conn.execute(INSERT_REMOVAL, *args[:4])
                 marked = await conn.execute(MARK_REMOVED_REPORTS, *args)
                 deleted = await conn.execute(DELETE_REMOVED_RATINGS, *args[:4], RatingScope.CONVERSATION)
+                await conn.execute(DELETE_REMOVED_EVALUATIONS, *args[:4])
             return int(deleted.rsplit(" ", 1)[-1]), int(marked.rsplit(" ", 1)[-1])
 
         return await retry_conflicts(run)
