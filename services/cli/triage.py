@@ -202,25 +202,47 @@ EVENT_KINDS = {None: 0, "feedback": feedback_pb2.FEEDBACK_EVENT_KIND_FEEDBACK,
 KIND_HELP = "Only reports, only ratings or only evaluations other systems sent."
 
 
+# `feedback watch` resumes after these (a restarted or redeployed replica ends its streams UNAVAILABLE,
+# README "Operating it"), from the last token it printed: 0.5 s doubling to 30 s, reset by a message.
+WATCH_RESUMABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+WATCH_BACKOFF_FIRST_S, WATCH_BACKOFF_MAX_S = 0.5, 30.0
+
+
 @feedback.command("watch")
 @click.option("--resume-token", default="", help="Resume after this token (printed with every event).")
 @click.option("--from-oldest", is_flag=True, help="Without a token: from the oldest event kept, not from now.")
 @click.option("--owner", default="", help="feedback:admin: one owner's changes only.")
-@click.option("--kind", type=click.Choice(["feedback", "rating", "evaluation"]), default=None, help=KIND_HELP)
-@click.option("--aspect", default="", help="Only ratings of this aspect (evaluations of this name).")
+@click.option("--kind", type=click.Choice(["feedback", "rating"]), default=None, help="Only reports or only ratings.")
+@click.option("--aspect", default="", help="Only ratings of this aspect.")
 @click.option("--include-text", is_flag=True, help="feedback:admin: other owners' words too (audited).")
 @click.option("--heartbeats", is_flag=True, help="Print heartbeats too (their resume token).")
 @_run
 async def watch_cmd(c: Clients, resume_token: str, from_oldest: bool, owner: str, kind: str | None, aspect: str,
                     include_text: bool, heartbeats: bool):
     """The change feed (WatchFeedback) as JSON lines, one per event, flushed as they arrive; runs until
-    interrupted. Keep the last `resumeToken` and pass it as --resume-token to continue where it stopped."""
-    req = feedback_pb2.WatchFeedbackRequest(resume_token=resume_token, from_oldest=from_oldest, owner=owner,
-                                            kind=EVENT_KINDS[kind], aspect=aspect, include_text=include_text)
-    async for resp in c.feedback().WatchFeedback(req, metadata=c.md):  # no deadline: a stream that stays open
-        if resp.HasField("event") or heartbeats:
-            click.echo(json_line(MessageToDict(resp)))
-            sys.stdout.flush()
+    interrupted. When the stream breaks (UNAVAILABLE: the service restarted or is down) it resumes after
+    the last position it received, saying so on stderr, so a restart loses and repeats nothing; any other
+    error ends it (exit 1). Keep the last `resumeToken` to continue in a later run (--resume-token)."""
+    kinds = {None: 0, "feedback": feedback_pb2.FEEDBACK_EVENT_KIND_FEEDBACK, "rating": feedback_pb2.FEEDBACK_EVENT_KIND_RATING}
+    token, delay = resume_token, WATCH_BACKOFF_FIRST_S
+    while True:
+        req = feedback_pb2.WatchFeedbackRequest(resume_token=token, from_oldest=from_oldest and not token, owner=owner,
+                                                kind=kinds[kind], aspect=aspect, include_text=include_text)
+        try:
+            async for resp in c.feedback().WatchFeedback(req, metadata=c.md):  # no deadline: a stream that stays open
+                if resp.HasField("event") or heartbeats:
+                    click.echo(json_line(MessageToDict(resp)))
+                    sys.stdout.flush()
+                token, delay = resp.resume_token or token, WATCH_BACKOFF_FIRST_S  # after it is printed
+        except grpc.aio.AioRpcError as e:
+            if e.code() not in WATCH_RESUMABLE:
+                raise
+            where = "from the last position received" if token else "from the start position"
+            click.echo(f"feed interrupted ({e.code().name}); resuming {where} in {delay:g} s", err=True)
+        else:
+            click.echo(f"feed ended by the server; resuming in {delay:g} s", err=True)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, WATCH_BACKOFF_MAX_S)
 
 
 @click.group()

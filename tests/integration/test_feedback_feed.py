@@ -306,3 +306,48 @@ async def test_an_idle_stream_gets_heartbeats_and_a_stopping_replica_ends_its_st
             await asyncio.wait_for(call.read(), 5)
     assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     await stopping
+
+
+@pytest.mark.slow
+async def test_watch_resumes_by_itself_when_its_replica_is_killed_and_misses_nothing(stack, tmp_path):
+    """`agentfeedback feedback watch` used to exit 1 ("UNAVAILABLE: Stream removed") whenever the replica
+    it streamed from restarted, leaving the user to dig the last token out of its output. Now it
+    resumes after the last position it printed: the replica SIGKILLed and started again on the same
+    port, the one watch process gets every event of the outbox once, in order, and says it resumed."""
+    first_log = tmp_path / "replica-1.log"
+    proc = spawn_feedback_process(stack, 0, first_log)
+    procs = [proc]
+    try:
+        port = await reported_port(first_log, proc, r"FeedbackService listening on port (\d+)")
+        await wait_serving(port, proc, first_log)
+        sub = Subscriber(stack, tmp_path / "w.jsonl", port, stack.token("watcher", (SCOPE_FEEDBACK_READ,)))
+        await sub.started()
+        inst = await new_instance(stack, "watcher")
+        t = await send(stack, inst, "hello", sub="watcher")
+        await put(stack, rating(inst, t.reply.turn_index, sentiment=NEG, note="before"), sub="watcher")
+        await sub.wait(lambda ev: len(ev) >= 1)
+
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        # Written while the watched replica is down (through the stack's own one): sent after it resumes.
+        await put(stack, rating(inst, t.reply.turn_index, sentiment=POS, note="while down"), sub="watcher")
+        await flag(stack, t.reply.name, "the answer is wrong", sub="watcher")
+        second_log = tmp_path / "replica-2.log"
+        procs.append(spawn_feedback_process(stack, port, second_log))
+        await wait_serving(port, procs[-1], second_log)
+        await put(stack, rating(inst, t.reply.turn_index, sentiment=NEG, note="after"), sub="watcher")
+
+        expected = await _outbox(stack, "watcher")  # (the report's evidence capture may add an UPDATED)
+        got = await sub.wait(lambda ev: len(ev) >= len(expected), timeout_s=60)
+        assert sub.proc.poll() is None, "watch exited when its replica was killed"
+        sub.kill()
+        ids = _ids(sub.events())
+        assert ids[:len(expected)] == expected and len(set(ids)) == len(ids)  # once each, in the feed's order
+        assert "resuming from the last position received" in sub.proc.stderr.read().decode()
+        assert [e["type"] for e in got if e["kind"] == "FEEDBACK_EVENT_KIND_RATING"] == [
+            "FEEDBACK_EVENT_TYPE_CREATED", "FEEDBACK_EVENT_TYPE_UPDATED", "FEEDBACK_EVENT_TYPE_UPDATED"]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+                p.wait(timeout=15)
