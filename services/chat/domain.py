@@ -21,6 +21,7 @@ from services.chat.workspace import Op, State
 from services.common import deadlines, pages
 from services.common.errors import InvalidArgument
 from services.common.ids import (
+    check_label,
     check_text,
     parse_name,
     parse_request_id,
@@ -179,12 +180,12 @@ def validate_new_instance(
     new_id: str,
     request_fingerprint: bytes | None = None,
 ) -> NewInstance:
-    """CreateInstance input. INVALID_ARGUMENT for an empty/too long/NUL `instance.display_name`,
+    """CreateInstance input. INVALID_ARGUMENT for an empty, too long or unsafe (services.common.ids.check_label) `instance.display_name`,
     an `instance.agent` or `instance_id` that is not a slug `[a-z][a-z0-9-]{0,62}`, a bad `request_id`.
     Empty agent → `reference`; empty instance_id → `new_id`. `request_fingerprint` identifies the
     request a `request_id` belongs to (a reuse with another request is refused when stored).
     """
-    check_text(display_name, "instance.display_name", MAX_DISPLAY_NAME_CHARS, required=True)
+    check_label(display_name, "instance.display_name", MAX_DISPLAY_NAME_CHARS, required=True)
     agent = agent or DEFAULT_AGENT
     if not SLUG.match(agent):
         raise InvalidArgument("instance.agent", "must match [a-z][a-z0-9-]{0,62} (e.g. 'reference')")

@@ -27,7 +27,7 @@ from services.chat.ratings_client import RatingsUnavailable
 from services.common.auth import SCOPE_FEEDBACK_WRITE, Principal
 from services.common.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from services.common.clip import truncate
-from services.common.ids import check_text, new_id, parse_request_id
+from services.common.ids import check_label, new_id, parse_request_id
 
 MAX_DISPLAY_NAME_CHARS = 200
 FORK_SUFFIX = " (fork)"
@@ -73,7 +73,7 @@ class Forker:
             raise InvalidArgument("turn_index", "must not be negative")
         if instance_id and not SLUG.match(instance_id):
             raise InvalidArgument("instance_id", "must match [a-z][a-z0-9-]{0,62}")
-        check_text(display_name, "display_name", MAX_DISPLAY_NAME_CHARS)
+        check_label(display_name, "display_name", MAX_DISPLAY_NAME_CHARS)
         rid = parse_request_id(request_id)
         src = await self._repo.get_instance(p.sub, parent_id)
         if src is None:

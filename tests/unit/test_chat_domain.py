@@ -75,3 +75,20 @@ def test_message_page_token_roundtrip_and_binding():
 def test_time_from_ns_keeps_microseconds():
     ns = 1_790_000_000_123_456_789
     assert domain.to_us(domain.time_from_ns(ns)) == ns // 1000
+
+
+@pytest.mark.parametrize("name,code_point", [
+    ("x\u202egnp.exe", "U+202E"), ("a\u2066b", "U+2066"), ("tab\tname", "U+0009"), ("line\u2028two", "U+2028"),
+    ("odd\ufffe", "U+FFFE"), ("c1\x85", "U+0085"),
+])
+def test_an_agent_name_that_would_read_differently_in_a_list_is_refused(name, code_point):
+    """A display name holding U+202E shows "x" + U+202E + "gnp.exe" as "xexe.png" in the Agents list."""
+    with pytest.raises(InvalidArgument) as e:
+        domain.validate_new_instance(name, "", "", "", "abc")
+    assert e.value.field_path == "instance.display_name" and e.value.reason == "UNSAFE_CHARACTER"
+    assert code_point in str(e.value) and name not in str(e.value)
+
+
+def test_names_in_any_script_and_with_emoji_are_kept():
+    for name in ("Küche", "مطبخ", "台所 🍳", "Kitchen – 2"):
+        assert domain.validate_new_instance(name, "", "", "", "abc").display_name == name
