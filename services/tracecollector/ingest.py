@@ -275,8 +275,12 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                         if not out.first_bad:
                             out.first_bad = f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}]"
                         continue
-                if encoder is not None:  # no `marked`: the evaluations outbox is PostgreSQL's (server.py)
+                if encoder is not None:
                     append(encoder.span(sp, pid if pid and pid != _ZERO_SPAN else None, service, scope, res))
+                    events = sp.events
+                    if (events and any(e.name == EVALUATION_EVENT for e in events)) or any(
+                            kv.key == FIRST_ANNOTATION_NAME for kv in sp.attributes):
+                        out.marked.append((ri, si, pi))
                     continue
                 status = sp.status
                 name = sp.name

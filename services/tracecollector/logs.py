@@ -32,7 +32,7 @@ from services.tracecollector.ingest import ExportResult
 from services.tracecollector.writer import Overloaded
 
 DISABLED = ("this collector hands no evaluations to a feedback service (AGENTFEEDBACK_COLLECTOR_FEEDBACK_TARGET "
-            "is unset, or span_store is clickhouse)")
+            "is unset, or span_store is clickhouse without a database URL for the evaluation outbox)")
 
 
 class LogsIngestor:

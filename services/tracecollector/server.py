@@ -193,7 +193,15 @@ async def create_server(
             srv.forwarder.on_spans = cm.forwarded
             cm.queue("otlp_forward", lambda: srv.forwarder.queued, settings.forward_queue_max)
         keep_evaluations = keep = None
-        if (settings.feedback_target or feedback_channel is not None) and not clickhouse:
+        wants_evaluations = bool(settings.feedback_target) or feedback_channel is not None
+        if wants_evaluations and clickhouse and url:
+            # Spans on ClickHouse, but the evaluation outbox needs a transaction that commits before the
+            # Export is answered and rows deleted once delivered: it stays in PostgreSQL (the traces
+            # schema; its span tables unused). No database URL: evaluations are refused (logs.py says why).
+            await migrate(url, SCHEMA, MIGRATIONS)
+            srv._pool = await create_pool(url, SCHEMA, 1, 4, command_timeout_s=settings.db_command_timeout_s)
+            pool_gauges(srv.metrics.meter, srv._pool, SCHEMA)
+        if wants_evaluations and srv._pool is not None:
             outbox = OutboxStore(srv._pool)
             srv._feedback_channel = feedback_channel or client_channel(settings.feedback_target)
             token = ServiceToken(settings, settings.evaluations_token.get_secret_value(), "tracecollector",

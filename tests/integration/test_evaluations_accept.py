@@ -9,6 +9,7 @@ import datetime as dt
 import uuid
 
 import grpc
+import pytest
 from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.traces.v1 import traces_pb2
@@ -71,6 +72,29 @@ async def test_both_forms_become_ratings_once_and_a_changed_score_updates_it(dat
         kinds = sorted((e.aspect, e.evaluator, pb.AuthorKind.Name(e.author_kind)) for e in got)
         assert kinds == [("correctness", "judge-v1/correctness", "AUTHOR_KIND_LLM"),
                          ("correctness", "regex-check", "AUTHOR_KIND_CODE"), ("relevance", "llm-judge", "AUTHOR_KIND_LLM")]
+    finally:
+        tp.shutdown()
+        await stack.stop()
+
+
+@pytest.mark.parametrize("span_store", ["clickhouse"], indirect=True)
+async def test_with_spans_on_clickhouse_evaluations_still_become_ratings_once(database_url, tmp_path, collector_store):
+    """The production overlay keeps spans on ClickHouse: the evaluation outbox stays in PostgreSQL,
+    so evaluations are not refused there (they were: "span_store is clickhouse")."""
+    settings, kw = collector_store
+    stack = await start_stack(database_url, tmp_path, collector_kw=kw, collector={**settings, **FAST["collector"]})
+    tp = judge(stack.ports["otlp_grpc"])
+    try:
+        inst = await new_instance(stack)
+        t = await send(stack, inst, "hello")
+        for _ in range(2):
+            await gen_ai_event(tp, t.trace_id, "relevance", label="relevant", score=0.9)
+        got = await wait_until(lambda: turn_evaluations(stack, inst, t.reply.turn_index), lambda e: len(e) == 1)
+        await wait_until(lambda: outbox(database_url), lambda rows: not rows)
+        assert (got[0].aspect, got[0].author_kind, got[0].label) == ("relevance", pb.AUTHOR_KIND_LLM, "relevant")
+        # The turn's spans themselves are on ClickHouse, read back through the query API.
+        trace = await stack.wait_trace(t.trace_id, min_spans=3)
+        assert any(sp.name == "chat.turn" for sp in trace.spans)
     finally:
         tp.shutdown()
         await stack.stop()
