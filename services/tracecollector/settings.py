@@ -67,7 +67,8 @@ class CollectorSettings(CommonSettings):
     forward_max_attempts: int = Field(default=5, ge=1)
     # The FeedbackService (`host:port`) that takes the evaluations other systems send with their spans
     # (services/tracecollector/README.md "Evaluations"); empty = evaluations are not read from spans.
-    # Needs span_store=postgresql (the outbox is a table of the collector's schema).
+    # The outbox is a table of the collector's PostgreSQL schema: with span_store=clickhouse it needs
+    # database_url too (only the outbox is kept there).
     feedback_target: str = ""
     # Bearer token with scope `feedback:evaluations` for it; empty = minted from the HS256 dev secret.
     evaluations_token: SecretStr = SecretStr("")

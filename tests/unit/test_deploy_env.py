@@ -110,6 +110,27 @@ def test_settings_a_container_cannot_default_are_set():
     assert not problems, "\n".join(problems)
 
 
+def test_services_calling_feedback_as_themselves_have_a_credential_wherever_none_can_be_minted():
+    """Chat tells feedback which turns were removed and the collector hands it evaluations, each under
+    its own service credential, minted from the HS256 secret when there is one. Under RS256/JWKS none
+    can be minted: the token must be set, or removals wait in chat's outbox forever and evaluations are
+    never delivered. And every collector hands evaluations on (an unset target silently ignores them)."""
+    problems = []
+    for where, cmd, env in deployed_processes():
+        cls = load_settings_class(ENTRYPOINT_SETTINGS[cmd])
+        read = settings_env_names(cls)
+        set_fields = {read[n.upper()] for n in env if n.upper() in read}
+        mints = "jwt_secret" in set_fields
+        if cmd == "agentfeedback-chat" and not mints and "feedback_token" not in set_fields:
+            problems.append(f"{where}: RS256 and no AGENTFEEDBACK_CHAT_FEEDBACK_TOKEN")
+        if cmd == "agentfeedback-tracecollector":
+            if "feedback_target" not in set_fields:
+                problems.append(f"{where}: no AGENTFEEDBACK_COLLECTOR_FEEDBACK_TARGET (evaluations dropped)")
+            elif not mints and "evaluations_token" not in set_fields:
+                problems.append(f"{where}: RS256 and no AGENTFEEDBACK_COLLECTOR_EVALUATIONS_TOKEN")
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("target", ["compose", "base", "production"])
 def test_services_export_spans_to_the_otel_collector(target):
     if target == "compose":

@@ -208,7 +208,7 @@ def test_references_resolve_inside_the_build(target):
     for o in objs:
         by_kind.setdefault(o["kind"], {})[o["metadata"]["name"]] = o
     # Production: the operator creates these (overlays/production/kustomization.yaml says which keys).
-    external = {"agentfeedback-database", "agentfeedback-jwt", "agentfeedback-clickhouse"}
+    external = {"agentfeedback-database", "agentfeedback-jwt", "agentfeedback-clickhouse", "agentfeedback-service-tokens"}
     external_secrets = external if target == "production" else set()
     for w in workloads(objs):
         spec = pod_spec(w)
