@@ -39,13 +39,14 @@ async def test_a_refused_content_encoding_is_one_warning_line_not_an_error_trace
 
 
 @FUZZ
-@given(body=st.binary(max_size=4096), ctype=st.sampled_from(TYPES), coding=st.sampled_from(ENCODINGS))
-async def test_otlp_http_never_answers_5xx(stack, body, ctype, coding):
+@given(body=st.binary(max_size=4096), ctype=st.sampled_from(TYPES), coding=st.sampled_from(ENCODINGS),
+       path=st.sampled_from(["/v1/traces", "/v1/logs"]))
+async def test_otlp_http_never_answers_5xx(stack, body, ctype, coding, path):
     headers = {"content-type": ctype} if ctype else {}
     if coding:
         headers["content-encoding"] = coding.encode()  # bytes: a non-ASCII value goes on the wire as is
     async with httpx.AsyncClient() as c:
-        r = await c.post(f"http://127.0.0.1:{stack.ports['otlp_http']}/v1/traces", content=body, headers=headers)
+        r = await c.post(f"http://127.0.0.1:{stack.ports['otlp_http']}{path}", content=body, headers=headers)
     assert r.status_code < 500, (r.status_code, r.text[:200])
     await _assert_serving(stack)
 
@@ -63,19 +64,21 @@ async def test_otlp_http_other_paths_and_methods_never_log_a_traceback(stack, ca
     async with httpx.AsyncClient() as c:
         r = await c.request(method, f"http://127.0.0.1:{stack.ports['otlp_http']}{path}", content=body, headers=headers)
     assert r.status_code < 500
-    if (method, path) != ("POST", "/v1/traces"):
+    routes = ("/v1/traces", "/v1/logs")  # OTLP/HTTP's POST endpoints we serve (logs: evaluation events)
+    if not (method == "POST" and path in routes):
         # aiohttp's parser may refuse a body its coding does not decode (400) before any route runs.
         undecodable = {400} if coding not in ("", "identity") and body else set()
-        assert r.status_code in {405 if path == "/v1/traces" else 404} | undecodable | ({400} if coding == "br" else set())
+        assert r.status_code in {405 if path in routes else 404} | undecodable | ({400} if coding == "br" else set())
     assert not [rec for rec in caplog.records if rec.exc_info or rec.levelno >= logging.ERROR]
     await _assert_serving(stack)
 
 
 @FUZZ
-@given(body=st.binary(max_size=4096))
-async def test_otlp_grpc_never_answers_internal_or_unknown(stack, body):
+@given(body=st.binary(max_size=4096),
+       method=st.sampled_from([EXPORT, "/opentelemetry.proto.collector.logs.v1.LogsService/Export"]))
+async def test_otlp_grpc_never_answers_internal_or_unknown(stack, body, method):
     async with grpc.aio.insecure_channel(f"127.0.0.1:{stack.ports['otlp_grpc']}") as ch:
-        call = ch.unary_unary(EXPORT, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        call = ch.unary_unary(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
         try:
             await call(body, timeout=10)
         except grpc.aio.AioRpcError as e:
