@@ -131,6 +131,15 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     h("div", { class: "queue-layout" }, h("div", { class: "queue-side" }, bulk, list, capped, moreButton), h("div", { class: "queue-main" }, keys, status, itemBox)));
 
   const here = location.hash;
+  // The address this page last wrote: a show() finishing after the user went elsewhere (another filter,
+  // another page; its claim call answered late) must not write its item into the new address, which the
+  // router may not have read yet, and so reopen the old filter.
+  let written = here;
+  const setItemInUrl = (q: URLSearchParams) => {
+    if (!document.body.contains(itemBox) || location.hash !== written) return;
+    history.replaceState(null, "", `#/queue?${q}`);
+    written = location.hash; // as the browser keeps it (compared as such next time)
+  };
   const alive = () => location.hash.split("?")[0] === "#/queue" && document.body.contains(itemBox);
   const reportAt = (i: number): Feedback | null => { const it = state.items[i]; return it?.kind === "report" ? it.fb : null; };
   const indexOf = (name: string) => state.items.findIndex((x) => nameOf(x) === name);
@@ -191,7 +200,7 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     q.set("item", lastSegment(name));
     if (state.items[i].kind === "judgement") { // a judgement is looked at, not claimed or triaged
       mount(itemBox, ...view(state.items[i]));
-      history.replaceState(null, "", `#/queue?${q}`);
+      setItemInUrl(q);
       return;
     }
     const got = await claim(name);
@@ -207,7 +216,7 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     }
     setReport(i, fb);
     mount(itemBox, ...view(state.items[i]));
-    history.replaceState(null, "", `#/queue?${q}`);
+    setItemInUrl(q);
   };
 
   const update = async (fb: Feedback, to: Status): Promise<Feedback | string> => {
