@@ -214,7 +214,7 @@ class TurnRunner:
         message (`Started`; the caller ends the span). When the stored turn failed with one of
         RETRYABLE_CODES, the turn runs again in a new trace (linked to the failed one) with the stored
         user message (span attribute `chat.retry_of_trace` names the failed trace)."""
-        t0_ns = time.time_ns()
+        received_ns = time.time_ns()
         deadline = deadlines.at(call.caller_remaining_s)
         turn = call.turn
         failed: TurnRecord | None = None
@@ -222,11 +222,16 @@ class TurnRunner:
             try:
                 done = await self._replay(call.owner, turn, call.caller_remaining_s)
             except Exception as err:  # noqa: BLE001 - only a dependency failure is handled here
-                self._unreachable_before_turn(turn, t0_ns, err)
+                self._unreachable_before_turn(turn, received_ns, err)
                 raise
             if isinstance(done, TurnResult):
                 return Replayed(done)
             failed = done
+        # t0 is this attempt's start, read after _replay's wait for a running turn (up to the agent
+        # cap): a claim of a stale turn stores it as the attempt time, and an attempt time seconds
+        # old made the new attempt look stale at once to the other retries, which took it over while
+        # its agent still ran (two replies answered; tests/fuzz/test_faults.py).
+        t0_ns = time.time_ns()
         links = [Link(call.caller)] if call.caller is not None and call.caller.is_valid else []
         span = self._tracer.start_span(
             TURN_SPAN,

@@ -200,6 +200,8 @@ def queue_flow(b, second, engine: str, width: int, site: str, gateway_url: str, 
     # The new page, not the previous one still on screen (a hash change re-renders asynchronously).
     _until(b, "document.getElementById('q-status').value", "any", f"{engine}: the status=any queue")
     b.wait(".queue-item")
+    # Its rows in first: select all picks what the list holds when clicked (seen: none yet, in WebKit).
+    _until(b, "document.querySelectorAll('.queue-row[data-kind=report]').length", 3, f"{engine}: the three reports listed")
     b.click(".bulk-select-all")
     b.click(".bulk-dismiss")
     _until(b, "document.querySelector('.queue-status').textContent",
