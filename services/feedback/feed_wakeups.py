@@ -4,20 +4,27 @@ per process, and `NOTIFY feedback_feed` sent after this process's writes commit.
 Why not NOTIFY inside the writing transaction (a trigger): PostgreSQL serializes the commits of
 notifying transactions on one lock, so concurrent writers stop sharing WAL flushes (measured with 8
 writers: a third of their throughput). Instead `poke()` (called after a write RPC or a capture pass)
-sends one NOTIFY on a pool connection, coalesced: pokes within `COALESCE_S` of the first share one
-NOTIFY, and while one is in flight further pokes make exactly one more, so a notification always
-follows the last commit (measured: without the window, 4 concurrent raters sent one NOTIFY per put or
-two, a statement as dear as the put's own). Every replica's listener receives it.
+sends one NOTIFY on a pool connection, at once when none was sent in the last `NOTIFY_GAP_S`, else at
+the end of that gap for every poke made meanwhile, so a notification always follows the last commit
+and a stream of writes sends at most one NOTIFY per `NOTIFY_GAP_S` (measured: without the gap, 4
+concurrent raters sent one NOTIFY per put or two, a statement as dear as the put's own; a lone write
+is announced without waiting). Every replica's listener receives it.
 A change written outside the service (hand-run SQL) is seen at the next wake-up of any kind.
 
 While the listening connection is lost, streams are woken every `FALLBACK_S` instead (no missed
 change: a woken stream reads from its own position), and once more when it is back.
+
+Subscriptions' wake-ups (`subscriptions_changed()`): a webhook subscription created or resumed on any
+replica (`announce_subscriptions()`, a NOTIFY with the payload `webhooks`), the listener's (re)connect and
+each fallback wake-up. The webhook worker of a replica that saw no ACTIVE subscription waits on these
+alone, so writes cost it nothing while nobody subscribes.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any
 
 import asyncpg
@@ -29,9 +36,11 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "feedback_feed"
 NOTIFY = f"SELECT pg_notify('{CHANNEL}', '')"
+SUBSCRIPTIONS_PAYLOAD = "webhooks"
+NOTIFY_SUBSCRIPTIONS = f"SELECT pg_notify('{CHANNEL}', '{SUBSCRIPTIONS_PAYLOAD}')"
 RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.1, 5.0
 FALLBACK_S = 1.0
-COALESCE_S = 0.002  # what a wake-up may lag a commit so that a burst of writes sends one NOTIFY
+NOTIFY_GAP_S = 0.01  # what a wake-up may lag a commit while writes keep coming (then one NOTIFY per gap)
 CONNECT_TIMEOUT_S = 2.0
 
 
@@ -41,16 +50,37 @@ class FeedWakeups:
     def __init__(self, url: str, pool: asyncpg.Pool):
         self._url, self._pool = url, pool
         self._event = asyncio.Event()
+        self._subscriptions = asyncio.Event()
         self._generation = 0
         self._conn: asyncpg.Connection | None = None
         self._task: asyncio.Task | None = None
         self._poker: asyncio.Task | None = None
         self._dirty = False
+        self._last_notify = -NOTIFY_GAP_S
         self._lost = asyncio.Event()
         self.listening = False
 
     def changed(self) -> asyncio.Event:
         return self._event
+
+    def subscriptions_changed(self) -> asyncio.Event:
+        """An asyncio.Event set when webhook subscriptions may have changed (take it before reading)."""
+        return self._subscriptions
+
+    def wake_subscriptions(self) -> None:
+        """Wake this process's webhook worker (and its streams: a subscription change is a change too)."""
+        ev, self._subscriptions = self._subscriptions, asyncio.Event()
+        ev.set()
+        self.wake()
+
+    async def announce_subscriptions(self) -> None:
+        """Tell every replica's webhook worker that a subscription was created or resumed (after its commit)."""
+        self.wake_subscriptions()
+        try:
+            await self._pool.execute(NOTIFY_SUBSCRIPTIONS)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            # The other replicas see it when their listener is back (a reconnect wakes subscriptions too).
+            log.info("change feed: subscriptions NOTIFY not sent (%s)", type(e).__name__)
 
     @property
     def generation(self) -> int:
@@ -65,15 +95,17 @@ class FeedWakeups:
         ev.set()
 
     def poke(self) -> None:
-        """Tell every replica's streams that something committed (one NOTIFY, coalesced)."""
+        """Tell every replica's streams that something committed (one NOTIFY, at most one per NOTIFY_GAP_S)."""
         self._dirty = True
         if self._poker is None or self._poker.done():
             self._poker = asyncio.get_running_loop().create_task(self._notify())
 
     async def _notify(self) -> None:
         while self._dirty:
-            await asyncio.sleep(COALESCE_S)
+            if (wait := self._last_notify + NOTIFY_GAP_S - time.monotonic()) > 0:
+                await asyncio.sleep(wait)
             self._dirty = False
+            self._last_notify = time.monotonic()
             try:
                 await self._pool.execute(NOTIFY)
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
@@ -82,8 +114,11 @@ class FeedWakeups:
                 self.wake()
                 return
 
-    def _on_notification(self, *_args) -> None:
-        self.wake()
+    def _on_notification(self, _conn, _pid, _channel, payload: str) -> None:
+        if payload == SUBSCRIPTIONS_PAYLOAD:
+            self.wake_subscriptions()
+        else:
+            self.wake()
 
     def _on_termination(self, *_args) -> None:
         self._lost.set()
@@ -102,7 +137,7 @@ class FeedWakeups:
         conn.add_termination_listener(self._on_termination)
         self._lost.clear()
         self._conn, self.listening = conn, True
-        self.wake()  # anything committed while nobody listened
+        self.wake_subscriptions()  # anything committed while nobody listened (subscriptions too)
 
     async def _keep_listening(self) -> None:
         delay = RECONNECT_FIRST_S
@@ -119,7 +154,8 @@ class FeedWakeups:
                 delay = RECONNECT_FIRST_S
                 log.info("change feed: listening again")
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                self.wake()  # streams look at the database themselves meanwhile (each from its position)
+                # Streams and the webhook worker look at the database themselves meanwhile (each from its position).
+                self.wake_subscriptions()
                 await asyncio.sleep(min(delay, FALLBACK_S))
                 delay = min(delay * 2, RECONNECT_MAX_S)
 
@@ -133,7 +169,7 @@ class FeedWakeups:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._conn.close(), 2.0)
             self._conn = None
-        self.wake()
+        self.wake_subscriptions()
 
 
 class PokeAfterWrites(grpc.aio.ServerInterceptor):

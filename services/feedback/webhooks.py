@@ -13,7 +13,9 @@ sends its events in feed order and moves its position only after a 2xx; a failur
 subscription at that event and retries it after `backoff_first_s` × 2^(attempt-1) (at most
 `backoff_max_s`); after `max_attempts` it is DEAD_LETTERED and sends nothing until resumed. The defaults
 (1 s doubling to 5 min, 30 attempts ≈ 2 h) carry a receiver that is down for an hour. Workers wake on the
-change feed's wake-ups and on the next retry's time, never on a polling loop.
+change feed's wake-ups and on the next retry's time, never on a polling loop. A worker whose last pass
+found no ACTIVE subscription waits only for a subscription to be created or resumed on any replica
+(`FeedWakeups.subscriptions_changed`), or `IDLE_RECHECK_S`: the writes then cost it no statement.
 """
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ PRUNE_INTERVAL_S = 3600.0
 # Least time between two passes woken by commits: every write wakes the worker, and a pass is two
 # statements even with no subscription, so a burst of writes is served by one pass every PASS_GAP_S.
 PASS_GAP_S = 0.05
+# With no ACTIVE subscription, a look every IDLE_RECHECK_S anyway (one made by hand-run SQL, prunes).
+IDLE_RECHECK_S = 60.0
 
 
 def check_url(url: str) -> str:
@@ -112,7 +116,7 @@ class Webhooks:
         secret = webhook_secrets.new_secret()
         sub, _created = await self._store.create_subscription(new_id(), check_url(url), self._box.seal(secret), f,
                                                               p.sub, request_id)
-        self._wakeups.wake()
+        await self._wakeups.announce_subscriptions()
         return sub, self._box.open(sub.secret_encrypted)
 
     async def list(self, after: tuple[dt.datetime, str] | None, size: int) -> list[WebhookSubscription]:
@@ -126,7 +130,7 @@ class Webhooks:
         got = await self._store.resume_subscription(sid)
         if got is None:
             raise NotFound(f"webhookSubscriptions/{sid}")
-        self._wakeups.wake()
+        await self._wakeups.announce_subscriptions()
         return got
 
     async def deliveries(self, sid: str, before_id: int | None, size: int) -> list[Delivery]:
@@ -138,7 +142,7 @@ class Webhooks:
 
     async def stop(self) -> None:
         self._stopping = True
-        self._wakeups.wake()
+        self._wakeups.wake_subscriptions()
         if self._task is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(self._task, self._policy.timeout_s + 1)
@@ -153,20 +157,28 @@ class Webhooks:
                     break
             last_pass = time.monotonic()
             woken = self._wakeups.changed()  # before the pass: a commit during it makes another pass
+            subscribed = self._wakeups.subscriptions_changed()  # likewise for a subscription made meanwhile
             timeout: float | None = None
+            active = True
             try:
                 if time.monotonic() >= next_prune:
                     next_prune = time.monotonic() + PRUNE_INTERVAL_S
                     await self._store.prune_deliveries(dt.datetime.now(dt.UTC) - dt.timedelta(days=self._retention_days))
                 if await self.run_once(idle_too):
                     timeout = 0.05  # committed events wait behind a running transaction
-                due = await self._store.next_retry()
+                due, active = await self._store.next_retry()
                 if due is not None:
                     wait = max(0.01, (due - dt.datetime.now(dt.UTC)).total_seconds())
                     timeout = wait if timeout is None else min(timeout, wait)
             except Exception:
                 log.warning("webhook delivery pass failed", exc_info=True)
                 timeout = 1.0
+            if not active and not self._stopping:
+                # Nothing to deliver on any replica: the writes' wake-ups are not ours until a subscription is.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(subscribed.wait(), IDLE_RECHECK_S)
+                idle_too = True
+                continue
             try:
                 await asyncio.wait_for(woken.wait(), timeout)
                 idle_too = True

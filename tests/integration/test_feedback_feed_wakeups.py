@@ -1,6 +1,8 @@
 """The change feed's LISTEN connection (services/feedback/feed_wakeups.py) opens like every other
 database connection (services.common.db.connect): with a multi-host URL whose first host hangs, each
-host gets its own connect timeout, so the listener comes up on the host that answers."""
+host gets its own connect timeout, so the listener comes up on the host that answers. Its NOTIFYs: one
+after a lone write at once, at most one per NOTIFY_GAP_S while writes keep coming, and always one after
+the last; a subscription announced on one replica wakes another replica's webhook worker, a write does not."""
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +14,7 @@ import asyncpg
 import pytest
 
 from services.common import db
-from services.feedback.feed_wakeups import CONNECT_TIMEOUT_S, FeedWakeups
+from services.feedback.feed_wakeups import CONNECT_TIMEOUT_S, NOTIFY_GAP_S, FeedWakeups
 
 
 async def _hung_host() -> tuple[asyncio.Server, list[asyncio.StreamWriter]]:
@@ -71,3 +73,52 @@ async def test_the_change_feed_listens_when_the_first_database_host_hangs(databa
             w.close()
         for s in (hung, front):
             s.close()
+
+
+async def _listening(database_url: str, n: int) -> tuple[asyncpg.Pool, list[FeedWakeups]]:
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    replicas = [FeedWakeups(database_url, pool) for _ in range(n)]
+    for w in replicas:
+        await w.start()
+        assert w.listening
+    return pool, replicas
+
+
+async def test_a_lone_write_is_announced_at_once_and_a_stream_of_writes_once_per_gap(database_url):
+    pool, (writer, reader) = await _listening(database_url, 2)
+    try:
+        woken = reader.changed()
+        t0 = time.monotonic()
+        writer.poke()
+        await asyncio.wait_for(woken.wait(), 2)
+        assert time.monotonic() - t0 < 0.5  # no wait before the first NOTIFY (loaded machine: a margin)
+        await asyncio.sleep(NOTIFY_GAP_S * 2)
+        g0, t0 = reader.generation, time.monotonic()
+        while time.monotonic() - t0 < 0.3:  # a write every ms for 0.3 s
+            writer.poke()
+            await asyncio.sleep(0.001)
+        last = reader.changed()
+        await asyncio.wait_for(last.wait(), 2)  # the NOTIFY after the last write arrives
+        n = reader.generation - g0
+        assert 2 <= n <= 0.3 / NOTIFY_GAP_S + 3, n
+    finally:
+        for w in (writer, reader):
+            await w.stop()
+        await pool.close()
+
+
+async def test_a_subscription_announced_on_one_replica_wakes_the_other_replicas_webhook_worker(database_url):
+    pool, (one, other) = await _listening(database_url, 2)
+    try:
+        subscribed = other.subscriptions_changed()
+        feed = other.changed()
+        one.poke()  # a write: streams wake, the webhook worker's subscriptions event does not
+        await asyncio.wait_for(feed.wait(), 2)
+        await asyncio.sleep(0.1)
+        assert not subscribed.is_set()
+        await one.announce_subscriptions()
+        await asyncio.wait_for(subscribed.wait(), 2)
+    finally:
+        for w in (one, other):
+            await w.stop()
+        await pool.close()

@@ -42,8 +42,8 @@ WHERE s.id IN (
       AND ((attempts > 0 AND next_attempt_at <= now()) OR (attempts = 0 AND (:idle_too OR lease_until IS NOT NULL)))
     ORDER BY next_attempt_at LIMIT :limit FOR UPDATE SKIP LOCKED)
 RETURNING {_COLUMNS}""")
-NEXT_RETRY = f"""SELECT min(COALESCE(lease_until, next_attempt_at)) FROM webhook_subscriptions
-WHERE state = {WebhookState.ACTIVE} AND (attempts > 0 OR lease_until IS NOT NULL)"""
+NEXT_RETRY = f"""SELECT min(COALESCE(lease_until, next_attempt_at)) FILTER (WHERE attempts > 0 OR lease_until IS NOT NULL),
+    count(*) > 0 FROM webhook_subscriptions WHERE state = {WebhookState.ACTIVE}"""
 _LOG = """INSERT INTO webhook_deliveries (subscription, event_id, attempt, outcome, http_status, error, latency_ms)
     SELECT id, :event_id, :attempt, :outcome, :http_status, :error, :latency_ms FROM up"""
 DELIVERED = NamedSQL(f"""
@@ -106,9 +106,10 @@ class WebhookStore:
         return [_subscription(r) for r in await self.pool.fetch(*CLAIM.bind(
             {"token": token, "lease_s": lease_s, "idle_too": idle_too, "limit": limit}))]
 
-    async def next_retry(self) -> dt.datetime | None:
-        """When the earliest retry (or another worker's lease) is due."""
-        return await self.pool.fetchval(NEXT_RETRY)
+    async def next_retry(self) -> tuple[dt.datetime | None, bool]:
+        """(when the earliest retry or another worker's lease is due, whether any subscription is ACTIVE)."""
+        r = await self.pool.fetchrow(NEXT_RETRY)
+        return r[0], r[1]
 
     async def delivered(self, s: WebhookSubscription, position: Position, d: Delivery) -> bool:
         """Record a delivery and move past its event; False when the lease was lost meanwhile."""
