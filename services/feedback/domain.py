@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -32,6 +31,7 @@ from services.feedback.model.enums import (
 from services.feedback.model.rating import Rating, RatingKey
 from services.feedback.model.report import Context, Report, Snapshot
 from services.feedback.model.statistics import DailyCount
+from services.feedback.urls import split_http_url
 
 # Limits (the proto's field comments).
 BODY_MAX_CHARS = 4000
@@ -216,22 +216,18 @@ ISSUE_URL_MAX_CHARS = 2048
 
 def check_issue_url(url: str) -> str:
     """A tracker link set by a person: '' (clear it) or an absolute `http://` / `https://` URL (RFC 3986)
-    with a host, no whitespace or control characters, at most 2048 characters (the common practical
-    URL limit). INVALID_ARGUMENT naming `feedback.issue_url` otherwise (`https://`, `file:///…`,
-    `https://exa mple.com/`). (The markdown sink's own `file://` links are stored by FileFeedback.)"""
+    with a host, at most 2048 characters (the common practical URL limit), checked by
+    `urls.split_http_url` (no whitespace, control or bidi/zero-width characters, a valid port), and
+    without user info: `https://github.com@evil.example/` reads as GitHub to every triager who sees it,
+    and a password in a link is shown to all of them. INVALID_ARGUMENT naming `feedback.issue_url`
+    otherwise (`https://`, `file:///…`, `https://exa mple.com/`). (The markdown sink's own `file://`
+    links are stored by FileFeedback.)"""
     check_text(url, "feedback.issue_url", ISSUE_URL_MAX_CHARS)
     if not url:
         return url
-    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
-        raise InvalidArgument("feedback.issue_url", "must not contain whitespace or control characters")
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError:
-        raise InvalidArgument("feedback.issue_url", "is not a valid URL") from None
-    if parts.scheme not in ("http", "https") or not host:
-        raise InvalidArgument("feedback.issue_url", "must be an absolute http:// or https:// URL with a host")
+    parts = split_http_url(url, "feedback.issue_url", ISSUE_URL_MAX_CHARS)
+    if "@" in parts.netloc:
+        raise InvalidArgument("feedback.issue_url", "must not carry user info (user:password@)")
     return url
 
 

@@ -29,7 +29,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
 
 import httpx
 from google.protobuf.json_format import MessageToDict
@@ -46,6 +45,7 @@ from services.feedback.model.feed import FeedEvent, FeedFilter
 from services.feedback.model.webhooks import Delivery, DeliveryOutcome, WebhookSubscription
 from services.feedback.repository.feed import FeedStore
 from services.feedback.repository.webhooks import WebhookStore
+from services.feedback.urls import split_http_url
 from services.feedback.webhook_secrets import SecretBox
 
 log = logging.getLogger(__name__)
@@ -65,19 +65,17 @@ IDLE_RECHECK_S = 60.0
 
 
 def check_url(url: str) -> str:
-    """An https URL, or http to a loopback address (tests, a sidecar); INVALID_ARGUMENT naming the field."""
-    if not url or len(url) > URL_MAX_CHARS or "\x00" in url:
-        raise InvalidArgument(URL_FIELD, f"must be an absolute URL of at most {URL_MAX_CHARS} characters")
-    parts = urlsplit(url)
+    """An https URL, or http to a loopback address (tests, a sidecar), checked by `urls.split_http_url`
+    (characters, parse, port) first; INVALID_ARGUMENT naming the field."""
+    parts = split_http_url(url, URL_FIELD, URL_MAX_CHARS)
     host = parts.hostname or ""
-    if parts.scheme == "https" and host:
+    if parts.scheme == "https":
         return url
-    if parts.scheme == "http" and host:
-        if host in LOOPBACK_NAMES:
+    if host in LOOPBACK_NAMES:
+        return url
+    with contextlib.suppress(ValueError):
+        if ipaddress.ip_address(host).is_loopback:
             return url
-        with contextlib.suppress(ValueError):
-            if ipaddress.ip_address(host).is_loopback:
-                return url
     raise InvalidArgument(URL_FIELD, "must be https://, or http:// to a loopback address")
 
 

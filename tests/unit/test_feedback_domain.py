@@ -190,7 +190,12 @@ def test_ticket_of_an_agent_recorded_report_says_the_agent_recorded_the_words():
 
 @pytest.mark.parametrize("url", ["https://", "https://exa mple.com/", "file:///etc/passwd", "ftp://x.example/a",
                                  "//x.example/a", "https://x.example/\ta", "https://x.example:99999/",
-                                 "https://x.example/" + "a" * 2048])
+                                 "https://x.example/" + "a" * 2048,
+                                 # bidi override, zero-width space and C1 control (read as another host or
+                                 # hidden), user info (`github.com@` reads as GitHub), an unparsable host
+                                 "https://exa\u202emple.com/", "https://git\u200bhub.com/", "https://x.example/\x9b",
+                                 "https://github.com@evil.example/o/r/issues/1", "https://u:p@x.example/",
+                                 "https://[::1/", "https://x.example:0/"])
 def test_issue_url_rejects_anything_but_an_absolute_http_url_with_a_host(url):
     with pytest.raises(InvalidArgument) as e:
         d.check_issue_url(url)

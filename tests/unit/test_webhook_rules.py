@@ -22,7 +22,12 @@ def test_https_and_loopback_urls_are_accepted(url):
 
 
 @pytest.mark.parametrize("url", ["http://example.com/x", "http://10.0.0.1/x", "ftp://127.0.0.1/", "https://", "",
-                                 "https://a/\x00", "https://a/" + "x" * 2048])
+                                 "https://a/\x00", "https://a/" + "x" * 2048,
+                                 # unparsable (was INTERNAL), a port no receiver can have, CR LF, a space,
+                                 # a C1 control, a bidi override and a zero-width space
+                                 "https://[::1", "http://[::1]:99999/x", "http://localhost:0/",
+                                 "https://x.example/\r\nX-Injected: 1", "https://exa mple.com/h",
+                                 "https://x.example/\x85", "https://\u202ex.example/", "https://x\u200b.example/"])
 def test_other_urls_are_invalid_argument_naming_the_field(url):
     with pytest.raises(InvalidArgument) as e:
         check_url(url)
