@@ -141,7 +141,8 @@ async def test_a_subscription_that_fails_every_attempt_is_dead_lettered_and_resu
         await stack.stop()
 
 
-@pytest.mark.parametrize("url", ["http://example.com/hook", "ftp://127.0.0.1/x", "not a url", "https://", ""])
+@pytest.mark.parametrize("url", ["http://example.com/hook", "ftp://127.0.0.1/x", "not a url", "https://", "",
+                                 "https://[::1", "https://hooks.example.com/\r\nX-Injected: 1"])
 async def test_a_subscription_needs_https_or_a_loopback_url_and_feedback_admin(stack, url):
     fb = stack.feedback()
     e = await expect_error(fb.CreateWebhookSubscription(pb.CreateWebhookSubscriptionRequest(
