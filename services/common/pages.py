@@ -1,5 +1,6 @@
 """Paging of every List RPC (AIP-158): page size, page tokens and the one read → fetch → fit → issue
-block (`page`).
+block (`page`); and the one signer of every opaque position token (`issue` / `read` with a `purpose`:
+page tokens, and the resume tokens of WatchFeedback and ExportDataset).
 
 A page token (`issue` / `read`) is `<payload>.<mac>`: the URL-safe base64 of a small JSON object — the
 keyset position of the last item returned (fields chosen by the list, e.g. `{"t": …, "i": …}`), `f`, a
@@ -8,7 +9,13 @@ digest of the filters it was issued for, and `c`, a digest of the caller's `sub`
 `AGENTFEEDBACK_PAGE_TOKEN_KEY`, else derived from the HS256 JWT secret; see `auth.page_token_key`).
 An edited or foreign token is INVALID_ARGUMENT naming `page_token` ("is not a token this service
 issued"); one sent with other filters or by another caller is INVALID_ARGUMENT too (AIP-158: start
-again without one). Every caller still checks each position value (`page_token_int` / `_text` / `_us`
+again without one). A resume token is the same shape under its own `purpose` (mixed into the MAC, so a
+page token is never a resume token) with no filters: INVALID_ARGUMENT naming `resume_token` when edited
+or foreign. ExportDataset's are bound to the caller too; WatchFeedback's are not (`bind_caller=False`:
+webhook events carry them and an admin may hand a position to a consumer; every feed read is scoped to
+its caller anyway). A token without a MAC (resume tokens were unsigned before) is refused with
+its own message (`UNSIGNED`): no transition window, since accepting them would accept forgeries too.
+Every caller still checks each position value (`page_token_int` / `_text` / `_us`
 / `page_token_time`) before it reaches SQL: a key that leaked must not make SQL errors INTERNAL.
 """
 from __future__ import annotations
@@ -71,6 +78,10 @@ def decode_page_token(token: str, field_path: str = FIELD) -> dict[str, Any] | N
 # random key per process, so tokens still only round-trip within the process that issued them.
 _key: bytes = secrets.token_bytes(32)
 _MAC_BYTES = 16
+PAGE = "page token"
+FEED_RESUME = "feed resume token"
+DATASET_RESUME = "dataset resume token"
+UNSIGNED = "is an unsigned token from before tokens were signed; start again without one"
 
 
 def set_key(key: bytes) -> None:
@@ -79,8 +90,8 @@ def set_key(key: bytes) -> None:
     _key = key
 
 
-def _mac(payload: str) -> str:
-    raw = hmac.new(_key, b"agentfeedback page token v1\0" + payload.encode(), hashlib.sha256).digest()
+def _mac(payload: str, purpose: str = PAGE) -> str:
+    raw = hmac.new(_key, f"agentfeedback {purpose} v1\0".encode() + payload.encode(), hashlib.sha256).digest()
     return base64.urlsafe_b64encode(raw[:_MAC_BYTES]).decode().rstrip("=")
 
 
@@ -99,30 +110,42 @@ def filters_digest(filters: Any) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def issue(position: Mapping[str, Any], filters: Any) -> str:
-    """The next page's token: `position` (the last item's sort key) bound to `filters` and the caller,
-    signed with the deployment's key."""
-    payload = encode_page_token({**position, "f": filters_digest(filters), "c": _caller_digest()})
-    return f"{payload}.{_mac(payload)}"
+def issue(position: Mapping[str, Any], filters: Any, purpose: str = PAGE, bind_caller: bool = True) -> str:
+    """The next page's (or stream position's) token: `position` (the last item's sort key; keys `f` and
+    `c` are taken) bound to `filters` and (`bind_caller`) the caller, signed with the deployment's key
+    for `purpose`."""
+    caller = _caller_digest() if bind_caller else ""
+    payload = encode_page_token({**position, "f": filters_digest(filters), "c": caller})
+    return f"{payload}.{_mac(payload, purpose)}"
 
 
-def read(token: str, filters: Any) -> dict[str, Any] | None:
-    """The position a token carries; None for no token. INVALID_ARGUMENT naming `page_token` when it
-    is not one of ours (edited, or signed with another key), or was issued for other filters or to
-    another caller."""
+def read(token: str, filters: Any, purpose: str = PAGE, field_path: str = FIELD,
+         bind_caller: bool = True) -> dict[str, Any] | None:
+    """The position a token carries; None for no token. INVALID_ARGUMENT naming `field_path` when it
+    is not one of ours (edited, signed with another key or for another `purpose`; unsigned: `UNSIGNED`),
+    or was issued for other filters or to another caller."""
     if not token:
         return None
-    payload, _, mac = token.partition(".")
-    if not hmac.compare_digest(mac.encode(), _mac(payload).encode()):
-        raise InvalidArgument(FIELD, NOT_OURS)
-    pos = decode_page_token(payload, FIELD)
+    payload, dot, mac = token.partition(".")
+    if not dot:
+        raise InvalidArgument(field_path, UNSIGNED if _is_json_object(payload) else NOT_OURS)
+    if not hmac.compare_digest(mac.encode(), _mac(payload, purpose).encode()):
+        raise InvalidArgument(field_path, NOT_OURS)
+    pos = decode_page_token(payload, field_path)
     if pos is None:
-        raise InvalidArgument(FIELD, NOT_OURS)
-    if pos.get("c") != _caller_digest():
-        raise InvalidArgument(FIELD, "was issued to another caller; start again without a page_token")
+        raise InvalidArgument(field_path, NOT_OURS)
+    if pos.get("c") != (_caller_digest() if bind_caller else ""):
+        raise InvalidArgument(field_path, f"was issued to another caller; start again without a {field_path}")
     if pos.get("f") != filters_digest(filters):
-        raise InvalidArgument(FIELD, "was issued for different filters; start again without a page_token")
+        raise InvalidArgument(field_path, f"was issued for different filters; start again without a {field_path}")
     return pos
+
+
+def _is_json_object(payload: str) -> bool:
+    try:
+        return decode_page_token(payload) is not None
+    except InvalidArgument:
+        return False
 
 
 def fit(items: Sequence[Message], max_bytes: int | None = None) -> int:

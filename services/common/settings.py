@@ -32,7 +32,7 @@ class CommonSettings(BaseSettings):
     # RS256: a PEM public key file, or a JWKS URL (production). When set, HS256 is not accepted.
     jwt_public_key_file: str = Field(default="", validation_alias=AliasChoices("AGENTFEEDBACK_JWT_PUBLIC_KEY_FILE"))
     jwt_jwks_url: str = Field(default="", validation_alias=AliasChoices("AGENTFEEDBACK_JWT_JWKS_URL"))
-    # HMAC key of page tokens (shared by every replica); empty: derived from the HS256 JWT secret.
+    # HMAC key of page tokens and of WatchFeedback / ExportDataset resume tokens (shared by every replica); empty: derived from the HS256 JWT secret.
     # Set it when tokens are RS256/JWKS-verified, or pages from one replica fail on another.
     page_token_key: SecretStr = Field(default=SecretStr(""), validation_alias=AliasChoices("AGENTFEEDBACK_PAGE_TOKEN_KEY"))
     # Expected `iss` / `aud` claims; empty: not checked.

@@ -138,11 +138,13 @@ def _aspect(value: str, field_path: str = "aspect") -> str:
 
 
 def _dataset_position(resume_token: str) -> tuple[str, int]:
-    """Where an export resumes: after (conversation, turn); ("", -1) from the start."""
-    pos = pages.decode_page_token(resume_token, "resume_token")
+    """Where an export resumes: after (conversation, turn); ("", -1) from the start. The token is
+    signed and bound to the caller (`pages.read`, purpose DATASET_RESUME): INVALID_ARGUMENT naming
+    `resume_token` when edited, foreign, unsigned (issued before tokens were signed) or another caller's."""
+    pos = pages.read(resume_token, None, pages.DATASET_RESUME, "resume_token")
     if pos is None:
         return "", -1
-    return (pages.page_token_text(pos.get("c"), "resume_token"),
+    return (pages.page_token_text(pos.get("v"), "resume_token"),
             pages.page_token_int(pos.get("t"), 0, 2**31 - 1, "resume_token"))
 
 
@@ -167,7 +169,8 @@ def export_dataset(request: pb.ExportDatasetRequest) -> tuple[DatasetFilter, tup
 def dataset_record(t: LabelledTurn, now: dt.datetime, retention_days: int) -> pb.DatasetRecord:
     out = pb.DatasetRecord(conversation=t.conversation, turn_index=t.turn_index, trace_id=t.reply.trace_id,
                            reply_name=t.reply.name,
-                           resume_token=pages.encode_page_token({"c": t.conversation, "t": t.turn_index}))
+                           resume_token=pages.issue({"v": t.conversation, "t": t.turn_index}, None,
+                                                                    pages.DATASET_RESUME))
     for m in t.prompt:
         out.messages.add(role=_ROLES.get(m.role, "user"), content=m.content)
     out.completion.role, out.completion.content = "assistant", t.reply.content

@@ -1,13 +1,16 @@
 """Pure rules of the change feed (issue 24): resume tokens and how a watcher's retry waits.
 
-A resume token is the URL-safe base64 of `{"x": xid, "s": seq}`, a `model.feed.Position`. It is opaque
-but not signed: a position reveals nothing (every read is scoped to the caller anyway), and a forged one
-can only skip or repeat the forger's own events. Anything else is INVALID_ARGUMENT naming the field.
+A resume token carries `{"x": xid, "s": seq}`, a `model.feed.Position`, signed by the shared signer
+(`pages.issue` / `pages.read`, purpose FEED_RESUME) and bound to neither filters (a watcher may resume
+with others) nor caller (webhook events carry tokens; every read is scoped to its caller anyway). An
+edited, foreign or unsigned (issued before tokens were signed) token is INVALID_ARGUMENT naming
+`resume_token`; a watcher holding an unsigned one reconnects
+with `from_oldest` (event ids deduplicate).
 """
 from __future__ import annotations
 
 from services.common.errors import InvalidArgument
-from services.common.pages import decode_page_token, encode_page_token
+from services.common import pages
 from services.feedback.model.feed import Position
 
 TOKEN_FIELD = "resume_token"
@@ -20,17 +23,17 @@ PENDING_FIRST_S, PENDING_MAX_S = 0.01, 1.0
 
 def token(p: Position) -> str:
     """The opaque resume token of a position."""
-    return encode_page_token({"x": p.xid, "s": p.seq})
+    return pages.issue({"x": p.xid, "s": p.seq}, None, pages.FEED_RESUME, bind_caller=False)
 
 
 def position(resume_token: str) -> Position | None:
     """The position a token names; None for no token. INVALID_ARGUMENT naming `resume_token` when it is
     not one this service issued."""
-    raw = decode_page_token(resume_token, TOKEN_FIELD)
+    raw = pages.read(resume_token, None, pages.FEED_RESUME, TOKEN_FIELD, bind_caller=False)
     if raw is None:
         return None
     x, s = raw.get("x"), raw.get("s")
-    if type(x) is not int or type(s) is not int or not (0 <= x <= _MAX and 0 <= s <= _MAX) or set(raw) != {"x", "s"}:
+    if type(x) is not int or type(s) is not int or not (0 <= x <= _MAX and 0 <= s <= _MAX) or set(raw) != {"x", "s", "f", "c"}:
         raise InvalidArgument(TOKEN_FIELD, "is not a token this service issued")
     return Position(x, s)
 

@@ -16,6 +16,7 @@ from agentfeedback.feedback.v1 import feedback_pb2 as pb
 
 from services.common.auth import SCOPE_FEEDBACK_EVALUATIONS
 from services.common.errors import error_info
+from services.common.pages import encode_page_token
 from tests.helpers.cli import _cli
 from tests.helpers.feedback import expect_error, flag, new_instance, rid, send, wait_state
 
@@ -94,6 +95,13 @@ async def test_labelled_turns_export_as_jsonl_that_datasets_loads(stack, tmp_pat
     assert (await _cli(stack, "export", "dataset", "-o", str(rest), "--resume-token", token)).exit_code == 0
     assert [json.loads(x)["turn_index"] for x in rest.read_text().splitlines()] == [turns[2].reply.turn_index]
     assert os.path.getsize(rest) > 0
+    # A forged position (unsigned, as tokens were before they were signed; or another caller's) is refused.
+    first = json.loads(out.read_text().splitlines()[0])
+    for forged, md in ((encode_page_token({"c": first["conversation"], "t": 0}), stack.md()),
+                       (token, stack.md("bob"))):
+        call = stack.feedback().ExportDataset(pb.ExportDatasetRequest(resume_token=forged), metadata=md)
+        e = await expect_error(call.read(), grpc.StatusCode.INVALID_ARGUMENT)
+        assert error_info(e).metadata["field"] == "resume_token"
 
 
 async def test_preference_pairs_from_forks_equal_what_the_forks_and_ratings_imply(stack, tmp_path, hf_offline):

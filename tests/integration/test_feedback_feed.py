@@ -26,6 +26,7 @@ from google.protobuf import field_mask_pb2
 
 from services.common.auth import SCOPE_FEEDBACK_ADMIN, SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info
+from services.common.pages import decode_page_token, encode_page_token
 from tests.helpers.feedback import channel_to, expect_error, flag, new_instance, rid, send, start_feedback
 from tests.helpers.procs import reported_port, spawn_feedback_process, wait_serving
 from tests.stack import Stack
@@ -277,6 +278,13 @@ async def test_the_feed_is_scoped_like_reads(stack):
                            grpc.StatusCode.PERMISSION_DENIED)
     await expect_error(_first_event(fb, pb.WatchFeedbackRequest(), stack.md("bob", (SCOPE_FEEDBACK_WRITE,))),
                        grpc.StatusCode.PERMISSION_DENIED)
+    # A forged position (unsigned, as tokens were before they were signed; or edited, MAC kept) names the field.
+    payload, _, mac = start.partition(".")
+    moved = {**decode_page_token(payload), "x": 1, "s": 0}
+    for forged in (encode_page_token({"x": 1, "s": 0}), f"{encode_page_token(moved)}.{mac}"):
+        e = await expect_error(_first_event(fb, pb.WatchFeedbackRequest(resume_token=forged), admin),
+                               grpc.StatusCode.INVALID_ARGUMENT)
+        assert error_info(e).metadata["field"] == "resume_token"
     for req, field in ((pb.WatchFeedbackRequest(resume_token="bm90IG91cnM"), "resume_token"),
                        (pb.WatchFeedbackRequest(aspect="Not A Slug"), "aspect"),
                        (pb.WatchFeedbackRequest(kind=9), "kind")):

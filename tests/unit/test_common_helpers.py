@@ -14,6 +14,7 @@ from services.common.errors import InvalidArgument
 from services.common.etags import Etag, etag, etag_matches, parse_etag
 from services.common.settings import CommonSettings, SettingsError, load_settings
 from services.feedback.settings import FeedbackSettings
+from tests.helpers.principal import as_caller
 
 
 def _edit(token: str, *, resign: bool = False, **changes) -> str:
@@ -46,15 +47,6 @@ def test_a_page_token_reads_back_only_with_the_filters_it_was_issued_for():
 
 
 def test_a_page_token_reads_back_only_for_the_caller_it_was_issued_to():
-    from services.common.auth import Principal, reset_current_principal, set_current_principal  # noqa: PLC0415
-
-    def as_caller(sub, fn):
-        t = set_current_principal(Principal(sub=sub, scopes=frozenset(), token=""))
-        try:
-            return fn()
-        finally:
-            reset_current_principal(t)
-
     token = as_caller("alice", lambda: pages.issue({"i": "abc"}, {}))
     assert as_caller("alice", lambda: pages.read(token, {}))["i"] == "abc"
     with pytest.raises(InvalidArgument) as e:
