@@ -29,9 +29,11 @@ handler never runs (nothing stored) and the caller gets RESOURCE_EXHAUSTED, reas
 `WRITE_QUOTA_EXCEEDED`, with RetryInfo (seconds until the next write would be allowed) and
 QuotaFailure (subject `owner:<sub>`), answered after 1 s (less only within a nearer caller deadline;
 RetryInfo then counts from the answer), so a client retrying without a pause floods nobody. `extra`
-checks per method run after the rate check. A write refused later by its handler (INVALID_ARGUMENT,
-NOT_FOUND, …) has spent its token: the quota bounds the calls an owner makes, whatever they carry,
-so a script sending invalid writes is slowed like any other.
+checks per method run after the rate check. `valid` checks per method run before it: the handler's
+own parse of the request (local, no I/O), so a request that is INVALID_ARGUMENT on its face is refused
+so at once and spends no token (a burst of bad calls shows what is wrong, not WRITE_QUOTA_EXCEEDED;
+refusing it costs us a parse, not a write). A write refused later by its handler for what only the
+database knows (NOT_FOUND, ABORTED, a request id reused for other content, …) has spent its token.
 
 A retry of a write that was acknowledged is not a new write (AIP-155: a client retrying after a lost
 response must get its answer): when the quota would refuse a call, the method's `answered(owner,
@@ -164,23 +166,30 @@ def over_quota(owner: str, what: str, retry_after_s: float | None, reason: str) 
 Check = Callable[[str], Awaitable[None]]
 # `(owner, request) → True` when the request is a retry whose answer is stored (it writes nothing).
 Answered = Callable[[str, Any], Awaitable[bool]]
+# `(request, context) → None`: the handler's local parse; raises InvalidArgument (no I/O, no token).
+Valid = Callable[[Any, Any], object]
 
 
 class QuotaInterceptor(grpc.aio.ServerInterceptor):
     """Takes `quota` for each call of `write_methods` (full names `/pkg.Service/Method`), then runs
     `extra[method](owner)` when given; over the quota, a call `answered[method]` confirms as a retry
-    of a stored write runs untaxed. Place after `ServiceInterceptor` in the server's list."""
+    of a stored write runs untaxed. `valid[method](request, context)` runs first: an invalid request
+    is INVALID_ARGUMENT without taking a token. Place after `ServiceInterceptor` in the server's list."""
 
     def __init__(self, quota: WriteQuota, write_methods: Iterable[str], extra: dict[str, Check] | None = None,
-                 answered: dict[str, Answered] | None = None):
+                 answered: dict[str, Answered] | None = None, valid: dict[str, Valid] | None = None):
         self._quota = quota
         self._methods = frozenset(write_methods)
         self._extra = dict(extra or {})
         self._answered = dict(answered or {})
+        self._valid = dict(valid or {})
         self._wrapped: dict[str, tuple[object, object]] = {}
 
     async def _check(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
         owner = current_principal().sub
+        valid = self._valid.get(method)
+        if valid is not None:
+            valid(request, context)
         try:
             await self._quota.take(owner)
         except ResourceExhausted as e:
@@ -242,14 +251,15 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
 async def write_quota_interceptor(url: str, pool: asyncpg.Pool, per_minute: int, service: str,
                                   methods: Iterable[str], extra: dict[str, Check] | None = None,
                                   answered: dict[str, Answered] | None = None,
-                                  burst: int = 0) -> QuotaInterceptor:
+                                  burst: int = 0, valid: dict[str, Valid] | None = None) -> QuotaInterceptor:
     """Applies the quota schema's migrations, then the interceptor for `service`'s write `methods`
     (short names, e.g. `SendMessage`) at `per_minute` writes per owner (0: no rate limit) with bursts
-    of `burst` (0: the per-minute limit); `extra` and `answered` are keyed by short names too."""
+    of `burst` (0: the per-minute limit); `extra`, `answered` and `valid` are keyed by short names too."""
     from services.common.db import migrate  # noqa: PLC0415 - keeps this module importable without a db
 
     await migrate(url, SCHEMA, MIGRATIONS)
     full = [f"/{service}/{m}" for m in methods]
     return QuotaInterceptor(WriteQuota(pool, service, per_minute, 60, burst=burst), full,
                             {f"/{service}/{m}": c for m, c in (extra or {}).items()},
-                            {f"/{service}/{m}": c for m, c in (answered or {}).items()})
+                            {f"/{service}/{m}": c for m, c in (answered or {}).items()},
+                            {f"/{service}/{m}": c for m, c in (valid or {}).items()})

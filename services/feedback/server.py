@@ -135,7 +135,8 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     if settings.max_reports_per_owner > 0:
         reports.cap = ReportCap(settings.max_reports_per_owner, settings.write_quota_per_minute)
     quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
-                                          answered=retries.answered_checks(report_store), burst=settings.write_quota_burst)
+                                          answered=retries.answered_checks(report_store), burst=settings.write_quota_burst,
+                                          valid=servicer.request_checks())
     metrics = await ServiceMetrics("feedback", settings.metrics_listen).start()
     pool_gauges(metrics.meter, pool, "feedback")
     span_export_metrics(metrics.meter, tp)

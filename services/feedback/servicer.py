@@ -88,6 +88,17 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     # AGENTFEEDBACK_FEEDBACK_TRACE_URL_TEMPLATE (set by the server wiring): every report's trace link.
     trace_url_template = ""
 
+    def request_checks(self) -> dict[str, Callable[[object, object], object]]:
+        """Write method (short name) → `(request, context)`: its handler's own parse of the request
+        (codec; local, no I/O). The write quota runs it before taking a token (services/common/quota.py
+        `valid`), so a request that is INVALID_ARGUMENT on its face spends no quota."""
+        return {"CreateFeedback": lambda r, c: codec.create_feedback(r, _actor(c)),
+                "UpdateFeedback": lambda r, c: codec.update_feedback(r, c.invocation_metadata()),
+                "FileFeedback": lambda r, c: codec.file_feedback(r),
+                "PutRating": lambda r, c: codec.put_rating(r, self._note_max),
+                "CopyRatings": lambda r, c: codec.copy_ratings(r),
+                "ReportSuspectedDefect": lambda r, c: codec.report_defect(r)}
+
     def _pb(self, r: Report) -> pb.Feedback:
         fb = codec.feedback_pb(r, self._clock(), self._retention_days)
         fb.trace_url = trace_url(self.trace_url_template, r.snapshot.trace_id or r.anchor.trace_id)
@@ -97,8 +108,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     async def CreateFeedback(self, request: pb.CreateFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
         """Create one report; a retry returns the first one (Reports.create has the rules and errors).
         AUTHOR_AGENT needs the agent's credential in metadata `x-agentfeedback-actor`."""
-        actor = next((v for k, v in (context.invocation_metadata() or ()) if k == ACTOR_METADATA), None)
-        return self._pb(await self._reports.create(current_principal(), codec.create_feedback(request, actor)))
+        return self._pb(await self._reports.create(current_principal(), codec.create_feedback(request, _actor(context))))
 
     async def GetFeedback(self, request: pb.GetFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
         """The caller's report `feedback/{id}`; NOT_FOUND when unknown or another owner's."""
@@ -315,3 +325,8 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
         aspect = codec_feed.export_pairs(request)
         async for x in self._datasets.preference_pairs(current_principal(), aspect):
             yield codec_feed.pair_pb(x)
+
+
+def _actor(context) -> str | None:
+    """The `x-agentfeedback-actor` metadata value (an agent's credential), None when absent."""
+    return next((v for k, v in (context.invocation_metadata() or ()) if k == ACTOR_METADATA), None)

@@ -143,23 +143,34 @@ async def test_the_cap_on_stored_reports_refuses_a_create_until_one_is_deleted(d
         await s.stop()
 
 
-async def test_a_refused_invalid_write_spends_a_token_of_the_write_quota(small_quota):
-    """Invalid writes count: a script sending garbage is slowed like any other (docs/choices.md "Quotas")."""
+async def test_an_invalid_write_is_told_what_is_wrong_and_spends_no_token_of_the_write_quota(small_quota):
+    """A request its own parse refuses is INVALID_ARGUMENT before the quota is asked (docs/choices.md
+    "Quotas"): after a burst of bad calls the owner's writes still fit, and an owner over the quota is
+    still told what is wrong with a bad call; valid writes over it stay RESOURCE_EXHAUSTED."""
     s = small_quota
     reply = (await _send(s, await _instance(s, "gina"), "gina")).reply.name
-    invalid = [pb.CreateFeedbackRequest(feedback=pb.Feedback(message=reply, body="x" * 10**6), request_id=str(uuid.uuid4()))
-               for _ in range(4)]
-    codes = []
-    for request in invalid:
-        with pytest.raises(grpc.aio.AioRpcError) as ei:
-            await s.feedback().CreateFeedback(request, metadata=s.md("gina"))
-        codes.append(ei.value.code())
-    assert codes == [grpc.StatusCode.INVALID_ARGUMENT] * 4
     fb = s.feedback()
+    invalid = [pb.CreateFeedbackRequest(feedback=pb.Feedback(message=reply, body="x" * 10**6), request_id=str(uuid.uuid4())),
+               pb.CreateFeedbackRequest(feedback=pb.Feedback(message=reply, body="no request id")),
+               pb.PutRatingRequest(rating=pb.Rating(conversation="not a name"), request_id=str(uuid.uuid4())),
+               pb.FileFeedbackRequest(name="feedback/"), pb.CopyRatingsRequest(source_conversation="x")]
+    for _ in range(2):
+        for request in invalid:
+            with pytest.raises(grpc.aio.AioRpcError) as ei:
+                await getattr(fb, type(request).__name__.removesuffix("Request"))(request, metadata=s.md("gina"))
+            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, ei.value.details()
+            assert error_info(ei.value).metadata.get("field")
+    # The 10 refused calls spent nothing: the quota's 4 writes are all there.
+    for _ in range(4):
+        assert (await _create(fb, reply, s.md("gina"))).name
     with pytest.raises(grpc.aio.AioRpcError) as ei:
         await _create(fb, reply, s.md("gina"))
     assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert await _count(s, "gina") == 0
+    assert error_info(ei.value).reason == "WRITE_QUOTA_EXCEEDED" and _detail(ei.value, error_details_pb2.QuotaFailure)
+    with pytest.raises(grpc.aio.AioRpcError) as ei:
+        await fb.CreateFeedback(invalid[0], metadata=s.md("gina"))
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and error_info(ei.value).metadata["field"] == "feedback.body"
+    assert await _count(s, "gina") == 4
 
 
 async def test_a_client_retrying_at_once_is_answered_once_a_second_and_told_what_is_left(database_url, tmp_path):
