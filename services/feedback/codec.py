@@ -22,6 +22,7 @@ from services.common import pages
 from services.common.auth import ACTOR_METADATA
 from services.common.errors import InvalidArgument, Violations
 from services.common.etags import etag, parse_etag
+from services.common.evaluation_rules import ACCEPT_EVALUATIONS_MAX, evaluation_problem
 from services.common.ids import (
     check_text,
     parse_name,
@@ -236,13 +237,13 @@ def accept_evaluations(request: pb.AcceptEvaluationsRequest) -> list[EvaluationI
     """AcceptEvaluations: 1..100 evaluations (else INVALID_ARGUMENT `evaluations`), each checked into the
     model or, when its shape is bad, the reason (`evaluations[i].field …`), rejected alone."""
     n = len(request.evaluations)
-    if not 1 <= n <= domain.ACCEPT_EVALUATIONS_MAX:
-        raise InvalidArgument("evaluations", f"must hold 1 to {domain.ACCEPT_EVALUATIONS_MAX} evaluations")
+    if not 1 <= n <= ACCEPT_EVALUATIONS_MAX:
+        raise InvalidArgument("evaluations", f"must hold 1 to {ACCEPT_EVALUATIONS_MAX} evaluations")
     out: list[EvaluationIn | str] = []
     for i, e in enumerate(request.evaluations):
         score = e.score if e.HasField("score") else None
         kind = AuthorKind(e.author_kind) if e.author_kind in (1, 2, 3) else None
-        problem = domain.evaluation_problem(e.trace_id, e.name, e.label, score, e.explanation, e.response_id,
+        problem = evaluation_problem(e.trace_id, e.name, e.label, score, e.explanation, e.response_id,
                                             e.identifier, e.source, kind is not None)
         if problem:
             out.append(f"evaluations[{i}]: {problem}")

@@ -8,7 +8,6 @@ draft `ticket.py`. Sources of the numbers: docs/architecture.md and the proto's 
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -302,41 +301,12 @@ def check_window_days(v: int) -> int:
 
 
 # --- evaluations from other systems (issue 24, AcceptEvaluations; the proto's Evaluation comments) ---
-EVALUATION_NAME_MAX_CHARS = 128
-EVALUATION_TEXT_MAX_CHARS = 256
-EVALUATION_EXPLANATION_MAX_BYTES = 8192
-ACCEPT_EVALUATIONS_MAX = 100
 # Labels that say which way a judgement goes, for statistics (any other label with no score: no sentiment).
 _POSITIVE_LABELS = frozenset({"positive", "good", "pass", "passed", "correct", "true", "yes", "relevant", "faithful",
                               "factual", "helpful", "safe", "complete"})
 _NEGATIVE_LABELS = frozenset({"negative", "bad", "fail", "failed", "incorrect", "false", "no", "irrelevant",
                               "unfaithful", "hallucinated", "unhelpful", "unsafe", "toxic", "incomplete"})
 _NEUTRAL_LABELS = frozenset({"neutral", "partial", "partly", "mixed"})
-
-
-def evaluation_problem(trace_id: str, name: str, label: str, score: float | None, explanation: str,
-                       response_id: str, identifier: str, source: str, author_known: bool) -> str:
-    """Why an evaluation cannot be stored ('' = it can): the first bad field and what is wrong with it."""
-    if not re.fullmatch(r"[0-9a-f]{32}", trace_id) or trace_id == "0" * 32:
-        return "trace_id must be 32 lowercase hexadecimal characters, not all zeros"
-    if not name or len(name) > EVALUATION_NAME_MAX_CHARS:
-        return f"name must be 1 to {EVALUATION_NAME_MAX_CHARS} characters"
-    if not identifier or len(identifier) > EVALUATION_TEXT_MAX_CHARS:
-        return f"identifier must be 1 to {EVALUATION_TEXT_MAX_CHARS} characters"
-    for field, v in (("label", label), ("response_id", response_id), ("source", source)):
-        if len(v) > EVALUATION_TEXT_MAX_CHARS:
-            return f"{field} must be at most {EVALUATION_TEXT_MAX_CHARS} characters"
-    if len(explanation.encode()) > EVALUATION_EXPLANATION_MAX_BYTES:
-        return f"explanation must be at most {EVALUATION_EXPLANATION_MAX_BYTES} UTF-8 bytes"
-    if any("\x00" in v for v in (name, label, explanation, response_id, identifier, source)):
-        return "text must not contain NUL"
-    if score is not None and not math.isfinite(score):
-        return "score must be finite"
-    if not label and score is None:
-        return "an evaluation needs a label or a score"
-    if not author_known:
-        return "author_kind must be HUMAN, LLM or CODE"
-    return ""
 
 
 def evaluation_sentiment(label: str, score: float | None) -> RatingSentiment:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
+from services.common.evaluation_rules import evaluation_problem
 from services.tracecollector.ingest import EVALUATION_EVENT, attributes_dict
 
 _NAME, _LABEL, _VALUE = "gen_ai.evaluation.name", "gen_ai.evaluation.score.label", "gen_ai.evaluation.score.value"
@@ -197,8 +198,15 @@ class LogEvaluations:
         """English, for `partial_success.error_message` ("" when nothing was rejected)."""
         if not self.rejected:
             return ""
-        parts = "; ".join(f"{n} {_LOG_REASONS[r]}" for r, n in self.counts.items())
+        parts = "; ".join(f"{n} {_LOG_REASONS.get(r, r)}" for r, n in self.counts.items())
         return f"rejected {self.rejected} gen_ai.evaluation.result log record(s): {parts} (first: {self.first_bad})"
+
+
+def stored_problem(e: fpb.Evaluation) -> str:
+    """Why the feedback service would refuse `e` ('' = it would not): its own rule
+    (services/common/evaluation_rules.py), e.g. "label must be at most 256 characters"."""
+    return evaluation_problem(e.trace_id, e.name, e.label, e.score if e.HasField("score") else None,
+                              e.explanation, e.response_id, e.identifier, e.source, True)
 
 
 def is_evaluation_record(lr) -> bool:
@@ -214,8 +222,10 @@ def count_log_records(request: logs_service_pb2.ExportLogsServiceRequest) -> int
 
 def extract_logs(request: logs_service_pb2.ExportLogsServiceRequest, own_namespace: str) -> LogEvaluations:
     """The evaluations of `request`'s `gen_ai.evaluation.result` log records (module docstring); other
-    records are not looked at further. An event without a valid trace id, a name, or a label or score
-    is rejected (the feedback service could never anchor or keep it), as is any past MAX_PER_REQUEST;
+    records are not looked at further. An event without a valid trace id, a name, or a label or score,
+    or one the feedback service's rules refuse (a name over 128 characters, a label over 256, an
+    explanation over 8192 bytes, a NUL: `stored_problem`) is rejected (the feedback service could never
+    anchor or keep it), as is any past MAX_PER_REQUEST;
     our own resources' are skipped (neither kept nor rejected)."""
     out = LogEvaluations()
     found: dict[str, fpb.Evaluation] = {}
@@ -244,6 +254,9 @@ def extract_logs(request: logs_service_pb2.ExportLogsServiceRequest, own_namespa
                     out.reject("name", where)
                 elif not e.label and not e.HasField("score"):
                     out.reject("score", where)
+                elif problem := stored_problem(e):
+                    # Acknowledged, it would be refused by AcceptEvaluations at delivery and dropped.
+                    out.reject(problem, where)
                 else:
                     found[key(e)] = e
     out.found = list(found.values())

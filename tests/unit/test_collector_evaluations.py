@@ -10,6 +10,7 @@ from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.logs.v1 import logs_pb2
 from opentelemetry.proto.resource.v1 import resource_pb2
 
+from services.common.evaluation_rules import evaluation_problem
 from services.feedback import domain
 from services.feedback.model.enums import RatingSentiment as S
 from services.tracecollector import evaluations
@@ -86,9 +87,9 @@ def test_evaluation_sentiment_comes_from_a_telling_label_else_the_score_sign():
     assert domain.evaluation_sentiment("pass", None) == S.POSITIVE
     assert [domain.evaluation_sentiment("", s) for s in (0.2, 0.0, -1.0)] == [S.POSITIVE, S.NEUTRAL, S.NEGATIVE]
     assert domain.evaluation_sentiment("A+", None) == S.UNSPECIFIED
-    assert domain.evaluation_problem("ab" * 16, "x", "", None, "", "", "id", "", True) == \
+    assert evaluation_problem("ab" * 16, "x", "", None, "", "", "id", "", True) == \
         "an evaluation needs a label or a score"
-    assert domain.evaluation_problem("ab" * 16, "x", "l", float("nan"), "", "", "id", "", True) == "score must be finite"
+    assert evaluation_problem("ab" * 16, "x", "l", float("nan"), "", "", "id", "", True) == "score must be finite"
 
 
 def _logs_request(records: list[logs_pb2.LogRecord], namespace: str = "") -> logs_service_pb2.ExportLogsServiceRequest:
@@ -140,3 +141,20 @@ def test_log_record_events_that_can_never_be_ratings_are_rejected_with_reasons_a
     assert msg.endswith("(first: resource_logs[0].scope_logs[0].log_records[0])")
     ours = evaluations.extract_logs(_logs_request(records, namespace="agentfeedback"), "agentfeedback")
     assert (ours.events, ours.rejected, ours.found) == (5, 0, [])
+
+
+def test_log_record_events_the_feedback_service_would_refuse_are_rejected_at_ingest_with_its_reason():
+    # Acknowledged before, then refused by AcceptEvaluations at delivery and dropped (only logged).
+    records = [_record({"gen_ai.evaluation.name": "n" * 129, "gen_ai.evaluation.score.label": "good"}),
+               _record({"gen_ai.evaluation.name": "tone", "gen_ai.evaluation.score.label": "L" * 257}),
+               _record({"gen_ai.evaluation.name": "tone", "gen_ai.evaluation.score.value": 1,
+                        "gen_ai.evaluation.explanation": "e" * 8193}),
+               _record({"gen_ai.evaluation.name": "tone", "gen_ai.evaluation.score.label": "a\x00b"}),
+               _record({"gen_ai.evaluation.name": "tone", "gen_ai.evaluation.score.label": "L" * 256})]
+    got = evaluations.extract_logs(_logs_request(records), "agentfeedback")
+    assert (got.events, got.rejected, [e.label for e in got.found]) == (5, 4, ["L" * 256])
+    msg = got.error_message
+    for reason in ("1 name must be 1 to 128 characters", "1 label must be at most 256 characters",
+                   "1 explanation must be at most 8192 UTF-8 bytes", "1 text must not contain NUL"):
+        assert reason in msg, msg
+    assert "nnnn" not in msg and "LLLL" not in msg  # reasons only, never the producer's values
