@@ -53,8 +53,27 @@ def parse_trace_id(value: str, field_path: str = "trace_id") -> str:
     return v
 
 
+# An id inside a resource name (one path segment).
+_NAME_ID = "[a-zA-Z0-9_-]{1,64}"
+# pattern → the compiled regex of the names it accepts: a well-formed name (nearly every call; the agent
+# checks every history message's name each turn) takes one fullmatch, not a split and a match per segment.
+_NAME_RES: dict[str, re.Pattern[str]] = {}
+
+
+def _name_re(pattern: str) -> re.Pattern[str]:
+    got = _NAME_RES.get(pattern)
+    if got is None:
+        got = _NAME_RES[pattern] = re.compile(
+            "/".join(f"({_NAME_ID})" if p == "{}" else re.escape(p) for p in pattern.split("/")))
+    return got
+
+
 def parse_name(value: str, pattern: str, field_path: str) -> tuple[str, ...]:
-    """Split a resource name by `pattern` (e.g. `instances/{}/messages/{}`) into its ids."""
+    """Split a resource name by `pattern` (e.g. `instances/{}/messages/{}`) into its ids;
+    InvalidArgument naming `field_path` when it does not have that shape."""
+    m = _name_re(pattern).fullmatch(value)
+    if m is not None:
+        return m.groups()
     parts = value.split("/")
     pparts = pattern.split("/")
     if len(parts) != len(pparts):
@@ -62,7 +81,7 @@ def parse_name(value: str, pattern: str, field_path: str) -> tuple[str, ...]:
     ids = []
     for got, want in zip(parts, pparts, strict=True):
         if want == "{}":
-            if not got or not re.match(r"^[a-zA-Z0-9_-]{1,64}\Z", got):
+            if not got or not re.match(rf"^{_NAME_ID}\Z", got):
                 raise InvalidArgument(field_path, f"must look like {pattern.replace('{}', '{id}')}")
             ids.append(got)
         elif got != want:

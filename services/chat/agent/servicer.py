@@ -52,27 +52,42 @@ def _turn(request: agent_pb2.ThinkRequest, limits: TurnLimits) -> AgentTurn:
     if len(request.history) > limits.max_history_messages:
         raise InvalidArgument("history", f"has {len(request.history)} messages; the limit is {limits.max_history_messages}",
                               reason="TOO_LONG", limit=str(limits.max_history_messages))
+    history: list[tuple[str, str]] = []
+    replies: list[tuple[str, int]] = []
+    # Each field read once: a protobuf string field read builds a new Python string (a reply is ~1 KB).
     for i, m in enumerate(request.history):
-        if m.role not in _HISTORY_ROLES:
-            raise InvalidArgument(f"history[{i}].role", f"unknown role {m.role}")
+        role, content, name, turn_index = m.role, m.content, m.name, m.turn_index
+        if role not in _HISTORY_ROLES:
+            raise InvalidArgument(f"history[{i}].role", f"unknown role {role}")
         # No length bound of its own: replies are as long as the agent made them; the request's size is
         # bounded by gRPC's receive limit (4 MiB).
-        check_text(m.content, f"history[{i}].content")
-        _check_message_of(m.name, instance_id, f"history[{i}].name")
-        if m.turn_index < 0:
+        if "\x00" in content:  # check_text's refusal (the field path is built only for an error)
+            check_text(content, f"history[{i}].content")
+        if name and not _is_message_of(name, instance_id):
+            _check_message_of(name, instance_id, f"history[{i}].name")
+        if turn_index < 0:
             raise InvalidArgument(f"history[{i}].turn_index", "must not be negative")
+        history.append((_ROLES.get(role, "user"), content))
+        if role == agent_pb2.ROLE_ASSISTANT and name:
+            replies.append((name, turn_index))
     return AgentTurn(
         instance=request.instance,
         agent=request.agent,
         content=request.content,
         turn_index=request.turn_index,
         user_message=request.user_message,
-        history=[(_ROLES.get(m.role, "user"), m.content) for m in request.history],
-        replies=tuple(
-            (m.name, m.turn_index) for m in request.history if m.role == agent_pb2.ROLE_ASSISTANT and m.name
-        ),
+        history=history,
+        replies=tuple(replies),
         workspace=request.workspace,
     )
+
+
+def _is_message_of(name: str, instance_id: str) -> bool:
+    """Whether `name` is a well-formed message name of `instance_id` (what `_check_message_of` accepts)."""
+    try:
+        return parse_message_name(name)[0] == instance_id
+    except InvalidArgument:
+        return False
 
 
 def _check_message_of(name: str, instance_id: str, field_path: str) -> None:
