@@ -232,17 +232,18 @@ class TurnRunner:
         # old made the new attempt look stale at once to the other retries, which took it over while
         # its agent still ran (two replies answered; tests/fuzz/test_faults.py).
         t0_ns = time.time_ns()
-        links = [Link(call.caller)] if call.caller is not None and call.caller.is_valid else []
+        links = [Link(call.caller)] if call.caller is not None and call.caller.is_valid else None
+        attributes = {"chat.instance": f"instances/{turn.instance_id}", "rpc.system": "grpc"}
+        if turn.request_id is not None:  # set at creation: each later set_attribute takes the span's lock
+            attributes["chat.request_id"] = str(turn.request_id)
         span = self._tracer.start_span(
             TURN_SPAN,
             context=otel_context.Context(),
             kind=SpanKind.SERVER,
             start_time=t0_ns,
             links=links,
-            attributes={"chat.instance": f"instances/{turn.instance_id}", "rpc.system": "grpc"},
+            attributes=attributes,
         )
-        if turn.request_id is not None:
-            span.set_attribute("chat.request_id", str(turn.request_id))
         trace_id = format(span.get_span_context().trace_id, "032x")
         REQUEST_TRACE_ID.set(trace_id)  # log lines of this turn name its trace (services.common.telemetry)
         try:
@@ -261,8 +262,7 @@ class TurnRunner:
             span.end()
             return began
         user, history, workspace = began
-        span.set_attribute("chat.turn_index", user.turn_index)
-        span.set_attribute("chat.user_message", user.name)
+        span.set_attributes({"chat.turn_index": user.turn_index, "chat.user_message": user.name})
         span.add_event(
             "chat.in",
             {
