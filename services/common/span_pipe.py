@@ -76,13 +76,20 @@ def compact(span: ReadableSpan) -> tuple:
     )
 
 
-def _bounded(attrs: tuple[dict[str, Any], int]) -> BoundedAttributes:
+# The SDK reads a dropped count only from a BoundedAttributes / BoundedList (0 from a plain dict or list),
+# and the values were checked when the parent set them: the wrapper (which checks every value again, about
+# half of the rebuild's cost) is made only for a span that dropped something.
+def _bounded(attrs: tuple[dict[str, Any], int]) -> dict[str, Any] | BoundedAttributes:
+    if not attrs[1]:
+        return attrs[0]
     out = BoundedAttributes(attributes=attrs[0], immutable=False)
     out.dropped = attrs[1]
     return out
 
 
-def _bounded_list(items: list, dropped: int) -> BoundedList:
+def _bounded_list(items: list, dropped: int) -> list | BoundedList:
+    if not dropped:
+        return items
     out = BoundedList.from_seq(None, items)
     out.dropped = dropped
     return out
