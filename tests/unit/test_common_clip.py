@@ -7,7 +7,7 @@ import grpc
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from services.common.clip import ECHO_MAX_CHARS, MESSAGE_MAX_CHARS, clip
+from services.common.clip import ECHO_MAX_CHARS, MESSAGE_MAX_CHARS, clip, clip_message
 from services.common.errors import InvalidArgument, ResourceExhausted, to_status
 from services.common.telemetry import SPAN_LIMITS, SizeBoundedExporter, record_exception, setup_logging, span_size_bound
 from google.rpc import error_details_pb2
@@ -18,6 +18,18 @@ def test_clip_keeps_short_values_and_marks_what_it_cut():
     out = clip("x" * 7000)
     assert out == "x" * ECHO_MAX_CHARS + "…(+6800 chars)"
     assert clip(12345, limit=2) == "12…(+3 chars)"
+
+
+def test_clip_escapes_what_a_reader_cannot_see_and_stays_bounded():
+    # An update_mask path of "\u202e\x1b[31mbody\n" was echoed raw: it recoloured the CLI's terminal
+    # and reversed the error text around it.
+    assert clip("\u202e\x1b[31mbody\n") == "\\u202e\\x1b[31mbody\\n"
+    assert clip("zero\u200bwidth\u00a0nbsp\r\tend") == "zero\\u200bwidth\\xa0nbsp\\r\\tend"
+    assert clip("é ✓ \N{GRINNING FACE} back\\slash") == "é ✓ \N{GRINNING FACE} back\\slash"  # printable: as is
+    out = clip("\x1b" * 7000)
+    assert out == "\\x1b" * (ECHO_MAX_CHARS // 4) + f"…(+{7000 - ECHO_MAX_CHARS // 4} chars)"
+    assert clip("ab\ncd", limit=4) == "ab\\n…(+2 chars)" and clip("abcdef\n", limit=3) == "abc…(+4 chars)"
+    assert clip_message("line one\nline two") == "line one\nline two"  # the service's own line breaks stay
 
 
 def test_a_status_built_from_huge_client_values_stays_small_and_keeps_its_code():
