@@ -6,7 +6,8 @@ So our OTLP receiver and an existing collector fleet's exporter write the same r
 SearchTraces and the feedback capture read either. Rows are written exactly as the exporter writes
 them (exporter_traces.go `pushTraceData`): Timestamp = span start, TraceId/SpanId/ParentSpanId as
 lowercase hex ('' for no parent), SpanKind / StatusCode as pdata's `String()` ("Server", "Error"),
-Duration = end − start ns, attribute values as `pcommon.Value.AsString()` in Map(String, String).
+Duration = end − start ns, attribute values as `pcommon.Value.AsString()` in Map(String, String)
+(encoding and the Arrow insert batch: clickhouse_rows.py).
 
 What the exporter's schema does not keep, and what we do about it (docs/architecture.md "Spans on
 ClickHouse"):
@@ -31,180 +32,35 @@ and writes go to Distributed tables named as the exporter's (`<table>`), sharded
 """
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
-from decimal import Decimal
 from pathlib import Path
 from string import Template
 
 import orjson
 
+from services.tracecollector.clickhouse_rows import (
+    ARROW_FORMAT,
+    COLUMNS,
+    KIND_NAMES,
+    STATUS_NAMES,
+    ExporterRowEncoder,
+    arrow_payload,
+)
 from services.tracecollector.clickhouse_transport import ClickHouseTransport
-from services.tracecollector.ingest import attributes_dict, to_json
 
 SCHEMA_DIR = Path(__file__).parent / "clickhouse_schema"
 _NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 
-# OTLP enum → pdata String() (what the exporter writes), and back (older exporters wrote the proto
-# names "SPAN_KIND_SERVER" / "STATUS_CODE_ERROR"; both read back).
-KIND_NAMES = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
-STATUS_NAMES = ("Unset", "Ok", "Error")
+# pdata String() names (clickhouse_rows.KIND_NAMES / STATUS_NAMES, what the exporter writes) back to
+# OTLP enums (older exporters wrote the proto names "SPAN_KIND_SERVER" / "STATUS_CODE_ERROR"; both read back).
 _KIND_CODES = {n: i for i, n in enumerate(KIND_NAMES)} | {
     f"SPAN_KIND_{n.upper()}": i for i, n in enumerate(KIND_NAMES)}
 _STATUS_CODES = {n: i for i, n in enumerate(STATUS_NAMES)} | {
     f"STATUS_CODE_{n.upper()}": i for i, n in enumerate(STATUS_NAMES)}
 _STATUS_SQL = ("multiIf(StatusCode IN ('Error', 'STATUS_CODE_ERROR'), 2,"
                " StatusCode IN ('Ok', 'STATUS_CODE_OK'), 1, 0)")
-
-INSERT_COLUMNS = (
-    "Timestamp", "TraceId", "SpanId", "ParentSpanId", "TraceState", "SpanName", "SpanKind", "ServiceName",
-    "ResourceAttributes", "ScopeName", "ScopeVersion", "SpanAttributes", "Duration", "StatusCode",
-    "StatusMessage", "Events.Timestamp", "Events.Name", "Events.Attributes", "Links.TraceId", "Links.SpanId",
-    "Links.TraceState", "Links.Attributes",
-)
-# DateTime64(9) holds [1900-01-01, 2262-04-11]; OTLP event times are uint64 ns: clamped into it.
-_MAX_NS = 2**63 - 1
-
-
-# --- values: our JSON form (ingest.any_value) → the exporter's string form -------------------
-
-
-def _go_float(d: float) -> str:
-    """strconv.FormatFloat(d, 'f', -1, 64), pcommon's AsString for a double."""
-    if math.isnan(d):
-        return "NaN"
-    if math.isinf(d):
-        return "+Inf" if d > 0 else "-Inf"
-    r = repr(d)  # the shortest round-trip digits, as Go's -1 precision: only the notation differs
-    if "e" not in r:
-        return r[:-2] if r.endswith(".0") else r
-    return format(Decimal(r).normalize(), "f")
-
-
-def as_string(v: object) -> str:
-    """pcommon.Value.AsString() of the attribute whose JSON form (ingest.any_value) is `v`."""
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return _go_float(v)
-    if v is None:
-        return ""
-    return orjson.dumps(v).decode()  # array / kvlist: Go's encoding/json of AsRaw(), compact
-
-
-def split_attributes(attrs: dict[str, object]) -> tuple[dict[str, str], dict[str, object]]:
-    """(the exporter's Map(String, String), the values whose JSON the Map's strings do not give back)."""
-    strings: dict[str, str] = {}
-    typed: dict[str, object] = {}
-    for k, v in attrs.items():
-        if type(v) is str:
-            strings[k] = v
-        else:
-            strings[k] = s = as_string(v)
-            if s != v:
-                typed[k] = v
-    return strings, typed
-
-
-def _dt(ns: int) -> str:
-    ns = min(max(ns, 0), _MAX_NS)
-    return f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"
-
-
-def _map_json(attrs: dict[str, object]) -> tuple[dict[str, object], dict[str, object] | None]:
-    """ingest.attributes_dict(kvs) as the value to send for a Map(String, String) column, and the typed
-    values (split_attributes' second half; None: none). Sent as is, ClickHouse's JSON input stores ints,
-    bools, arrays and objects as their JSON text and null as '' (INSERT_SETTINGS), which is AsString's
-    form; only doubles are formatted here (Go's 'f' -1, not JSON's repr)."""
-    typed = {k: v for k, v in attrs.items() if type(v) is not str}
-    if not typed:
-        return attrs, None
-    floats = {k: _go_float(v) for k, v in typed.items() if type(v) is float}
-    return ({**attrs, **floats} if floats else attrs), typed
-
-
-def _exact(attrs: dict[str, object]) -> tuple[dict[str, str], dict[str, object]]:
-    """split_attributes of `attrs` with ingest's U+0000 → U+FFFD applied first (the slow path for the
-    rare span holding a NUL: arrays' and objects' strings then match the PostgreSQL rows')."""
-    return split_attributes(orjson.loads(to_json(attrs)))
-
-
-# Insert settings the row encoding relies on (the defaults of current ClickHouse, set so a server's
-# profile cannot change them).
-INSERT_SETTINGS = {"input_format_json_read_numbers_as_strings": 1, "input_format_json_read_bools_as_strings": 1,
-                   "input_format_json_read_arrays_as_strings": 1, "input_format_json_read_objects_as_strings": 1,
-                   "input_format_null_as_default": 1}
-
-# A JSON-escaped U+0000 (orjson writes NUL as `\\u0000`) not itself preceded by an escaping backslash.
-_JSON_NUL = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
-
-
-class ExporterRowEncoder:
-    """ingest.RowEncoder for the exporter's table: each span straight from OTLP to one JSONCompactEachRow
-    line of INSERT_COLUMNS + AgentFeedbackTypes (one JSON encoding; no ROW_FIELDS tuple in between;
-    the resource's Map encoded once per ResourceSpans; AgentFeedbackTypes as a JSON object, which
-    ClickHouse stores as its text in the String column). Values as the PostgreSQL rows hold them
-    (ingest's text policy: U+0000 stored as U+FFFD)."""
-
-    def resource(self, attributes: dict[str, object]) -> tuple[orjson.Fragment, dict | None, dict]:
-        m, typed = _map_json(attributes)
-        return orjson.Fragment(orjson.dumps(m)), typed, attributes
-
-    def span(self, sp, parent_span_id: bytes | None, service: str, scope: str,
-             resource: tuple[orjson.Fragment, dict | None, dict]) -> bytes:
-        line = self._line(sp, parent_span_id, service, scope, resource, _map_json)
-        if b"\\u0000" in line:
-            res = _exact(resource[2])
-            line = _JSON_NUL.sub(rb"\1\\ufffd", self._line(sp, parent_span_id, service, scope,
-                                                          (res[0], res[1] or None, None), _exact))
-        return line
-
-    @staticmethod
-    def _line(sp, parent_span_id, service, scope, resource, maps) -> bytes:
-        attrs, typed = maps(attributes_dict(sp.attributes))
-        types: dict[str, object] = {}
-        if typed:
-            types["s"] = typed
-        if resource[1]:
-            types["r"] = resource[1]
-        ev_ts, ev_names, ev_attrs, ev_typed = [], [], [], {}
-        for i, e in enumerate(sp.events):
-            ev_ts.append(_dt(e.time_unix_nano))
-            ev_names.append(e.name)
-            a, t = maps(attributes_dict(e.attributes))
-            ev_attrs.append(a)
-            if t:
-                ev_typed[str(i)] = t
-        ln_tids, ln_sids, ln_states, ln_attrs, ln_typed = [], [], [], [], {}
-        for i, ln in enumerate(sp.links):
-            ln_tids.append(ln.trace_id.hex())
-            ln_sids.append(ln.span_id.hex())
-            ln_states.append(ln.trace_state)
-            a, t = maps(attributes_dict(ln.attributes))
-            ln_attrs.append(a)
-            if t:
-                ln_typed[str(i)] = t
-        if ev_typed:
-            types["e"] = ev_typed
-        if ln_typed:
-            types["l"] = ln_typed
-        start = sp.start_time_unix_nano
-        kind = sp.kind
-        status = sp.status
-        code = status.code
-        return orjson.dumps([
-            _dt(start), sp.trace_id.hex(), sp.span_id.hex(), parent_span_id.hex() if parent_span_id else "",
-            sp.trace_state, sp.name, KIND_NAMES[kind] if 0 <= kind < 6 else "", service, resource[0], scope, "",
-            attrs, sp.end_time_unix_nano - start, STATUS_NAMES[code] if 0 <= code < 3 else "", status.message,
-            ev_ts, ev_names, ev_attrs, ln_tids, ln_sids, ln_states, ln_attrs, types or "",
-        ])
 
 
 # --- reads -----------------------------------------------------------------------------------
@@ -371,11 +227,11 @@ class ClickHouseStore:
 
     # --- writes ---
 
-    async def copy_spans(self, rows: Sequence[bytes]) -> None:
-        """INSERT `rows` (ExporterRowEncoder lines) as the exporter does, one statement; stored when
-        this returns. Raises ClickHouseError."""
-        await self._tx.insert_json(self._traces, (*INSERT_COLUMNS, "AgentFeedbackTypes"), b"\n".join(rows),
-                                   fmt="JSONCompactEachRow", settings=INSERT_SETTINGS)
+    async def copy_spans(self, rows: Sequence[tuple]) -> None:
+        """INSERT `rows` (ExporterRowEncoder tuples) into the exporter's columns and ours, one statement
+        with one Arrow record batch (clickhouse_rows.arrow_payload); stored when this returns. Raises
+        ClickHouseError."""
+        await self._tx.insert(self._traces, COLUMNS, arrow_payload(rows), fmt=ARROW_FORMAT)
 
     # --- reads ---
 
@@ -475,4 +331,4 @@ class ClickHouseStore:
         return int(rows[0][0] or 0)
 
 
-__all__ = ["ClickHouseStore", "SpanRecord", "Tables", "ExporterRowEncoder", "as_string", "schema_statements"]
+__all__ = ["ClickHouseStore", "SpanRecord", "Tables", "schema_statements"]

@@ -4,7 +4,8 @@
 ClickHouse-maintained client. `ChdbTransport`: the TEST STAND-IN for `HttpTransport` — the same
 ClickHouse engine in-process (`chdb`, a dev dependency), because no ClickHouse server package can be
 installed here. Both take the same SQL text, the same `{name:Type}` query parameters (ClickHouse's
-server-side binding) and the same JSON insert payload, so the store's SQL is tested as written.
+server-side binding) and the same insert payload (any ClickHouse input format: the store sends
+ArrowStream), so the store's SQL is tested as written.
 
 Rows come back as tuples in SELECT order with Python values (String → str, (U)Int* → int, Map → dict,
 Array → list). Queries must return only those types (times as `toUnixTimestamp64Nano(...)`).
@@ -34,12 +35,11 @@ class ClickHouseTransport(Protocol):
     async def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
         """Run a SELECT; its rows as tuples."""
 
-    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow",
-                          settings: Mapping[str, int] | None = None) -> None:
-        """INSERT the `fmt` payload (JSONEachRow: one JSON object per line; JSONCompactEachRow: one array
-        of `columns` per line) into `table` (`db.name`) with the query `settings`;
-        one INSERT statement: ClickHouse writes it as one part, atomically per block, and this returns
-        once the server stored it."""
+    async def insert(self, table: str, columns: Sequence[str], payload: bytes, fmt: str,
+                     settings: Mapping[str, int] | None = None) -> None:
+        """INSERT the `fmt` payload (a ClickHouse input format: ArrowStream, JSONEachRow, ...) of
+        `columns` into `table` (`db.name`) with the query `settings`; one INSERT statement: ClickHouse
+        writes it as one part, atomically per block, and this returns once the server stored it."""
 
     async def ping(self) -> None:
         """Returns when ClickHouse answers; raises ClickHouseError otherwise."""
@@ -108,8 +108,8 @@ class HttpTransport:
             raise ClickHouseError(str(e)) from e
         return [tuple(r) for r in result.result_rows]
 
-    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow",
-                          settings: Mapping[str, int] | None = None) -> None:
+    async def insert(self, table: str, columns: Sequence[str], payload: bytes, fmt: str,
+                     settings: Mapping[str, int] | None = None) -> None:
         try:
             await (await self._get()).raw_insert(table, column_names=list(columns), insert_block=payload, fmt=fmt,
                                                  settings=dict(settings or {}))
@@ -167,12 +167,23 @@ class ChdbTransport:
         res = await asyncio.to_thread(self._run, sql, params, "JSONCompactEachRow")
         return [tuple(orjson.loads(line)) for line in res.splitlines() if line]
 
-    async def insert_json(self, table: str, columns: Sequence[str], payload: bytes, fmt: str = "JSONEachRow",
-                          settings: Mapping[str, int] | None = None) -> None:
+    def raw_insert(self, sql: str, fmt: str, data: bytes) -> None:
+        """Run the INSERT `sql` (no FORMAT clause) with `data` in input format `fmt` (binary formats
+        included: chdb's streaming insert takes the bytes as a server's HTTP body). Blocking. Raises
+        ClickHouseError."""
+        with self._lock:
+            try:
+                with self._session.send_insert(sql, fmt) as ins:
+                    ins.append(data)
+                    ins.finish()
+            except Exception as e:
+                raise ClickHouseError(str(e)) from e
+
+    async def insert(self, table: str, columns: Sequence[str], payload: bytes, fmt: str,
+                     settings: Mapping[str, int] | None = None) -> None:
         cols = ", ".join(f"`{c}`" for c in columns)
         with_settings = " SETTINGS " + ", ".join(f"{k} = {int(v)}" for k, v in settings.items()) if settings else ""
-        sql = f"INSERT INTO {table} ({cols}){with_settings} FORMAT {fmt}\n" + payload.decode()
-        await asyncio.to_thread(self._run, sql, None, "CSV")
+        await asyncio.to_thread(self.raw_insert, f"INSERT INTO {table} ({cols}){with_settings}", fmt, payload)
 
     async def ping(self) -> None:
         """A statement running in the engine is its answer: the lock that serializes statements must not

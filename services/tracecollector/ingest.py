@@ -31,7 +31,7 @@ import base64
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -232,11 +232,17 @@ class RowEncoder(Protocol):
     """A store's own row form, encoded straight from the OTLP span (store.SpanStore.row_encoder; None:
     the ROW_FIELDS tuples below). Same text policy: every U+0000 stored as U+FFFD."""
 
+    def attributes(self, kvs) -> tuple[Mapping[str, object], object]:
+        """One span's OTLP attributes in the encoder's form: (a mapping by attribute key, which flatten
+        also reads, what else `span` needs of them). Read once per span."""
+
     def resource(self, attributes: dict[str, object]) -> object:
         """What `span` needs of one ResourceSpans' attributes (attributes_dict form), made once."""
 
-    def span(self, sp, parent_span_id: bytes | None, service: str, scope: str, resource: object) -> Row:
-        """One valid span's row (`service`, `scope` already cleaned)."""
+    def span(self, sp, attributes: tuple[Mapping[str, object], object], parent_span_id: bytes | None,
+             service: str, scope: str, resource: object) -> Row:
+        """One valid span's row (`attributes` from `attributes(sp.attributes)`; `service`, `scope`
+        already cleaned)."""
 
 
 def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window,
@@ -276,11 +282,11 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                             out.first_bad = f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}]"
                         continue
                 if encoder is not None:
-                    append(encoder.span(sp, pid if pid and pid != _ZERO_SPAN else None, service, scope, res))
+                    attrs = encoder.attributes(sp.attributes)
                     events = sp.events
-                    if (events and any(e.name == EVALUATION_EVENT for e in events)) or any(
-                            kv.key == FIRST_ANNOTATION_NAME for kv in sp.attributes):
+                    if FIRST_ANNOTATION_NAME in attrs[0] or (events and any(e.name == EVALUATION_EVENT for e in events)):
                         out.marked.append((ri, si, pi))
+                    append(encoder.span(sp, attrs, pid if pid and pid != _ZERO_SPAN else None, service, scope, res))
                     continue
                 status = sp.status
                 name = sp.name

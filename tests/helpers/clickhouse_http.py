@@ -1,7 +1,7 @@
 """A STAND-IN for a ClickHouse server's HTTP interface (no ClickHouse server package exists here): an
 aiohttp server on loopback that takes what `clickhouse-connect` sends (the statement in the body or in
-`query=`, `param_<name>` values, an insert's data after the statement, lz4/zstd/gzip request bodies) and
-runs it on the session's in-process ClickHouse engine (chdb), answering in the FORMAT the statement asks
+`query=`, `param_<name>` values, an insert's data in any input format (Arrow included), lz4/zstd/gzip
+request bodies) and runs it on the session's in-process ClickHouse engine (chdb), answering in the FORMAT the statement asks
 for (clickhouse-connect reads `Native`). So `HttpTransport` — the production client path — is exercised
 against the real engine; only the HTTP server in front of it is ours."""
 from __future__ import annotations
@@ -37,6 +37,9 @@ async def clickhouse_http(engine: ChdbTransport):
 
     def run(sql: str, data: bytes, params: dict[str, str]) -> bytes:
         m = _FORMAT.search(sql)
+        if m and data and sql.lstrip().upper().startswith("INSERT"):
+            engine.raw_insert(sql[: m.start()], m.group(1), data)  # the body in its format, binary included
+            return b""
         if m and not sql.lstrip().upper().startswith("INSERT"):
             sql, fmt = sql[: m.start()], m.group(1)
         else:
@@ -47,7 +50,13 @@ async def clickhouse_http(engine: ChdbTransport):
         args = dict(req.query)
         body = _decode(await req.read(), req.headers.get("Content-Encoding"))
         sql = args.pop("query", None)
-        sql, data = (body.decode(), b"") if sql is None else (sql, body)
+        if sql is None:
+            # An insert's statement comes first in the body, its data (maybe binary) after the newline.
+            head, _, rest = body.partition(b"\n")
+            insert = head.lstrip()[:6].upper() == b"INSERT" and _FORMAT.search(head.decode(errors="replace"))
+            sql, data = (head.decode(), rest) if insert else (body.decode(), b"")
+        else:
+            data = body
         params = {k.removeprefix("param_"): v for k, v in args.items() if k.startswith("param_")}
         try:
             out = await asyncio.to_thread(run, sql, data, params)

@@ -9,7 +9,7 @@ import time
 import pytest
 from agentfeedback.traces.v1 import traces_pb2
 
-from services.tracecollector.clickhouse import INSERT_COLUMNS
+from services.tracecollector.clickhouse_rows import INSERT_COLUMNS
 from tests.helpers.otlp import NS, kv, new_span_id, new_trace_id, request, span, ts
 
 pytestmark = pytest.mark.parametrize("span_store", ["clickhouse"], indirect=True)
@@ -61,7 +61,7 @@ async def _insert_as_exporter(collector, rows: list[dict]) -> None:
 
     store = collector.server.repo
     payload = b"\n".join(orjson.dumps(r) for r in rows)
-    await store._tx.insert_json(store._traces, INSERT_COLUMNS, payload)  # the exporter's 22 columns only
+    await store._tx.insert(store._traces, INSERT_COLUMNS, payload, "JSONEachRow")  # the exporter's 22 columns only
 
 
 def _without_trace_id(t: traces_pb2.Trace) -> list[traces_pb2.Span]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from services.tracecollector.clickhouse import INSERT_COLUMNS, Tables, as_string, schema_statements
+from services.tracecollector.clickhouse import Tables, schema_statements
+from services.tracecollector.clickhouse_rows import INSERT_COLUMNS, as_string
 
 
 def test_as_string_matches_the_exporters_attribute_strings():
