@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.common import deadlines, pages
 from services.common.auth import Authenticator, reset_current_principal, set_current_principal
+from services.common.missing_request import MissingRequestInterceptor
 from services.common.depfail import conflict_error, dependency_error
 from services.common.errors import DomainError, InvalidArgument, Unimplemented, internal_status, to_status
 from services.common.health import DependencyWatch, postgres_probe
@@ -386,7 +387,8 @@ class GrpcServer:
             *SERVER_KEEPALIVE_OPTIONS,
             *(extra_options or []),
         ]
-        self.server = grpc.aio.server(interceptors=interceptors, options=options)
+        # First: a unary call whose client sent no request is INTERNAL at once (grpc.aio would hang it).
+        self.server = grpc.aio.server(interceptors=[MissingRequestInterceptor(), *interceptors], options=options)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._services: list[str] = [reflection.SERVICE_NAME, health.SERVICE_NAME]

@@ -30,6 +30,7 @@ from tests.helpers.grpcweb import (
     TRAILERS,
     call,
     gateway,
+    parse_frames,
     parse_trailer_block,
 )
 from tests.helpers.console import create_feedback_request, make_turn
@@ -268,3 +269,36 @@ async def test_gateway_passes_native_grpc_without_origin(stack, tmp_path):
             r = await feedback_pb2_grpc.FeedbackServiceStub(ch).ListFeedback(
                 feedback_pb2.ListFeedbackRequest(), metadata=stack.md(), timeout=10)
     assert list(r.feedback) == []
+
+
+async def test_a_unary_call_without_its_request_message_is_internal_at_once_not_a_hang(stack, tmp_path):
+    """A gRPC-web POST with an empty body, and a native client that half-closes unsent, through Envoy:
+    INTERNAL "Half-closed without a request" (gRPC's answer, services/common/missing_request.py) within
+    the client's 10 s, not Envoy's 300 s stream idle timeout (grpc.aio alone sends no status)."""
+    import grpc  # noqa: PLC0415
+
+    headers = {"content-type": "application/grpc-web+proto", "accept": "application/grpc-web+proto",
+               "x-grpc-web": "1", "origin": ALLOWED_ORIGIN, "authorization": f"Bearer {stack.token()}"}
+    async with gateway(stack, tmp_path / "envoy") as envoy:
+        async with httpx.AsyncClient(timeout=10) as client:
+            for method in ("GetFeedback", "CreateFeedback", "WatchFeedback"):  # unary, a write, server streaming
+                r = await client.post(envoy.url + FEEDBACK + method, content=b"", headers=headers)
+                trailers = parse_trailer_block([p for f, p in parse_frames(r.content) if f & TRAILERS][-1]) \
+                    if "grpc-status" not in r.headers else r.headers
+                assert (trailers["grpc-status"], trailers["grpc-message"]) == ("13", "Half-closed without a request")
+
+        async def nothing():
+            return
+            yield
+
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{envoy.port}") as ch:
+            for method in ("GetFeedback", "WatchFeedback"):
+                rpc = ch.stream_unary(FEEDBACK + method) if method == "GetFeedback" else ch.stream_stream(FEEDBACK + method)
+                c = rpc(nothing(), metadata=stack.md(), timeout=10)
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    if method == "GetFeedback":
+                        await c
+                    else:
+                        await c.read()
+                assert e.value.code() == grpc.StatusCode.INTERNAL, e.value.details()
+
