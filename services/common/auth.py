@@ -1,6 +1,7 @@
 """Bearer JWT authentication (PyJWT) and scopes.
 
-Token: `authorization: Bearer <jwt>` gRPC metadata. Claims: `sub` = user id (owner of rows),
+Token: `authorization: Bearer <jwt>` gRPC metadata. Claims: `sub` = user id (owner of rows; ≤ 256
+characters, no control or bidi formatting characters),
 `scope` = space-separated scopes (RFC 8693 / OAuth 2.0 `scope` claim form), `exp` required.
 Embedded default: HS256 with a secret generated once into `<data_dir>/jwt-secret`; production:
 RS256 with a PEM public key or a JWKS URL (`AGENTFEEDBACK_JWT_PUBLIC_KEY_FILE` / `_JWKS_URL`).
@@ -20,6 +21,7 @@ from pathlib import Path
 import jwt
 
 from services.common.errors import PermissionDenied, Unauthenticated
+from services.common.ids import UNSAFE_IN_LABEL
 from services.common.settings import CommonSettings
 
 # Scopes (docs/architecture.md "Contracts that matter").
@@ -147,6 +149,10 @@ def mint_token(secret: str, sub: str, scopes: tuple[str, ...] | list[str] = DEV_
 # Verified tokens kept per process (a verification costs ~0.1 ms of CPU and every RPC has one).
 # Entries live until the token's `exp` (+ leeway, as PyJWT would accept it); the cache is bounded.
 TOKEN_CACHE_MAX = 4096
+# A token's `sub` is the owner of the rows its calls write: bounded as every owner field is
+# (NoteTurnsRemoved.owner, WatchFeedback's owner filter: 256 characters), so any sub a call was
+# served with can also be named in every later call about its rows.
+MAX_SUB_CHARS = 256
 
 
 class Authenticator:
@@ -197,6 +203,12 @@ class Authenticator:
         sub = str(claims.get("sub", ""))
         if not sub:
             raise Unauthenticated("token has an empty sub")
+        if len(sub) > MAX_SUB_CHARS or UNSAFE_IN_LABEL.search(sub):
+            # The sub is every row's owner: a NUL, a bidi override or a key too long for the owner
+            # indexes would fail later, mid-write, as INTERNAL (or, past NoteTurnsRemoved's bound,
+            # leave a turn's removal undeliverable).
+            raise Unauthenticated(f"token's sub must be at most {MAX_SUB_CHARS} characters, with no control or "
+                                  "bidi formatting characters")
         scope = claims.get("scope", "")
         scopes = frozenset(scope.split() if isinstance(scope, str) else scope)
         principal = Principal(sub=sub, scopes=scopes, token=token)

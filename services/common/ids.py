@@ -150,7 +150,7 @@ def check_text(value: str, field_path: str, max_chars: int | None = None, requir
 # Characters a one-line label must not hold: C0/C1 controls (U+0000-001F, U+007F-009F), the bidi
 # embeddings, overrides and isolates that reorder what a reader sees (U+202A-202E, U+2066-2069; Unicode
 # UAX #9 and the "Trojan Source" attack, CVE-2021-42574), line/paragraph separators and noncharacters.
-_UNSAFE_IN_LABEL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufdd0-\ufdef\ufffe\uffff]")
+UNSAFE_IN_LABEL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029\ufdd0-\ufdef\ufffe\uffff]")
 
 
 def check_label(value: str, field_path: str, max_chars: int, required: bool = False) -> str:
@@ -159,7 +159,7 @@ def check_label(value: str, field_path: str, max_chars: int, required: bool = Fa
     as U+XXXX, never the value) for a control, bidi reordering, separator or noncharacter code point:
     a name "x" U+202E "gnp.exe" would read as "xexe.png" in every list."""
     check_text(value, field_path, max_chars, required)
-    bad = _UNSAFE_IN_LABEL.search(value)
+    bad = UNSAFE_IN_LABEL.search(value)
     if bad is not None:
         raise InvalidArgument(field_path, f"must not contain control or bidi formatting characters "
                               f"(found U+{ord(bad.group()):04X})", reason="UNSAFE_CHARACTER")

@@ -111,6 +111,22 @@ def test_jwt_scopes_and_expiry(tmp_path):
         auth.authenticate("Bearer " + expired)
 
 
+@pytest.mark.parametrize("sub", ["a\x00b", "x\u202egnp.exe", "line\nbreak", "u" * 257])
+def test_a_sub_no_owner_field_could_hold_is_unauthenticated_not_a_failed_write(tmp_path, sub):
+    # Served, such a sub failed inside the first write: a NUL as INTERNAL from PostgreSQL, a long one as
+    # an owner index's row-size error, and past 256 characters turn removals could never be delivered.
+    auth = Authenticator(CommonSettings(data_dir=tmp_path, jwt_secret="s" * 40))
+    with pytest.raises(Unauthenticated, match="at most 256 characters") as e:
+        auth.authenticate("Bearer " + mint_token("s" * 40, sub, ["chat"]))
+    assert sub not in str(e.value)
+
+
+def test_a_sub_of_256_characters_in_any_script_is_accepted(tmp_path):
+    auth = Authenticator(CommonSettings(data_dir=tmp_path, jwt_secret="s" * 40))
+    for sub in ("é" * 256, "user@example.com", "auth0|5f7c8ec7c33c6c004bbafe82", "用户" * 128):
+        assert auth.authenticate("Bearer " + mint_token("s" * 40, sub, ["chat"])).sub == sub
+
+
 def test_dev_secret_is_generated_once(tmp_path):
     a = Authenticator(CommonSettings(data_dir=tmp_path))
     b = Authenticator(CommonSettings(data_dir=tmp_path))
