@@ -81,7 +81,9 @@ _MAC_BYTES = 16
 PAGE = "page token"
 FEED_RESUME = "feed resume token"
 DATASET_RESUME = "dataset resume token"
-UNSIGNED = "is an unsigned token from before tokens were signed; start again without one"
+# An unsigned token is one from before tokens were signed, or one re-encoded by hand: either way not
+# ours, said as for any other token we did not issue, with the likely cause and the way out.
+UNSIGNED = f"{NOT_OURS} (it is unsigned, as tokens were before they were signed); start again without one"
 
 
 def set_key(key: bytes) -> None:
