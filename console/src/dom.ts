@@ -32,6 +32,13 @@ export function append(el: Node, children: (Child | Child[])[]): void {
   }
 }
 
+/** Text a client wrote (a report's words, a quoted message), bidi-isolated in a <bdi>: a bidi override
+ *  in it (U+202E, Trojan Source) reorders only that text, never the console's own words after it on the
+ *  line (a " […]" marker, a "Show all" button). */
+export function iso(text: string, attrs: Attrs = {}): HTMLElement {
+  return h("bdi", attrs, text);
+}
+
 /** Replace the children of `el`. */
 export function mount(el: Element, ...children: (Child | Child[])[]): void {
   el.replaceChildren();

@@ -97,6 +97,14 @@ async def _rows_flow(stack, tmp_path, tracker_calls) -> None:
     long_fb = await stack.feedback().CreateFeedback(report(long_turn.user_message.name, "My long message."),
                                                     metadata=stack.md())
     doomed = await stack.feedback().CreateFeedback(report(voice.reply.name, "Sent by mistake."), metadata=stack.md())
+    # A message opening with a right-to-left override (U+202E, never closed: Trojan Source) and long
+    # enough that the quote is clipped, so the console's own " […]" marker follows it on the line.
+    rlo_text = "\u202e" + " ".join(f"mot{i}" for i in range(450))[:2100]
+    rlo_turn = await chat.SendMessage(chat_pb2.SendMessageRequest(
+        instance=inst.name, content=rlo_text, channel=chat_pb2.CHANNEL_TEXT, request_id=str(uuid.uuid4())),
+        metadata=stack.md())
+    await stack.feedback().CreateFeedback(report(rlo_turn.user_message.name, "\u202eOverridden words."),
+                                          metadata=stack.md())
     await wait_captured(stack, spoken.name)
 
     with static_site(CONSOLE_DIST) as site:
@@ -129,6 +137,17 @@ async def _rows_flow(stack, tmp_path, tracker_calls) -> None:
                 await expect(toggle).to_have_attribute("aria-expanded", "true")
                 assert (await quote.bounding_box())["height"] > 3 * clamped_h
                 await expect(quote).to_contain_text(long_text[-40:])
+                # The client's bidi override reorders its own text only: the console's " […]" marker
+                # stays after the quote, at the right of its line, not pulled to the line's left edge.
+                rlo_row = page.locator(".feedback-row", has=page.locator(".fb-words", has_text="Overridden words."))
+                await rlo_row.locator(".fb-quote-text .clamp-toggle").click()
+                rlo_quote = rlo_row.locator(".fb-quote-text .clamp-body")
+                marker, text_right = await rlo_quote.locator("span.muted", has_text="[…]").evaluate("""m => {
+                    const r = document.createRange(); r.selectNodeContents(m.previousSibling);
+                    const mk = m.getBoundingClientRect();
+                    const line = [...r.getClientRects()].filter(x => Math.abs(x.top - mk.top) < mk.height / 2);
+                    return [mk.left, line.length ? Math.max(...line.map(x => x.right)) : null]; }""")
+                assert text_right is not None and marker >= text_right - 1, (marker, text_right)
                 short_toggle = row.locator(".fb-words-box .clamp-toggle")
                 await expect(short_toggle).to_be_hidden()  # nothing cut, nothing to expand
                 await shot(page, "console-feedback-rows")

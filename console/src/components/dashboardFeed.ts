@@ -6,7 +6,7 @@
 // bodies there is audited server-side).
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, errorText, principal } from "../api";
-import { h, mount, timeEl } from "../dom";
+import { h, iso, mount, timeEl } from "../dom";
 import {
   AuthorKind, Category, RatingOrigin, RatingScope, RatingSentiment, Sentiment, type Feedback, type Rating, type RecentItem,
 } from "../gen/agentfeedback/feedback/v1/feedback_pb";
@@ -69,7 +69,7 @@ export function reportItem(fb: Feedback, open?: Open): HTMLElement {
       fb.category ? h("span", { class: "badge feed-category" }, categoryLabel(fb.category)) : null,
       fb.sentiment === Sentiment.BAD ? h("span", { class: "badge sent-negative" }, "bad") : null,
       h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status))),
-    clamped("feed-body", 3, fb.body),
+    clamped("feed-body", 3, iso(fb.body)),
     complaintTurnLink(fb),
     h("div", { class: "feed-foot muted" }, fb.instance ? `${agentName(fb.instance)} · ${turnLabel(fb.snapshot?.turnIndex ?? 0)} ` : "",
       open ? viewButton(open, fb.instance, fb.snapshot?.turnIndex ?? 0, fb.owner) : null, traceUiLink(fb)));
@@ -158,7 +158,7 @@ export function reportsTable(open: Open): HTMLElement {
       { key: "agent", label: "Agent", cell: (fb) => fb.instance ? agentName(fb.instance) : "—", sort: (fb) => agentName(fb.instance).toLowerCase(), wide: true },
       { key: "category", label: "Category", cell: (fb) => fb.category ? categoryLabel(fb.category) : h("span", { class: "muted" }, "none"), sort: (fb) => categoryLabel(fb.category) },
       { key: "status", label: "Status", cell: (fb) => h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)), sort: (fb) => fb.status },
-      { key: "words", label: "Report", cell: (fb) => h("span", { class: "fb-first-line report-body" }, text(fb)) },
+      { key: "words", label: "Report", cell: (fb) => iso(text(fb), { class: "fb-first-line report-body" }) },
       { key: "issue", label: "Issue", cell: (fb) => fb.issueUrl ? h("a", { href: fb.issueUrl, class: "issue-link", rel: "noopener noreferrer", target: "_blank" }, "issue")
         // FileFeedback is owner-scoped (another owner's report is NOT_FOUND), so only the owner's rows offer it.
         : fb.owner === principal()?.sub ? fileControl(fb, () => table.reload())

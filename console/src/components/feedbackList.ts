@@ -5,7 +5,7 @@
 // "File issue" (rowActions.ts), and triage (status + issue URL, UpdateFeedback with the etag).
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, Code, errorCode, errorText, lastSegment, principal, uuid4 } from "../api";
-import { append, h, mount, timeEl } from "../dom";
+import { append, h, iso, mount, timeEl } from "../dom";
 import { Author, SnapshotSource, Status, TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { categoryLabel } from "../taxonomy";
 import { agentName, loadAgentNames, STATUS_NAMES, statusName, turnLabel } from "../names";
@@ -184,11 +184,11 @@ export function feedbackRow(fb: Feedback, focused = false): HTMLElement {
       fb.author === Author.PLATFORM ? h("span", { class: "badge" }, "caught by the platform") : null,
       quoteBadge(fb),
     ),
-    clamped("fb-words-box", 6, h("span", { class: "fb-words" }, fb.body)),
+    clamped("fb-words-box", 6, iso(fb.body, { class: "fb-words" })),
     complaintTurnLink(fb),
     target
       ? h("blockquote", { class: "fb-quote", cite: fb.target.case === "message" ? fb.target.value : undefined },
-          clamped("fb-quote-text", QUOTE_LINES, h("span", { class: "muted" }, `On ${role}: `), target,
+          clamped("fb-quote-text", QUOTE_LINES, h("span", { class: "muted" }, `On ${role}: `), iso(target),
             fb.snapshot?.targetTextClipped ? h("span", { class: "muted" }, " […]") : ""))
       : null,
     voiceProvenance(fb),

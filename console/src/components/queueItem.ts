@@ -7,7 +7,7 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { api, errorCode, errorText, lastSegment, Code } from "../api";
 import { claimedByOther } from "../claims";
-import { h, mount, timeEl } from "../dom";
+import { h, iso, mount, timeEl } from "../dom";
 import { Role, type Message } from "../gen/agentfeedback/chat/v1/chat_pb";
 import { Author, RatingOrigin, RatingSentiment, type Feedback, type Rating } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { agentName, aspectLabel, turnLabel } from "../names";
@@ -72,7 +72,7 @@ async function conversation(el: HTMLElement, ref: TurnRef): Promise<Message[]> {
           dataset: { turn: String(m.turnIndex), name: m.name } },
           h("div", { class: "msg-head" }, h("span", { class: "msg-role" }, m.role === Role.ASSISTANT ? "agent" : "owner"),
             h("span", { class: "qi-turn" }, turnLabel(m.turnIndex)), m.name === target ? h("span", { class: "badge" }, "reported") : null),
-          clamped("qi-msg-body", 6, m.content)))
+          clamped("qi-msg-body", 6, iso(m.content))))
       : h("p", { class: "unavailable" }, "Conversation unavailable (chat cleared or turn deleted)."));
     return msgs.filter((m) => m.turnIndex === turn);
   } catch (e) {

@@ -7,7 +7,7 @@
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { api, lastSegment } from "../api";
-import { h, mount, timeEl } from "../dom";
+import { h, iso, mount, timeEl } from "../dom";
 import { Author, Category, ListFeedbackRequestSchema, Sentiment, Status, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
 import { agentName, agentNames, loadAgentNames, STATUS_NAMES, statusName, turnLabel } from "../names";
 import { go } from "../router";
@@ -88,7 +88,7 @@ export async function feedbackPage(main: HTMLElement, query: URLSearchParams): P
       { key: "category", label: "Category", cell: (fb) => fb.category ? categoryLabel(fb.category) : h("span", { class: "muted" }, "none"), sort: (fb) => categoryLabel(fb.category) },
       { key: "author", label: "By", cell: (fb) => AUTHOR_TEXT[fb.author] ?? "owner", sort: (fb) => AUTHOR_TEXT[fb.author] ?? "", wide: true },
       { key: "status", label: "Status", cell: (fb) => [h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)), turnRemovedBadge(fb), claimBadge(fb)], sort: (fb) => fb.status },
-      { key: "words", label: "Report", cell: (fb) => h("span", { class: "fb-first-line" }, fb.body.split("\n")[0].slice(0, 160)) },
+      { key: "words", label: "Report", cell: (fb) => iso(fb.body.split("\n")[0].slice(0, 160), { class: "fb-first-line" }) },
     ],
     load: async (pageToken) => {
       const r = await api().feedback.listFeedback({ ...feedbackRequest(query), pageSize: FEEDBACK_PAGE_SIZE, pageToken });

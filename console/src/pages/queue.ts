@@ -10,7 +10,7 @@
 // time; newestFirst.ts): an item shows only once neither list can still hold a newer one.
 import { api, Code, errorCode, errorText, lastSegment, uuid4 } from "../api";
 import { claim, claimedByOther, claimRefusal, holdClaim, reviewSession } from "../claims";
-import { h, mount } from "../dom";
+import { h, iso, mount } from "../dom";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
   Author, Category, ListFeedbackRequestSchema, ListRatingsRequestSchema, RatingOrigin, RatingSentiment, Status, type Feedback, type Rating,
@@ -166,7 +166,7 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     box.addEventListener("change", () => { box.checked ? state.selected.add(fb.name) : state.selected.delete(fb.name); bulkCount(); });
     return h("li", { class: "queue-row", dataset: { name, kind: "report" } }, box,
       open(h("span", { class: "q-agent" }, agentName(fb.instance)), turn !== null ? ` · ${turnLabel(turn)}` : "", " · ",
-        h("span", { class: "q-words" }, fb.body.split("\n")[0].slice(0, 80))),
+        iso(fb.body.split("\n")[0].slice(0, 80), { class: "q-words" })),
       h("span", { class: "q-badges" }, h("span", { class: `badge status-${statusName(fb.status)}` }, statusName(fb.status)),
         fb.category ? h("span", { class: "badge" }, categoryLabel(fb.category)) : null, turnRemovedBadge(fb), claimBadge(fb)));
   };
