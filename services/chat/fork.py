@@ -58,6 +58,20 @@ def fork_display_name(parent_name: str) -> str:
     return truncate(parent_name, MAX_DISPLAY_NAME_CHARS - len(FORK_SUFFIX))[0] + FORK_SUFFIX
 
 
+def validate_fork(parent: str, turn_index: int, instance_id: str, display_name: str,
+                  request_id: str) -> tuple[str, uuid.UUID | None]:
+    """ForkConversation's checks on the request alone (no I/O): `(parent id, request id or None)`.
+    INVALID_ARGUMENT naming `parent`, `turn_index` (negative), `instance_id` (not a slug),
+    `display_name` (services.common.ids.check_label) or `request_id` (not a UUID)."""
+    parent_id = parse_instance_name(parent, "parent")
+    if turn_index < 0:
+        raise InvalidArgument("turn_index", "must not be negative")
+    if instance_id and not SLUG.match(instance_id):
+        raise InvalidArgument("instance_id", "must match [a-z][a-z0-9-]{0,62}")
+    check_label(display_name, "display_name", MAX_DISPLAY_NAME_CHARS)
+    return parent_id, parse_request_id(request_id)
+
+
 class Forker:
     def __init__(self, repo: Repository, ratings: RatingsPort):
         self._repo = repo
@@ -68,13 +82,7 @@ class Forker:
         request_id: str, fingerprint: bytes, remaining_s: float | None,
     ) -> ForkResult:
         """See the module doc and chat.proto ForkConversation for the errors."""
-        parent_id = parse_instance_name(parent, "parent")
-        if turn_index < 0:
-            raise InvalidArgument("turn_index", "must not be negative")
-        if instance_id and not SLUG.match(instance_id):
-            raise InvalidArgument("instance_id", "must match [a-z][a-z0-9-]{0,62}")
-        check_label(display_name, "display_name", MAX_DISPLAY_NAME_CHARS)
-        rid = parse_request_id(request_id)
+        parent_id, rid = validate_fork(parent, turn_index, instance_id, display_name, request_id)
         src = await self._repo.get_instance(p.sub, parent_id)
         if src is None:
             raise NotFound(parent)

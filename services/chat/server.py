@@ -20,7 +20,7 @@ from services.chat.fork import Forker
 from services.chat.ratings_client import RatingsClient
 from services.chat.removal import RemovalRelay, TurnRemover
 from services.chat.repository import Repository
-from services.chat.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, ChatServicer
+from services.chat.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, ChatServicer, request_checks
 from services.chat.settings import ChatSettings
 from services.chat.turn import TurnRunner
 from services.chat.workspace_store import WorkspaceStore
@@ -68,7 +68,8 @@ async def create_server(
         Authenticator(settings), METHOD_SCOPES, tracer, untraced=UNTRACED_METHODS, metrics=RpcMetrics(metrics)
     )
     quota = await write_quota_interceptor(url, pool, settings.write_quota_per_minute, SERVICE, WRITE_METHODS,
-                                          answered=retries.answered_checks(repo, turns), burst=settings.write_quota_burst)
+                                          answered=retries.answered_checks(repo, turns), burst=settings.write_quota_burst,
+                                          valid=request_checks(settings.max_content_chars))
     ratings = RatingsClient(feedback_channel)
     token = ServiceToken(settings, settings.feedback_token.get_secret_value(), CHAT_SERVICE_SUB,
                          (SCOPE_FEEDBACK_TURN_REMOVAL,))

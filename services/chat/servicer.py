@@ -8,6 +8,7 @@ them, because the turn's own root span (`chat.turn`, a new trace) is the turn's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import grpc
@@ -17,7 +18,7 @@ from opentelemetry import trace
 
 from services.chat import defects, domain
 from services.chat.defects import SuspectedDefect
-from services.chat.fork import Forker
+from services.chat.fork import Forker, validate_fork
 from services.chat.domain import Instance, Message, MessagePage
 from services.chat.removal import TurnRemover
 from services.chat.repository import InstanceExists, Repository
@@ -99,6 +100,20 @@ def message_pb(m: Message) -> chat_pb2.Message:
         source_message=m.source_message,
         source_trace_id=m.source_trace_id,
     )
+
+
+def request_checks(max_content_chars: int) -> dict[str, Callable[[object, object], object]]:
+    """Write method (short name) → `(request, context)`: its handler's own checks of the request alone
+    (domain / fork validation; no I/O). The write quota runs them before taking a token
+    (services/common/quota.py `valid`), so a request that is INVALID_ARGUMENT on its face spends none."""
+    def turn(r, c):
+        domain.validate_turn(r.instance, r.content, r.channel, r.audio_key, r.dictation, r.request_id,
+                             max_content_chars)
+    return {"CreateInstance": lambda r, c: domain.validate_new_instance(
+                r.instance.display_name, r.instance.agent, r.instance_id, r.request_id, ""),
+            "SendMessage": turn, "StreamMessage": turn,
+            "ForkConversation": lambda r, c: validate_fork(r.parent, r.turn_index, r.instance_id, r.display_name,
+                                                           r.request_id)}
 
 
 class ChatServicer(chat_pb2_grpc.ChatServiceServicer):

@@ -173,6 +173,41 @@ async def test_an_invalid_write_is_told_what_is_wrong_and_spends_no_token_of_the
     assert await _count(s, "gina") == 4
 
 
+async def test_an_invalid_chat_write_is_told_what_is_wrong_and_spends_no_token_of_the_write_quota(small_quota):
+    """The same rule on the chat service (quota 3 a minute here): bad turns, instances and forks are
+    INVALID_ARGUMENT naming the field, the owner's 3 writes are still there, the 4th is refused."""
+    s = small_quota
+    chat, md = s.chat(), s.md("hana")
+    inst = await _instance(s, "hana")  # write 1 of 3
+    invalid = [
+        chat_pb2.SendMessageRequest(instance=inst, content="x" * 40_000),
+        chat_pb2.SendMessageRequest(instance=inst, content="   "),
+        chat_pb2.SendMessageRequest(instance="not a name", content="hello"),
+        chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="q", agent="Not A Slug")),
+        chat_pb2.CreateInstanceRequest(instance=chat_pb2.Instance(display_name="a\u202eb")),
+        chat_pb2.ForkConversationRequest(parent=inst, turn_index=-1),
+    ]
+    for _ in range(2):
+        for request in invalid:
+            method = {"SendMessageRequest": chat.SendMessage, "CreateInstanceRequest": chat.CreateInstance,
+                      "ForkConversationRequest": chat.ForkConversation}[type(request).__name__]
+            with pytest.raises(grpc.aio.AioRpcError) as ei:
+                await method(request, metadata=md)
+            assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, ei.value.details()
+            assert error_info(ei.value).metadata.get("field")
+        call = chat.StreamMessage(chat_pb2.SendMessageRequest(instance=inst, content=""), metadata=md)
+        with pytest.raises(grpc.aio.AioRpcError) as ei:
+            await call.read()
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    # The 14 refused calls spent nothing: writes 2 and 3 fit, the 4th is over the quota.
+    for _ in range(2):
+        assert (await _send(s, inst, "hana")).reply.content
+    with pytest.raises(grpc.aio.AioRpcError) as ei:
+        await _send(s, inst, "hana")
+    assert ei.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error_info(ei.value).reason == "WRITE_QUOTA_EXCEEDED" and _detail(ei.value, error_details_pb2.QuotaFailure)
+
+
 async def test_a_client_retrying_at_once_is_answered_once_a_second_and_told_what_is_left(database_url, tmp_path):
     """At 240 a minute the next write fits 0.25 s after a refusal; a refused write is still answered
     only after 1 s (REFUSAL_DELAY_S), its RetryInfo counting from the answer (issue 25: answered after
