@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import re
 
+from services.common.ids import UNSAFE_IN_LABEL
+
 EVALUATION_NAME_MAX_CHARS = 128
 EVALUATION_TEXT_MAX_CHARS = 256
 EVALUATION_EXPLANATION_MAX_BYTES = 8192
@@ -33,6 +35,12 @@ def evaluation_problem(trace_id: str, name: str, label: str, score: float | None
         return f"explanation must be at most {EVALUATION_EXPLANATION_MAX_BYTES} UTF-8 bytes"
     if any("\x00" in v for v in (name, label, explanation, response_id, identifier, source)):
         return "text must not contain NUL"
+    # The one-line fields are shown as labels (the console, tickets, the CLI): a control or bidi
+    # override there reorders what a reader sees around it (services.common.ids.UNSAFE_IN_LABEL).
+    for field, v in (("name", name), ("label", label), ("identifier", identifier), ("source", source),
+                     ("response_id", response_id)):
+        if UNSAFE_IN_LABEL.search(v):
+            return f"{field} must not contain control or bidi formatting characters"
     if score is not None and not math.isfinite(score):
         return "score must be finite"
     if not label and score is None:

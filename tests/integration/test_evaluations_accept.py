@@ -200,7 +200,9 @@ async def test_only_the_collector_s_credential_may_hand_over_evaluations_and_a_b
                              identifier="judge")
         bad = pb.Evaluation(trace_id=t.trace_id, name="x" * 129, label="l", author_kind=pb.AUTHOR_KIND_LLM,
                             identifier="judge")
-        request = pb.AcceptEvaluationsRequest(evaluations=[bad, good])
+        bidi = pb.Evaluation(trace_id=t.trace_id, name="relevance", label="\u202edetaler", author_kind=pb.AUTHOR_KIND_LLM,
+                             identifier="judge")
+        request = pb.AcceptEvaluationsRequest(evaluations=[bad, good, bidi])
         # An owner's token with every scope they can have is refused, at feedback and at chat.
         await expect_error(stack.feedback().AcceptEvaluations(request, metadata=stack.md()),
                            grpc.StatusCode.PERMISSION_DENIED)
@@ -209,7 +211,8 @@ async def test_only_the_collector_s_credential_may_hand_over_evaluations_and_a_b
         collector = stack.md("tracecollector", (SCOPE_FEEDBACK_EVALUATIONS,))
         got = await stack.feedback().AcceptEvaluations(request, metadata=collector)
         states = [pb.EvaluationOutcome.State.Name(o.state) for o in got.outcomes]
-        assert states == ["STATE_REJECTED", "STATE_ACCEPTED"]
+        assert states == ["STATE_REJECTED", "STATE_ACCEPTED", "STATE_REJECTED"]
+        assert got.outcomes[2].reason == "evaluations[2]: label must not contain control or bidi formatting characters"
         assert "evaluations[0]: name must be 1 to 128 characters" == got.outcomes[0].reason
         assert got.outcomes[1].rating.startswith("evaluations/")
         again = await stack.feedback().AcceptEvaluations(pb.AcceptEvaluationsRequest(evaluations=[good]), metadata=collector)

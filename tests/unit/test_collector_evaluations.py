@@ -90,6 +90,12 @@ def test_evaluation_sentiment_comes_from_a_telling_label_else_the_score_sign():
     assert evaluation_problem("ab" * 16, "x", "", None, "", "", "id", "", True) == \
         "an evaluation needs a label or a score"
     assert evaluation_problem("ab" * 16, "x", "l", float("nan"), "", "", "id", "", True) == "score must be finite"
+    assert evaluation_problem("ab" * 16, "tone\u202e", "l", None, "", "", "id", "", True) == \
+        "name must not contain control or bidi formatting characters"
+    assert evaluation_problem("ab" * 16, "tone", "l", None, "", "", "judge\n2", "", True) == \
+        "identifier must not contain control or bidi formatting characters"
+    # The explanation is free text: a line break or a right-to-left word is the evaluator's to write.
+    assert evaluation_problem("ab" * 16, "tone", "l", None, "line 1\nline 2 \u202b", "", "id", "", True) == ""
 
 
 def _logs_request(records: list[logs_pb2.LogRecord], namespace: str = "") -> logs_service_pb2.ExportLogsServiceRequest:
