@@ -126,16 +126,22 @@ async def show_cmd(c: Clients, feedback_id: str, markdown: bool):
 
 @feedback.command("resolve")
 @click.argument("feedback_id")
-@click.option("--status", type=click.Choice(STATUSES), required=True)
-@click.option("--issue-url", default=None)
+@click.option("--status", type=click.Choice(STATUSES), default=None)
+@click.option("--issue-url", default=None, help="The ticket's URL; '' clears it.")
 @_run
-async def resolve_cmd(c: Clients, feedback_id: str, status: str, issue_url: str | None):
-    """Set the triage status (and issue URL) with the row's current etag (ABORTED if it changed meanwhile)."""
+async def resolve_cmd(c: Clients, feedback_id: str, status: str | None, issue_url: str | None):
+    """Set the triage status and/or the issue URL (at least one) with the row's current etag
+    (ABORTED if it changed meanwhile); what is not given is left as it is."""
+    if status is None and issue_url is None:
+        raise click.UsageError("give --status, --issue-url or both")
     stub = c.feedback()
     name = feedback_name(feedback_id)
     cur = await stub.GetFeedback(feedback_pb2.GetFeedbackRequest(name=name), metadata=c.md, timeout=c.settings.timeout_s)
-    upd = feedback_pb2.Feedback(name=name, etag=cur.etag, status=feedback_pb2.Status.Value(f"STATUS_{status.upper()}"))
-    paths = ["status"]
+    upd = feedback_pb2.Feedback(name=name, etag=cur.etag)
+    paths = []
+    if status is not None:
+        upd.status = feedback_pb2.Status.Value(f"STATUS_{status.upper()}")
+        paths.append("status")
     if issue_url is not None:
         upd.issue_url = issue_url
         paths.append("issue_url")

@@ -76,6 +76,12 @@ async def test_list_resolve_export_and_owner_scope(stack, tmp_path):
 
     res = await _cli(stack, "feedback", "resolve", fid, "--status", "triaged")
     assert res.exit_code == 0 and "STATUS_TRIAGED" in res.output
+    # The issue URL alone: the status stays as it is.
+    url = "https://github.example/o/r/issues/7"
+    res = await _cli(stack, "feedback", "resolve", fid, "--issue-url", url)
+    assert res.exit_code == 0 and f"STATUS_TRIAGED {url}" in res.output, res.output
+    nothing = await _cli(stack, "feedback", "resolve", fid)
+    assert nothing.exit_code == 2 and "--status, --issue-url or both" in nothing.output
     out = tmp_path / "all.jsonl"
     exp = await _cli(stack, "feedback", "export", "-o", str(out))
     assert exp.exit_code == 0
