@@ -47,6 +47,7 @@ from services.tracecollector.clickhouse_rows import (
     STATUS_NAMES,
     ExporterRowEncoder,
     arrow_payload,
+    warm_up,
 )
 from services.tracecollector.clickhouse_transport import ClickHouseTransport
 
@@ -195,6 +196,7 @@ class ClickHouseStore:
     row_encoder = ExporterRowEncoder()
 
     def __init__(self, transport: ClickHouseTransport, tables: Tables):
+        warm_up()  # at start, not in the first Export's INSERT
         self._tx = transport
         self._t = tables
         self._traces = tables.q(tables.traces)
