@@ -9,8 +9,9 @@ table's materialized view: ~13 vs ~28 µs/span), and the Python side builds colu
 (pyarrow turns them into Arrow in C++) instead of one JSON document per span.
 
 Text policy (ingest's, case F12): every U+0000 is stored as U+FFFD. Plain strings are cleaned on the
-whole batch at once (pyarrow.compute, only the columns that hold a NUL); values turned into JSON text
-(arrays, kvlists, AgentFeedbackTypes) are cleaned where they are made, as ingest.to_json does.
+whole batch at once (a memchr over each text column's character data; pyarrow.compute rewrites only
+the columns that hold a NUL); values turned into JSON text (arrays, kvlists, AgentFeedbackTypes) are
+cleaned where they are made, as ingest.to_json does.
 """
 from __future__ import annotations
 
@@ -214,7 +215,7 @@ _NUL = re.compile(b"\x00")
 
 def _nul_free(arr: pa.Array) -> pa.Array:
     """`arr` with U+0000 → U+FFFD in every string it holds (strings, lists and maps of them); `arr`
-    itself when it holds none (the common case: one vectorized scan)."""
+    itself when it holds none (the common case: one scan of each string buffer)."""
     t = arr.type
     if pa.types.is_string(t):
         # A NUL is a zero byte in the character data (UTF-8 has no other): one memchr over the buffer
