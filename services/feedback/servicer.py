@@ -27,6 +27,7 @@ from services.common.auth import (
     current_principal,
 )
 from services.common.errors import Aborted
+from services.common.quota import checked
 from services.feedback import codec, codec_feed, domain
 from services.feedback.audit import Audit
 from services.feedback.dataset import Datasets
@@ -89,15 +90,36 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     trace_url_template = ""
 
     def request_checks(self) -> dict[str, Callable[[object, object], object]]:
-        """Write method (short name) → `(request, context)`: its handler's own parse of the request
-        (codec; local, no I/O). The write quota runs it before taking a token (services/common/quota.py
-        `valid`), so a request that is INVALID_ARGUMENT on its face spends no quota."""
-        return {"CreateFeedback": lambda r, c: codec.create_feedback(r, _actor(c)),
-                "UpdateFeedback": lambda r, c: codec.update_feedback(r, c.invocation_metadata()),
-                "FileFeedback": lambda r, c: codec.file_feedback(r),
-                "PutRating": lambda r, c: codec.put_rating(r, self._note_max),
-                "CopyRatings": lambda r, c: codec.copy_ratings(r),
-                "ReportSuspectedDefect": lambda r, c: codec.report_defect(r)}
+        """Write method (short name) → `(request, context) → parsed`: its handler's own parse of the
+        request (codec; local, no I/O). The write quota runs it before taking a token
+        (services/common/quota.py `valid`), so a request that is INVALID_ARGUMENT on its face spends no
+        quota, and the handler reuses its result (`quota.checked`) instead of parsing again."""
+        return {"CreateFeedback": self._parse_create, "UpdateFeedback": self._parse_update,
+                "FileFeedback": self._parse_file, "PutRating": self._parse_put, "CopyRatings": self._parse_copy,
+                "ReportSuspectedDefect": self._parse_defect}
+
+    @staticmethod
+    def _parse_create(request: pb.CreateFeedbackRequest, context):
+        return codec.create_feedback(request, _actor(context))
+
+    @staticmethod
+    def _parse_update(request: pb.UpdateFeedbackRequest, context):
+        return codec.update_feedback(request, context.invocation_metadata())
+
+    @staticmethod
+    def _parse_file(request: pb.FileFeedbackRequest, context):
+        return codec.file_feedback(request)
+
+    def _parse_put(self, request: pb.PutRatingRequest, context):
+        return codec.put_rating(request, self._note_max)
+
+    @staticmethod
+    def _parse_copy(request: pb.CopyRatingsRequest, context):
+        return codec.copy_ratings(request)
+
+    @staticmethod
+    def _parse_defect(request: pb.ReportSuspectedDefectRequest, context):
+        return codec.report_defect(request)
 
     def _pb(self, r: Report) -> pb.Feedback:
         fb = codec.feedback_pb(r, self._clock(), self._retention_days)
@@ -108,7 +130,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     async def CreateFeedback(self, request: pb.CreateFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
         """Create one report; a retry returns the first one (Reports.create has the rules and errors).
         AUTHOR_AGENT needs the agent's credential in metadata `x-agentfeedback-actor`."""
-        return self._pb(await self._reports.create(current_principal(), codec.create_feedback(request, _actor(context))))
+        return self._pb(await self._reports.create(current_principal(), checked(request, context, self._parse_create)))
 
     async def GetFeedback(self, request: pb.GetFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
         """The caller's report `feedback/{id}`; NOT_FOUND when unknown or another owner's."""
@@ -131,7 +153,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
 
     async def UpdateFeedback(self, request: pb.UpdateFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
         """Status / issue_url change with field mask + etag (see the proto for the errors)."""
-        fid, change = codec.update_feedback(request, context.invocation_metadata())
+        fid, change = checked(request, context, self._parse_update)
         try:
             return self._pb(await self._reports.update(current_principal(), fid, change))
         except domain.Stale as e:
@@ -145,7 +167,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
 
     async def FileFeedback(self, request: pb.FileFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
         """File the report's ticket once (Reports.file has the waits and errors)."""
-        fid, session = codec.file_feedback(request)
+        fid, session = checked(request, context, self._parse_file)
         return self._pb(await self._reports.file(current_principal(), fid, session))
 
     async def ClaimFeedback(self, request: pb.ClaimFeedbackRequest, context) -> pb.Feedback:  # noqa: N802
@@ -163,7 +185,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     # ------------------------------------------------------------ ratings
     async def PutRating(self, request: pb.PutRatingRequest, context) -> pb.Rating:  # noqa: N802
         """Idempotent upsert / strict CAS of the caller's rating (see the proto)."""
-        put = codec.put_rating(request, self._note_max)
+        put = checked(request, context, self._parse_put)
         try:
             return codec.rating_pb(await self._ratings.put(current_principal(), put))
         except domain.Stale as e:
@@ -200,7 +222,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
 
     async def CopyRatings(self, request: pb.CopyRatingsRequest, context) -> pb.CopyRatingsResponse:  # noqa: N802
         """Copy the caller's ratings of turns ≤ through_turn_index onto a fork (Ratings.copy)."""
-        source, target, through, rid = codec.copy_ratings(request)
+        source, target, through, rid = checked(request, context, self._parse_copy)
         n = await self._ratings.copy(current_principal(), source, target, through, rid)
         return pb.CopyRatingsResponse(copied_count=n)
 
@@ -263,7 +285,7 @@ class FeedbackServicer(feedback_pb2_grpc.FeedbackServiceServicer):
     async def ReportSuspectedDefect(self, request: pb.ReportSuspectedDefectRequest, context  # noqa: N802
                                     ) -> pb.Feedback:
         """One call: a suspected defect → a report anchored to its turn (DefectReports.report)."""
-        name, anchor, rid, fingerprint = codec.report_defect(request)
+        name, anchor, rid, fingerprint = checked(request, context, self._parse_defect)
         return self._pb(await self._defects.report(current_principal(), name, anchor, rid, fingerprint))
 
     # ------------------------------------------------------------ change feed
