@@ -88,11 +88,18 @@ def extract_context(context: grpc.aio.ServicerContext) -> otel_context.Context:
     return _extract(metadata_dict(context))
 
 
+# (the global propagator, the headers it reads): its `fields` builds a new set on every read (1.4 µs a call).
+_textmap_fields: tuple[object, frozenset[str]] = (None, frozenset())
+
+
 def _extract(md: dict[str, str]) -> otel_context.Context:
     """`propagate.extract` of `md`; without any header the propagators read (`traceparent`, …) that is
     the empty Context, returned without running them (most internal calls carry none)."""
+    global _textmap_fields
     textmap = propagate.get_global_textmap()
-    if textmap.fields.isdisjoint(md):
+    if _textmap_fields[0] is not textmap:  # the first call, or set_global_textmap since
+        _textmap_fields = (textmap, frozenset(textmap.fields))
+    if _textmap_fields[1].isdisjoint(md):
         return otel_context.Context()
     return textmap.extract(md, getter=_MetadataGetter())  # type: ignore[arg-type]
 
