@@ -41,7 +41,7 @@ from openinference.semconv.trace import (
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 
-from services.feedback.model.enums import Author, RatingSentiment, Sentiment
+from services.feedback.model.enums import Author, RatingScope, RatingSentiment, Sentiment
 from services.feedback.model.rating import Rating
 from services.feedback.model.report import CreatedEvent
 
@@ -73,12 +73,18 @@ class Evaluation:
     turn_span_id: str = ""
 
 
+# Enum names as the labels carry them, looked up once (an enum's `.name` costs about 1 µs a read; one per put).
+_SENTIMENT_LABELS = {s: s.name.lower() for s in RatingSentiment}
+_SCOPE_NAMES = {s: s.name.lower() for s in RatingScope}
+_HUMAN = OpenInferenceAnnotatorKindValues.HUMAN.value
+
+
 def of_rating(r: Rating, trace_id: str) -> Evaluation:
     """A rating (an owner's: HUMAN), identified by its key."""
     k = r.key
-    label = r.choice or (r.sentiment.name.lower() if r.sentiment else "")
-    return Evaluation(k.aspect, label, _RATING_SCORES.get(r.sentiment), OpenInferenceAnnotatorKindValues.HUMAN.value,
-                      f"{k.conversation}/turns/{k.turn_index}/{k.scope.name.lower()}/{k.aspect}/{k.artifact_id}",
+    label = r.choice or (_SENTIMENT_LABELS[r.sentiment] if r.sentiment else "")
+    return Evaluation(k.aspect, label, _RATING_SCORES.get(r.sentiment), _HUMAN,
+                      f"{k.conversation}/turns/{k.turn_index}/{_SCOPE_NAMES[k.scope]}/{k.aspect}/{k.artifact_id}",
                       r.message, trace_id)
 
 
