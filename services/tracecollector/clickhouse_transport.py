@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
@@ -133,12 +136,19 @@ class ChdbTransport:
 
     serial = True
     _instances: dict[str, ChdbTransport] = {}
+    # A statement holding the engine longer than this (HttpTransport's default send/receive timeout,
+    # where a server's answer would have failed) no longer counts as the engine answering a ping.
+    STALLED_S = 30.0
 
     def __init__(self, path: str):
         from chdb import session  # noqa: PLC0415 (dev dependency: tests and benches only)
 
         self._session = session.Session(path)
         self._lock = threading.Lock()
+        self._busy_since: float | None = None  # time.monotonic() when the running statement took the engine
+        # The ping's own thread: on asyncio's default executor it would queue behind statements
+        # waiting there for the engine (6 workers on 2 cores), past the health check's 1 s timeout.
+        self._ping_thread = ThreadPoolExecutor(1, thread_name_prefix="chdb-ping")
 
     @classmethod
     def shared(cls, path: str) -> ChdbTransport:
@@ -149,11 +159,20 @@ class ChdbTransport:
     def raw(self, sql: str, fmt: str, params: Mapping[str, str]) -> bytes:
         """Run `sql` with `params` already in text form (as an HTTP request carries them); the result in
         `fmt`. Blocking. Raises ClickHouseError."""
-        with self._lock:
+        with self._engine():
             try:
                 return self._session.query(sql, fmt, params=dict(params)).bytes()
             except Exception as e:  # chdb raises its ChdbError / RuntimeError with the engine's message
                 raise ClickHouseError(str(e)) from e
+
+    @contextmanager
+    def _engine(self) -> Iterator[None]:
+        with self._lock:
+            self._busy_since = time.monotonic()
+            try:
+                yield
+            finally:
+                self._busy_since = None
 
     def _run(self, sql: str, params: Mapping[str, Any] | None, fmt: str) -> bytes:
         return self.raw(sql, fmt, {k: param_text(v) for k, v in (params or {}).items()})
@@ -171,7 +190,7 @@ class ChdbTransport:
         """Run the INSERT `sql` (no FORMAT clause) with `data` in input format `fmt` (binary formats
         included: chdb's streaming insert takes the bytes as a server's HTTP body). Blocking. Raises
         ClickHouseError."""
-        with self._lock:
+        with self._engine():
             try:
                 with self._session.send_insert(sql, fmt) as ins:
                     ins.append(data)
@@ -185,12 +204,26 @@ class ChdbTransport:
         with_settings = " SETTINGS " + ", ".join(f"{k} = {int(v)}" for k, v in settings.items()) if settings else ""
         await asyncio.to_thread(self.raw_insert, f"INSERT INTO {table} ({cols}){with_settings}", fmt, payload)
 
-    async def ping(self) -> None:
-        """A statement running in the engine is its answer: the lock that serializes statements must not
-        make a health check wait behind a large INSERT (a server answers `SELECT 1` beside it)."""
-        if self._lock.acquire(blocking=False):
+    def _ping(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            return  # a statement took the engine since ping() looked: it is running
+        try:
+            self._session.query("SELECT 1", "CSV")
+        except Exception as e:
+            raise ClickHouseError(str(e)) from e
+        finally:
             self._lock.release()
-            await self.query("SELECT 1")
+
+    async def ping(self) -> None:
+        """A statement running in the engine (for under STALLED_S) is its answer; otherwise `SELECT 1`,
+        on a thread of its own. So a health check never waits behind statements queued for the engine
+        (a server answers `SELECT 1` beside them). Raises ClickHouseError."""
+        since = self._busy_since
+        if since is not None:
+            if time.monotonic() - since < self.STALLED_S:
+                return
+            raise ClickHouseError(f"a statement has held the engine for over {self.STALLED_S:g} s")
+        await asyncio.get_running_loop().run_in_executor(self._ping_thread, self._ping)
 
     async def close(self) -> None:
         """The engine stays (one per process, shared); nothing to close per store."""
@@ -200,6 +233,7 @@ class ChdbTransport:
         """Close every engine of this process (call once at the end: leaving one open to interpreter
         exit can crash the process while it tears down)."""
         for t in cls._instances.values():
+            t._ping_thread.shutdown()
             with t._lock:
                 t._session.close()
         cls._instances.clear()

@@ -10,6 +10,7 @@ import pytest
 from agentfeedback.traces.v1 import traces_pb2
 
 from services.tracecollector.clickhouse_rows import INSERT_COLUMNS
+from services.tracecollector.clickhouse_transport import ClickHouseError
 from tests.helpers.otlp import NS, kv, new_span_id, new_trace_id, request, span, ts
 
 pytestmark = pytest.mark.parametrize("span_store", ["clickhouse"], indirect=True)
@@ -135,3 +136,30 @@ async def test_the_table_ttl_follows_retention_days_on_tables_made_earlier(start
     for table in ("otel_traces", "otel_traces_trace_id_ts"):
         (ddl,), = await store._tx.query(f"SHOW CREATE TABLE {store._t.q(table)}")
         assert "toIntervalDay(7)" in ddl and "toIntervalDay(14)" not in ddl, ddl
+
+
+async def test_the_engine_ping_answers_beside_queued_work_and_fails_on_a_stalled_statement(collector_store):
+    import asyncio
+
+    tx = collector_store[1]["span_transport"]
+    # The process's default executor (where statements wait for the engine) is full: the health
+    # check's ping must not queue behind it (its 1 s timeout would flap health NOT_SERVING).
+    loop = asyncio.get_running_loop()
+    blockers = [loop.run_in_executor(None, time.sleep, 1.5) for _ in range(64)]
+    t0 = time.monotonic()
+    await asyncio.wait_for(tx.ping(), 0.5)
+    assert time.monotonic() - t0 < 0.5
+    await asyncio.gather(*blockers)
+    # A statement holding the engine is the engine answering, until it has run for STALLED_S.
+    tx.STALLED_S = 0.3
+    try:
+        running = asyncio.create_task(tx.query("SELECT sleepEachRow(0.4) FROM numbers(2)"))
+        await asyncio.sleep(0.1)
+        await asyncio.wait_for(tx.ping(), 0.2)
+        await asyncio.sleep(0.4)
+        with pytest.raises(ClickHouseError, match="held the engine"):
+            await tx.ping()
+        await running
+        await tx.ping()
+    finally:
+        del tx.STALLED_S
