@@ -22,6 +22,11 @@ ClickHouse"):
 - Duplicates (exporter retries): like PostgreSQL, rows are appended and reads collapse one
   (TraceId, SpanId) to one span (`LIMIT 1 BY SpanId`, `uniqExact(SpanId)`).
 
+GetTrace's read: the lookup table's bounds, then the spans through our projection
+`agentfeedback_by_trace` (migration 0010: each part's rows again in (TraceId, Timestamp) order, written by
+ClickHouse with every INSERT, the exporter's too), so one granule holds a trace instead of one per span
+name of it.
+
 Retention: the table TTL (`retention_days`, 14 by default; whole parts dropped, `ttl_only_drop_parts`)
 over daily partitions, plus a pass (retention.TtlRetention) that drops whole past days at once with
 the same rule as PostgreSQL (`ingest.first_retained_day_ns`), records them for TRACE_EXPIRED, and

@@ -163,3 +163,19 @@ async def test_the_engine_ping_answers_beside_queued_work_and_fails_on_a_stalled
         await tx.ping()
     finally:
         del tx.STALLED_S
+
+
+async def test_get_trace_reads_one_granule_of_the_trace_ordered_projection(collector):
+    store = collector.server.repo
+    # One part of 3 span names × 10,000 traces: in the table's order (ServiceName, SpanName, time) a
+    # trace's 3 spans lie in 3 granules; in the projection's (TraceId, Timestamp), in 1.
+    await store._tx.command(
+        f"INSERT INTO {store._traces} (Timestamp, TraceId, SpanId, SpanName, ServiceName)"
+        " SELECT now64(9) - intDiv(number, 3), leftPad(lower(hex(intDiv(number, 3) + 1)), 32, '0'),"
+        " leftPad(lower(hex(number + 1)), 16, '0'), ['a', 'b', 'c'][number % 3 + 1], 'svc' FROM numbers(30000)")
+    tid = "0" * 28 + "1234"
+    assert [s.name for s in await store.get_trace(bytes.fromhex(tid))] == ["a", "b", "c"]
+    bounds = await store._time_bounds([tid])
+    plan = "\n".join(r[0] for r in await store._tx.query("EXPLAIN indexes = 1 " + store._get_trace, {"tid": tid, **bounds}))
+    assert "ReadFromMergeTree (agentfeedback_by_trace)" in plan, plan
+    assert "Granules: 1/" in plan, plan

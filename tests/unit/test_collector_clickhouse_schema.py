@@ -32,6 +32,9 @@ def test_single_server_schema_is_the_exporters_with_ttl_daily_partitions_and_blo
         assert re.search(rf"\b{col.split('.')[-1] if '.' in col else col}\b", traces), col
     assert any("MATERIALIZED VIEW" in s and "otel_traces_trace_id_ts_mv" in s for s in stmts)
     assert any("ADD COLUMN IF NOT EXISTS AgentFeedbackTypes" in s for s in stmts)
+    # Ours: the span table's parts also ordered by trace (a projection, so the exporter's INSERTs fill it).
+    assert any(s.startswith("ALTER TABLE `otel`.otel_traces") and "ADD PROJECTION IF NOT EXISTS agentfeedback_by_trace"
+               " (SELECT * ORDER BY (TraceId, Timestamp))" in s for s in stmts)
     assert not any("Distributed" in s or "ON CLUSTER" in s for s in stmts)
 
 
@@ -46,3 +49,6 @@ def test_cluster_schema_is_replicated_local_tables_under_distributed_ones_sharde
     assert "Distributed('spans', `otel`, otel_traces_local, cityHash64(TraceId))" in dist[0]
     mv = next(s for s in stmts if "MATERIALIZED VIEW" in s)
     assert "FROM `otel`.otel_traces_local" in mv and "TO `otel`.otel_traces_local_trace_id_ts" in mv
+    # The projection lives on each shard's local table (a Distributed table has no parts).
+    proj = next(s for s in stmts if "ADD PROJECTION" in s)
+    assert proj.startswith("ALTER TABLE `otel`.otel_traces_local ON CLUSTER `spans` ADD PROJECTION"), proj
