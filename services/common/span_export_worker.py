@@ -1,6 +1,7 @@
 """The span export child of a service (`services.common.span_pipe`): reads batches of compacted spans
-on stdin, rebuilds them on the parent's resource and exports them with the exporter the `OTEL_*`
-environment asks for (`telemetry.make_exporter`, wrapped in `SizeBoundedExporter`). Every message
+on stdin, encodes them as OTLP requests on the parent's resource (`services.common.otlp_spans`, each
+request's spans within `telemetry.EXPORT_REQUEST_MAX_BYTES`) and exports them with the exporter the
+`OTEL_*` environment asks for (`telemetry.make_exporter(requests=True)`). Every message
 (`spans` or `flush`) is answered with one line on stdout once handled: `<sequence number> <spans
 dropped by the spool so far> <spans in the spool>` (a batch: exported, spooled, or — without a
 spool — given up by the exporter's own retries). Exits at end of input.
@@ -22,13 +23,13 @@ import sys
 import threading
 from pathlib import Path
 
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from services.common.incidents import INCIDENTS
-from services.common.span_pipe import read_msg, rebuild
+from services.common.otlp_spans import RequestEncoder
+from services.common.span_pipe import read_msg
 from services.common.span_spool import SpanSpool
-from services.common.telemetry import SizeBoundedExporter, make_exporter, setup_logging
+from services.common.telemetry import EXPORT_REQUEST_MAX_BYTES, make_exporter, setup_logging
 
 log = logging.getLogger("services.common.span_export_worker")
 
@@ -43,8 +44,8 @@ SPOOL_INCIDENT = "SPAN_EXPORT_SPOOLING"
 class Sender:
     """Exports batches; with a spool, spools what the collector refuses and resends it."""
 
-    def __init__(self, exporter, resource: Resource, spool: SpanSpool | None, service: str):
-        self._exporter, self._resource, self.spool, self._service = exporter, resource, spool, service
+    def __init__(self, exporter, encoder: RequestEncoder, spool: SpanSpool | None, service: str):
+        self._exporter, self._encoder, self.spool, self._service = exporter, encoder, spool, service
         self._lock = threading.Lock()  # one export at a time (reader and resender share the exporter)
         self._refusing = False  # the last export failed: new batches go to the spool
         self._wake = threading.Event()
@@ -59,7 +60,10 @@ class Sender:
     def _export(self, batch: list[tuple]) -> bool:
         with self._lock:
             try:
-                return self._exporter.export([rebuild(r, self._resource) for r in batch]) is SpanExportResult.SUCCESS
+                ok = True
+                for request in self._encoder.requests(batch, EXPORT_REQUEST_MAX_BYTES):
+                    ok = self._exporter.export(request) is SpanExportResult.SUCCESS and ok
+                return ok
             except Exception:  # noqa: BLE001 - one bad batch must not stop the service's export
                 log.exception("%s: a batch of %d spans failed to export", self._service, len(batch))
                 return False
@@ -113,10 +117,10 @@ def main() -> int:
     if cfg is None:
         return 0
     setup_logging()
-    resource = Resource(cfg["resource"], cfg.get("schema_url"))
+    encoder = RequestEncoder(cfg["resource"], cfg.get("schema_url"))
     spool = SpanSpool(Path(cfg["spool_dir"]), cfg["spool_max_bytes"]) if cfg.get("spool_dir") else None
-    inner = make_exporter(SPOOLED_EXPORT_TIMEOUT_S if spool is not None else None)
-    sender = Sender(SizeBoundedExporter(inner), resource, spool, cfg.get("service", "")) if inner is not None else None
+    inner = make_exporter(SPOOLED_EXPORT_TIMEOUT_S if spool is not None else None, requests=True)
+    sender = Sender(inner, encoder, spool, cfg.get("service", "")) if inner is not None else None
     while (msg := read_msg(inp)) is not None:
         kind, seq, body = msg
         if kind == "spans" and sender is not None:

@@ -1,6 +1,7 @@
 """Span export out of the serving process: `ProcessSpanProcessor` hands each ended span, as a tuple of
-plain values, to a child process (`services.common.span_export_worker`) that encodes it as OTLP and
-exports it with the SDK's standard exporter (the `OTEL_*` environment, as `telemetry.make_exporter`).
+plain values, to a child process (`services.common.span_export_worker`) that encodes it as OTLP
+(`services.common.otlp_spans`) and exports it with the SDK's standard exporter (the `OTEL_*`
+environment, as `telemetry.make_exporter`).
 
 Why: the SDK's `BatchSpanProcessor` encodes a whole batch (≈ 32 µs a span, 512 spans at most) on a
 thread of the serving process, holding the GIL for milliseconds at a time; every RPC that needed the
@@ -37,12 +38,11 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
-from opentelemetry.sdk.util import BoundedList
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext
 
 log = logging.getLogger(__name__)
 
@@ -51,61 +51,37 @@ _ROOT = Path(__file__).resolve().parents[2]  # the project (services.common.sett
 WORKER_MODULE = "services.common.span_export_worker"
 
 
-def _ctx(c: SpanContext | None) -> tuple[int, int, bool, int] | None:
-    return None if c is None else (c.trace_id, c.span_id, c.is_remote, int(c.trace_flags))
-
-
-def _span_ctx(t: tuple[int, int, bool, int] | None) -> SpanContext | None:
-    return None if t is None else SpanContext(t[0], t[1], t[2], TraceFlags(t[3]))
+def _ctx(c: SpanContext | None) -> tuple | None:
+    """(trace id, span id, is remote, trace flags[, tracestate items when there are any])."""
+    if c is None:
+        return None
+    if c.trace_state:
+        return c.trace_id, c.span_id, c.is_remote, int(c.trace_flags), tuple(c.trace_state.items())
+    return c.trace_id, c.span_id, c.is_remote, int(c.trace_flags)
 
 
 def _attrs(a: Any) -> tuple[dict[str, Any], int]:
     return (dict(a), a.dropped if isinstance(a, BoundedAttributes) else 0) if a else ({}, 0)
 
 
+def _scope(scope: InstrumentationScope | None) -> tuple | None:
+    """(name, version, schema url[, attribute items when there are any])."""
+    if scope is None:
+        return None
+    if scope.attributes:
+        return scope.name, scope.version, scope.schema_url, tuple(scope.attributes.items())
+    return scope.name, scope.version, scope.schema_url
+
+
 def compact(span: ReadableSpan) -> tuple:
-    """The fields of an ended span the OTLP encoder reads, as plain (picklable) values."""
-    scope = span.instrumentation_scope
+    """The fields of an ended span the OTLP encoder reads (`services.common.otlp_spans.encode_span`),
+    as plain (picklable) values; a spooled batch (`span_spool`) holds these too."""
     return (
         span.name, _ctx(span.context), _ctx(span.parent), span.kind.value, span.start_time, span.end_time,
         (dict(span.attributes or {}), span.dropped_attributes),
         [(e.name, e.timestamp, _attrs(e.attributes)) for e in span.events], span.dropped_events,
         [(_ctx(ln.context), _attrs(ln.attributes)) for ln in span.links], span.dropped_links,
-        span.status.status_code.value, span.status.description,
-        (scope.name, scope.version, scope.schema_url) if scope is not None else None,
-    )
-
-
-# The SDK reads a dropped count only from a BoundedAttributes / BoundedList (0 from a plain dict or list),
-# and the values were checked when the parent set them: the wrapper (which checks every value again, about
-# half of the rebuild's cost) is made only for a span that dropped something.
-def _bounded(attrs: tuple[dict[str, Any], int]) -> dict[str, Any] | BoundedAttributes:
-    if not attrs[1]:
-        return attrs[0]
-    out = BoundedAttributes(attributes=attrs[0], immutable=False)
-    out.dropped = attrs[1]
-    return out
-
-
-def _bounded_list(items: list, dropped: int) -> list | BoundedList:
-    if not dropped:
-        return items
-    out = BoundedList.from_seq(None, items)
-    out.dropped = dropped
-    return out
-
-
-def rebuild(rec: tuple, resource: Resource) -> ReadableSpan:
-    """The ReadableSpan `compact` took apart (dropped counts included), on `resource`."""
-    (name, ctx, parent, kind, start, end, attrs, events, dropped_events, links, dropped_links,
-     status_code, status_description, scope) = rec
-    return ReadableSpan(
-        name=name, context=_span_ctx(ctx), parent=_span_ctx(parent), resource=resource,
-        attributes=_bounded(attrs), kind=SpanKind(kind), start_time=start, end_time=end,
-        events=_bounded_list([Event(n, _bounded(a), timestamp=ts) for n, ts, a in events], dropped_events),
-        links=_bounded_list([Link(_span_ctx(c), _bounded(a)) for c, a in links], dropped_links),
-        status=Status(StatusCode(status_code), status_description),
-        instrumentation_scope=InstrumentationScope(*scope) if scope is not None else None,
+        span.status.status_code.value, span.status.description, _scope(span.instrumentation_scope),
     )
 
 

@@ -164,23 +164,28 @@ def check_span_environment(span_export: str = "process") -> None:
         bsp_settings()
 
 
-def make_exporter(max_timeout_s: float | None = None) -> SpanExporter | None:
+def make_exporter(max_timeout_s: float | None = None, requests: bool = False) -> SpanExporter | None:
     """The OTLP span exporter the `OTEL_*` environment asks for, or None when exporting is off;
     ValueError for an unknown protocol. `max_timeout_s`: the time one export may take, its retries
-    included, instead of OTEL_EXPORTER_OTLP_TIMEOUT (the span spool retries, not the exporter)."""
+    included, instead of OTEL_EXPORTER_OTLP_TIMEOUT (the span spool retries, not the exporter).
+    `requests`: one that exports encoded requests (`otlp_spans.RawRequest`, the span export child's)
+    instead of ReadableSpans."""
     if not exporting():
         return None
     protocol = _protocol()
     timeout = max_timeout_s  # None: the exporter reads OTEL_EXPORTER_OTLP_TIMEOUT (10 s)
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter  # noqa: PLC0415
+    if requests:
+        from services.common.otlp_spans import request_exporters  # noqa: PLC0415
 
+        grpc_exporter, http_exporter = request_exporters()
+    else:
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as grpc_exporter  # noqa: PLC0415, N813
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as http_exporter  # noqa: PLC0415, N813
+    if protocol == "grpc":
         from services.common.reconnect import RECONNECT_OPTIONS  # noqa: PLC0415 - fast reconnect to the collector
 
-        return OTLPSpanExporter(channel_options=tuple(RECONNECT_OPTIONS), timeout=timeout)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter  # noqa: PLC0415
-
-    return HttpExporter(timeout=timeout)
+        return grpc_exporter(channel_options=tuple(RECONNECT_OPTIONS), timeout=timeout)
+    return http_exporter(timeout=timeout)
 
 
 def _protocol() -> str:
