@@ -27,8 +27,16 @@ GetTrace's read: the lookup table's bounds, then the spans through our projectio
 ClickHouse with every INSERT, the exporter's too), so one granule holds a trace instead of one per span
 name of it.
 
+SearchTraces: one attribute filter alone reads our attribute lookup table (`otel_traces_attrs`, filled
+by a materialized view from every INSERT into otel_traces, the exporter's too; ORDER BY (Key, Value,
+Timestamp), values ≤ 256 bytes), a key range instead of the bloom-filtered granules of the Map column;
+other filters, longer values and windows starting before the lookup's recorded coverage
+(`otel_traces_attrs_since`: rows stored before the view existed are only there after a backfill) scan
+otel_traces. Same answer, same order and keyset either way.
+
 Retention: the table TTL (`retention_days`, 14 by default; whole parts dropped, `ttl_only_drop_parts`)
-over daily partitions, plus a pass (retention.TtlRetention) that drops whole past days at once with
+over daily partitions (the lookup tables' too), plus a pass (retention.TtlRetention) that drops whole
+past days of otel_traces and both lookup tables at once with
 the same rule as PostgreSQL (`ingest.first_retained_day_ns`), records them for TRACE_EXPIRED, and
 does so on a simulated clock in tests.
 
@@ -37,6 +45,7 @@ and writes go to Distributed tables named as the exporter's (`<table>`), sharded
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -113,6 +122,15 @@ GROUP BY TraceId{having}
 ORDER BY first_start DESC, TraceId DESC
 LIMIT {{limit:UInt32}}"""
 _AFTER = "\nHAVING first_start < {after_s:Int64} OR (first_start = {after_s:Int64} AND TraceId < {after_t:String})"
+# One attribute filter and nothing else: SEARCH over the attribute lookup table (migration 0015: one row
+# per span attribute, (Key, Value, Timestamp) its primary key), the same answer read from a key range.
+_ATTR_FILTER = "\n  AND Key = {k0:String} AND Value = {v0:String}"
+ATTR_VALUE_MAX_BYTES = 256  # longer values are not in the lookup table (0016's WHERE)
+# The lookup's coverage (migration 0017) is re-read this often, so a backfill is seen without a restart.
+_SINCE_TTL_S = 60.0
+# When the lookup is made on a table already holding spans: its coverage starts this far past now and
+# past every stored span, so spans in INSERTs that began before the view existed are never relied on.
+_SINCE_MARGIN_NS = 3600 * 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -180,14 +198,14 @@ class Tables:
 
 
 def schema_statements(t: Tables, retention_days: int, engine: str = "") -> list[str]:
-    """The DDL of ./clickhouse_schema rendered for `t` (0009 only when sharded), in file order."""
+    """The DDL of ./clickhouse_schema rendered for `t` (*distributed.sql only when sharded), in file order."""
     on_cluster = f"ON CLUSTER `{t.cluster}`" if t.cluster else ""
     engine = engine or ("ReplicatedMergeTree()" if t.cluster else "MergeTree()")
     names = dict(db=f"`{t.database}`", table=t.local, dist=t.traces, on_cluster=on_cluster, engine=engine,
                  ttl_days=str(int(retention_days)), cluster=f"'{t.cluster}'")
     out = []
     for path in sorted(SCHEMA_DIR.glob("*.sql")):
-        if path.name.startswith("0009") and not t.cluster:
+        if "distributed" in path.name and not t.cluster:
             continue
         text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("--"))
         out += [s.strip() for s in Template(text).substitute(names).split(";") if s.strip()]
@@ -207,6 +225,9 @@ class ClickHouseStore:
         self._traces = tables.q(tables.traces)
         self._ts = tables.q(f"{tables.traces}_trace_id_ts")
         self._days = tables.q(f"{tables.traces}_dropped_days")
+        self._attrs = tables.q(f"{tables.traces}_attrs")
+        self._attrs_since = tables.q(f"{tables.traces}_attrs_since")
+        self._since: tuple[float, int | None] = (-_SINCE_TTL_S, None)  # (read at, monotonic s; value)
         self._bounds = BOUNDS.format(ts=self._ts)
         self._get_trace = GET_TRACE.format(cols=_SPAN_COLUMNS, t=self._traces)
         self._summarize = SUMMARIZE.format(t=self._traces, status=_STATUS_SQL)
@@ -220,10 +241,40 @@ class ClickHouseStore:
             await self._tx.command(stmt)
         # Tables made earlier (another retention_days, or the exporter's `ttl`): the TTL follows the
         # setting; existing parts are not rewritten (they expire whole, by partition, as before).
-        for table, column in ((self._t.local, "Timestamp"), (f"{self._t.local}_trace_id_ts", "Start")):
+        for table, column in ((self._t.local, "Timestamp"), (f"{self._t.local}_trace_id_ts", "Start"),
+                              (f"{self._t.local}_attrs", "Timestamp")):
             await self._tx.command(
                 f"ALTER TABLE {self._t.q(table)}{on_cluster} MODIFY TTL toDateTime({column}) + "
                 f"toIntervalDay({int(retention_days)}) SETTINGS materialize_ttl_after_modify = 0")
+        await self._record_attrs_since()
+
+    async def _record_attrs_since(self) -> None:
+        """Record, once, from which span start the attribute lookup is complete: 0 when otel_traces is
+        empty (every span goes through the view), else past every stored span and now by
+        _SINCE_MARGIN_NS (earlier spans are searched by scan until a backfill lowers it)."""
+        if int((await self._tx.query(f"SELECT count() FROM {self._attrs_since}"))[0][0]):
+            return
+        ((n, newest),) = await self._tx.query(
+            f"SELECT count(), toUnixTimestamp64Nano(max(Timestamp)) FROM {self._traces}")
+        since = max(int(newest), time.time_ns()) + _SINCE_MARGIN_NS if int(n) else 0
+        await self._tx.command(f"INSERT INTO {self._attrs_since} (Since) VALUES (fromUnixTimestamp64Nano({{s:Int64}}))",
+                               {"s": since})
+
+    async def _attrs_complete_since(self) -> int | None:
+        """The lookup's coverage start (ns), None when not recorded or its tables are absent (tables an
+        exporter created, `clickhouse_create_schema` off); cached for _SINCE_TTL_S."""
+        at, value = self._since
+        if time.monotonic() - at >= _SINCE_TTL_S:
+            value = None
+            ((tables,),) = await self._tx.query(
+                "SELECT count() FROM system.tables WHERE database = {db:String} AND name IN {names:Array(String)}",
+                {"db": self._t.database, "names": [f"{self._t.traces}_attrs", f"{self._t.traces}_attrs_since"]})
+            if int(tables) == 2:
+                ((n, since),) = await self._tx.query(
+                    f"SELECT count(), toUnixTimestamp64Nano(min(Since)) FROM {self._attrs_since}")
+                value = int(since) if int(n) else None
+            self._since = (time.monotonic(), value)
+        return value
 
     async def close(self) -> None:
         await self._tx.close()
@@ -262,8 +313,21 @@ class ClickHouseStore:
         status_code: int | None, min_duration_ns: int, after: tuple[int, bytes] | None, limit: int,
     ) -> list[tuple[bytes, int]]:
         """(trace_id, first matching start) newest first, strictly after the keyset `after`, at most
-        `limit` (the meaning of repository.Repository.search_trace_ids)."""
+        `limit` (the meaning of repository.Repository.search_trace_ids).
+
+        One attribute filter alone (value ≤ ATTR_VALUE_MAX_BYTES, window within the lookup's coverage)
+        reads the attribute lookup table; anything else scans otel_traces (sort key, skip indexes)."""
         params: dict = {"lo": start_ns, "hi": end_ns, "limit": limit}
+        having = ""
+        if after is not None:
+            having = _AFTER
+            params["after_s"], params["after_t"] = after[0], after[1].hex()
+        if (len(attributes) == 1 and not (service_name or span_name or min_duration_ns) and status_code is None
+                and len((v := next(iter(attributes.values()))).encode()) <= ATTR_VALUE_MAX_BYTES
+                and (since := await self._attrs_complete_since()) is not None and start_ns >= since):
+            params["k0"], params["v0"] = next(iter(attributes)), v
+            sql = SEARCH.format(t=self._attrs, filters=_ATTR_FILTER, having=having)
+            return [(bytes.fromhex(t), int(s)) for t, s in await self._tx.query(sql, params)]
         filters = []
         if service_name:
             filters.append("ServiceName = {svc:String}")
@@ -284,10 +348,6 @@ class ClickHouseStore:
             cond = f"has(mapValues(SpanAttributes), {{v{i}:String}}) AND SpanAttributes[{{k{i}:String}}] = {{v{i}:String}}"
             filters.append(cond if v else f"mapContains(SpanAttributes, {{k{i}:String}}) AND {cond}")
             params[f"k{i}"], params[f"v{i}"] = k, v
-        having = ""
-        if after is not None:
-            having = _AFTER
-            params["after_s"], params["after_t"] = after[0], after[1].hex()
         sql = SEARCH.format(t=self._traces, filters="".join(f"\n  AND {f}" for f in filters), having=having)
         return [(bytes.fromhex(t), int(s)) for t, s in await self._tx.query(sql, params)]
 
@@ -314,10 +374,10 @@ class ClickHouseStore:
         return [date.fromisoformat(r[0].strip("'")) for r in rows]
 
     async def drop_day(self, day: date) -> None:
-        """Drop the partitions of `day` from the span table and the lookup table at once (a metadata
-        operation whatever the day's size), and record the day."""
+        """Drop the partitions of `day` from the span table and the trace-id and attribute lookup tables
+        at once (a metadata operation whatever the day's size), and record the day."""
         on_cluster = f" ON CLUSTER `{self._t.cluster}`" if self._t.cluster else ""
-        for table in (self._t.local, f"{self._t.local}_trace_id_ts"):
+        for table in (self._t.local, f"{self._t.local}_trace_id_ts", f"{self._t.local}_attrs"):
             await self._tx.command(f"ALTER TABLE {self._t.q(table)}{on_cluster} DROP PARTITION '{day.isoformat()}'")
         await self._tx.command(f"INSERT INTO {self._days} (Day) VALUES ('{day.isoformat()}')")
 

@@ -12,9 +12,17 @@ from agentfeedback.traces.v1 import traces_pb2
 
 from services.tracecollector.clickhouse_rows import INSERT_COLUMNS
 from services.tracecollector.clickhouse_transport import ClickHouseError
-from tests.helpers.otlp import NS, kv, new_span_id, new_trace_id, request, span, ts
+from tests.helpers.otlp import NS, kv, new_span_id, new_trace_id, one_trace, request, span, ts
 
 pytestmark = pytest.mark.parametrize("span_store", ["clickhouse"], indirect=True)
+DAY = 86_400 * NS
+# The backfill of docs/architecture.md "Spans on ClickHouse" (single server), as an operator runs it.
+BACKFILL = """
+INSERT INTO {db}.{t}_attrs (Key, Value, Timestamp, TraceId)
+SELECT Key, Value, Timestamp, TraceId FROM {db}.{t}
+ARRAY JOIN mapKeys(SpanAttributes) AS Key, mapValues(SpanAttributes) AS Value
+WHERE length(Value) <= 256 AND Timestamp < (SELECT min(Since) FROM {db}.{t}_attrs_since);
+INSERT INTO {db}.{t}_attrs_since (Since) VALUES (0)"""
 
 
 def _dt(ns: int) -> str:
@@ -181,3 +189,63 @@ async def test_get_trace_reads_one_granule_of_the_trace_ordered_projection(colle
     plan = "\n".join(r[0] for r in await store._tx.query("EXPLAIN indexes = 1 " + store._get_trace, {"tid": tid, **bounds}))
     assert "ReadFromMergeTree (agentfeedback_by_trace)" in plan, plan
     assert "Granules: 1/" in plan, plan
+
+
+async def _attr_rows(store, value: str) -> int:
+    return int((await store._tx.query(f"SELECT count() FROM {store._attrs} WHERE Value = {{v:String}}",
+                                      {"v": value}))[0][0])
+
+
+async def test_a_rare_attribute_on_rows_the_exporter_wrote_is_found_through_the_attribute_lookup(collector):
+    """The lookup table's materialized view indexes every INSERT into otel_traces, the exporter's too."""
+    start = time.time_ns() - 20 * NS
+    theirs = new_trace_id()
+    rows = exporter_rows(theirs, new_span_id(), new_span_id(), start)
+    rows[1]["SpanAttributes"] = {"bench.case": "needle"}
+    await _insert_as_exporter(collector, rows)
+    assert await _attr_rows(collector.server.repo, "needle") == 1
+    found = await collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
+        start_time=ts(start - 13 * DAY), end_time=ts(start + NS), attributes={"bench.case": "needle"}),
+        metadata=collector.md())
+    assert [(t.trace_id, t.root_span_name, t.span_count) for t in found.traces] == [(theirs.hex(), "chat.turn", 2)]
+
+
+async def test_retention_drops_the_attribute_lookup_rows_of_a_dropped_day(start_collector):
+    now = time.time_ns()
+    c = await start_collector(clock=lambda: now)
+    old, spans = one_trace(2, start_ns=now - 13 * DAY, attrs={"case": "old-needle"})
+    await c.otlp().Export(request(spans))
+    store = c.server.repo
+    assert await _attr_rows(store, "old-needle") == 2
+    result = await c.server.retention.run_once(now_ns=now + 2 * DAY)
+    assert result.dropped
+    assert await _attr_rows(store, "old-needle") == 0
+
+
+async def test_spans_stored_before_the_lookup_existed_are_found_by_scan_until_backfilled(start_collector):
+    """An existing deployment: otel_traces holds spans the view never saw. Searches over them scan
+    otel_traces until the backfill (docs/architecture.md "Spans on ClickHouse") indexes them."""
+    c = await start_collector()
+    store = c.server.repo
+    start = time.time_ns() - 3600 * NS
+    tid, spans = one_trace(2, start_ns=start, attrs={"case": "before"})
+    await c.otlp().Export(request(spans))
+    # As if the lookup were created now over these rows: empty, with no coverage recorded.
+    for t in (store._attrs, store._attrs_since):
+        await store._tx.command(f"TRUNCATE TABLE {t}")
+    store._since = (-1e9, None)
+    await store.create_schema(14)
+    (since,), = await store._tx.query(f"SELECT toUnixTimestamp64Nano(min(Since)) FROM {store._attrs_since}")
+    assert int(since) > time.time_ns()  # past every stored span: nothing older is taken from the lookup
+
+    def search():
+        return c.query().SearchTraces(traces_pb2.SearchTracesRequest(
+            start_time=ts(start - NS), end_time=ts(start + NS), attributes={"case": "before"}), metadata=c.md())
+
+    assert [t.trace_id for t in (await search()).traces] == [tid.hex()]  # by scan
+    db, t = f"`{store._t.database}`", store._t.traces
+    for stmt in BACKFILL.format(db=db, t=t).split(";"):
+        await store._tx.command(stmt)
+    assert await _attr_rows(store, "before") == 2
+    store._since = (-1e9, None)
+    assert [t.trace_id for t in (await search()).traces] == [tid.hex()]  # from the lookup

@@ -206,6 +206,47 @@ async def test_search_traces_filters_and_pages(collector):
     assert error_info(e.value).metadata["field"] == "page_token"
 
 
+async def test_one_attribute_search_is_exact_at_the_window_edges_and_pages_newest_first(collector):
+    """One attribute filter alone (ClickHouse answers it from its attribute lookup table, PostgreSQL from
+    its GIN index): a trace whose matching spans straddle the window's start sorts by its first match
+    inside the window; '' matches only a key present with ''; pages cover the list once, in order."""
+    now = time.time_ns()
+    lo, hi = now - 60 * NS, now
+    stub = collector.otlp()
+    tids = []
+    for i in range(5):  # matches at lo + 10 s ... lo + 50 s, newest last
+        tid, spans = one_trace(2, start_ns=lo + (i + 1) * 10 * NS, attrs={"case": "needle"})
+        await stub.Export(request(spans))
+        tids.append(tid)
+    straddle = new_trace_id()
+    await stub.Export(request([span(straddle, new_span_id(), start_ns=lo - NS, attrs={"case": "needle"}),
+                               span(straddle, new_span_id(), start_ns=lo + 25 * NS, attrs={"case": "needle"}),
+                               span(straddle, new_span_id(), start_ns=lo + 26 * NS, attrs={"case": "other"})]))
+    outside, spans = one_trace(1, start_ns=hi + NS, attrs={"case": "needle"})
+    await stub.Export(request(spans))
+    empty, spans = one_trace(1, start_ns=lo + 5 * NS, attrs={"case": ""})
+    await stub.Export(request(spans))
+    _, spans = one_trace(1, start_ns=lo + 6 * NS, attrs={"other": ""})  # no "case" key: not ''
+    await stub.Export(request(spans))
+
+    def search(value: str, **kw):
+        return collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
+            start_time=ts(lo), end_time=ts(hi), attributes={"case": value}, **kw), metadata=collector.md())
+
+    want = [t.hex() for t in (tids[4], tids[3], tids[2], straddle, tids[1], tids[0])]
+    assert [t.trace_id for t in (await search("needle")).traces] == want
+    assert [t.trace_id for t in (await search("")).traces] == [empty.hex()]
+    assert outside.hex() not in want
+    got, token = [], ""
+    while True:
+        page = await search("needle", page_size=4, page_token=token)
+        got.append([t.trace_id for t in page.traces])
+        if not (token := page.next_page_token):
+            break
+    assert got == [want[:4], want[4:]]
+    assert (await search("needle", page_size=4)).traces[3].span_count == 3  # the summary: the whole trace
+
+
 async def test_search_traces_needs_a_time_range_of_at_most_14_days(collector):
     q = collector.query()
     now = time.time_ns()

@@ -35,6 +35,11 @@ def test_single_server_schema_is_the_exporters_with_ttl_daily_partitions_and_blo
     # Ours: the span table's parts also ordered by trace (a projection, so the exporter's INSERTs fill it).
     assert any(s.startswith("ALTER TABLE `otel`.otel_traces") and "ADD PROJECTION IF NOT EXISTS agentfeedback_by_trace"
                " (SELECT * ORDER BY (TraceId, Timestamp))" in s for s in stmts)
+    # Ours: the attribute lookup, partitioned and expiring as otel_traces, keyed for a value's traces.
+    attrs = next(s for s in stmts if "otel_traces_attrs " in s and s.startswith("CREATE TABLE"))
+    assert "PARTITION BY toDate(Timestamp)" in attrs and "ORDER BY (Key, Value, Timestamp)" in attrs
+    assert "TTL toDateTime(Timestamp) + toIntervalDay(14)" in attrs and "ttl_only_drop_parts = 1" in attrs
+    assert any("MATERIALIZED VIEW" in s and "otel_traces_attrs_mv" in s and "ARRAY JOIN" in s for s in stmts)
     assert not any("Distributed" in s or "ON CLUSTER" in s for s in stmts)
 
 
@@ -45,10 +50,14 @@ def test_cluster_schema_is_replicated_local_tables_under_distributed_ones_sharde
     assert "toIntervalDay(7)" in stmts[0]
     dist = [s for s in stmts if "ENGINE = Distributed" in s]
     assert [d.split()[5] for d in dist] == ["`otel`.otel_traces", "`otel`.otel_traces_trace_id_ts",
-                                            "`otel`.otel_traces_dropped_days"]
+                                            "`otel`.otel_traces_dropped_days", "`otel`.otel_traces_attrs",
+                                            "`otel`.otel_traces_attrs_since"]
+    assert "Distributed('spans', `otel`, otel_traces_local_attrs, cityHash64(TraceId))" in dist[3]
     assert "Distributed('spans', `otel`, otel_traces_local, cityHash64(TraceId))" in dist[0]
-    mv = next(s for s in stmts if "MATERIALIZED VIEW" in s)
+    mv, attrs_mv = (s for s in stmts if "MATERIALIZED VIEW" in s)
     assert "FROM `otel`.otel_traces_local" in mv and "TO `otel`.otel_traces_local_trace_id_ts" in mv
     # The projection lives on each shard's local table (a Distributed table has no parts).
     proj = next(s for s in stmts if "ADD PROJECTION" in s)
     assert proj.startswith("ALTER TABLE `otel`.otel_traces_local ON CLUSTER `spans` ADD PROJECTION"), proj
+    # Each shard's view fills its own attribute lookup from the spans stored there.
+    assert "FROM `otel`.otel_traces_local" in attrs_mv and "TO `otel`.otel_traces_local_attrs" in attrs_mv
