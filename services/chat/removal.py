@@ -42,6 +42,9 @@ RELAY_FAILED = "TURN_REMOVAL_NOT_ACKNOWLEDGED"
 TEST_EXIT_STATUS = 137
 # Outbox rows one relay pass claims.
 RELAY_BATCH = 50
+# A replica whose send failed claims nothing for this long, doubling per failed pass (seconds).
+RELAY_BACKOFF_MIN_S = 5.0
+RELAY_BACKOFF_MAX_S = 60.0
 
 
 class RemovalPort(Protocol):
@@ -113,6 +116,8 @@ class RemovalRelay:
         self._remover = remover
         self._poll_s = poll_s
         self._task: asyncio.Task | None = None
+        self._backoff_s = 0.0
+        self._quiet_until = 0.0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="turn-removal-relay")
@@ -123,10 +128,21 @@ class RemovalRelay:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def run_once(self) -> int:
-        """One pass; the removals acknowledged."""
+        """One pass; the removals acknowledged. After a pass whose send failed, this replica claims
+        nothing for its own backoff (5 s doubling to 60 s, reset by a sent removal): the row goes back
+        to the outbox at once (repository REMOVAL_FAILED), so a replica that reaches the feedback
+        service sends it at its next poll, and one that cannot does not take it from the others."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._quiet_until:
+            return 0
         sent = 0
         for removal in await self._repo.claim_removals(RELAY_BATCH):
-            sent += await self._remover.send(removal, None)
+            if not await self._remover.send(removal, None):
+                self._backoff_s = min(RELAY_BACKOFF_MAX_S, max(RELAY_BACKOFF_MIN_S, self._backoff_s * 2))
+                self._quiet_until = loop.time() + self._backoff_s
+                break  # the rest of this batch is already claimed: handed back when their lease ends
+            sent += 1
+            self._backoff_s = 0.0
         return sent
 
     async def _run(self) -> None:

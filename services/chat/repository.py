@@ -197,7 +197,12 @@ UPDATE turn_removals SET attempts = attempts + 1,
 WHERE id IN (SELECT id FROM turn_removals WHERE next_attempt <= now() ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING {_REMOVAL_COLUMNS}"""
 REMOVAL_SENT = "DELETE FROM turn_removals WHERE id = $1"
-REMOVAL_FAILED = "UPDATE turn_removals SET last_error = $2 WHERE id = $1"
+# A failed send hands the row back soon ($3 s), not after the claim's lease: the replica that failed may
+# be the only one cut off from the feedback service (it backs off on its own, RemovalRelay), and another
+# replica that reaches it sends the removal at its next poll instead of after the whole backoff.
+REMOVAL_FAILED = "UPDATE turn_removals SET last_error = $2, next_attempt = now() + make_interval(secs => $3) WHERE id = $1"
+# Seconds after a failed send before any replica may claim the row again.
+REMOVAL_HAND_BACK_S = 1.0
 # How long before the request's own send (the client's TIMEOUT_S) the relay leaves a new row alone.
 REMOVAL_FIRST_DUE_S = 10.0
 
@@ -526,7 +531,7 @@ class Repository:
 
     async def removal_failed(self, removal_id: int, error: str) -> None:
         """Why the last send failed (a bounded code name, for an operator reading the table)."""
-        await self._pool.execute(REMOVAL_FAILED, removal_id, error[:200])
+        await self._pool.execute(REMOVAL_FAILED, removal_id, error[:200], REMOVAL_HAND_BACK_S)
 
     async def fork(
         self, owner: str, parent_id: str, new: NewInstance, turn_index: int, now: datetime

@@ -38,6 +38,7 @@ from services.common.auth import Principal
 from services.common.clip import clip
 from services.common.errors import InvalidArgument, NotFound
 from services.common.ids import new_id
+from services.common.incidents import log_failure
 from services.feedback import webhook_secrets
 from services.feedback.feed import FeedItem
 from services.feedback.feed_wakeups import FeedWakeups
@@ -168,8 +169,10 @@ class Webhooks:
                 if due is not None:
                     wait = max(0.01, (due - dt.datetime.now(dt.UTC)).total_seconds())
                     timeout = wait if timeout is None else min(timeout, wait)
-            except Exception:
-                log.warning("webhook delivery pass failed", exc_info=True)
+            except Exception as e:  # noqa: BLE001 - the loop outlives a bad pass; the next one retries
+                # A database outage counts in its incident (one line, the rest counted), as the other
+                # background workers' do; anything else is a bug, logged every time.
+                log_failure(log, "webhook delivery pass failed", e)
                 timeout = 1.0
             if not active and not self._stopping:
                 # Nothing to deliver on any replica: the writes' wake-ups are not ours until a subscription is.
