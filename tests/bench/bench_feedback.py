@@ -13,8 +13,12 @@ turn: after the first put the ownership check is served from its 5 s cache), and
 FIRST_RATING_TURNS distinct turns, each rated once by the same 4 clients, so every put asks the chat
 service whether the caller owns the turn (`rating_first_put_per_s`, `rating_first_put_p50_ms`, its
 tail); also the chat service's
-own GetMessage p50 over the same loopback (`feedback_chat_getmessage_p50_ms`, the baseline the
-create path builds on: it makes two chat calls and two SQL statements).
+own GetMessage and ListMessages(turn_of_message) p50/p99 over the same loopback
+(`feedback_chat_getmessage_*`, `feedback_chat_listturn_*`: the latter is the create's one chat call).
+The create's floor, same run: the create's one durable write (INSERT_FEEDBACK, one statement, one
+commit) behind tests.bench.floor, alternating with the service in ROUNDS blocks of creates
+(`feedback_create_floor_p50_ms`, `feedback_create_floor_p99_ms`); a create is that write after the
+chat read, so its floor is about their sum.
 Also the feedback process's own CPU per call (`*_server_cpu_ms`, from /proc: independent of what
 else the shared machine runs) and the 1-minute load average at the end.
 Floor, same run: the same 4 clients against `tests.bench.floor` (the real UPSERT_RATING statement behind
@@ -41,7 +45,8 @@ from tests.bench.bench_chat import SECRET, poll_trace, service_env, start_servic
 from tests.bench.floor import start_floor
 from tests.bench.stats import tail
 
-CREATE_CALLS = 1000
+CREATE_CALLS = 1000  # and as many against the floor, alternating in ROUNDS blocks
+CHAT_READS = 1000  # each chat read of the baseline (≥ 1000: a p99)
 WARMUP = 100
 TURNS = 20
 RATING_CLIENTS = 4
@@ -49,7 +54,7 @@ RATINGS_PER_CLIENT = 1000
 ROUNDS = 2  # alternating service / floor rounds of RATING_CLIENTS × RATINGS_PER_CLIENT puts
 FIRST_RATING_TURNS = 1000  # distinct turns, each rated once: the ownership check is never cached
 # RATINGS_PER_CLIENT stays even: each client alternates sentiments, and the floor answers only puts that change a row.
-SMOKE = {"CREATE_CALLS": 4, "WARMUP": 1, "TURNS": 4, "RATINGS_PER_CLIENT": 4, "FIRST_RATING_TURNS": 8}
+SMOKE = {"CREATE_CALLS": 4, "CHAT_READS": 4, "WARMUP": 1, "TURNS": 4, "RATINGS_PER_CLIENT": 4, "FIRST_RATING_TURNS": 8}
 
 
 def _cpu_s(pid: int) -> float:
@@ -135,18 +140,35 @@ async def run(ctx) -> dict[str, float]:
             await call
             return (time.perf_counter() - t0) * 1000
 
-        def create(i: int):
-            return fb.CreateFeedback(pb.CreateFeedbackRequest(
+        def create(stub, i: int):
+            return stub.CreateFeedback(pb.CreateFeedbackRequest(
                 feedback=pb.Feedback(message=turns[i % TURNS].reply.name, body="the reply is wrong",
                                      sentiment=pb.SENTIMENT_BAD), request_id=str(uuid.uuid4())), metadata=md)
 
         get_msg = chat_pb2.GetMessageRequest(name=turns[0].reply.name)
-        base = sorted([await timed(chat.GetMessage(get_msg, metadata=md)) for _ in range(300)])
+        base = sorted([await timed(chat.GetMessage(get_msg, metadata=md)) for _ in range(CHAT_READS)])
+        # What the create itself asks the chat service for: the turn of the quoted message.
+        list_turn = chat_pb2.ListMessagesRequest(parent=inst, page_size=100, turn_of_message=turns[0].reply.name)
+        turn_read = sorted([await timed(chat.ListMessages(list_turn, metadata=md)) for _ in range(CHAT_READS)])
+        floor, floor_port = await start_floor("feedback", env["AGENTFEEDBACK_DATABASE_URL"])
+        procs.append(floor)  # stopped with the services
+        channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{floor_port}"))
+        floor_fb = feedback_pb2_grpc.FeedbackServiceStub(channels[-1])
         for i in range(WARMUP):
-            await create(i)
-        cpu0 = _cpu_s(proc.pid)
-        lat = sorted([await timed(create(i)) for i in range(CREATE_CALLS)])
-        create_cpu_ms = (_cpu_s(proc.pid) - cpu0) * 1000 / CREATE_CALLS
+            await create(fb, i)
+            await create(floor_fb, i)
+        # Service and floor alternate (ROUNDS blocks each), so both see the same machine and disk.
+        lat: list[float] = []
+        floor_lat: list[float] = []
+        create_cpu_s = 0.0
+        for _ in range(ROUNDS):
+            cpu0 = _cpu_s(proc.pid)
+            lat += [await timed(create(fb, i)) for i in range(CREATE_CALLS // ROUNDS)]
+            create_cpu_s += _cpu_s(proc.pid) - cpu0
+            floor_lat += [await timed(create(floor_fb, i)) for i in range(CREATE_CALLS // ROUNDS)]
+        lat.sort()
+        floor_lat.sort()
+        create_cpu_ms = create_cpu_s * 1000 / len(lat)
 
         def client_stubs(port: int) -> list[feedback_pb2_grpc.FeedbackServiceStub]:
             """One stub per rating client, each on its own connection (a client pool per channel)."""
@@ -169,8 +191,6 @@ async def run(ctx) -> dict[str, float]:
             await asyncio.gather(*(rater(stubs[c], c, n) for c in range(RATING_CLIENTS)))
             return time.perf_counter() - t0
 
-        floor, floor_port = await start_floor("feedback", env["AGENTFEEDBACK_DATABASE_URL"])
-        procs.append(floor)  # stopped with the services
         raters, floor_raters = client_stubs(ports["feedback"]), client_stubs(floor_port)
         await rate(raters, 100)
         await rate(floor_raters, 100)
@@ -192,7 +212,14 @@ async def run(ctx) -> dict[str, float]:
         return {
             "feedback_create_p50_ms": round(statistics.median(lat), 3),
             **{k: round(v, 3) for k, v in tail("feedback_create", lat).items()},
+            # The create's floor, same run: its durable INSERT + commit alone behind bare grpc.aio
+            # (tests/bench/floor.py); a create adds the chat read below (sequential) to it.
+            "feedback_create_floor_p50_ms": round(statistics.median(floor_lat), 3),
+            **{k: round(v, 3) for k, v in tail("feedback_create_floor", floor_lat).items()},
             "feedback_chat_getmessage_p50_ms": round(statistics.median(base), 3),
+            **{k: round(v, 3) for k, v in tail("feedback_chat_getmessage", base).items()},
+            "feedback_chat_listturn_p50_ms": round(statistics.median(turn_read), 3),
+            **{k: round(v, 3) for k, v in tail("feedback_chat_listturn", turn_read).items()},
             "rating_put_per_s": round(rate_per_s, 1),
             # The same puts against the floor (tests/bench/floor.py: the UPSERT alone behind bare grpc.aio).
             "rating_put_floor_per_s": round(floor_per_s, 1),

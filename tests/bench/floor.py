@@ -11,6 +11,11 @@ met by this stack on this machine, whatever our code does.
 Floors (each as its own OS process, like the real services, on uvloop as `run_service` does):
 - `feedback`: `FeedbackService.PutRating` = `UPSERT_RATING` (services/feedback/repository/ratings.py, with the
   request id and a SHA-256 of the request, as the service sends it) + the Rating.
+  `FeedbackService.CreateFeedback` = the create's one durable write, `ReportStore.insert_report`
+  (INSERT_FEEDBACK, autocommit: one statement, one commit, the cluster's synchronous_commit) of a
+  report on the request's message with a chat-sourced snapshot of FLOOR_REPLY_CHARS target characters
+  (no chat call: the bench reports the chat service's own read next to it) + the Feedback. Its rows are
+  born with no capture due, so the service's capture worker never works on them.
 - `agent` + `gateway`: `ChatService.SendMessage` = `Repository.begin_turn` (user message + history,
   committed) → one `AgentService.Think` call carrying that history and the same metadata the real
   gateway sends (authorization + traceparent) and a 30 s deadline → `Repository.finish_turn` (reply,
@@ -46,16 +51,44 @@ from services.common.ids import new_id
 from services.common.health import wait_serving
 from services.common.settings import PROJECT_ROOT
 from services.common.etags import etag
+from services.feedback import domain
+from services.feedback.model.enums import Author, Category, Sentiment, Surface, TraceState
+from services.feedback.model.report import Anchor, Context, NewReport, Snapshot
 from services.feedback.repository.ratings import _NAMED, PUTS, UPSERT_RATING
+from services.feedback.repository import create_pool as feedback_pool
+from services.feedback.repository.reports import ReportStore
 
 FLOOR_REPLY_CHARS = 1200
 OWNER = "bench"  # the `sub` of the bench's token: the floor gateway writes the real instance's rows
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
-class FloorRatings(feedback_pb2_grpc.FeedbackServiceServicer):
+class FloorFeedback(feedback_pb2_grpc.FeedbackServiceServicer):
     def __init__(self, pool):
         self._pool = pool
+        self._reports = ReportStore(pool)
+
+    async def CreateFeedback(self, request, context):  # noqa: N802
+        f = request.feedback
+        instance = f.message.split("/messages/", 1)[0]
+        snapshot = Snapshot(
+            source=domain.SOURCE_CHAT, target_role="ROLE_ASSISTANT", target_text="r" * FLOOR_REPLY_CHARS,
+            target_time=datetime.now(UTC), preceding_user_text="question", trace_id=uuid.uuid4().hex,
+            context=Context(agent="reference", model="floor", channel="CHANNEL_TEXT"),
+        )
+        got = await self._reports.insert_report(NewReport(
+            id=new_id(), owner=OWNER, request_id=uuid.UUID(request.request_id),
+            fingerprint=hashlib.sha256(request.SerializeToString(deterministic=True)).digest(),
+            anchor=Anchor("message", message=f.message, instance=instance, trace_id=snapshot.trace_id),
+            surface=Surface(f.surface or 1), author=Author(f.author or 1), body=f.body,
+            sentiment=Sentiment(f.sentiment), category=Category(f.category), snapshot=snapshot,
+            turn_time=snapshot.target_time, trace_state=TraceState.PENDING,
+        ), 86400.0)
+        r = got.report
+        out = pb.Feedback(name=f"feedback/{r.id}", message=r.anchor.message, body=r.body, sentiment=r.sentiment,
+                          snapshot=pb.Snapshot(target_text=r.snapshot.target_text, trace_id=r.snapshot.trace_id))
+        out.create_time.FromDatetime(r.create_time)
+        return out
 
     async def PutRating(self, request, context):  # noqa: N802
         r = request.rating
@@ -117,8 +150,8 @@ async def _serve(kind: str, port: int, db: str | None, agent_port: int | None) -
     if kind == "agent":
         agent_pb2_grpc.add_AgentServiceServicer_to_server(FloorAgent(), server)
     elif kind == "feedback":
-        pool = await create_pool(db, "feedback", reset=skip_reset)
-        feedback_pb2_grpc.add_FeedbackServiceServicer_to_server(FloorRatings(pool), server)
+        pool = await feedback_pool(db, 2, 10)  # the service's: jsonb codecs, no reset
+        feedback_pb2_grpc.add_FeedbackServiceServicer_to_server(FloorFeedback(pool), server)
     else:
         pool = await create_pool(db, "chat", reset=skip_reset)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{agent_port}")
