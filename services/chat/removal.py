@@ -22,10 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import Protocol
 
 import grpc
+from opentelemetry.metrics import Meter, Observation
 
 from services.chat.domain import TurnRemoval
 from services.chat.ratings_client import RatingsUnavailable
@@ -109,15 +111,35 @@ class TurnRemover:
 
 class RemovalRelay:
     """Sends the outbox rows no request sent (killed, feedback down): every `poll_s` seconds it claims
-    the due rows (each leased for its backoff, see repository CLAIM_REMOVALS) and sends them in order."""
+    the due rows (each leased for its backoff, see repository CLAIM_REMOVALS) and sends them in order.
 
-    def __init__(self, repo: Repository, remover: TurnRemover, poll_s: float):
+    With a `meter`, each pass also reads the outbox for two gauges (the whole table, all replicas: take
+    `max` across replicas, not `sum`): `agentfeedback.chat.turn_removal_backlog` (removals the feedback
+    service has not acknowledged) and `agentfeedback.chat.turn_removal_oldest_pending_age` (s; 0: none).
+    Until a removal is acknowledged, the deleted turn's ratings are still listed by the feedback
+    service, so an operator alerts on the age (deploy/monitoring/alerts.yaml)."""
+
+    def __init__(self, repo: Repository, remover: TurnRemover, poll_s: float, meter: Meter | None = None):
         self._repo = repo
         self._remover = remover
         self._poll_s = poll_s
         self._task: asyncio.Task | None = None
         self._backoff_s = 0.0
         self._quiet_until = 0.0
+        self._backlog, self._oldest_age_s = 0, 0.0
+        if meter is not None:
+            meter.create_observable_gauge("agentfeedback.chat.turn_removal_backlog", unit="{removal}",
+                                          callbacks=[lambda _o: [Observation(self._backlog)]],
+                                          description="Turn removals the feedback service has not acknowledged.")
+            meter.create_observable_gauge("agentfeedback.chat.turn_removal_oldest_pending_age", unit="s",
+                                          callbacks=[lambda _o: [Observation(self._oldest_age_s)]],
+                                          description="Age of the oldest unacknowledged turn removal.")
+
+    async def refresh(self) -> None:
+        """Read the outbox's gauges now (every pass does)."""
+        count, oldest = await self._repo.removal_backlog()
+        self._backlog = count
+        self._oldest_age_s = max(0.0, time.time() - oldest.timestamp()) if oldest is not None else 0.0
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="turn-removal-relay")
@@ -149,6 +171,7 @@ class RemovalRelay:
         while True:
             try:
                 await self.run_once()
+                await self.refresh()
             except Exception as e:  # noqa: BLE001 - the loop outlives a bad pass; the next one retries
                 if is_database_down(e):
                     INCIDENTS.failure("DATABASE_UNAVAILABLE", "turn removal relay pass failed", e)

@@ -203,6 +203,8 @@ REMOVAL_SENT = "DELETE FROM turn_removals WHERE id = $1"
 REMOVAL_FAILED = "UPDATE turn_removals SET last_error = $2, next_attempt = now() + make_interval(secs => $3) WHERE id = $1"
 # Seconds after a failed send before any replica may claim the row again.
 REMOVAL_HAND_BACK_S = 1.0
+# What the outbox holds (the relay's gauges): rows not yet acknowledged and the oldest one's creation.
+REMOVAL_BACKLOG = "SELECT count(*), min(create_time) FROM turn_removals"
 # How long before the request's own send (the client's TIMEOUT_S) the relay leaves a new row alone.
 REMOVAL_FIRST_DUE_S = 10.0
 
@@ -528,6 +530,11 @@ class Repository:
     async def removal_sent(self, removal_id: int) -> None:
         """The feedback service acknowledged the removal: its outbox row goes."""
         await self._pool.execute(REMOVAL_SENT, removal_id)
+
+    async def removal_backlog(self) -> tuple[int, datetime | None]:
+        """(outbox rows not yet acknowledged, the oldest one's create_time; None when empty)."""
+        row = await self._pool.fetchrow(REMOVAL_BACKLOG)
+        return int(row[0]), row[1]
 
     async def removal_failed(self, removal_id: int, error: str) -> None:
         """Why the last send failed (a bounded code name, for an operator reading the table)."""

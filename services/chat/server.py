@@ -74,9 +74,10 @@ async def create_server(
     token = ServiceToken(settings, settings.feedback_token.get_secret_value(), CHAT_SERVICE_SUB,
                          (SCOPE_FEEDBACK_TURN_REMOVAL,))
     remover = TurnRemover(repo, ratings, token, exit_after_commit=settings.test_exit_after_removal_commit)
-    relay = RemovalRelay(repo, remover, settings.removal_relay_poll_s)
+    relay = RemovalRelay(repo, remover, settings.removal_relay_poll_s, metrics.meter)
     server = GrpcServer([interceptor, quota], grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
     server.metrics = metrics
+    server.metrics_refresh = relay.refresh  # type: ignore[attr-defined] - tests read the outbox gauges now
     server.watch_database(url)
     server.add(
         chat_pb2_grpc.add_ChatServiceServicer_to_server,

@@ -163,3 +163,31 @@ async def test_forwarder_counts_spans_sent_and_dropped(database_url, tmp_path):
     finally:
         for s in (dead, live, down):
             await s.stop()
+
+
+async def test_chat_turn_removal_gauges_show_what_the_feedback_service_has_not_acknowledged(stack: Stack):
+    """An operator sees a turn removal the feedback service has not acknowledged (its ratings are still
+    listed meanwhile): the chat outbox's backlog and the oldest row's age, read from the table itself."""
+    port = stack.metrics_port("chat")
+    chat = stack.servers["chat"]
+    conn = await asyncpg.connect(stack.database_url)
+    try:
+        # A row no relay claims during the test (due in an hour), created ten minutes ago.
+        rid = await conn.fetchval(
+            "INSERT INTO chat.turn_removals (owner, instance_id, turn_indexes, trace_ids, create_time, next_attempt) "
+            "VALUES ('gauge-test', 'none', '{1}', '{}', now() - interval '10 minutes', now() + interval '1 hour') "
+            "RETURNING id")
+        try:
+            await chat.metrics_refresh()
+            got = await scrape(port)
+            assert value(got, "agentfeedback_chat_turn_removal_backlog") >= 1
+            assert 600 <= value(got, "agentfeedback_chat_turn_removal_oldest_pending_age_seconds") < 700
+        finally:
+            await conn.execute("DELETE FROM chat.turn_removals WHERE id = $1", rid)
+        await chat.metrics_refresh()
+        got = await scrape(port)
+        assert value(got, "agentfeedback_chat_turn_removal_backlog") == await conn.fetchval(
+            "SELECT count(*) FROM chat.turn_removals")
+        assert value(got, "agentfeedback_chat_turn_removal_oldest_pending_age_seconds") < 600
+    finally:
+        await conn.close()

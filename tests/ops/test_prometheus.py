@@ -34,7 +34,7 @@ def test_alert_rules_pass_promtool_check_and_their_unit_tests():
     check = subprocess.run([_tool("promtool"), "check", "rules", str(MONITORING / "alerts.yaml")],
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 14 rules found" in check.stdout
+    assert "SUCCESS: 15 rules found" in check.stdout
     unit = subprocess.run([_tool("promtool"), "test", "rules", "alerts_test.yaml"], cwd=MONITORING,
                           capture_output=True, text=True, timeout=60)
     assert unit.returncode == 0, unit.stdout + unit.stderr
@@ -116,7 +116,7 @@ async def test_a_real_prometheus_scrapes_the_stack_and_sees_counters_move(stack:
             loaded = {r["name"]: r["health"] for g in rules for r in g["rules"]}
             shipped = [r.get("alert") or r["record"] for g in yaml.safe_load((MONITORING / "alerts.yaml").read_text())["groups"]
                        for r in g["rules"]]
-            assert sorted(loaded) == sorted(shipped) and len(shipped) == 14 and set(loaded.values()) == {"ok"}, loaded
+            assert sorted(loaded) == sorted(shipped) and len(shipped) == 15 and set(loaded.values()) == {"ok"}, loaded
             firing = (await http.get(f"{base}/api/v1/alerts")).json()["data"]["alerts"]
             assert not [a for a in firing if a["state"] == "firing"], firing
             for expr in _dashboard_queries():
