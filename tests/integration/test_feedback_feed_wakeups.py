@@ -2,7 +2,8 @@
 database connection (services.common.db.connect): with a multi-host URL whose first host hangs, each
 host gets its own connect timeout, so the listener comes up on the host that answers. Its NOTIFYs: one
 after a lone write at once, at most one per NOTIFY_GAP_S while writes keep coming, and always one after
-the last; a subscription announced on one replica wakes another replica's webhook worker, a write does not."""
+the last; a subscription announced on one replica wakes another replica's webhook worker, a write does
+not. A NOTIFY waits for no WAL flush (an INSERT does)."""
 from __future__ import annotations
 
 import asyncio
@@ -14,7 +15,7 @@ import asyncpg
 import pytest
 
 from services.common import db
-from services.feedback.feed_wakeups import CONNECT_TIMEOUT_S, NOTIFY_GAP_S, FeedWakeups
+from services.feedback.feed_wakeups import CONNECT_TIMEOUT_S, NOTIFY, NOTIFY_GAP_S, FeedWakeups
 
 
 async def _hung_host() -> tuple[asyncio.Server, list[asyncio.StreamWriter]]:
@@ -122,3 +123,31 @@ async def test_a_subscription_announced_on_one_replica_wakes_the_other_replicas_
         for w in (one, other):
             await w.stop()
         await pool.close()
+
+
+async def test_a_notify_waits_for_no_wal_flush_and_an_insert_does(database_url):
+    """Why NOTIFY keeps the cluster's synchronous_commit: a transaction that wrote no WAL before its commit
+    record commits without a flush anyway, so a NOTIFY after a create adds no disk flush (issue 29)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        if await conn.fetchval("SELECT to_regproc('pg_stat_get_backend_io') IS NULL"):
+            pytest.skip("per-backend I/O statistics need PostgreSQL 18")
+
+        async def flushes() -> int:
+            await conn.execute("SELECT pg_stat_force_next_flush()")  # this backend's counts, published now
+            return await conn.fetchval(
+                "SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_get_backend_io(pg_backend_pid()) WHERE object = 'wal'")
+
+        await conn.execute("CREATE TABLE IF NOT EXISTS public.notify_flush_probe (n int)")
+        f0 = await flushes()
+        for _ in range(20):
+            await conn.execute(NOTIFY)
+        f1 = await flushes()
+        for _ in range(3):
+            await conn.execute("INSERT INTO public.notify_flush_probe VALUES (1)")
+        f2 = await flushes()
+        assert f1 - f0 == 0, f"{f1 - f0} WAL flushes for 20 NOTIFYs"
+        assert f2 - f1 >= 3, f"{f2 - f1} WAL flushes for 3 committed INSERTs"  # the counter counts
+    finally:
+        await conn.execute("DROP TABLE IF EXISTS public.notify_flush_probe")
+        await conn.close()
