@@ -195,7 +195,7 @@ async def run(ctx) -> dict[str, float]:
         await rate(raters, 100)
         await rate(floor_raters, 100)
         # Service and floor alternate (ROUNDS each), so both see the same machine.
-        elapsed = floor_elapsed = cpu_s = 0.0
+        elapsed = floor_elapsed = cpu_s = floor_cpu_s = 0.0
         others = {"client": 0.0, "collector": 0.0, "postgres": 0.0}
         for _ in range(ROUNDS):
             cpu0, others0 = _cpu_s(proc.pid), _others_cpu_s(procs[0].pid)
@@ -203,7 +203,9 @@ async def run(ctx) -> dict[str, float]:
             cpu_s += _cpu_s(proc.pid) - cpu0
             for k, v in _cpu_delta(others0, _others_cpu_s(procs[0].pid)).items():
                 others[k] += v
+            floor_cpu0 = _cpu_s(floor.pid)
             floor_elapsed += await rate(floor_raters, RATINGS_PER_CLIENT)
+            floor_cpu_s += _cpu_s(floor.pid) - floor_cpu0
         first_per_s, first_ms = await _first_ratings(chat, raters, inst, md)
         puts = ROUNDS * RATING_CLIENTS * RATINGS_PER_CLIENT
         rating_cpu_ms = cpu_s * 1000 / puts
@@ -231,6 +233,9 @@ async def run(ctx) -> dict[str, float]:
             # Load-independent: CPU the feedback process spent per call (the machine is shared).
             "feedback_create_server_cpu_ms": round(create_cpu_ms, 3),
             "rating_put_server_cpu_ms": round(rating_cpu_ms, 3),
+            # The floor server's own CPU per put, measured the same way: what the server CPU above is
+            # compared with (the difference is the feedback process's own per-put work).
+            "rating_put_floor_server_cpu_ms": round(floor_cpu_s * 1000 / puts, 3),
             # The rest of the 2-core machine's CPU per rating (what bounds the throughput with the server).
             **{f"rating_put_{k}_cpu_ms": round(v, 3) for k, v in others.items()},
             "feedback_bench_loadavg_1m": round(os.getloadavg()[0], 2),
