@@ -151,3 +151,33 @@ async def test_a_notify_waits_for_no_wal_flush_and_an_insert_does(database_url):
     finally:
         await conn.execute("DROP TABLE IF EXISTS public.notify_flush_probe")
         await conn.close()
+
+
+async def test_a_write_is_announced_on_the_listening_connection_while_the_pool_is_busy(database_url):
+    # The NOTIFY goes on the listening connection (issue 29: no pool acquire and release per NOTIFY):
+    # every pool connection held by writes, the announcement still reaches the other replica at once.
+    pool, (writer, reader) = await _listening(database_url, 2)
+    held = [await pool.acquire() for _ in range(pool.get_max_size())]
+    try:
+        woken = reader.changed()
+        writer.poke()
+        await asyncio.wait_for(woken.wait(), 2)
+    finally:
+        for conn in held:
+            await pool.release(conn)
+        for w in (writer, reader):
+            await w.stop()
+        await pool.close()
+
+
+async def test_a_write_is_announced_on_the_pool_while_the_listening_connection_is_lost(database_url):
+    pool, (writer, reader) = await _listening(database_url, 2)
+    try:
+        writer._conn.terminate()  # noqa: SLF001 - the listening connection drops (a failover, a cut)
+        woken = reader.changed()
+        writer.poke()
+        await asyncio.wait_for(woken.wait(), 2)
+    finally:
+        for w in (writer, reader):
+            await w.stop()
+        await pool.close()
