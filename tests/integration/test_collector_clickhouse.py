@@ -249,3 +249,50 @@ async def test_spans_stored_before_the_lookup_existed_are_found_by_scan_until_ba
     assert await _attr_rows(store, "before") == 2
     store._since = (-1e9, None)
     assert [t.trace_id for t in (await search()).traces] == [tid.hex()]  # from the lookup
+
+
+async def _codecs(store) -> set[tuple[str, str]]:
+    """(part, default codec) of every active part of the span table and of its projection (the lookup
+    table's columns all declare theirs: system.columns)."""
+    rows = await store._tx.query(
+        "SELECT name, default_compression_codec FROM system.parts WHERE database = {db:String} AND table = {t:String}"
+        " AND active UNION ALL SELECT concat(parent_name, '.', name), default_compression_codec"
+        " FROM system.projection_parts WHERE database = {db:String} AND table = {t:String} AND active",
+        {"db": store._t.database, "t": store._t.local})
+    return {(r[0], r[1]) for r in rows}
+
+
+async def test_the_codec_migrations_change_only_storage_on_tables_made_before_them(collector):
+    """Migrations 0025/0026 on tables that already hold parts (an existing deployment, an exporter fleet's
+    table): metadata only; parts written before read back the same, new and merged parts get ZSTD(3)."""
+    store = collector.server.repo
+    attrs_codec = ("MODIFY COLUMN Value CODEC({c}), MODIFY COLUMN Timestamp CODEC(Delta, {c}),"
+                   " MODIFY COLUMN TraceId CODEC({c})")
+    # The tables as 0004-0018 made them: the projection in the server's default codec, the lookup in ZSTD(1).
+    await store._tx.command(f"ALTER TABLE {store._traces} RESET SETTING default_compression_codec")
+    await store._tx.command(f"ALTER TABLE {store._attrs} " + attrs_codec.format(c="ZSTD(1)"))
+    start = time.time_ns() - 60 * NS
+    old, spans = one_trace(3, start_ns=start, attrs={"case": "codec"})
+    await collector.otlp().Export(request(spans))
+    before, old_parts = await collector.get_trace(old), await _codecs(store)
+    assert len(before.spans) == 3
+    await store.create_schema(14)
+    (ddl,), = await store._tx.query(f"SHOW CREATE TABLE {store._traces}")
+    assert "default_compression_codec = 'ZSTD(3)'" in ddl, ddl
+    new, spans = one_trace(2, start_ns=start + NS, attrs={"case": "codec"})
+    await collector.otlp().Export(request(spans))
+    parts = await _codecs(store)
+    assert old_parts < parts and {c for _, c in parts - old_parts} == {"ZSTD(3)"}  # old parts not rewritten
+    assert await collector.get_trace(old) == before  # a part written before, read as written
+    for table in (store._traces, store._attrs):
+        await store._tx.command(f"OPTIMIZE TABLE {table} FINAL")
+    assert {c for _, c in await _codecs(store)} == {"ZSTD(3)"}  # merged: recompressed
+    assert await collector.get_trace(old) == before
+    columns = dict(await store._tx.query(
+        "SELECT name, compression_codec FROM system.columns WHERE database = {db:String} AND table = {t:String}",
+        {"db": store._t.database, "t": f"{store._t.local}_attrs"}))
+    assert columns == {"Key": "CODEC(ZSTD(1))", "Value": "CODEC(ZSTD(3))", "Timestamp": "CODEC(Delta(8), ZSTD(3))",
+                       "TraceId": "CODEC(ZSTD(3))"}
+    found = await collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
+        start_time=ts(start - NS), end_time=ts(start + 2 * NS), attributes={"case": "codec"}), metadata=collector.md())
+    assert [x.trace_id for x in found.traces] == [new.hex(), old.hex()]

@@ -41,6 +41,13 @@ def test_single_server_schema_is_the_exporters_with_ttl_daily_partitions_and_blo
     assert "TTL toDateTime(Timestamp) + toIntervalDay(14)" in attrs and "ttl_only_drop_parts = 1" in attrs
     assert any("MATERIALIZED VIEW" in s and "otel_traces_attrs_mv" in s and "ARRAY JOIN" in s for s in stmts)
     assert not any("Distributed" in s or "ON CLUSTER" in s for s in stmts)
+    # Storage only (0025, 0026): the exporter's table gets a default codec (what declares none: our
+    # projection, the skip indexes), never a column change; the lookup's columns ZSTD(3).
+    assert any(s.startswith("ALTER TABLE `otel`.otel_traces ")
+               and s.endswith("MODIFY SETTING default_compression_codec = 'ZSTD(3)'") for s in stmts)
+    assert not any("otel_traces " in s and "MODIFY COLUMN" in s for s in stmts)
+    assert any(s.startswith("ALTER TABLE `otel`.otel_traces_attrs") and "MODIFY COLUMN TraceId CODEC(ZSTD(3))" in s
+               for s in stmts)
 
 
 def test_cluster_schema_is_replicated_local_tables_under_distributed_ones_sharded_by_trace():
