@@ -18,7 +18,8 @@ statements and one agent call carrying the same history, behind bare grpc.aio: n
 validation or deadline handling), alternating with the service: `turn_floor_p50_ms` (client-observed,
 the floor agent takes ~0 ms) and `turn_overhead_vs_floor`.
 Also reported: the same inside the gateway only (`chat.turn` span minus `agent.think`), and the CPU
-time per turn of the gateway and agent processes (all threads).
+time per turn of the gateway and agent processes (all threads; either path) next to the floor
+gateway's and agent's per floor turn (wall-clock on a shared 2-core machine is noisy, CPU less so).
 """
 
 from __future__ import annotations
@@ -219,6 +220,7 @@ async def run(ctx) -> dict[str, float]:
             await turn(floor, i)
         cpu0 = {p.pid: _cpu_s(p.pid) for p in procs}
         cpu_s = dict.fromkeys(cpu0, 0.0)
+        floor_cpu_s = {floor_agent.pid: 0.0, floor_gateway.pid: 0.0}  # over the floor's turns only
         # Service and floor alternate in ROUNDS blocks, so both see the same machine; the stream path's
         # turns alternate with the plain ones inside each block (the CPU figures: per turn of either).
         for r in range(ROUNDS):
@@ -230,9 +232,13 @@ async def run(ctx) -> dict[str, float]:
                 stream_ms[t] = ms
             for p in procs:
                 cpu_s[p.pid] += _cpu_s(p.pid) - cpu0[p.pid]
+            cpu0 = {p.pid: _cpu_s(p.pid) for p in (floor_agent, floor_gateway)}
             floor_ms += [(await turn(floor, i))[1] for i in range(TURNS // ROUNDS)]
+            for p in (floor_agent, floor_gateway):
+                floor_cpu_s[p.pid] += _cpu_s(p.pid) - cpu0[p.pid]
         await floor_channel.close()
         cpu_ms = {pid: v * 1000 / (len(client_ms) + len(stream_ms)) for pid, v in cpu_s.items()}
+        floor_cpu_ms = {pid: v * 1000 / len(floor_ms) for pid, v in floor_cpu_s.items()}
         for p in procs[1:3]:  # SIGTERM: drain, then each service flushes its spans to the collector
             p.send_signal(signal.SIGTERM)
             await asyncio.to_thread(p.wait, 30)
@@ -259,6 +265,9 @@ async def run(ctx) -> dict[str, float]:
         # CPU per turn (either path) of each process (less sensitive to a busy machine than the latencies above).
         "turn_gateway_cpu_ms": cpu_ms[procs[2].pid],
         "turn_agent_cpu_ms": cpu_ms[procs[1].pid],
+        # …and of the floor's gateway and agent per floor turn (SendMessage only, no request id).
+        "turn_floor_gateway_cpu_ms": floor_cpu_ms[floor_gateway.pid],
+        "turn_floor_agent_cpu_ms": floor_cpu_ms[floor_agent.pid],
         "turn_gateway_span_overhead_p50_ms": statistics.median(
             s["chat.turn"] - s["agent.think"] for s in spans.values()
         ),
