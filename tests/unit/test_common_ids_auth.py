@@ -13,6 +13,7 @@ from services.common.errors import InvalidArgument, PermissionDenied, Unauthenti
 from services.common.ids import (
     check_same_request,
     check_text,
+    is_name_under,
     parse_name,
     parse_request_id,
     parse_trace_id,
@@ -161,6 +162,20 @@ def test_a_name_with_a_final_newline_is_invalid_argument(name):
     pattern = "instances/{}" if name.count("/") == 1 else "instances/{}/messages/{}"
     with pytest.raises(InvalidArgument):
         parse_name(name, pattern, "name")
+
+
+@pytest.mark.parametrize("name", [
+    "instances/a1/messages/m2", "instances/a1/messages/", "instances/a1/messages/m2\n", "instances/a1/messages/m/2",
+    "instances/a1/messages/" + "m" * 64, "instances/a1/messages/" + "m" * 65, "instances/b1/messages/m2",
+    "instances/a1/messages/m.2", "instances/a1/messagesm2", "xinstances/a1/messages/m2", "",
+])
+def test_is_name_under_accepts_what_parse_name_accepts_under_that_prefix(name):
+    """The agent's per-history-message check: the same verdict as parsing the name and comparing its parent."""
+    try:
+        want = parse_name(name, "instances/{}/messages/{}", "name")[0] == "a1"
+    except InvalidArgument:
+        want = False
+    assert is_name_under(name, "instances/a1/messages/") is want
 
 
 def test_page_token_key_is_shared_by_replicas_and_never_needs_a_writable_data_dir(tmp_path):

@@ -18,7 +18,7 @@ from services.chat.agent.workspace_tools import to_operation
 from services.chat.domain import SLUG, parse_instance_name, parse_message_name
 from services.common.auth import SCOPE_CHAT, current_principal
 from services.common.errors import InvalidArgument, Unavailable
-from services.common.ids import check_text
+from services.common.ids import check_text, is_name_under
 from services.common.server import extract_context
 
 SERVICE = "agentfeedback.agent.v1.AgentService"
@@ -54,6 +54,7 @@ def _turn(request: agent_pb2.ThinkRequest, limits: TurnLimits) -> AgentTurn:
                               reason="TOO_LONG", limit=str(limits.max_history_messages))
     history: list[tuple[str, str]] = []
     replies: list[tuple[str, int]] = []
+    messages = f"instances/{instance_id}/messages/"  # a history name is this and a message id
     # Each field read once: a protobuf string field read builds a new Python string (a reply is ~1 KB).
     for i, m in enumerate(request.history):
         role, content, name, turn_index = m.role, m.content, m.name, m.turn_index
@@ -63,7 +64,7 @@ def _turn(request: agent_pb2.ThinkRequest, limits: TurnLimits) -> AgentTurn:
         # bounded by gRPC's receive limit (4 MiB).
         if "\x00" in content:  # check_text's refusal (the field path is built only for an error)
             check_text(content, f"history[{i}].content")
-        if name and not _is_message_of(name, instance_id):
+        if name and not is_name_under(name, messages):
             _check_message_of(name, instance_id, f"history[{i}].name")
         if turn_index < 0:
             raise InvalidArgument(f"history[{i}].turn_index", "must not be negative")
@@ -80,14 +81,6 @@ def _turn(request: agent_pb2.ThinkRequest, limits: TurnLimits) -> AgentTurn:
         replies=tuple(replies),
         workspace=request.workspace,
     )
-
-
-def _is_message_of(name: str, instance_id: str) -> bool:
-    """Whether `name` is a well-formed message name of `instance_id` (what `_check_message_of` accepts)."""
-    try:
-        return parse_message_name(name)[0] == instance_id
-    except InvalidArgument:
-        return False
 
 
 def _check_message_of(name: str, instance_id: str, field_path: str) -> None:
