@@ -31,7 +31,7 @@ from typing import NoReturn, Protocol
 
 from google.rpc import code_pb2
 from opentelemetry import context as otel_context
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from services.chat.domain import (
@@ -55,7 +55,7 @@ from services.common.clip import clip
 from services.common.depfail import database_unavailable, dependency_error
 from services.common.errors import Cancelled, DeadlineExceeded, DomainError, Internal, NotFound, Unavailable
 from services.common.incidents import INCIDENTS
-from services.common.telemetry import REQUEST_TRACE_ID
+from services.common.telemetry import REQUEST_TRACE_ID, span_headers
 from services.common.metrics import LocalCounter
 from services.common.ids import check_same_request, new_id
 
@@ -386,9 +386,7 @@ class TurnRunner:
     @staticmethod
     def _metadata(span: trace.Span, token: str) -> tuple[tuple[str, str], ...]:
         """Step 3: the turn's W3C context + the caller's token (the agent acts on the owner's behalf)."""
-        carrier: dict[str, str] = {}
-        propagate.inject(carrier, context=trace.set_span_in_context(span))
-        return (("authorization", f"Bearer {token}"), *carrier.items())
+        return (("authorization", f"Bearer {token}"), *span_headers(span))
 
     async def _store_reply(self, owner: str, span: trace.Span, user: Message, reply: AgentReply) -> Message:
         """Step 5: the reply (same trace id and turn index), then `chat.out`."""

@@ -32,7 +32,7 @@ from services.common.incidents import INCIDENTS
 from services.common.metrics import RpcMetrics, status_code_of
 from services.common.reconnect import RECONNECT_OPTIONS, SERVER_KEEPALIVE_OPTIONS
 from services.common.retry_policy import service_config
-from services.common.telemetry import REQUEST_TRACE_ID, record_exception
+from services.common.telemetry import REQUEST_TRACE_ID, record_exception, w3c_context
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,9 @@ def _extract(md: dict[str, str]) -> otel_context.Context:
         _textmap_fields = (textmap, frozenset(textmap.fields))
     if _textmap_fields[1].isdisjoint(md):
         return otel_context.Context()
+    fast = w3c_context(md)
+    if fast is not None:
+        return fast
     return textmap.extract(md, getter=_MetadataGetter())  # type: ignore[arg-type]
 
 
