@@ -111,6 +111,14 @@ FROM {t}
 WHERE TraceId IN {{ids:Array(String)}}
   AND Timestamp >= toDateTime64({{lo:UInt32}}, 9) AND Timestamp < toDateTime64({{hi:UInt32}}, 9)
 GROUP BY TraceId"""
+# The page's summaries from our per-trace table (migration 0020), one statement by primary key; rows
+# of one trace not yet merged are combined here (the table's own merge functions). Columns as SUMMARIZE's.
+SUMMARY = """
+SELECT TraceId, (min(Root) AS r).3, r.4, toUnixTimestamp64Nano(r.2), r.5, length(groupUniqArrayArray(SpanIds)),
+       max(Status)
+FROM {t}
+WHERE TraceId IN {{ids:Array(String)}}
+GROUP BY TraceId"""
 # A trace matches when one of its spans in [lo, hi) passes every filter; sorted by its earliest
 # matching start, newest first, then trace id. Filters are appended in code (none = no condition,
 # so the primary key (ServiceName, SpanName, time) and the skip indexes apply to what is given).
@@ -202,7 +210,9 @@ def schema_statements(t: Tables, retention_days: int, engine: str = "") -> list[
     on_cluster = f"ON CLUSTER `{t.cluster}`" if t.cluster else ""
     engine = engine or ("ReplicatedMergeTree()" if t.cluster else "MergeTree()")
     names = dict(db=f"`{t.database}`", table=t.local, dist=t.traces, on_cluster=on_cluster, engine=engine,
-                 ttl_days=str(int(retention_days)), cluster=f"'{t.cluster}'")
+                 agg_engine=engine.replace("MergeTree(", "AggregatingMergeTree("),
+                 ttl_days=str(int(retention_days)), ttl_days_plus_1=str(int(retention_days) + 1),
+                 cluster=f"'{t.cluster}'")
     out = []
     for path in sorted(SCHEMA_DIR.glob("*.sql")):
         if "distributed" in path.name and not t.cluster:
@@ -227,10 +237,14 @@ class ClickHouseStore:
         self._days = tables.q(f"{tables.traces}_dropped_days")
         self._attrs = tables.q(f"{tables.traces}_attrs")
         self._attrs_since = tables.q(f"{tables.traces}_attrs_since")
-        self._since: tuple[float, int | None] = (-_SINCE_TTL_S, None)  # (read at, monotonic s; value)
+        self._summary = tables.q(f"{tables.traces}_summary")
+        self._summary_since = tables.q(f"{tables.traces}_summary_since")
+        # Lookup (attrs / summary) → (read at, monotonic s; its coverage start in ns or None).
+        self._since: dict[str, tuple[float, int | None]] = {}
         self._bounds = BOUNDS.format(ts=self._ts)
         self._get_trace = GET_TRACE.format(cols=_SPAN_COLUMNS, t=self._traces)
         self._summarize = SUMMARIZE.format(t=self._traces, status=_STATUS_SQL)
+        self._summary_sql = SUMMARY.format(t=self._summary)
 
     async def create_schema(self, retention_days: int) -> None:
         """CREATE ... IF NOT EXISTS the exporter's tables and ours (idempotent: tables an exporter
@@ -241,39 +255,43 @@ class ClickHouseStore:
             await self._tx.command(stmt)
         # Tables made earlier (another retention_days, or the exporter's `ttl`): the TTL follows the
         # setting; existing parts are not rewritten (they expire whole, by partition, as before).
-        for table, column in ((self._t.local, "Timestamp"), (f"{self._t.local}_trace_id_ts", "Start"),
-                              (f"{self._t.local}_attrs", "Timestamp")):
+        for table, column, days in ((self._t.local, "Timestamp", 0), (f"{self._t.local}_trace_id_ts", "Start", 0),
+                                    (f"{self._t.local}_attrs", "Timestamp", 0), (f"{self._t.local}_summary", "Day", 1)):
             await self._tx.command(
                 f"ALTER TABLE {self._t.q(table)}{on_cluster} MODIFY TTL toDateTime({column}) + "
-                f"toIntervalDay({int(retention_days)}) SETTINGS materialize_ttl_after_modify = 0")
-        await self._record_attrs_since()
+                f"toIntervalDay({int(retention_days) + days}) SETTINGS materialize_ttl_after_modify = 0")
+        for since_table in (self._attrs_since, self._summary_since):
+            await self._record_since(since_table)
 
-    async def _record_attrs_since(self) -> None:
-        """Record, once, from which span start the attribute lookup is complete: 0 when otel_traces is
-        empty (every span goes through the view), else past every stored span and now by
-        _SINCE_MARGIN_NS (earlier spans are searched by scan until a backfill lowers it)."""
-        if int((await self._tx.query(f"SELECT count() FROM {self._attrs_since}"))[0][0]):
+    async def _record_since(self, since_table: str) -> None:
+        """Record, once, in `since_table` from which span start a lookup filled by a view (attributes,
+        summaries) is complete: 0 when otel_traces is empty (every span goes through the view), else past
+        every stored span and now by _SINCE_MARGIN_NS (earlier spans are read from otel_traces until a
+        backfill lowers it)."""
+        if int((await self._tx.query(f"SELECT count() FROM {since_table}"))[0][0]):
             return
         ((n, newest),) = await self._tx.query(
             f"SELECT count(), toUnixTimestamp64Nano(max(Timestamp)) FROM {self._traces}")
         since = max(int(newest), time.time_ns()) + _SINCE_MARGIN_NS if int(n) else 0
-        await self._tx.command(f"INSERT INTO {self._attrs_since} (Since) VALUES (fromUnixTimestamp64Nano({{s:Int64}}))",
+        await self._tx.command(f"INSERT INTO {since_table} (Since) VALUES (fromUnixTimestamp64Nano({{s:Int64}}))",
                                {"s": since})
 
-    async def _attrs_complete_since(self) -> int | None:
-        """The lookup's coverage start (ns), None when not recorded or its tables are absent (tables an
-        exporter created, `clickhouse_create_schema` off); cached for _SINCE_TTL_S."""
-        at, value = self._since
+    async def _complete_since(self, lookup: str) -> int | None:
+        """The coverage start (ns) of the `lookup` table ("attrs", "summary"), None when not recorded or
+        its tables are absent (tables an exporter created, `clickhouse_create_schema` off); cached for
+        _SINCE_TTL_S."""
+        at, value = self._since.get(lookup, (-_SINCE_TTL_S, None))
         if time.monotonic() - at >= _SINCE_TTL_S:
             value = None
+            table = f"{self._t.traces}_{lookup}"
             ((tables,),) = await self._tx.query(
                 "SELECT count() FROM system.tables WHERE database = {db:String} AND name IN {names:Array(String)}",
-                {"db": self._t.database, "names": [f"{self._t.traces}_attrs", f"{self._t.traces}_attrs_since"]})
+                {"db": self._t.database, "names": [table, f"{table}_since"]})
             if int(tables) == 2:
                 ((n, since),) = await self._tx.query(
-                    f"SELECT count(), toUnixTimestamp64Nano(min(Since)) FROM {self._attrs_since}")
+                    f"SELECT count(), toUnixTimestamp64Nano(min(Since)) FROM {self._t.q(table + '_since')}")
                 value = int(since) if int(n) else None
-            self._since = (time.monotonic(), value)
+            self._since[lookup] = (time.monotonic(), value)
         return value
 
     async def close(self) -> None:
@@ -324,7 +342,7 @@ class ClickHouseStore:
             params["after_s"], params["after_t"] = after[0], after[1].hex()
         if (len(attributes) == 1 and not (service_name or span_name or min_duration_ns) and status_code is None
                 and len((v := next(iter(attributes.values()))).encode()) <= ATTR_VALUE_MAX_BYTES
-                and (since := await self._attrs_complete_since()) is not None and start_ns >= since):
+                and (since := await self._complete_since("attrs")) is not None and start_ns >= since):
             params["k0"], params["v0"] = next(iter(attributes)), v
             sql = SEARCH.format(t=self._attrs, filters=_ATTR_FILTER, having=having)
             return [(bytes.fromhex(t), int(s)) for t, s in await self._tx.query(sql, params)]
@@ -352,14 +370,20 @@ class ClickHouseStore:
         return [(bytes.fromhex(t), int(s)) for t, s in await self._tx.query(sql, params)]
 
     async def summarize_traces(self, trace_ids: list[bytes]) -> dict[bytes, dict]:
-        """Summary rows (root name/service/start/duration, span count, worst status) by trace id."""
+        """Summary rows (root name/service/start/duration, span count, worst status) by trace id.
+
+        From the trace summary table (one statement) for traces whose root starts within its coverage;
+        the others (stored before it existed, or tables an exporter created without it) from otel_traces
+        (the lookup table's bounds, then SUMMARIZE)."""
         if not trace_ids:
             return {}
         ids = [t.hex() for t in trace_ids]
-        bounds = await self._time_bounds(ids)
-        if bounds is None:
-            return {}
-        rows = await self._tx.query(self._summarize, {"ids": ids, **bounds})
+        rows: list[tuple] = []
+        if (since := await self._complete_since("summary")) is not None:
+            rows = [r for r in await self._tx.query(self._summary_sql, {"ids": ids}) if int(r[3]) >= since]
+            ids = sorted(set(ids) - {r[0] for r in rows})
+        if ids and (bounds := await self._time_bounds(ids)) is not None:
+            rows += await self._tx.query(self._summarize, {"ids": ids, **bounds})
         return {bytes.fromhex(r[0]): {"root_name": r[1], "service_name": r[2], "root_start": int(r[3]),
                                       "root_duration": int(r[4]), "span_count": int(r[5]), "status_code": int(r[6])}
                 for r in rows}
@@ -377,7 +401,8 @@ class ClickHouseStore:
         """Drop the partitions of `day` from the span table and the trace-id and attribute lookup tables
         at once (a metadata operation whatever the day's size), and record the day."""
         on_cluster = f" ON CLUSTER `{self._t.cluster}`" if self._t.cluster else ""
-        for table in (self._t.local, f"{self._t.local}_trace_id_ts", f"{self._t.local}_attrs"):
+        for table in (self._t.local, f"{self._t.local}_trace_id_ts", f"{self._t.local}_attrs",
+                      f"{self._t.local}_summary"):
             await self._tx.command(f"ALTER TABLE {self._t.q(table)}{on_cluster} DROP PARTITION '{day.isoformat()}'")
         await self._tx.command(f"INSERT INTO {self._days} (Day) VALUES ('{day.isoformat()}')")
 

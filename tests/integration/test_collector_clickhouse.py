@@ -233,7 +233,7 @@ async def test_spans_stored_before_the_lookup_existed_are_found_by_scan_until_ba
     # As if the lookup were created now over these rows: empty, with no coverage recorded.
     for t in (store._attrs, store._attrs_since):
         await store._tx.command(f"TRUNCATE TABLE {t}")
-    store._since = (-1e9, None)
+    store._since.clear()
     await store.create_schema(14)
     (since,), = await store._tx.query(f"SELECT toUnixTimestamp64Nano(min(Since)) FROM {store._attrs_since}")
     assert int(since) > time.time_ns()  # past every stored span: nothing older is taken from the lookup
@@ -247,7 +247,7 @@ async def test_spans_stored_before_the_lookup_existed_are_found_by_scan_until_ba
     for stmt in BACKFILL.format(db=db, t=t).split(";"):
         await store._tx.command(stmt)
     assert await _attr_rows(store, "before") == 2
-    store._since = (-1e9, None)
+    store._since.clear()
     assert [t.trace_id for t in (await search()).traces] == [tid.hex()]  # from the lookup
 
 
@@ -296,3 +296,44 @@ async def test_the_codec_migrations_change_only_storage_on_tables_made_before_th
     found = await collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
         start_time=ts(start - NS), end_time=ts(start + 2 * NS), attributes={"case": "codec"}), metadata=collector.md())
     assert [x.trace_id for x in found.traces] == [new.hex(), old.hex()]
+
+
+async def test_a_page_summarizes_from_the_trace_summary_table_across_inserts_and_retries(collector):
+    """The summary view fires on the exporter's INSERTs too; a trace split over INSERTs (child first, root
+    later) and an exporter retry of the same spans read as one trace: its root, 2 spans, worst status."""
+    start = time.time_ns() - 20 * NS
+    tid, root, child = new_trace_id(), new_span_id(), new_span_id()
+    root_row, child_row = exporter_rows(tid, root, child, start)
+    for rows in ([child_row], [root_row], [root_row, child_row]):  # the last: a retry of both
+        await _insert_as_exporter(collector, rows)
+    store = collector.server.repo
+    rows = await store._tx.query(store._summary_sql, {"ids": [tid.hex()]})
+    assert [r[1:] for r in rows] == [("chat.turn", "chat", start, 50_000_000, 2, 2)]
+    found = await collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
+        start_time=ts(start - NS), end_time=ts(start + NS), attributes={"gen_ai.tool.name": "search"}),
+        metadata=collector.md())
+    assert [(t.trace_id, t.root_span_name, t.service_name, t.start_time_unix_nano, t.duration_nano, t.span_count,
+             t.status_code) for t in found.traces] == [(tid.hex(), "chat.turn", "chat", start, 50_000_000, 2, 2)]
+
+
+async def test_traces_stored_before_the_summary_table_existed_are_summarized_from_otel_traces(start_collector):
+    """An existing deployment: traces the summary view never saw (or saw only in part) are summarized
+    from otel_traces, so a page's summaries are whole either way."""
+    c = await start_collector()
+    store = c.server.repo
+    start = time.time_ns() - 3600 * NS
+    before, spans = one_trace(3, start_ns=start, attrs={"case": "summary"})
+    await c.otlp().Export(request(spans))
+    # As if the summaries were created now over these rows: empty, with no coverage recorded.
+    for t in (store._summary, store._summary_since):
+        await store._tx.command(f"TRUNCATE TABLE {t}")
+    store._since.clear()
+    await store.create_schema(14)
+    (since,), = await store._tx.query(f"SELECT toUnixTimestamp64Nano(min(Since)) FROM {store._summary_since}")
+    assert int(since) > time.time_ns()
+    # One more span of the old trace arrives now: the view sees only it.
+    extra = span(before, new_span_id(), parent=spans[0].span_id, name="late", start_ns=start + NS)
+    await c.otlp().Export(request([extra]))
+    found = await c.query().SearchTraces(traces_pb2.SearchTracesRequest(
+        start_time=ts(start - NS), end_time=ts(start + 2 * NS), attributes={"case": "summary"}), metadata=c.md())
+    assert [(t.trace_id, t.span_count, t.start_time_unix_nano) for t in found.traces] == [(before.hex(), 4, start)]

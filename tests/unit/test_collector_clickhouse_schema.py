@@ -40,6 +40,11 @@ def test_single_server_schema_is_the_exporters_with_ttl_daily_partitions_and_blo
     assert "PARTITION BY toDate(Timestamp)" in attrs and "ORDER BY (Key, Value, Timestamp)" in attrs
     assert "TTL toDateTime(Timestamp) + toIntervalDay(14)" in attrs and "ttl_only_drop_parts = 1" in attrs
     assert any("MATERIALIZED VIEW" in s and "otel_traces_attrs_mv" in s and "ARRAY JOIN" in s for s in stmts)
+    # Ours: the per-trace summaries, by trace id, days and TTL following otel_traces'.
+    summary = next(s for s in stmts if "otel_traces_summary " in s and s.startswith("CREATE TABLE"))
+    assert "ENGINE = AggregatingMergeTree()" in summary and "ORDER BY TraceId" in summary
+    assert "PARTITION BY Day" in summary and "TTL toDateTime(Day) + toIntervalDay(15)" in summary
+    assert any("MATERIALIZED VIEW" in s and "otel_traces_summary_mv" in s for s in stmts)
     assert not any("Distributed" in s or "ON CLUSTER" in s for s in stmts)
     # Storage only (0025, 0026): the exporter's table gets a default codec (what declares none: our
     # projection, the skip indexes), never a column change; the lookup's columns ZSTD(3).
@@ -58,13 +63,19 @@ def test_cluster_schema_is_replicated_local_tables_under_distributed_ones_sharde
     dist = [s for s in stmts if "ENGINE = Distributed" in s]
     assert [d.split()[5] for d in dist] == ["`otel`.otel_traces", "`otel`.otel_traces_trace_id_ts",
                                             "`otel`.otel_traces_dropped_days", "`otel`.otel_traces_attrs",
-                                            "`otel`.otel_traces_attrs_since"]
+                                            "`otel`.otel_traces_attrs_since", "`otel`.otel_traces_summary",
+                                            "`otel`.otel_traces_summary_since"]
     assert "Distributed('spans', `otel`, otel_traces_local_attrs, cityHash64(TraceId))" in dist[3]
     assert "Distributed('spans', `otel`, otel_traces_local, cityHash64(TraceId))" in dist[0]
-    mv, attrs_mv = (s for s in stmts if "MATERIALIZED VIEW" in s)
+    assert "Distributed('spans', `otel`, otel_traces_local_summary, cityHash64(TraceId))" in dist[5]
+    mv, attrs_mv, summary_mv = (s for s in stmts if "MATERIALIZED VIEW" in s)
     assert "FROM `otel`.otel_traces_local" in mv and "TO `otel`.otel_traces_local_trace_id_ts" in mv
     # The projection lives on each shard's local table (a Distributed table has no parts).
     proj = next(s for s in stmts if "ADD PROJECTION" in s)
     assert proj.startswith("ALTER TABLE `otel`.otel_traces_local ON CLUSTER `spans` ADD PROJECTION"), proj
     # Each shard's view fills its own attribute lookup from the spans stored there.
     assert "FROM `otel`.otel_traces_local" in attrs_mv and "TO `otel`.otel_traces_local_attrs" in attrs_mv
+    # ... and its trace summaries, aggregated by the replicated engine.
+    assert "FROM `otel`.otel_traces_local" in summary_mv and "TO `otel`.otel_traces_local_summary" in summary_mv
+    summary = next(s for s in stmts if "otel_traces_local_summary " in s and s.startswith("CREATE TABLE"))
+    assert "ENGINE = ReplicatedAggregatingMergeTree()" in summary and "toIntervalDay(8)" in summary
