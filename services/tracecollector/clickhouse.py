@@ -32,7 +32,10 @@ by a materialized view from every INSERT into otel_traces, the exporter's too; O
 Timestamp), values ≤ 256 bytes), a key range instead of the bloom-filtered granules of the Map column;
 other filters, longer values and windows starting before the lookup's recorded coverage
 (`otel_traces_attrs_since`: rows stored before the view existed are only there after a backfill) scan
-otel_traces. Same answer, same order and keyset either way.
+otel_traces. Same answer, same order and keyset either way. The page's summaries come from our trace
+summary table (`otel_traces_summary`, one AggregatingMergeTree row per trace by TraceId, filled by a
+materialized view the same way; coverage `otel_traces_summary_since`), traces outside it from
+otel_traces (the lookup table's bounds, then SUMMARIZE).
 
 Retention: the table TTL (`retention_days`, 14 by default; whole parts dropped, `ttl_only_drop_parts`)
 over daily partitions (the lookup tables' too), plus a pass (retention.TtlRetention) that drops whole
