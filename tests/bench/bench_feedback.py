@@ -20,7 +20,8 @@ commit) behind tests.bench.floor, alternating with the service in ROUNDS blocks 
 (`feedback_create_floor_p50_ms`, `feedback_create_floor_p99_ms`); a create is that write after the
 chat read, so its floor is about their sum.
 Also the feedback process's own CPU per call (`*_server_cpu_ms`, from /proc: independent of what
-else the shared machine runs) and the 1-minute load average at the end.
+else the shared machine runs), a create's next to the floor server's (`feedback_create_floor_server_cpu_ms`)
+and the chat process's per create (`feedback_create_chat_cpu_ms`, its turn read) and the 1-minute load average at the end.
 Floor, same run: the same 4 clients against `tests.bench.floor` (the real UPSERT_RATING statement behind
 a bare grpc.aio server, none of our features), alternating with the service in ROUNDS rounds:
 `rating_put_floor_per_s`, and `rating_put_vs_floor` = service / floor.
@@ -160,12 +161,16 @@ async def run(ctx) -> dict[str, float]:
         # Service and floor alternate (ROUNDS blocks each), so both see the same machine and disk.
         lat: list[float] = []
         floor_lat: list[float] = []
-        create_cpu_s = 0.0
+        create_cpu_s = create_chat_cpu_s = create_floor_cpu_s = 0.0
+        chat_proc = procs[2]  # collector, agent, chat, feedback
         for _ in range(ROUNDS):
-            cpu0 = _cpu_s(proc.pid)
+            cpu0, chat_cpu0 = _cpu_s(proc.pid), _cpu_s(chat_proc.pid)
             lat += [await timed(create(fb, i)) for i in range(CREATE_CALLS // ROUNDS)]
             create_cpu_s += _cpu_s(proc.pid) - cpu0
+            create_chat_cpu_s += _cpu_s(chat_proc.pid) - chat_cpu0
+            floor_cpu0 = _cpu_s(floor.pid)
             floor_lat += [await timed(create(floor_fb, i)) for i in range(CREATE_CALLS // ROUNDS)]
+            create_floor_cpu_s += _cpu_s(floor.pid) - floor_cpu0
         lat.sort()
         floor_lat.sort()
         create_cpu_ms = create_cpu_s * 1000 / len(lat)
@@ -232,6 +237,10 @@ async def run(ctx) -> dict[str, float]:
             **{k: round(v, 3) for k, v in tail("rating_first_put", first_ms).items()},
             # Load-independent: CPU the feedback process spent per call (the machine is shared).
             "feedback_create_server_cpu_ms": round(create_cpu_ms, 3),
+            # Its baselines, measured the same way: the floor server's CPU per create (the INSERT alone) and
+            # the chat process's per create (the turn read the create makes).
+            "feedback_create_floor_server_cpu_ms": round(create_floor_cpu_s * 1000 / len(floor_lat), 3),
+            "feedback_create_chat_cpu_ms": round(create_chat_cpu_s * 1000 / len(lat), 3),
             "rating_put_server_cpu_ms": round(rating_cpu_ms, 3),
             # The floor server's own CPU per put, measured the same way: what the server CPU above is
             # compared with (the difference is the feedback process's own per-put work).
