@@ -41,6 +41,7 @@ from openinference.semconv.trace import (
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, TraceFlags
 
+from services.common import span_pipe
 from services.feedback.model.enums import Author, RatingScope, RatingSentiment, Sentiment
 from services.feedback.model.rating import Rating
 from services.feedback.model.report import CreatedEvent
@@ -127,6 +128,4 @@ def emit(tracer: trace.Tracer, e: Evaluation) -> None:
         ctx = SpanContext(trace_id=int(e.trace_id, 16), span_id=int(e.turn_span_id, 16) if e.turn_span_id else 0,
                           is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
         links.append(Link(ctx, {"feedback.link": "rated_turn"}))
-    span = tracer.start_span(CARRIER_SPAN, kind=SpanKind.INTERNAL, attributes=span_attrs, links=links)
-    span.add_event(EVENT, event_attrs)
-    span.end()
+    span_pipe.record_span(tracer, CARRIER_SPAN, SpanKind.INTERNAL, span_attrs, links, [(EVENT, event_attrs)])

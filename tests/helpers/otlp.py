@@ -132,6 +132,26 @@ class Collector:
         await self.server.stop(0.5)
 
 
+class Downstream(trace_service_pb2_grpc.TraceServiceServicer):
+    """An OTLP/gRPC receiver keeping every span it is sent (the SREs' backend): `spans`, and `received`
+    (resource, scope, span) per span, the resource and scope as their ResourceSpans / ScopeSpans carried
+    them (schema url included, spans cleared)."""
+
+    def __init__(self):
+        self.spans: list[trace_pb2.Span] = []
+        self.received: list[tuple[trace_pb2.ResourceSpans, trace_pb2.ScopeSpans, trace_pb2.Span]] = []
+
+    async def Export(self, request: trace_service_pb2.ExportTraceServiceRequest, context):
+        # Decoded by the OpenTelemetry proto (grpc did it with trace_service_pb2's deserializer).
+        for rs in request.resource_spans:
+            resource = trace_pb2.ResourceSpans(resource=rs.resource, schema_url=rs.schema_url)
+            for ss in rs.scope_spans:
+                scope = trace_pb2.ScopeSpans(scope=ss.scope, schema_url=ss.schema_url)
+                self.spans.extend(ss.spans)
+                self.received.extend((resource, scope, s) for s in ss.spans)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
 @pytest.fixture
 async def start_collector(database_url: str, tmp_path, collector_store):
     """`await start(clock=None, **settings)`: a collector on the test's span store (`span_store`)."""

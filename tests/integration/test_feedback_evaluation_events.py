@@ -10,25 +10,11 @@ import time
 
 import grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
-from opentelemetry.proto.trace.v1 import trace_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from tests.helpers.feedback import flag, new_instance, rid, send
+from tests.helpers.otlp import Downstream
 from tests.stack import start_stack
-
-
-class Downstream(trace_service_pb2_grpc.TraceServiceServicer):
-    """An OTLP/gRPC receiver keeping every span it is sent (the SREs' backend)."""
-
-    def __init__(self):
-        self.spans: list[trace_pb2.Span] = []
-
-    async def Export(self, request: trace_service_pb2.ExportTraceServiceRequest, context):
-        # Decoded by the OpenTelemetry proto (grpc did it with trace_service_pb2's deserializer).
-        for rs in request.resource_spans:
-            for ss in rs.scope_spans:
-                self.spans.extend(ss.spans)
-        return trace_service_pb2.ExportTraceServiceResponse()
 
 
 def _attrs(kvs) -> dict[str, object]:

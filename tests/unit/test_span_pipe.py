@@ -1,4 +1,5 @@
-"""The span pipe's child encodes exactly the span its parent ended: the OTLP bytes are the SDK encoder's."""
+"""The span pipe's child encodes exactly the span its parent ended: the OTLP bytes are the SDK encoder's; a span
+`record_span` queues directly is the tuple the SDK's span would have made."""
 from __future__ import annotations
 
 import io
@@ -7,10 +8,13 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry import trace as otel_trace
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
+from services.common import span_pipe
 from services.common.otlp_spans import RequestEncoder, encode_span
-from services.common.span_pipe import compact, read_msg, write_msg
+from services.common.span_pipe import ProcessSpanProcessor, compact, read_msg, record_span, write_msg
 from services.common.telemetry import SPAN_LIMITS
 
 
@@ -42,3 +46,67 @@ def test_a_piped_span_encodes_to_the_same_otlp_bytes_dropped_counts_included():
     ours = RequestEncoder(dict(resource.attributes), resource.schema_url).request([(r[13], encode_span(r)) for r in body])
     assert kind == "spans"
     assert ours == encode_spans(spans).SerializeToString()
+
+
+def _captured(sampler=None) -> tuple[TracerProvider, list[tuple]]:
+    """A provider whose only processor is a ProcessSpanProcessor that keeps what it is given (no child);
+    a tuple that came from an SDK span (its on_end) is marked: `("sdk", tuple)`."""
+    got: list[tuple] = []
+    proc = ProcessSpanProcessor.__new__(ProcessSpanProcessor)
+    proc.put = got.append
+    proc.on_end = lambda span: got.append(("sdk", compact(span)))
+    kw = {"sampler": sampler} if sampler else {}
+    tp = TracerProvider(span_limits=SPAN_LIMITS, shutdown_on_exit=False, **kw)
+    tp.add_span_processor(proc)
+    return tp, got
+
+
+def _without_ids_and_times(rec: tuple) -> tuple:
+    """A `compact` tuple less its span id, start and end times and event times (what two calls differ in)."""
+    name, ctx, parent, kind, _start, _end, attrs, events, *rest = rec
+    return (name, (ctx[0], *ctx[2:]), parent, kind, attrs, [(n, a) for n, _t, a in events], *rest)
+
+
+def test_record_span_queues_the_tuple_the_sdk_span_would_make_limits_trace_state_and_flags_included(monkeypatch):
+    tp, got = _captured()
+    tracer = tp.get_tracer("agentfeedback.test", "1.2")
+    state = TraceState([("vendor", "v1")])
+    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID),
+                         trace_state=state)
+    attrs = {**{f"k{i}": i for i in range(70)}, "long": "x" * 3000, "list": ["a", "b"], "none": None, "f": 1.5}
+    links = [Link(SpanContext(0x123, 0, is_remote=True, trace_flags=TraceFlags(1)), {"feedback.link": "rated_turn", "long": "y" * 3000}),
+             Link(SpanContext(0, 0, is_remote=False))]  # invalid, no attributes: the SDK drops it
+    events = [("gen_ai.evaluation.result", {f"a{i}": "v" for i in range(12)}), ("plain", {"n": 1, "ok": True})]
+    recs = {}
+    for direct in (True, False):
+        monkeypatch.setattr(span_pipe, "DIRECT_SPANS", direct)
+        with otel_trace.use_span(NonRecordingSpan(remote)):
+            record_span(tracer, "feedback.evaluation", SpanKind.INTERNAL, attrs, links, events)
+        (rec,) = got
+        got.clear()
+        recs[direct] = rec if direct else rec[1]
+        assert (rec[0] == "sdk") is not direct
+    assert recs[True][1][1] != recs[False][1][1]  # each its own span id
+    assert _without_ids_and_times(recs[True]) == _without_ids_and_times(recs[False])
+    assert recs[True][6][1] > 0 and recs[True][7][0][2][1] > 0 and len(recs[True][9]) == 1  # the limits were hit
+    assert recs[True][1][3] == TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID and recs[True][1][4] == (("vendor", "v1"),)
+    assert recs[True][4] <= recs[True][7][0][1] <= recs[True][5]  # start <= event <= end
+
+
+def test_record_span_roots_a_trace_without_a_parent_and_leaves_unsampled_spans_to_the_sdk(monkeypatch):
+    tp, got = _captured()
+    record_span(tp.get_tracer("t"), "root", SpanKind.INTERNAL, {"a": "b"})
+    (rec,) = got  # queued directly
+    assert rec[2] is None and rec[1][0] != 0 and rec[0] == "root"
+    tp, got = _captured(sampler=ALWAYS_OFF)
+    record_span(tp.get_tracer("t"), "dropped", SpanKind.INTERNAL, {"a": "b"})
+    assert got == []  # left to the SDK, which records nothing of a dropped span
+
+
+def test_record_span_uses_the_sdk_beside_another_processor():
+    tp, got = _captured()
+    mem = InMemorySpanExporter()
+    tp.add_span_processor(SimpleSpanProcessor(mem))
+    record_span(tp.get_tracer("t"), "both", SpanKind.INTERNAL, {"a": "b"}, events=[("e", {"n": 1})])
+    (span,) = mem.get_finished_spans()
+    assert got == [("sdk", compact(span))] and span.events[0].name == "e"
