@@ -22,7 +22,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from services.common import deadlines, pages
+from services.common import deadlines, pages, span_pipe
 from services.common.auth import Authenticator, reset_current_principal, set_current_principal
 from services.common.missing_request import MissingRequestInterceptor
 from services.common.depfail import conflict_error, dependency_error
@@ -210,7 +210,8 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
     def _start_span(self, method: str, md: dict[str, str], span_name: str, attributes: dict[str, str]):
         if method in self._untraced or method.startswith(ALWAYS_PUBLIC_PREFIXES):  # probes are not traced
             return None
-        return self._tracer.start_span(span_name, context=_extract(md), kind=SpanKind.SERVER, attributes=attributes)
+        # The span pipe's own span when it alone exports them (span_pipe.start_span; else the SDK's).
+        return span_pipe.start_span(self._tracer, span_name, context=_extract(md), kind=SpanKind.SERVER, attributes=attributes)
 
     def _status(self, err: BaseException, method: str, span):
         """The google.rpc.Status an exception answers (see the class docstring), with its logging."""

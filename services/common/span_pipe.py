@@ -35,16 +35,17 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from opentelemetry import trace
-from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.attributes import BoundedAttributes, _clean_attribute_value
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, Tracer
 from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, StatusCode, TraceFlags
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def compact(span: ReadableSpan) -> tuple:
     )
 
 
-# False: `record_span` always goes through the SDK (tests compare both paths' spans; the bench pairs them).
+# False: `record_span` and `start_span` always go through the SDK (tests compare both paths' spans; the bench pairs them).
 DIRECT_SPANS = True
 _PLAIN = (bool, int, float)
 _UNSET = StatusCode.UNSET.value
@@ -130,6 +131,33 @@ def _direct_processor(tracer: Any) -> ProcessSpanProcessor | None:
     return None
 
 
+def _sampled(tracer: Any, name: str, kind: SpanKind, attributes: Any, links: Any, context: Any) -> tuple | None:
+    """What the SDK's `Tracer.start_span` decides for a span the pipe can take directly: (processor, its
+    SpanContext, the parent's or None, the sampler's attributes); None when the SDK must make it (see
+    `_direct_processor`, more links than the limits keep, or not sampled)."""
+    proc = _direct_processor(tracer)
+    if proc is None or tracer._span_limits.max_links is not None and len(links) > tracer._span_limits.max_links:
+        return None
+    parent = trace.get_current_span(context).get_span_context()
+    gen = tracer.id_generator
+    if parent is not None and parent.is_valid:
+        trace_id, random_id = parent.trace_id, parent.trace_flags.random_trace_id
+    else:
+        parent, trace_id, random_id = None, gen.generate_trace_id(), gen.is_trace_id_random()
+    result = tracer.sampler.should_sample(context, trace_id, name, kind, attributes, links)
+    if not result.decision.is_sampled():
+        return None
+    flags = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID if random_id else TraceFlags.SAMPLED)
+    ctx = SpanContext(trace_id, gen.generate_span_id(), is_remote=False, trace_flags=flags, trace_state=result.trace_state)
+    return proc, ctx, parent, result.attributes
+
+
+def _links(links: Any, lim: Any) -> list[tuple]:
+    """The links the SDK's span keeps (`_is_valid_link`), as `compact` writes them."""
+    return [(_ctx(ln.context), _bounded(ln.attributes, lim.max_link_attributes, lim.max_attribute_length))
+            for ln in links if ln and ln.context and (ln.context.is_valid or ln.attributes or ln.context.trace_state)]
+
+
 def record_span(tracer: trace.Tracer, name: str, kind: SpanKind, attributes: dict[str, Any],
                 links: list[Link] = (), events: list[tuple[str, dict[str, Any]]] = ()) -> None:
     """One span that starts and ends now, a child of the current span, with `events` ((name, attributes)
@@ -142,35 +170,170 @@ def record_span(tracer: trace.Tracer, name: str, kind: SpanKind, attributes: dic
     Otherwise (other processors, not sampled, more events or links than the limits keep) the SDK makes
     it: start_span, add_event, end. The collector receives the same OTLP either way
     (tests/integration/test_span_pipe_direct.py)."""
-    proc = _direct_processor(tracer)
-    if proc is not None:
-        lim = tracer._span_limits
-        if (lim.max_events is None or len(events) <= lim.max_events) and (lim.max_links is None or len(links) <= lim.max_links):
-            start = time.time_ns()
-            parent = trace.get_current_span().get_span_context()
-            gen = tracer.id_generator
-            if parent.is_valid:
-                trace_id, random_id = parent.trace_id, parent.trace_flags.random_trace_id
-            else:
-                parent, trace_id, random_id = None, gen.generate_trace_id(), gen.is_trace_id_random()
-            result = tracer.sampler.should_sample(None, trace_id, name, kind, attributes, links)
-            if result.decision.is_sampled():
-                flags = TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID if random_id else TraceFlags.SAMPLED
-                ts = result.trace_state
-                ctx = (trace_id, gen.generate_span_id(), False, flags, tuple(ts.items())) if ts else \
-                      (trace_id, gen.generate_span_id(), False, flags)
-                attr_len = lim.max_attribute_length
-                evs = [(n, time.time_ns(), _bounded(a, lim.max_event_attributes, attr_len)) for n, a in events]
-                lns = [(_ctx(ln.context), _bounded(ln.attributes, lim.max_link_attributes, attr_len)) for ln in links
-                       if ln and ln.context and (ln.context.is_valid or ln.attributes or ln.context.trace_state)]
-                proc.put((name, ctx, _ctx(parent), kind.value, start, time.time_ns(),
-                          _bounded(result.attributes, lim.max_span_attributes, lim.max_span_attribute_length),
-                          evs, 0, lns, 0, _UNSET, None, _scope(tracer._instrumentation_scope)))
-                return
+    lim = getattr(tracer, "_span_limits", None)
+    start = time.time_ns()
+    got = _sampled(tracer, name, kind, attributes, links, None) \
+        if lim is not None and (lim.max_events is None or len(events) <= lim.max_events) else None
+    if got is not None:
+        proc, ctx, parent, attrs = got
+        evs = [(n, time.time_ns(), _bounded(a, lim.max_event_attributes, lim.max_attribute_length)) for n, a in events]
+        proc.put((name, _ctx(ctx), _ctx(parent), kind.value, start, time.time_ns(),
+                  _bounded(attrs, lim.max_span_attributes, lim.max_span_attribute_length),
+                  evs, 0, _links(links, lim), 0, _UNSET, None, _scope(tracer._instrumentation_scope)))
+        return
     span = tracer.start_span(name, kind=kind, attributes=attributes, links=links)
     for n, a in events:
         span.add_event(n, a)
     span.end()
+
+
+def start_span(tracer: trace.Tracer, name: str, context: Any = None, kind: SpanKind = SpanKind.INTERNAL,
+               attributes: dict[str, Any] | None = None, links: list[Link] = ()) -> trace.Span:
+    """`tracer.start_span(name, context, kind, attributes, links)`; a `PipeSpan` when `record_span` would
+    queue the span directly (same conditions): the interceptor's SERVER span of every call (issue 29)."""
+    got = _sampled(tracer, name, kind, attributes, links or (), context)
+    if got is None:
+        return tracer.start_span(name, context=context, kind=kind, attributes=attributes, links=links)
+    proc, ctx, parent, attrs = got
+    return PipeSpan(proc, tracer, name, ctx, parent, kind, attrs, _links(links or (), tracer._span_limits))
+
+
+class PipeSpan(trace.Span):
+    """A sampled span `start_span` made for the span pipe: what the SDK's span does with each call (the
+    same limits, truncation, drops and counts, status rules, exception events, warnings on an ended span),
+    queued at `end` as the tuple `compact` makes of the SDK's. One task uses it at a time (no lock: the
+    interceptor's span lives in its RPC's task)."""
+
+    __slots__ = ("_proc", "_name", "_ctx", "_parent", "_kind", "_lim", "_scope", "_start", "_end", "_attrs",
+                 "_dropped", "_events", "_dropped_events", "_links", "_dropped_links", "_status")
+
+    def __init__(self, proc: ProcessSpanProcessor, tracer: Any, name: str, ctx: SpanContext,
+                 parent: SpanContext | None, kind: SpanKind, attributes: Any, links: list[tuple]):
+        self._proc, self._name, self._ctx, self._parent, self._kind = proc, name, ctx, parent, kind
+        self._lim, self._scope = tracer._span_limits, tracer._instrumentation_scope
+        self._attrs, self._dropped = _bounded(attributes, self._lim.max_span_attributes, self._lim.max_span_attribute_length)
+        self._events: list[tuple] = []
+        self._dropped_events = 0
+        self._links, self._dropped_links = links, 0
+        self._status = Status(StatusCode.UNSET)
+        self._end: int | None = None
+        self._start = time.time_ns()
+
+    def __repr__(self) -> str:
+        return f'PipeSpan(name="{self._name}", context={self._ctx})'
+
+    def get_span_context(self) -> SpanContext:
+        return self._ctx
+
+    def is_recording(self) -> bool:
+        return self._end is None
+
+    def _ended(self, what: str) -> bool:
+        if self._end is None:
+            return False
+        log.warning("Tried calling %s on an ended span.", what)
+        return True
+
+    def _put_attribute(self, key: str, value: Any) -> None:
+        """BoundedAttributes._setitem_locked: a key set again moves last; beyond the limit the oldest goes."""
+        d, maxlen = self._attrs, self._lim.max_span_attributes
+        if key in d:
+            del d[key]
+        if maxlen is not None and len(d) >= maxlen:
+            del d[next(iter(d))]
+            self._dropped += 1
+        d[key] = value
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if self._end is not None:
+            log.warning("Setting attribute on ended span.")
+            return
+        if self._lim.max_span_attributes == 0:
+            self._dropped += 1
+        elif not key or not isinstance(key, str):
+            log.warning("invalid key `%s`. must be non-empty string. Dropping key from attributes.", key)
+            self._dropped += 1
+        else:
+            self._put_attribute(key, _clean_attribute_value(value, self._lim.max_span_attribute_length))
+
+    def set_attributes(self, attributes: Any) -> None:
+        if self._end is not None:
+            log.warning("Setting attribute on ended span.")
+            return
+        if self._lim.max_span_attributes == 0:
+            self._dropped += len(attributes)
+            return
+        cleaned = _clean_attribute_value(attributes, self._lim.max_span_attribute_length)
+        self._dropped += len(attributes) - len(cleaned)
+        for k, v in cleaned.items():
+            self._put_attribute(k, v)
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        if self._ended("_add_event"):
+            return
+        maxn = self._lim.max_events
+        if maxn is not None and len(self._events) == maxn:  # BoundedList: the oldest goes
+            self._events.pop(0)
+            self._dropped_events += 1
+        self._events.append((name, time.time_ns() if timestamp is None else timestamp,
+                             _bounded(attributes, self._lim.max_event_attributes, self._lim.max_attribute_length)))
+
+    def add_link(self, context: SpanContext, attributes: Any = None) -> None:
+        if not (context and (context.is_valid or (attributes or context.trace_state))) or self._ended("_add_link"):
+            return
+        maxn = self._lim.max_links
+        if maxn is not None and len(self._links) == maxn:
+            self._links.pop(0)
+            self._dropped_links += 1
+        self._links.append((_ctx(context), _bounded(attributes, self._lim.max_link_attributes, self._lim.max_attribute_length)))
+
+    def update_name(self, name: str) -> None:
+        if not self._ended("update_name"):
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        """The SDK's rules: OK is final, UNSET is ignored; a Status's own description wins (with a WARNING)."""
+        if self._ended("set_status"):
+            return
+        if isinstance(status, Status):
+            if self._status.status_code is StatusCode.OK or status.status_code is StatusCode.UNSET:
+                return
+            if description is not None:
+                log.warning("Description %s ignored. Use either `Status` or `(StatusCode, Description)`", description)
+            self._status = status
+        elif isinstance(status, StatusCode):
+            if self._status.status_code is StatusCode.OK or status is StatusCode.UNSET:
+                return
+            self._status = Status(status, description)
+
+    def record_exception(self, exception: BaseException, attributes: Any = None, timestamp: int | None = None,
+                         escaped: bool = False) -> None:
+        """The SDK's `exception` event (type, message, stack trace, escaped), `attributes` over them."""
+        module, qualname = type(exception).__module__, type(exception).__qualname__
+        attrs = {"exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+                 "exception.message": str(exception),
+                 "exception.stacktrace": "".join(traceback.format_exception(exception)),
+                 "exception.escaped": str(escaped)}
+        if attributes:
+            attrs.update(attributes)
+        self.add_event("exception", attrs, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._end is not None:
+            log.warning("Calling end() on an ended span.")
+            return
+        self._end = end_time if end_time is not None else time.time_ns()
+        st = self._status
+        self._proc.put((self._name, _ctx(self._ctx), _ctx(self._parent), self._kind.value, self._start, self._end,
+                        (self._attrs, self._dropped), self._events, self._dropped_events, self._links,
+                        self._dropped_links, st.status_code.value, st.description, _scope(self._scope)))
+
+    def __exit__(self, exc_type, exc_val, exc_tb) -> None:
+        """As the SDK's span with its defaults: an exception is recorded (escaped) and sets ERROR."""
+        if exc_val is not None and self.is_recording():
+            self.record_exception(exc_val, escaped=True)
+            self.set_status(Status(StatusCode.ERROR, f"{type(exc_val).__name__}: {exc_val}"))
+        self.end()
 
 
 def write_msg(out: BinaryIO, msg: Any) -> None:

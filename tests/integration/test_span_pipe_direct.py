@@ -1,6 +1,6 @@
-"""A rating put's `feedback.evaluation` carrier span, queued by `span_pipe.record_span` directly (the
-service's provider pipes its spans through the export child alone) or made by the SDK, reaches the
-collector as the same OTLP: the service's real export child and exporter send it, the real collector
+"""A rating put's `feedback.evaluation` carrier span and its SERVER span, queued by `span_pipe.record_span`
+and `span_pipe.start_span` directly (the service's provider pipes its spans through the export child
+alone) or made by the SDK, reach the collector as the same OTLP: the service's real export child and exporter send it, the real collector
 takes it and forwards the request it received to a receiver here, and every field of the span, its
 resource and its scope compare equal but the ids and times, which keep their relations (the put's
 trace, the put's SERVER span as parent, within its times)."""
@@ -88,11 +88,11 @@ async def test_a_puts_carrier_span_reaches_the_collector_the_same_queued_directl
         await stack.stop()
         await receiver.stop(0)
 
-    carriers = []
+    carriers, rpcs = [], []
     for trace_id, client_span in traces:
         in_trace = [(r, sc, s) for r, sc, s in down.received if s.trace_id.hex() == trace_id]
         (carrier,) = [x for x in in_trace if x[2].name == CARRIER_SPAN]
-        (rpc,) = [s for _r, _s, s in in_trace if s.kind == trace_pb2.Span.SPAN_KIND_SERVER]
+        ((*rpc_scope, rpc),) = [x for x in in_trace if x[2].kind == trace_pb2.Span.SPAN_KIND_SERVER]
         span = carrier[2]
         assert rpc.parent_span_id.hex() == client_span and span.parent_span_id == rpc.span_id
         assert len(span.span_id) == 8 and span.span_id not in (rpc.span_id, b"\0" * 8)
@@ -100,9 +100,12 @@ async def test_a_puts_carrier_span_reaches_the_collector_the_same_queued_directl
         assert span.events[0].time_unix_nano <= span.end_time_unix_nano <= rpc.end_time_unix_nano
         assert span.links[0].trace_id.hex() == t.trace_id
         carriers.append(carrier)
+        rpcs.append((*rpc_scope, rpc))
     # Same sentiment, one put direct, one by the SDK: every field equal but ids and times.
-    for direct, sdk in ((carriers[0], carriers[2]), (carriers[3], carriers[1])):
-        assert _bare(direct[2]) == _bare(sdk[2]), (direct[2], sdk[2])
-        assert direct[0] == sdk[0] and direct[1] == sdk[1]  # resource and scope, schema urls included
+    for spans in (carriers, rpcs):
+        for direct, sdk in ((spans[0], spans[2]), (spans[3], spans[1])):
+            assert _bare(direct[2]) == _bare(sdk[2]), (direct[2], sdk[2])
+            assert direct[0] == sdk[0] and direct[1] == sdk[1]  # resource and scope, schema urls included
+    assert rpcs[0][2].name == "agentfeedback.feedback.v1.FeedbackService/PutRating"
     assert carriers[0][1].scope.name == "agentfeedback.feedback"
     assert carriers[0][2].flags == carriers[2][2].flags != 0  # the W3C flags the encoder writes

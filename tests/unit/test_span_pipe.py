@@ -14,7 +14,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, S
 
 from services.common import span_pipe
 from services.common.otlp_spans import RequestEncoder, encode_span
-from services.common.span_pipe import ProcessSpanProcessor, compact, read_msg, record_span, write_msg
+from services.common.span_pipe import PipeSpan, ProcessSpanProcessor, compact, read_msg, record_span, start_span, write_msg
 from services.common.telemetry import SPAN_LIMITS
 
 
@@ -110,3 +110,93 @@ def test_record_span_uses_the_sdk_beside_another_processor():
     record_span(tp.get_tracer("t"), "both", SpanKind.INTERNAL, {"a": "b"}, events=[("e", {"n": 1})])
     (span,) = mem.get_finished_spans()
     assert got == [("sdk", compact(span))] and span.events[0].name == "e"
+
+
+def _exercise(span) -> None:
+    """What the interceptor and handlers do to a span, the limits' edges included."""
+    span.set_attribute("rpc.grpc.status_code", 5)
+    span.set_attribute("", "no key")
+    span.set_attributes({f"m{i}": "x" * (i * 300) for i in range(70)})  # over the count and the length
+    span.set_attribute("m3", ["a", "b"])  # set again: moves last
+    for i in range(18):
+        span.add_event(f"e{i}", {f"a{j}": j for j in range(10)})
+    span.add_event("at", {"n": 1}, timestamp=0)
+    span.add_link(SpanContext(0x77, 0x88, is_remote=True, trace_flags=TraceFlags(1)), {"why": "retry"})
+    span.add_link(SpanContext(0, 0, is_remote=False))  # invalid, no attributes: not kept
+    span.update_name("renamed")
+    span.set_status(StatusCode.ERROR, "first")
+    span.set_status(Status(StatusCode.ERROR, "second"), "ignored")
+    span.set_status(Status(StatusCode.UNSET))
+    try:
+        raise ValueError("bad value")
+    except ValueError as err:
+        span.record_exception(err, {"exception.message": "clipped"})
+
+
+def _exercise_ok_then_end(span) -> None:
+    span.set_status(StatusCode.OK)
+    span.set_status(StatusCode.ERROR, "after OK: ignored")
+    span.end()
+    span.end()  # twice: a warning, nothing queued
+    span.set_attribute("late", 1)
+    span.add_event("late")
+
+
+def test_start_span_gives_a_pipe_span_that_queues_what_the_sdk_span_would(monkeypatch):
+    tp, got = _captured()
+    tracer = tp.get_tracer("agentfeedback.test", "1.2")
+    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    parent = otel_trace.set_span_in_context(NonRecordingSpan(remote))
+    recs = {}
+    for direct in (True, False):
+        monkeypatch.setattr(span_pipe, "DIRECT_SPANS", direct)
+        for ok in (False, True):
+            span = start_span(tracer, "svc/Method", context=parent, kind=SpanKind.SERVER,
+                              attributes={"rpc.system": "grpc", "rpc.method": "Method"},
+                              links=[Link(SpanContext(0x55, 0x66, is_remote=True), {"l": "x" * 3000})])
+            assert isinstance(span, PipeSpan) is direct
+            assert span.get_span_context().trace_id == 0xABC and span.is_recording()
+            _exercise(span)
+            if ok:
+                _exercise_ok_then_end(span)
+            else:
+                span.end()
+            assert not span.is_recording()
+            (rec,) = got
+            got.clear()
+            assert (rec[0] == "sdk") is not direct
+            recs[direct, ok] = rec if direct else rec[1]
+    for ok in (False, True):
+        assert _without_ids_and_times(recs[True, ok]) == _without_ids_and_times(recs[False, ok])
+    rec = recs[True, False]
+    assert rec[6][1] > 0 and rec[8] > 0 and rec[11] == StatusCode.ERROR.value and rec[12] == "second"
+    assert rec[7][-1][0] == "exception" and rec[7][-1][2][0]["exception.message"] == "clipped"
+    assert recs[True, True][11] == StatusCode.OK.value
+
+
+def test_a_pipe_span_as_a_context_manager_records_the_exception_as_the_sdk_span(monkeypatch):
+    tp, got = _captured()
+    tracer = tp.get_tracer("t")
+    recs = {}
+    for direct in (True, False):
+        monkeypatch.setattr(span_pipe, "DIRECT_SPANS", direct)
+        try:
+            with start_span(tracer, "root") as span:
+                raise KeyError("k")
+        except KeyError:
+            pass
+        (rec,) = got
+        got.clear()
+        recs[direct] = rec if direct else rec[1]
+        assert span.get_span_context().trace_id != 0 and recs[direct][2] is None  # a root of its own trace
+
+    def strip(rec: tuple) -> tuple:
+        name, ctx, *rest = _without_ids_and_times(rec)
+        return (name, ctx[1:], *rest)  # each root its own trace id
+
+    assert strip(recs[True])[:5] == strip(recs[False])[:5] and strip(recs[True])[6:] == strip(recs[False])[6:]
+    # The stack traces name each path's own frames; the rest of the exception event is the same.
+    (direct_ev,), (sdk_ev,) = strip(recs[True])[5], strip(recs[False])[5]
+    for ev in (direct_ev, sdk_ev):
+        ev[1][0].pop("exception.stacktrace")
+    assert direct_ev == sdk_ev and recs[True][12] == "KeyError: 'k'"
