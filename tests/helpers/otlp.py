@@ -152,6 +152,17 @@ class Downstream(trace_service_pb2_grpc.TraceServiceServicer):
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
+
+async def start_downstream() -> tuple[Downstream, grpc.aio.Server, int]:
+    """A started Downstream receiver on a free loopback port: (receiver, its server, port). The caller
+    stops the server."""
+    down = Downstream()
+    server = grpc.aio.server()
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(down, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return down, server, port
+
 @pytest.fixture
 async def start_collector(database_url: str, tmp_path, collector_store):
     """`await start(clock=None, **settings)`: a collector on the test's span store (`span_store`)."""

@@ -8,12 +8,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-import grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from tests.helpers.feedback import flag, new_instance, rid, send
-from tests.helpers.otlp import Downstream
+from tests.helpers.otlp import start_downstream
 from tests.stack import start_stack
 
 
@@ -26,11 +24,7 @@ def _attrs(kvs) -> dict[str, object]:
 
 
 async def test_ratings_and_reports_become_gen_ai_evaluation_events_and_openinference_annotations(database_url, tmp_path):
-    down = Downstream()
-    server = grpc.aio.server()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(down, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
+    down, server, port = await start_downstream()
     stack = await start_stack(database_url, tmp_path, collector={"forward_endpoint": f"127.0.0.1:{port}"})
     try:
         inst = await new_instance(stack)

@@ -12,7 +12,6 @@ import time
 import grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 from services.common import span_pipe
@@ -21,7 +20,7 @@ from services.feedback.evaluation_events import CARRIER_SPAN
 from services.feedback.server import create_server as create_feedback
 from services.feedback.settings import FeedbackSettings
 from tests.helpers.feedback import new_instance, rid, send
-from tests.helpers.otlp import Downstream
+from tests.helpers.otlp import start_downstream
 from tests.stack import TEST_JWT_SECRET, start_stack
 
 
@@ -38,11 +37,7 @@ def _bare(span: trace_pb2.Span) -> trace_pb2.Span:
 
 async def test_a_puts_carrier_span_reaches_the_collector_the_same_queued_directly_or_by_the_sdk(
         database_url, tmp_path, monkeypatch):
-    down = Downstream()
-    receiver = grpc.aio.server()
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(down, receiver)
-    port = receiver.add_insecure_port("127.0.0.1:0")
-    await receiver.start()
+    down, receiver, port = await start_downstream()
     stack = await start_stack(database_url, tmp_path, collector={"forward_endpoint": f"127.0.0.1:{port}"})
     # A feedback service as deployed: its spans leave through the export child, to the stack's collector.
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{stack.ports['otlp_grpc']}")
