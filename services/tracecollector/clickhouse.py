@@ -27,21 +27,23 @@ GetTrace's read: the lookup table's bounds, then the spans through our projectio
 ClickHouse with every INSERT, the exporter's too), so one granule holds a trace instead of one per span
 name of it.
 
-SearchTraces: one attribute filter alone reads our attribute lookup table (`otel_traces_attrs`, filled
-by a materialized view from every INSERT into otel_traces, the exporter's too; ORDER BY (Key, Value,
-Timestamp), values ≤ 256 bytes), a key range instead of the bloom-filtered granules of the Map column;
-other filters, longer values and windows starting before the lookup's recorded coverage
-(`otel_traces_attrs_since`: rows stored before the view existed are only there after a backfill) scan
-otel_traces. Same answer, same order and keyset either way. The page's summaries come from our trace
+SearchTraces: one attribute filter alone reads our attribute lookup table (`otel_traces_attrs_weekly`,
+filled by a materialized view from every INSERT into otel_traces, the exporter's too; ORDER BY (Key,
+Value, Timestamp), values ≤ 256 bytes, weekly partitions), a key range instead of the bloom-filtered
+granules of the Map column; other filters, longer values and windows starting before the lookup's
+recorded coverage (`otel_traces_attrs_weekly_since`: rows stored before the view existed are only there
+after a backfill) scan otel_traces. Same answer, same order and keyset either way. The page's summaries come from our trace
 summary table (`otel_traces_summary`, one AggregatingMergeTree row per trace by TraceId, filled by a
 materialized view the same way; coverage `otel_traces_summary_since`), traces outside it from
 otel_traces (the lookup table's bounds, then SUMMARIZE).
 
 Retention: the table TTL (`retention_days`, 14 by default; whole parts dropped, `ttl_only_drop_parts`)
-over daily partitions (the lookup tables' too), plus a pass (retention.TtlRetention) that drops whole
-past days of otel_traces and both lookup tables at once with
-the same rule as PostgreSQL (`ingest.first_retained_day_ns`), records them for TRACE_EXPIRED, and
-does so on a simulated clock in tests.
+over daily partitions (the trace-id lookup's and the summaries' too; the attribute lookup's are weekly),
+plus a pass (retention.TtlRetention) that drops whole past days of otel_traces, the trace-id lookup and
+the summaries at once with the same rule as PostgreSQL (`ingest.first_retained_day_ns`), records them
+for TRACE_EXPIRED, drops the attribute lookup's weeks once their last day is past, and does so on a
+simulated clock in tests. Searches never see the days in between: query.TraceReader clamps their
+window to the retained one.
 
 Sharded (`cluster` set): the local tables are `<table>_local` (ReplicatedMergeTree ON CLUSTER), reads
 and writes go to Distributed tables named as the exporter's (`<table>`), sharded by TraceId.
@@ -51,7 +53,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from string import Template
 
@@ -238,8 +240,8 @@ class ClickHouseStore:
         self._traces = tables.q(tables.traces)
         self._ts = tables.q(f"{tables.traces}_trace_id_ts")
         self._days = tables.q(f"{tables.traces}_dropped_days")
-        self._attrs = tables.q(f"{tables.traces}_attrs")
-        self._attrs_since = tables.q(f"{tables.traces}_attrs_since")
+        self._attrs = tables.q(f"{tables.traces}_attrs_weekly")
+        self._attrs_since = tables.q(f"{tables.traces}_attrs_weekly_since")
         self._summary = tables.q(f"{tables.traces}_summary")
         self._summary_since = tables.q(f"{tables.traces}_summary_since")
         # Lookup (attrs / summary) → (read at, monotonic s; its coverage start in ns or None).
@@ -259,7 +261,7 @@ class ClickHouseStore:
         # Tables made earlier (another retention_days, or the exporter's `ttl`): the TTL follows the
         # setting; existing parts are not rewritten (they expire whole, by partition, as before).
         for table, column, days in ((self._t.local, "Timestamp", 0), (f"{self._t.local}_trace_id_ts", "Start", 0),
-                                    (f"{self._t.local}_attrs", "Timestamp", 0), (f"{self._t.local}_summary", "Day", 1)):
+                                    (f"{self._t.local}_attrs_weekly", "Timestamp", 0), (f"{self._t.local}_summary", "Day", 1)):
             await self._tx.command(
                 f"ALTER TABLE {self._t.q(table)}{on_cluster} MODIFY TTL toDateTime({column}) + "
                 f"toIntervalDay({int(retention_days) + days}) SETTINGS materialize_ttl_after_modify = 0")
@@ -280,7 +282,7 @@ class ClickHouseStore:
                                {"s": since})
 
     async def _complete_since(self, lookup: str) -> int | None:
-        """The coverage start (ns) of the `lookup` table ("attrs", "summary"), None when not recorded or
+        """The coverage start (ns) of the `lookup` table ("attrs_weekly", "summary"), None when not recorded or
         its tables are absent (tables an exporter created, `clickhouse_create_schema` off); cached for
         _SINCE_TTL_S."""
         at, value = self._since.get(lookup, (-_SINCE_TTL_S, None))
@@ -345,7 +347,7 @@ class ClickHouseStore:
             params["after_s"], params["after_t"] = after[0], after[1].hex()
         if (len(attributes) == 1 and not (service_name or span_name or min_duration_ns) and status_code is None
                 and len((v := next(iter(attributes.values()))).encode()) <= ATTR_VALUE_MAX_BYTES
-                and (since := await self._complete_since("attrs")) is not None and start_ns >= since):
+                and (since := await self._complete_since("attrs_weekly")) is not None and start_ns >= since):
             params["k0"], params["v0"] = next(iter(attributes)), v
             sql = SEARCH.format(t=self._attrs, filters=_ATTR_FILTER, having=having)
             return [(bytes.fromhex(t), int(s)) for t, s in await self._tx.query(sql, params)]
@@ -401,13 +403,26 @@ class ClickHouseStore:
         return [date.fromisoformat(r[0].strip("'")) for r in rows]
 
     async def drop_day(self, day: date) -> None:
-        """Drop the partitions of `day` from the span table and the trace-id and attribute lookup tables
+        """Drop the partitions of `day` from the span table, the trace-id lookup and the trace summaries
         at once (a metadata operation whatever the day's size), and record the day."""
         on_cluster = f" ON CLUSTER `{self._t.cluster}`" if self._t.cluster else ""
-        for table in (self._t.local, f"{self._t.local}_trace_id_ts", f"{self._t.local}_attrs",
-                      f"{self._t.local}_summary"):
+        for table in (self._t.local, f"{self._t.local}_trace_id_ts", f"{self._t.local}_summary"):
             await self._tx.command(f"ALTER TABLE {self._t.q(table)}{on_cluster} DROP PARTITION '{day.isoformat()}'")
         await self._tx.command(f"INSERT INTO {self._days} (Day) VALUES ('{day.isoformat()}')")
+
+    async def drop_weeks_before(self, first: date) -> list[date]:
+        """Drop the attribute lookup's weekly partitions (UTC weeks from Monday) whose last day is before
+        `first` (the first retained day); their Mondays, oldest first. A metadata operation per week."""
+        local = f"{self._t.local}_attrs_weekly"
+        rows = await self._tx.query(
+            "SELECT DISTINCT partition FROM system.parts WHERE database = {db:String} AND table = {t:String}"
+            " AND active ORDER BY partition", {"db": self._t.database, "t": local})
+        on_cluster = f" ON CLUSTER `{self._t.cluster}`" if self._t.cluster else ""
+        weeks = [m for (p,) in rows if (m := date.fromisoformat(p.strip("'"))) + timedelta(days=7) <= first]
+        for monday in weeks:
+            await self._tx.command(
+                f"ALTER TABLE {self._t.q(local)}{on_cluster} DROP PARTITION '{monday.isoformat()}'")
+        return weeks
 
     async def day_dropped(self, day: date) -> bool:
         """Whether a retention pass dropped the spans of `day`."""

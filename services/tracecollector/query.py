@@ -198,8 +198,13 @@ class TraceReader:
     async def search(self, req: traces_pb2.SearchTracesRequest) -> traces_pb2.SearchTracesResponse:
         """Matching traces newest first, keyset-paged. InvalidArgument naming the bad field."""
         p = SearchParams.parse(req, self._max_days)
+        # Only the retained window: what a retention pass has not yet dropped (and the ClickHouse
+        # attribute lookup's weekly partitions, dropped a week at a time) is already expired.
+        start_ns = max(p.start_ns, self._window().oldest_ns)
+        if start_ns >= p.end_ns:
+            return traces_pb2.SearchTracesResponse()
         ids = await self._repo.search_trace_ids(
-            start_ns=p.start_ns, end_ns=p.end_ns, service_name=p.service_name, span_name=p.span_name,
+            start_ns=start_ns, end_ns=p.end_ns, service_name=p.service_name, span_name=p.span_name,
             attributes=p.attributes, status_code=p.status_code,
             min_duration_ns=p.min_duration_ns, after=p.after, limit=p.page_size + 1,
         )

@@ -12,7 +12,8 @@ Spans outside the kept days are rejected at ingest (ingest.Window), never stored
 
 On ClickHouse (`TtlRetention`) the table's TTL expires spans by itself (daily partitions, whole parts);
 the pass drops, at once, every stored day before the first kept day by the same rule, so both stores
-keep exactly the same days at any clock (and tests can move the clock).
+keep exactly the same days at any clock (and tests can move the clock), and the attribute lookup's
+weekly partitions once their last day is past (searches are clamped to the kept days meanwhile).
 """
 from __future__ import annotations
 
@@ -153,6 +154,8 @@ class TtlRetention:
                     timings.append((time.perf_counter() - t0) * 1000)
                     dropped.append(day)
                     log.info("retention: dropped spans of %s (%.1f ms)", day, timings[-1])
+            for monday in await self._store.drop_weeks_before(first):
+                log.info("retention: dropped the attribute lookup's week of %s", monday)
             if self.on_pass is not None:
                 self.on_pass(True, len(dropped))
         return PassResult([], dropped, timings)

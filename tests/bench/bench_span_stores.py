@@ -55,7 +55,7 @@ GET_TRACE_CALLS = 1000
 SEARCH_REPS = 11
 RARE_EVERY = 7  # one payload in 7 carries the rare value (on one span)
 # The ClickHouse store's tables that grow with spans (merged before the reads, counted in bytes per span).
-CH_TABLES = ("otel_traces", "otel_traces_trace_id_ts", "otel_traces_attrs", "otel_traces_summary")
+CH_TABLES = ("otel_traces", "otel_traces_trace_id_ts", "otel_traces_attrs_weekly", "otel_traces_summary")
 SMOKE = {"EXPORTS": 2, "SPANS": 14_000, "GET_TRACE_CALLS": 10, "SEARCH_REPS": 2}
 
 

@@ -4,6 +4,7 @@ traces_insert.sql; values as exporter_traces.go's pushTraceData makes them) read
 and SearchTraces exactly like the same spans our own receiver wrote."""
 from __future__ import annotations
 
+import datetime as dt
 import os
 import time
 
@@ -18,11 +19,11 @@ pytestmark = pytest.mark.parametrize("span_store", ["clickhouse"], indirect=True
 DAY = 86_400 * NS
 # The backfill of docs/architecture.md "Spans on ClickHouse" (single server), as an operator runs it.
 BACKFILL = """
-INSERT INTO {db}.{t}_attrs (Key, Value, Timestamp, TraceId)
+INSERT INTO {db}.{t}_attrs_weekly (Key, Value, Timestamp, TraceId)
 SELECT Key, Value, Timestamp, TraceId FROM {db}.{t}
 ARRAY JOIN mapKeys(SpanAttributes) AS Key, mapValues(SpanAttributes) AS Value
-WHERE length(Value) <= 256 AND Timestamp < (SELECT min(Since) FROM {db}.{t}_attrs_since);
-INSERT INTO {db}.{t}_attrs_since (Since) VALUES (0)"""
+WHERE length(Value) <= 256 AND Timestamp < (SELECT min(Since) FROM {db}.{t}_attrs_weekly_since);
+INSERT INTO {db}.{t}_attrs_weekly_since (Since) VALUES (0)"""
 
 
 def _dt(ns: int) -> str:
@@ -210,16 +211,25 @@ async def test_a_rare_attribute_on_rows_the_exporter_wrote_is_found_through_the_
     assert [(t.trace_id, t.root_span_name, t.span_count) for t in found.traces] == [(theirs.hex(), "chat.turn", 2)]
 
 
-async def test_retention_drops_the_attribute_lookup_rows_of_a_dropped_day(start_collector):
+async def test_retention_drops_the_attribute_lookups_week_once_its_last_day_is_past(start_collector):
     now = time.time_ns()
     c = await start_collector(clock=lambda: now)
     old, spans = one_trace(2, start_ns=now - 13 * DAY, attrs={"case": "old-needle"})
     await c.otlp().Export(request(spans))
     store = c.server.repo
     assert await _attr_rows(store, "old-needle") == 2
-    result = await c.server.retention.run_once(now_ns=now + 2 * DAY)
-    assert result.dropped
+    old_day = dt.datetime.fromtimestamp((now - 13 * DAY) // NS, dt.UTC).date()
+    monday = old_day - dt.timedelta(days=old_day.weekday())
+    # The pass that drops the old day leaves its week while a later day of it is retained.
+    last_kept = monday + dt.timedelta(days=6)  # the week's Sunday, the first retained day
+    at = int(dt.datetime.combine(last_kept, dt.time(), dt.UTC).timestamp()) * NS + 14 * DAY - NS
+    if last_kept > old_day:
+        result = await c.server.retention.run_once(now_ns=at)
+        assert old_day in result.dropped
+        assert await _attr_rows(store, "old-needle") == 2
+    result = await c.server.retention.run_once(now_ns=at + DAY)  # the Sunday is past too
     assert await _attr_rows(store, "old-needle") == 0
+    assert old_day in result.dropped or await store.day_dropped(old_day)
 
 
 async def test_spans_stored_before_the_lookup_existed_are_found_by_scan_until_backfilled(start_collector):
@@ -251,6 +261,40 @@ async def test_spans_stored_before_the_lookup_existed_are_found_by_scan_until_ba
     assert [t.trace_id for t in (await search()).traces] == [tid.hex()]  # from the lookup
 
 
+async def test_a_deployment_made_before_the_weekly_lookup_moves_its_view_there(start_collector):
+    """Tables as migrations 0015/0016 made them (the daily lookup and its view) on a store that holds
+    spans: create_schema makes the weekly lookup, drops the daily view (new INSERTs fill the weekly table
+    only) and records the weekly coverage past the stored spans, so searches over them scan until backfilled."""
+    c = await start_collector()
+    store = c.server.repo
+    db, t = f"`{store._t.database}`", store._t.traces
+    await store._tx.command(f"DROP VIEW {db}.{t}_attrs_weekly_mv")
+    for table in (store._attrs, store._attrs_since):
+        await store._tx.command(f"DROP TABLE {table}")
+    await store._tx.command(f"""CREATE TABLE {db}.{t}_attrs (Key LowCardinality(String), Value String,
+        Timestamp DateTime64(9), TraceId String) ENGINE = MergeTree() PARTITION BY toDate(Timestamp)
+        ORDER BY (Key, Value, Timestamp)""")
+    await store._tx.command(f"""CREATE MATERIALIZED VIEW {db}.{t}_attrs_mv TO {db}.{t}_attrs AS SELECT Key,
+        Value, Timestamp, TraceId FROM {db}.{t} ARRAY JOIN mapKeys(SpanAttributes) AS Key,
+        mapValues(SpanAttributes) AS Value WHERE length(Value) <= 256""")
+    start = time.time_ns() - 3600 * NS
+    before, spans = one_trace(2, start_ns=start, attrs={"case": "upgrade"})
+    await c.otlp().Export(request(spans))
+    store._since.clear()
+    await store.create_schema(14)
+    names = {n for (n,) in await store._tx.query(
+        "SELECT name FROM system.tables WHERE database = {db:String}", {"db": store._t.database})}
+    assert f"{t}_attrs_mv" not in names and {f"{t}_attrs_weekly", f"{t}_attrs_weekly_mv"} <= names
+    after, spans = one_trace(2, start_ns=start + NS, attrs={"case": "upgrade"})
+    await c.otlp().Export(request(spans))
+    daily = await store._tx.query(f"SELECT DISTINCT TraceId FROM {db}.{t}_attrs")
+    assert daily == [(before.hex(),)]
+    assert await store._tx.query(f"SELECT DISTINCT TraceId FROM {store._attrs}") == [(after.hex(),)]
+    found = await c.query().SearchTraces(traces_pb2.SearchTracesRequest(
+        start_time=ts(start - NS), end_time=ts(start + 2 * NS), attributes={"case": "upgrade"}), metadata=c.md())
+    assert [x.trace_id for x in found.traces] == [after.hex(), before.hex()]  # by scan: coverage starts later
+
+
 async def _codecs(store) -> set[tuple[str, str]]:
     """(part, default codec) of every active part of the span table and of its projection (the lookup
     table's columns all declare theirs: system.columns)."""
@@ -263,12 +307,12 @@ async def _codecs(store) -> set[tuple[str, str]]:
 
 
 async def test_the_codec_migrations_change_only_storage_on_tables_made_before_them(collector):
-    """Migrations 0025/0026 on tables that already hold parts (an existing deployment, an exporter fleet's
-    table): metadata only; parts written before read back the same, new and merged parts get ZSTD(3)."""
+    """Migration 0025 on a table that already holds parts (an existing deployment, an exporter fleet's
+    table): metadata only; parts written before read back the same, new and merged parts get ZSTD(3).
+    The attribute lookup's columns keep the codecs 0027 declares."""
     store = collector.server.repo
-    # The tables as 0004-0018 made them: the projection in the server's default codec, the lookup in ZSTD(1).
+    # The span table as 0004-0010 made it: the projection in the server's default codec.
     await store._tx.command(f"ALTER TABLE {store._traces} RESET SETTING default_compression_codec")
-    await store._tx.command(f"ALTER TABLE {store._attrs} MODIFY COLUMN Value CODEC(ZSTD(1))")
     start = time.time_ns() - 60 * NS
     old, spans = one_trace(3, start_ns=start, attrs={"case": "codec"})
     await collector.otlp().Export(request(spans))
@@ -288,7 +332,7 @@ async def test_the_codec_migrations_change_only_storage_on_tables_made_before_th
     assert await collector.get_trace(old) == before
     columns = dict(await store._tx.query(
         "SELECT name, compression_codec FROM system.columns WHERE database = {db:String} AND table = {t:String}",
-        {"db": store._t.database, "t": f"{store._t.local}_attrs"}))
+        {"db": store._t.database, "t": f"{store._t.local}_attrs_weekly"}))
     assert columns == {"Key": "CODEC(ZSTD(1))", "Value": "CODEC(ZSTD(3))", "Timestamp": "CODEC(Delta(8), ZSTD(1))",
                        "TraceId": "CODEC(ZSTD(1))"}
     found = await collector.query().SearchTraces(traces_pb2.SearchTracesRequest(

@@ -146,6 +146,37 @@ async def test_F18_retention_drops_days_past_14_and_keeps_13_day_old_spans(start
         assert [await c.server.repo.day_dropped(d) for d in result.dropped] == [True] * len(result.dropped)
 
 
+async def test_search_returns_no_trace_older_than_retention_before_or_after_the_pass_drops_it(start_collector):
+    # Noon; two days later the first retained day is 11 days back, and a trace stored 11.5 days back is
+    # past retention: not returned from then on, whether or not a pass has dropped its day yet.
+    now = time.time_ns() // DAY * DAY + 12 * 3600 * NS
+    clock = [now]
+    c = await start_collector(clock=lambda: clock[0])
+    old_tid, old_spans = one_trace(2, start_ns=now - 11 * DAY - 13 * 3600 * NS, attrs={"case": "expiring"})
+    new_tid, new_spans = one_trace(2, start_ns=now - 3600 * NS, attrs={"case": "expiring"})
+    assert not (await c.otlp().Export(request(old_spans + new_spans))).HasField("partial_success")
+    later = now + 2 * DAY
+
+    async def found(**filters) -> list[str]:
+        resp = await c.query().SearchTraces(traces_pb2.SearchTracesRequest(
+            start_time=ts(old_spans[0].start_time_unix_nano - NS), end_time=ts(min(clock[0], later)), **filters),
+            metadata=c.md())
+        return [t.trace_id for t in resp.traces]
+
+    for filters in ({"attributes": {"case": "expiring"}}, {"span_name": "root"}):  # lookup table / scan
+        assert await found(**filters) == [new_tid.hex(), old_tid.hex()]
+    clock[0] = later
+    for filters in ({"attributes": {"case": "expiring"}}, {"span_name": "root"}):
+        assert await found(**filters) == [new_tid.hex()]  # before the pass: outside the retained window
+    assert (await c.server.retention.run_once()).dropped
+    for filters in ({"attributes": {"case": "expiring"}}, {"span_name": "root"}):
+        assert await found(**filters) == [new_tid.hex()]
+    assert len((await c.get_trace(new_tid)).spans) == 2
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await c.get_trace(old_tid)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+
 async def test_retention_pass_is_idempotent_and_spans_too_old_for_the_window_are_rejected(start_collector):
     now = time.time_ns()
     c = await start_collector(clock=lambda: now)

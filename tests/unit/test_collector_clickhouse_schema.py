@@ -35,24 +35,27 @@ def test_single_server_schema_is_the_exporters_with_ttl_daily_partitions_and_blo
     # Ours: the span table's parts also ordered by trace (a projection, so the exporter's INSERTs fill it).
     assert any(s.startswith("ALTER TABLE `otel`.otel_traces") and "ADD PROJECTION IF NOT EXISTS agentfeedback_by_trace"
                " (SELECT * ORDER BY (TraceId, Timestamp))" in s for s in stmts)
-    # Ours: the attribute lookup, partitioned and expiring as otel_traces, keyed for a value's traces.
-    attrs = next(s for s in stmts if "otel_traces_attrs " in s and s.startswith("CREATE TABLE"))
-    assert "PARTITION BY toDate(Timestamp)" in attrs and "ORDER BY (Key, Value, Timestamp)" in attrs
+    # Ours: the attribute lookup, weekly partitions, expiring as otel_traces, keyed for a value's traces;
+    # the daily lookup's view (before 0027) dropped once the weekly one fills.
+    attrs = next(s for s in stmts if "otel_traces_attrs_weekly " in s and s.startswith("CREATE TABLE"))
+    assert "PARTITION BY toMonday(Timestamp)" in attrs and "ORDER BY (Key, Value, Timestamp)" in attrs
     assert "TTL toDateTime(Timestamp) + toIntervalDay(14)" in attrs and "ttl_only_drop_parts = 1" in attrs
-    assert any("MATERIALIZED VIEW" in s and "otel_traces_attrs_mv" in s and "ARRAY JOIN" in s for s in stmts)
+    assert "Value String CODEC(ZSTD(3))" in attrs
+    views = [i for i, s in enumerate(stmts) if "MATERIALIZED VIEW" in s and "otel_traces_attrs_weekly_mv" in s
+             and "ARRAY JOIN" in s and "TO `otel`.otel_traces_attrs_weekly" in s]
+    assert views and stmts.index("DROP VIEW IF EXISTS `otel`.otel_traces_attrs_mv") > views[0]
+    assert not any("otel_traces_attrs " in s or "otel_traces_attrs_since " in s for s in stmts)
     # Ours: the per-trace summaries, by trace id, days and TTL following otel_traces'.
     summary = next(s for s in stmts if "otel_traces_summary " in s and s.startswith("CREATE TABLE"))
     assert "ENGINE = AggregatingMergeTree()" in summary and "ORDER BY TraceId" in summary
     assert "PARTITION BY Day" in summary and "TTL toDateTime(Day) + toIntervalDay(15)" in summary
     assert any("MATERIALIZED VIEW" in s and "otel_traces_summary_mv" in s for s in stmts)
     assert not any("Distributed" in s or "ON CLUSTER" in s for s in stmts)
-    # Storage only (0025, 0026): the exporter's table gets a default codec (what declares none: our
-    # projection, the skip indexes), never a column change; the lookup's values ZSTD(3).
+    # Storage only (0025): the exporter's table gets a default codec (what declares none: our
+    # projection, the skip indexes), never a column change.
     assert any(s.startswith("ALTER TABLE `otel`.otel_traces ")
                and s.endswith("MODIFY SETTING default_compression_codec = 'ZSTD(3)'") for s in stmts)
     assert not any("otel_traces " in s and "MODIFY COLUMN" in s for s in stmts)
-    assert any(s.startswith("ALTER TABLE `otel`.otel_traces_attrs") and s.endswith("MODIFY COLUMN Value CODEC(ZSTD(3))")
-               for s in stmts)
 
 
 def test_cluster_schema_is_replicated_local_tables_under_distributed_ones_sharded_by_trace():
@@ -62,19 +65,20 @@ def test_cluster_schema_is_replicated_local_tables_under_distributed_ones_sharde
     assert "toIntervalDay(7)" in stmts[0]
     dist = [s for s in stmts if "ENGINE = Distributed" in s]
     assert [d.split()[5] for d in dist] == ["`otel`.otel_traces", "`otel`.otel_traces_trace_id_ts",
-                                            "`otel`.otel_traces_dropped_days", "`otel`.otel_traces_attrs",
-                                            "`otel`.otel_traces_attrs_since", "`otel`.otel_traces_summary",
-                                            "`otel`.otel_traces_summary_since"]
-    assert "Distributed('spans', `otel`, otel_traces_local_attrs, cityHash64(TraceId))" in dist[3]
+                                            "`otel`.otel_traces_dropped_days", "`otel`.otel_traces_summary",
+                                            "`otel`.otel_traces_summary_since", "`otel`.otel_traces_attrs_weekly",
+                                            "`otel`.otel_traces_attrs_weekly_since"]
+    assert "Distributed('spans', `otel`, otel_traces_local_attrs_weekly, cityHash64(TraceId))" in dist[5]
     assert "Distributed('spans', `otel`, otel_traces_local, cityHash64(TraceId))" in dist[0]
-    assert "Distributed('spans', `otel`, otel_traces_local_summary, cityHash64(TraceId))" in dist[5]
-    mv, attrs_mv, summary_mv = (s for s in stmts if "MATERIALIZED VIEW" in s)
+    assert "Distributed('spans', `otel`, otel_traces_local_summary, cityHash64(TraceId))" in dist[3]
+    mv, summary_mv, attrs_mv = (s for s in stmts if "MATERIALIZED VIEW" in s)
     assert "FROM `otel`.otel_traces_local" in mv and "TO `otel`.otel_traces_local_trace_id_ts" in mv
     # The projection lives on each shard's local table (a Distributed table has no parts).
     proj = next(s for s in stmts if "ADD PROJECTION" in s)
     assert proj.startswith("ALTER TABLE `otel`.otel_traces_local ON CLUSTER `spans` ADD PROJECTION"), proj
     # Each shard's view fills its own attribute lookup from the spans stored there.
-    assert "FROM `otel`.otel_traces_local" in attrs_mv and "TO `otel`.otel_traces_local_attrs" in attrs_mv
+    assert "FROM `otel`.otel_traces_local" in attrs_mv and "TO `otel`.otel_traces_local_attrs_weekly" in attrs_mv
+    assert "DROP VIEW IF EXISTS `otel`.otel_traces_local_attrs_mv ON CLUSTER `spans`" in stmts
     # ... and its trace summaries, aggregated by the replicated engine.
     assert "FROM `otel`.otel_traces_local" in summary_mv and "TO `otel`.otel_traces_local_summary" in summary_mv
     summary = next(s for s in stmts if "otel_traces_local_summary " in s and s.startswith("CREATE TABLE"))
