@@ -35,7 +35,8 @@ recorded coverage (`otel_traces_attrs_weekly_since`: rows stored before the view
 after a backfill) scan otel_traces. Same answer, same order and keyset either way. The page's summaries come from our trace
 summary table (`otel_traces_summary`, one AggregatingMergeTree row per trace by TraceId, filled by a
 materialized view the same way; coverage `otel_traces_summary_since`), traces outside it from
-otel_traces (the lookup table's bounds, then SUMMARIZE).
+otel_traces (the lookup table's bounds, then SUMMARIZE). A common value's page is taken from the
+window's last hour when every trace on it started there (search_traces).
 
 Retention: the table TTL (`retention_days`, 14 by default; whole parts dropped, `ttl_only_drop_parts`)
 over daily partitions (the trace-id lookup's and the summaries' too; the attribute lookup's are weekly),
@@ -117,10 +118,11 @@ WHERE TraceId IN {{ids:Array(String)}}
   AND Timestamp >= toDateTime64({{lo:UInt32}}, 9) AND Timestamp < toDateTime64({{hi:UInt32}}, 9)
 GROUP BY TraceId"""
 # The page's summaries from our per-trace table (migration 0020), one statement by primary key; rows
-# of one trace not yet merged are combined here (the table's own merge functions). Columns as SUMMARIZE's.
+# of one trace not yet merged are combined here (the table's own merge functions). Columns as SUMMARIZE's,
+# then the trace's earliest span start (0029; 0 in rows summarized before it).
 SUMMARY = """
 SELECT TraceId, (min(Root) AS r).3, r.4, toUnixTimestamp64Nano(r.2), r.5, length(groupUniqArrayArray(SpanIds)),
-       max(Status)
+       max(Status), toUnixTimestamp64Nano(min(Start))
 FROM {t}
 WHERE TraceId IN {{ids:Array(String)}}
 GROUP BY TraceId"""
@@ -141,6 +143,10 @@ _ATTR_FILTER = "\n  AND Key = {k0:String} AND Value = {v0:String}"
 ATTR_VALUE_MAX_BYTES = 256  # longer values are not in the lookup table (0016's WHERE)
 # The lookup's coverage (migration 0017) is re-read this often, so a backfill is seen without a restart.
 _SINCE_TTL_S = 60.0
+# A value whose newest page lies within this much of the window's end is first looked up there only
+# (ClickHouseStore.search_traces); `_DENSE_MAX` bounds the values remembered.
+_RECENT_NS = 3600 * 1_000_000_000
+_DENSE_MAX = 4096
 # When the lookup is made on a table already holding spans: its coverage starts this far past now and
 # past every stored span, so spans in INSERTs that began before the view existed are never relied on.
 _SINCE_MARGIN_NS = 3600 * 1_000_000_000
@@ -192,6 +198,12 @@ def span_record(r: tuple) -> SpanRecord:
         links=[{"trace_id": lt, "span_id": ls, "trace_state": st, "attributes": _overlay(a, ln_typed.get(str(i)))}
                for i, (lt, ls, st, a) in enumerate(zip(ln_tids, ln_sids, ln_states, ln_attrs, strict=True))],
     )
+
+
+def _summary(r: tuple) -> dict:
+    """A SUMMARY or SUMMARIZE row as summarize_traces' mapping."""
+    return {"root_name": r[1], "service_name": r[2], "root_start": int(r[3]), "root_duration": int(r[4]),
+            "span_count": int(r[5]), "status_code": int(r[6])}
 
 
 @dataclass(frozen=True)
@@ -246,6 +258,8 @@ class ClickHouseStore:
         self._summary_since = tables.q(f"{tables.traces}_summary_since")
         # Lookup (attrs / summary) → (read at, monotonic s; its coverage start in ns or None).
         self._since: dict[str, tuple[float, int | None]] = {}
+        # (key, value) → whether its last page lay within _RECENT_NS of the window's end (a hint only).
+        self._dense: dict[tuple[str, str], bool] = {}
         self._bounds = BOUNDS.format(ts=self._ts)
         self._get_trace = GET_TRACE.format(cols=_SPAN_COLUMNS, t=self._traces)
         self._summarize = SUMMARIZE.format(t=self._traces, status=_STATUS_SQL)
@@ -345,10 +359,9 @@ class ClickHouseStore:
         if after is not None:
             having = _AFTER
             params["after_s"], params["after_t"] = after[0], after[1].hex()
-        if (len(attributes) == 1 and not (service_name or span_name or min_duration_ns) and status_code is None
-                and len((v := next(iter(attributes.values()))).encode()) <= ATTR_VALUE_MAX_BYTES
-                and (since := await self._complete_since("attrs_weekly")) is not None and start_ns >= since):
-            params["k0"], params["v0"] = next(iter(attributes)), v
+        if (attr := await self._lookup_attr(start_ns, service_name, span_name, attributes, status_code,
+                                            min_duration_ns)) is not None:
+            params["k0"], params["v0"] = attr
             sql = SEARCH.format(t=self._attrs, filters=_ATTR_FILTER, having=having)
             return [(bytes.fromhex(t), int(s)) for t, s in await self._tx.query(sql, params)]
         filters = []
@@ -374,6 +387,51 @@ class ClickHouseStore:
         sql = SEARCH.format(t=self._traces, filters="".join(f"\n  AND {f}" for f in filters), having=having)
         return [(bytes.fromhex(t), int(s)) for t, s in await self._tx.query(sql, params)]
 
+    async def _lookup_attr(self, start_ns: int, service_name: str, span_name: str, attributes: dict[str, str],
+                           status_code: int | None, min_duration_ns: int) -> tuple[str, str] | None:
+        """(key, value) when the search reads the attribute lookup table: one attribute filter and no
+        other, its value ≤ ATTR_VALUE_MAX_BYTES, the window starting within the lookup's coverage."""
+        if (len(attributes) == 1 and not (service_name or span_name or min_duration_ns) and status_code is None
+                and len((v := next(iter(attributes.values()))).encode()) <= ATTR_VALUE_MAX_BYTES
+                and (since := await self._complete_since("attrs_weekly")) is not None and start_ns >= since):
+            return next(iter(attributes)), v
+        return None
+
+    async def search_traces(self, *, summarize: int, **filters) -> tuple[list[tuple[bytes, int]], dict[bytes, dict]]:
+        """search_trace_ids(**filters) and summarize_traces of its first `summarize` ids.
+
+        A common attribute value (its last full page lay within _RECENT_NS of the window's end: the
+        `_dense` hint) is first looked up from `cut` = that end − _RECENT_NS only, and the page summarized
+        with each trace's earliest span start (the summary's Start, migration 0029). When `limit` traces
+        match there and every trace on the page started at or after `cut`, the page is the whole
+        window's: those traces have no matching span before `cut`, so their first matching start is the
+        one found; every trace not found there first matches before `cut`, after the page in its order;
+        and a trace found there that started earlier sorts at or after where it was found. Needs the
+        window to start within the summaries' coverage (Start then counts every span in it). Otherwise
+        (or when the hint is off) the whole window, as search_trace_ids then summarize_traces. Both ways
+        are 2 statements; a failed try costs 2 more and turns the hint off."""
+        lo, hi, after, limit = filters["start_ns"], filters["end_ns"], filters["after"], filters["limit"]
+        attr = await self._lookup_attr(lo, filters["service_name"], filters["span_name"], filters["attributes"],
+                                       filters["status_code"], filters["min_duration_ns"])
+        end = hi if after is None else min(hi, after[0] + 1)  # past the keyset, nothing is on the page
+        cut, learn = end - _RECENT_NS, attr is not None
+        if (attr is not None and self._dense.get(attr) and cut > lo
+                and (since := await self._complete_since("summary")) is not None and lo >= since):
+            recent = await self.search_trace_ids(**{**filters, "start_ns": cut})
+            if len(recent) == limit:
+                page = recent[:summarize]
+                rows = await self._tx.query(self._summary_sql, {"ids": [t.hex() for t, _ in page]})
+                started = {bytes.fromhex(r[0]): r for r in rows if int(r[7]) >= cut}
+                if all(t in started for t, _ in page):
+                    return recent, {t: _summary(started[t]) for t, _ in page}
+                self._dense[attr], learn = False, False  # its pages hold traces that started earlier
+        ids = await self.search_trace_ids(**filters)
+        if learn and len(ids) == limit:  # a short last page says nothing of the value
+            if len(self._dense) >= _DENSE_MAX:
+                self._dense.clear()
+            self._dense[attr] = ids[-1][1] >= cut
+        return ids, await self.summarize_traces([t for t, _ in ids[:summarize]])
+
     async def summarize_traces(self, trace_ids: list[bytes]) -> dict[bytes, dict]:
         """Summary rows (root name/service/start/duration, span count, worst status) by trace id.
 
@@ -389,9 +447,7 @@ class ClickHouseStore:
             ids = sorted(set(ids) - {r[0] for r in rows})
         if ids and (bounds := await self._time_bounds(ids)) is not None:
             rows += await self._tx.query(self._summarize, {"ids": ids, **bounds})
-        return {bytes.fromhex(r[0]): {"root_name": r[1], "service_name": r[2], "root_start": int(r[3]),
-                                      "root_duration": int(r[4]), "span_count": int(r[5]), "status_code": int(r[6])}
-                for r in rows}
+        return {bytes.fromhex(r[0]): _summary(r) for r in rows}
 
     # --- retention ---
 

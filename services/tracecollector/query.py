@@ -203,13 +203,12 @@ class TraceReader:
         start_ns = max(p.start_ns, self._window().oldest_ns)
         if start_ns >= p.end_ns:
             return traces_pb2.SearchTracesResponse()
-        ids = await self._repo.search_trace_ids(
+        ids, summaries = await self._repo.search_traces(
             start_ns=start_ns, end_ns=p.end_ns, service_name=p.service_name, span_name=p.span_name,
             attributes=p.attributes, status_code=p.status_code,
-            min_duration_ns=p.min_duration_ns, after=p.after, limit=p.page_size + 1,
+            min_duration_ns=p.min_duration_ns, after=p.after, limit=p.page_size + 1, summarize=p.page_size,
         )
         page, more = ids[: p.page_size], len(ids) > p.page_size
-        summaries = await self._repo.summarize_traces([tid for tid, _ in page])
         kept = [(k, summaries[k[0]]) for k in page if k[0] in summaries]  # others: dropped by retention meanwhile
         items = [traces_pb2.TraceSummary(
             trace_id=tid.hex(), root_span_name=s["root_name"], service_name=s["service_name"],

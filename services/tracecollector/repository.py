@@ -353,6 +353,11 @@ class Repository:
                     return final[:limit]
                 top = frontier
 
+    async def search_traces(self, *, summarize: int, **filters) -> tuple[list[tuple[bytes, int]], dict]:
+        """search_trace_ids(**filters), then summarize_traces of its first `summarize` ids."""
+        ids = await self.search_trace_ids(**filters)
+        return ids, await self.summarize_traces([t for t, _ in ids[:summarize]])
+
     async def summarize_traces(self, trace_ids: list[bytes]) -> dict[bytes, asyncpg.Record]:
         """Summary rows (root name/service/start/duration, span count, worst status) by trace id."""
         if not trace_ids:

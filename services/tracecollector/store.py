@@ -37,6 +37,11 @@ class SpanStore(Protocol):
     async def summarize_traces(self, trace_ids: list[bytes]) -> Mapping[bytes, Mapping[str, Any]]:
         """root_name, service_name, root_start, root_duration, span_count, status_code by trace id."""
 
+    async def search_traces(self, *, summarize: int, **filters: Any) -> tuple[
+            list[tuple[bytes, int]], Mapping[bytes, Mapping[str, Any]]]:
+        """A SearchTraces page: search_trace_ids(**filters) and summarize_traces of its first `summarize`
+        ids (a store may take both from fewer statements)."""
+
     async def day_dropped(self, day: date) -> bool:
         """Whether retention dropped the spans of UTC `day`."""
 

@@ -350,12 +350,37 @@ async def test_a_page_summarizes_from_the_trace_summary_table_across_inserts_and
         await _insert_as_exporter(collector, rows)
     store = collector.server.repo
     rows = await store._tx.query(store._summary_sql, {"ids": [tid.hex()]})
-    assert [r[1:] for r in rows] == [("chat.turn", "chat", start, 50_000_000, 2, 2)]
+    # ... and the trace's earliest span start (the root's here; the child, inserted first, starts later).
+    assert [r[1:] for r in rows] == [("chat.turn", "chat", start, 50_000_000, 2, 2, start)]
     found = await collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
         start_time=ts(start - NS), end_time=ts(start + NS), attributes={"gen_ai.tool.name": "search"}),
         metadata=collector.md())
     assert [(t.trace_id, t.root_span_name, t.service_name, t.start_time_unix_nano, t.duration_nano, t.span_count,
              t.status_code) for t in found.traces] == [(tid.hex(), "chat.turn", "chat", start, 50_000_000, 2, 2)]
+
+
+async def test_traces_summarized_before_their_start_was_kept_are_paged_from_the_whole_window(collector):
+    """Summary rows made before migration 0029 have Start 1970: a common value's page holding them is not
+    taken from the last hour (ClickHouseStore.search_traces tries, then reads the whole window)."""
+    now = time.time_ns()
+    traces = [one_trace(2, start_ns=now - (10 + i) * 60 * NS, attrs={"case": "pre-0029"}) for i in range(4)]
+    for _, spans in traces:
+        await collector.otlp().Export(request(spans))
+    store = collector.server.repo
+    await store._tx.command(f"ALTER TABLE {store._summary} UPDATE Start = toDateTime64(0, 9) WHERE 1"
+                            " SETTINGS mutations_sync = 2")
+
+    async def first_page() -> list[str]:
+        page = await collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
+            start_time=ts(now - 6 * 3600 * NS), end_time=ts(now), attributes={"case": "pre-0029"}, page_size=2),
+            metadata=collector.md())
+        return [t.trace_id for t in page.traces]
+
+    want = [tid.hex() for tid, _ in traces[:2]]
+    assert await first_page() == want
+    assert store._dense[("case", "pre-0029")]  # a recent page: the next one tries the last hour
+    assert await first_page() == want
+    assert not store._dense[("case", "pre-0029")]  # its traces' Start is unknown: whole window from now on
 
 
 async def test_traces_stored_before_the_summary_table_existed_are_summarized_from_otel_traces(start_collector):

@@ -188,6 +188,45 @@ async def test_retention_pass_is_idempotent_and_spans_too_old_for_the_window_are
     assert await c.span_rows() == 0
 
 
+async def test_a_common_values_pages_sort_by_earliest_match_when_a_trace_also_matched_hours_before(collector):
+    """Pages of a value on many recent traces, asked twice (ClickHouse then takes them from the window's
+    last hour when it can: ClickHouseStore.search_traces), with and without a trace whose first match is
+    two hours back but which matches again in the last minutes: it sorts by its earliest match (last)."""
+    now = time.time_ns()
+    stub = collector.otlp()
+    want = {}
+    for value in ("dense-a", "dense-b"):
+        short = [one_trace(2, start_ns=now - (10 + i) * 60 * NS, attrs={"case": value}) for i in range(5)]
+        for _, spans in short:
+            await stub.Export(request(spans))
+        want[value] = [tid.hex() for tid, _ in short]
+    long_tid, root = new_trace_id(), new_span_id()
+    await stub.Export(request([span(long_tid, root, name="root", start_ns=now - 7200 * NS, attrs={"case": "dense-b"})]))
+    await stub.Export(request([span(long_tid, new_span_id(), parent=root, name="late", start_ns=now - 300 * NS,
+                                    attrs={"case": "dense-b"})]))
+    want["dense-b"].append(long_tid.hex())
+
+    async def pages(value: str) -> list[list[str]]:
+        out, token = [], ""
+        while True:
+            page = await collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
+                start_time=ts(now - 6 * 3600 * NS), end_time=ts(now), attributes={"case": value}, page_size=2,
+                page_token=token), metadata=collector.md())
+            out.append([t.trace_id for t in page.traces])
+            if not (token := page.next_page_token):
+                return out
+
+    for value in ("dense-a", "dense-b", "dense-a", "dense-b", "dense-b"):
+        got = await pages(value)
+        assert [t for p in got for t in p] == want[value], value
+        assert all(len(p) == 2 for p in got[:-1]), got
+    page = await collector.query().SearchTraces(traces_pb2.SearchTracesRequest(
+        start_time=ts(now - 6 * 3600 * NS), end_time=ts(now), attributes={"case": "dense-b"}, page_size=6),
+        metadata=collector.md())
+    assert page.traces[-1].trace_id == long_tid.hex() and page.traces[-1].span_count == 2
+    assert page.traces[-1].start_time_unix_nano == now - 7200 * NS
+
+
 async def test_search_traces_filters_and_pages(collector):
     now = time.time_ns()
     stub, q = collector.otlp(), collector.query()

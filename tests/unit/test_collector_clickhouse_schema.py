@@ -50,6 +50,11 @@ def test_single_server_schema_is_the_exporters_with_ttl_daily_partitions_and_blo
     assert "ENGINE = AggregatingMergeTree()" in summary and "ORDER BY TraceId" in summary
     assert "PARTITION BY Day" in summary and "TTL toDateTime(Day) + toIntervalDay(15)" in summary
     assert any("MATERIALIZED VIEW" in s and "otel_traces_summary_mv" in s for s in stmts)
+    # ... with each trace's earliest span start (0029): the column added, the view's query replaced in place.
+    assert any(s.startswith("ALTER TABLE `otel`.otel_traces_summary ") and "ADD COLUMN IF NOT EXISTS Start" in s
+               for s in stmts)
+    view = next(s for s in stmts if s.startswith("ALTER TABLE `otel`.otel_traces_summary_mv"))
+    assert "MODIFY QUERY" in view and "min(Timestamp) AS Start" in view and "GROUP BY TraceId" in view
     assert not any("Distributed" in s or "ON CLUSTER" in s for s in stmts)
     # Storage only (0025): the exporter's table gets a default codec (what declares none: our
     # projection, the skip indexes), never a column change.
@@ -81,5 +86,7 @@ def test_cluster_schema_is_replicated_local_tables_under_distributed_ones_sharde
     assert "DROP VIEW IF EXISTS `otel`.otel_traces_local_attrs_mv ON CLUSTER `spans`" in stmts
     # ... and its trace summaries, aggregated by the replicated engine.
     assert "FROM `otel`.otel_traces_local" in summary_mv and "TO `otel`.otel_traces_local_summary" in summary_mv
+    assert any(s.startswith("ALTER TABLE `otel`.otel_traces_summary ON CLUSTER `spans`") and "ADD COLUMN IF NOT EXISTS Start"
+               in s for s in stmts)  # the Distributed table's column, as its shards'
     summary = next(s for s in stmts if "otel_traces_local_summary " in s and s.startswith("CREATE TABLE"))
     assert "ENGINE = ReplicatedAggregatingMergeTree()" in summary and "toIntervalDay(8)" in summary
