@@ -44,6 +44,7 @@ from opentelemetry.attributes import BoundedAttributes, _clean_attribute_value
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, Tracer
 from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
+from opentelemetry.sdk.trace.sampling import ParentBased, StaticSampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
@@ -144,12 +145,34 @@ def _sampled(tracer: Any, name: str, kind: SpanKind, attributes: Any, links: Any
         trace_id, random_id = parent.trace_id, parent.trace_flags.random_trace_id
     else:
         parent, trace_id, random_id = None, gen.generate_trace_id(), gen.is_trace_id_random()
-    result = tracer.sampler.should_sample(context, trace_id, name, kind, attributes, links)
-    if not result.decision.is_sampled():
-        return None
+    sampler = tracer.sampler
+    static = _static_choice(sampler, parent) if type(sampler) is ParentBased else None
+    if static is not None:  # what that StaticSampler answers, without its SamplingResult
+        if not static._decision.is_sampled():
+            return None
+        trace_state, attrs = parent.trace_state if parent is not None else None, attributes
+    else:
+        result = sampler.should_sample(context, trace_id, name, kind, attributes, links)
+        if not result.decision.is_sampled():
+            return None
+        trace_state, attrs = result.trace_state, result.attributes
     flags = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID if random_id else TraceFlags.SAMPLED)
-    ctx = SpanContext(trace_id, gen.generate_span_id(), is_remote=False, trace_flags=flags, trace_state=result.trace_state)
-    return proc, ctx, parent, result.attributes
+    ctx = SpanContext(trace_id, gen.generate_span_id(), is_remote=False, trace_flags=flags, trace_state=trace_state)
+    return proc, ctx, parent, attrs
+
+
+def _static_choice(sampler: ParentBased, parent: SpanContext | None) -> StaticSampler | None:
+    """The delegate `ParentBased.should_sample` asks for a span whose parent is `parent` (None: a root),
+    when it is a StaticSampler (the SDK's default `parentbased_always_on` has only those); else None.
+    A StaticSampler's answer is its decision, the span's attributes and the parent's trace state, so
+    `_sampled` takes it without building the SamplingResult (two more parent lookups, ≈ 4 µs a span)."""
+    if parent is None:
+        d = sampler._root
+    elif parent.is_remote:
+        d = sampler._remote_parent_sampled if parent.trace_flags.sampled else sampler._remote_parent_not_sampled
+    else:
+        d = sampler._local_parent_sampled if parent.trace_flags.sampled else sampler._local_parent_not_sampled
+    return d if type(d) is StaticSampler else None
 
 
 def _links(links: Any, lim: Any) -> list[tuple]:

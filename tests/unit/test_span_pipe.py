@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry import trace as otel_trace
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from services.common import span_pipe
@@ -101,6 +101,37 @@ def test_record_span_roots_a_trace_without_a_parent_and_leaves_unsampled_spans_t
     tp, got = _captured(sampler=ALWAYS_OFF)
     record_span(tp.get_tracer("t"), "dropped", SpanKind.INTERNAL, {"a": "b"})
     assert got == []  # left to the SDK, which records nothing of a dropped span
+
+
+def test_record_span_decides_as_a_parent_based_sampler_whatever_its_delegates(monkeypatch):
+    """The StaticSampler shortcut (`_static_choice`) and the sampler itself agree: per kind of parent, the
+    same spans are queued, with the same flags and trace state (a ratio sampler is asked as before)."""
+    state = TraceState([("vendor", "v1")])
+    parents = {"root": None}
+    for remote in (True, False):
+        for sampled in (True, False):
+            flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+            parents[f"remote={remote} sampled={sampled}"] = SpanContext(0xABC, 0xDEF, is_remote=remote,
+                                                                        trace_flags=flags, trace_state=state)
+    samplers = [ParentBased(ALWAYS_ON), ParentBased(ALWAYS_OFF),
+                ParentBased(ALWAYS_OFF, remote_parent_sampled=ALWAYS_OFF, remote_parent_not_sampled=ALWAYS_ON,
+                            local_parent_sampled=ALWAYS_OFF, local_parent_not_sampled=ALWAYS_ON),
+                ParentBased(TraceIdRatioBased(1.0))]
+    for sampler in samplers:
+        tp, got = _captured(sampler)
+        tracer = tp.get_tracer("t")
+        for what, parent in parents.items():
+            recs = {}
+            for direct in (True, False):
+                monkeypatch.setattr(span_pipe, "DIRECT_SPANS", direct)
+                with otel_trace.use_span(NonRecordingSpan(parent or SpanContext(0, 0, is_remote=False))):
+                    record_span(tracer, "s", SpanKind.INTERNAL, {"a": "b"})
+                recs[direct] = [r if direct else r[1] for r in got]
+                got.clear()
+            # A root's trace id is new each time: compared with the flags and trace state after it.
+            same = [[(r[1][2:], _without_ids_and_times(r)[2:]) for r in recs[d]] for d in (True, False)]
+            assert same[0] == same[1], (sampler.get_description(), what)
+            assert len(recs[True]) == len(recs[False]) <= 1
 
 
 def test_record_span_uses_the_sdk_beside_another_processor():
