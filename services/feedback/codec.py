@@ -49,6 +49,7 @@ from services.feedback.model.enums import (
     Status,
     Surface,
     TraceState,
+    member,
 )
 from services.feedback.model.evaluation import EvaluationIn, StoredEvaluation
 from services.feedback.model.rating import Rating, RatingFilter, RatingKey, RatingPut, RatingWrite
@@ -75,12 +76,12 @@ def enum_value(value: int, enum_type: type[E], field_path: str, allow_zero: bool
     """A request's enum number as the model's member; INVALID_ARGUMENT naming `field_path` when the
     number is unknown (or 0 and `allow_zero` is False)."""
     try:
-        member = enum_type(value)
+        got = member(enum_type, value)
     except ValueError:
         raise InvalidArgument(field_path, f"unknown value {value}") from None
     if value == 0 and not allow_zero:
         raise InvalidArgument(field_path, f"unknown value {value}")
-    return member
+    return got
 
 
 def _ts(t: dt.datetime | None, into: Timestamp) -> None:

@@ -7,7 +7,7 @@ import pytest
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.feedback import domain
 from services.feedback.model.enums import PROTO_ENUMS
-from services.feedback.model.enums import TraceState
+from services.feedback.model.enums import TraceState, member
 
 
 def _upper_snake(name: str) -> str:
@@ -21,6 +21,21 @@ def test_model_enum_numbers_are_the_protos(model_enum, proto_name):
     proto = {v.name: v.number for v in descriptor.values}
     model = {f"{prefix}_{m.name}": m.value for m in model_enum}
     assert model == proto
+
+
+@pytest.mark.parametrize("model_enum", list(PROTO_ENUMS), ids=lambda e: e.__name__)
+def test_member_is_the_enum_called_with_the_number(model_enum):
+    for m in model_enum:
+        assert member(model_enum, m.value) is model_enum(m.value) is m
+    for unknown in (max(model_enum) + 1, 40000):  # refused, or (Category's `_missing_`) a pseudo-member
+        try:
+            expected = model_enum(unknown)
+        except ValueError:
+            with pytest.raises(ValueError):
+                member(model_enum, unknown)
+        else:
+            got = member(model_enum, unknown)
+            assert got == expected and got.name == expected.name
 
 
 def test_every_enum_of_the_feedback_proto_has_a_model_enum():

