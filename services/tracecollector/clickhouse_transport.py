@@ -35,8 +35,10 @@ class ClickHouseTransport(Protocol):
     async def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         """Run a statement that returns nothing (DDL, ALTER, INSERT ... SELECT)."""
 
-    async def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
-        """Run a SELECT; its rows as tuples."""
+    async def query(self, sql: str, params: Mapping[str, Any] | None = None,
+                    settings: Mapping[str, int] | None = None) -> list[tuple]:
+        """Run a SELECT (without a SETTINGS clause of its own) with the query `settings` (name → integer
+        value, e.g. {"max_threads": 1}); its rows as tuples."""
 
     async def insert(self, table: str, columns: Sequence[str], payload: bytes, fmt: str,
                      settings: Mapping[str, int] | None = None) -> None:
@@ -73,6 +75,15 @@ def param_text(v: Any) -> str:
     raise TypeError(f"unsupported parameter type {type(v).__name__}")
 
 
+def _settings_text(settings: Mapping[str, int]) -> str:
+    """`name = value, ...` for a SETTINGS clause. Raises ValueError on a name that is not an identifier
+    (it is pasted into the statement)."""
+    for k in settings:
+        if not k.isidentifier():
+            raise ValueError(f"not a ClickHouse setting name: {k!r}")
+    return ", ".join(f"{k} = {int(v)}" for k, v in settings.items())
+
+
 class HttpTransport:
     """A ClickHouse server over HTTP(S) (`clickhouse-connect`'s async client). `url`:
     `http[s]://user[:password]@host:port` (port 8123 / 8443 by default); `password` wins over the URL's."""
@@ -104,9 +115,10 @@ class HttpTransport:
         except Exception as e:  # clickhouse_connect.driver.exceptions.DatabaseError and transport errors
             raise ClickHouseError(str(e)) from e
 
-    async def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
+    async def query(self, sql: str, params: Mapping[str, Any] | None = None,
+                    settings: Mapping[str, int] | None = None) -> list[tuple]:
         try:
-            result = await (await self._get()).query(sql, parameters=dict(params or {}))
+            result = await (await self._get()).query(sql, parameters=dict(params or {}), settings=dict(settings or {}))
         except Exception as e:
             raise ClickHouseError(str(e)) from e
         return [tuple(r) for r in result.result_rows]
@@ -180,9 +192,10 @@ class ChdbTransport:
     async def command(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         await asyncio.to_thread(self._run, sql, params, "CSV")
 
-    async def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
+    async def query(self, sql: str, params: Mapping[str, Any] | None = None,
+                    settings: Mapping[str, int] | None = None) -> list[tuple]:
         # 64-bit integers as JSON numbers (not strings), so rows carry the same types as HttpTransport's.
-        sql = f"{sql}\nSETTINGS output_format_json_quote_64bit_integers = 0"
+        sql = f"{sql}\nSETTINGS {_settings_text({**(settings or {}), 'output_format_json_quote_64bit_integers': 0})}"
         res = await asyncio.to_thread(self._run, sql, params, "JSONCompactEachRow")
         return [tuple(orjson.loads(line)) for line in res.splitlines() if line]
 
@@ -201,7 +214,7 @@ class ChdbTransport:
     async def insert(self, table: str, columns: Sequence[str], payload: bytes, fmt: str,
                      settings: Mapping[str, int] | None = None) -> None:
         cols = ", ".join(f"`{c}`" for c in columns)
-        with_settings = " SETTINGS " + ", ".join(f"{k} = {int(v)}" for k, v in settings.items()) if settings else ""
+        with_settings = f" SETTINGS {_settings_text(settings)}" if settings else ""
         await asyncio.to_thread(self.raw_insert, f"INSERT INTO {table} ({cols}){with_settings}", fmt, payload)
 
     def _ping(self) -> None:

@@ -176,6 +176,14 @@ async def test_the_engine_ping_answers_beside_queued_work_and_fails_on_a_stalled
         del tx.STALLED_S
 
 
+async def test_a_statement_runs_with_its_own_query_settings(collector_store):
+    tx = collector_store[1]["span_transport"]
+    assert await tx.query("SELECT getSetting('max_block_size')", settings={"max_block_size": 1234}) == [(1234,)]
+    assert await tx.query("SELECT getSetting('max_block_size')") != [(1234,)]  # for that statement only
+    with pytest.raises(ValueError, match="setting name"):
+        await tx.query("SELECT 1", settings={"max_threads = 2, x": 1})
+
+
 async def test_get_trace_reads_one_granule_of_the_trace_ordered_projection(collector):
     store = collector.server.repo
     # One part of 3 span names × 10,000 traces: in the table's order (ServiceName, SpanName, time) a

@@ -67,6 +67,6 @@ async def test_server_errors_surface_as_clickhouse_errors(http_url):
         rows = flatten(request([span(tid, new_span_id(), start_ns=time.time_ns() - NS)]), Window(0, 2**62),
                        store.row_encoder).rows
         await store.copy_spans(rows)
-        assert len(await store.get_trace(tid)) == 1
+        assert len(await store.get_trace(tid)) == 1  # its statements carry query settings (max_threads)
     finally:
         await store.close()
