@@ -180,6 +180,7 @@ async def test_a_removal_and_a_report_delete_waiting_on_each_other_both_succeed_
     await put(stack.feedback(), rating(inst, t.reply.turn_index, sentiment=POS), stack.md())
     report = await flag(stack, t.reply.name)
     conn = await asyncpg.connect(stack.database_url, server_settings={"search_path": "feedback"})
+    watch = await asyncpg.connect(stack.database_url)
     try:
         tx = conn.transaction()
         await tx.start()
@@ -189,9 +190,12 @@ async def test_a_removal_and_a_report_delete_waiting_on_each_other_both_succeed_
                                          trace_ids=[t.trace_id])
         removal = asyncio.ensure_future(stack.feedback().NoteTurnsRemoved(req, metadata=chat_service_md(stack)))
         deadline = asyncio.get_running_loop().time() + 10
-        while not await conn.fetchval(  # the removal waiting for a lock (not the capture worker's report write)
+        # Watched from a second connection: inside `conn`'s transaction pg_stat_activity holds still
+        # (PostgreSQL keeps a transaction's first view of it), so a wait that starts later is never seen.
+        # The removal's own statement is matched: the capture worker may wait on the same row lock.
+        while not await watch.fetchval(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query NOT LIKE '%next_capture_at%'"):
+                " AND pid <> pg_backend_pid() AND query LIKE '%UPDATE feedback SET turn_removed_time%'"):
             assert not removal.done(), "the removal did not wait for the locked report"
             assert asyncio.get_running_loop().time() < deadline, "the removal never waited"
             await asyncio.sleep(0.02)
@@ -201,4 +205,5 @@ async def test_a_removal_and_a_report_delete_waiting_on_each_other_both_succeed_
         assert got.deleted_rating_count == 1
     finally:
         await conn.close()
+        await watch.close()
     assert await ratings_of(stack, inst) == []
