@@ -211,27 +211,32 @@ def record_span(tracer: trace.Tracer, name: str, kind: SpanKind, attributes: dic
 
 
 def start_span(tracer: trace.Tracer, name: str, context: Any = None, kind: SpanKind = SpanKind.INTERNAL,
-               attributes: dict[str, Any] | None = None, links: list[Link] = ()) -> trace.Span:
-    """`tracer.start_span(name, context, kind, attributes, links)`; a `PipeSpan` when `record_span` would
-    queue the span directly (same conditions): the interceptor's SERVER span of every call (issue 29)."""
+               attributes: dict[str, Any] | None = None, links: list[Link] = (),
+               start_time: int | None = None) -> trace.Span:
+    """`tracer.start_span(name, context, kind, attributes, links, start_time)` (`start_time`: ns since the
+    epoch, None: now); a `PipeSpan` when `record_span` would queue the span directly (same conditions):
+    the interceptor's SERVER span of every call, a turn's `chat.turn`, `agent.think` and `tool.call`
+    (issue 29)."""
     got = _sampled(tracer, name, kind, attributes, links or (), context)
     if got is None:
-        return tracer.start_span(name, context=context, kind=kind, attributes=attributes, links=links)
+        return tracer.start_span(name, context=context, kind=kind, attributes=attributes, links=links,
+                                 start_time=start_time)
     proc, ctx, parent, attrs = got
-    return PipeSpan(proc, tracer, name, ctx, parent, kind, attrs, _links(links or (), tracer._span_limits))
+    return PipeSpan(proc, tracer, name, ctx, parent, kind, attrs, _links(links or (), tracer._span_limits), start_time)
 
 
 class PipeSpan(trace.Span):
     """A sampled span `start_span` made for the span pipe: what the SDK's span does with each call (the
     same limits, truncation, drops and counts, status rules, exception events, warnings on an ended span),
     queued at `end` as the tuple `compact` makes of the SDK's. One task uses it at a time (no lock: the
-    interceptor's span lives in its RPC's task)."""
+    interceptor's span and a turn's live in their RPC's task)."""
 
     __slots__ = ("_proc", "_name", "_ctx", "_parent", "_kind", "_lim", "_scope", "_start", "_end", "_attrs",
                  "_dropped", "_events", "_dropped_events", "_links", "_dropped_links", "_status")
 
     def __init__(self, proc: ProcessSpanProcessor, tracer: Any, name: str, ctx: SpanContext,
-                 parent: SpanContext | None, kind: SpanKind, attributes: Any, links: list[tuple]):
+                 parent: SpanContext | None, kind: SpanKind, attributes: Any, links: list[tuple],
+                 start_time: int | None = None):
         self._proc, self._name, self._ctx, self._parent, self._kind = proc, name, ctx, parent, kind
         self._lim, self._scope = tracer._span_limits, tracer._instrumentation_scope
         self._attrs, self._dropped = _bounded(attributes, self._lim.max_span_attributes, self._lim.max_span_attribute_length)
@@ -240,7 +245,7 @@ class PipeSpan(trace.Span):
         self._links, self._dropped_links = links, 0
         self._status = Status(StatusCode.UNSET)
         self._end: int | None = None
-        self._start = time.time_ns()
+        self._start = time.time_ns() if start_time is None else start_time
 
     def __repr__(self) -> str:
         return f'PipeSpan(name="{self._name}", context={self._ctx})'

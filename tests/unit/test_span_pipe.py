@@ -8,6 +8,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
@@ -231,3 +232,26 @@ def test_a_pipe_span_as_a_context_manager_records_the_exception_as_the_sdk_span(
     for ev in (direct_ev, sdk_ev):
         ev[1][0].pop("exception.stacktrace")
     assert direct_ev == sdk_ev and recs[True][12] == "KeyError: 'k'"
+
+
+def test_start_span_keeps_a_given_start_time_as_the_sdk_span(monkeypatch):
+    """`start_span(start_time=…)` (a turn's `chat.turn` starts at t0, read before the span) and `end(t)`: the
+    span's times are those, on both paths, the rest as before (the turn's root: a new trace, the caller a link)."""
+    tp, got = _captured()
+    tracer = tp.get_tracer("t")
+    caller = SpanContext(0x99, 0x98, is_remote=True, trace_flags=TraceFlags(1))
+    recs = {}
+    for direct in (True, False):
+        monkeypatch.setattr(span_pipe, "DIRECT_SPANS", direct)
+        span = start_span(tracer, "chat.turn", context=otel_context.Context(), kind=SpanKind.SERVER, attributes={"chat.instance": "instances/x"},
+                          links=[Link(caller)], start_time=1_000)
+        assert isinstance(span, PipeSpan) is direct
+        span.add_event("chat.in", {"chat.message": "m"}, timestamp=1_000)
+        span.end(2_000)
+        (rec,) = got
+        got.clear()
+        recs[direct] = rec if direct else rec[1]
+        assert recs[direct][4:6] == (1_000, 2_000) and recs[direct][2] is None
+    (name, ctx, *rest), (name2, ctx2, *rest2) = (_without_ids_and_times(recs[d]) for d in (True, False))
+    assert (name, ctx[1:], rest) == (name2, ctx2[1:], rest2)  # each root its own trace id
+    assert recs[True][9] == [((0x99, 0x98, True, 1), ({}, 0))]

@@ -29,6 +29,7 @@ from services.chat.agent.replay import ReplayMatch
 from services.chat.agent.result import AgentResult
 from services.chat.agent.tools import MemoryStore, ToolContext, ToolOutcome, ToolRegistry
 from services.chat.agent.workspace_rules import propose
+from services.common import span_pipe
 from services.common.clip import clip
 from services.common.telemetry import record_exception
 
@@ -147,7 +148,9 @@ class ReferenceAgent:
 
     def _start_span(self, parent: otel_context.Context, agent: str, instance: str, turn_index: int,
                     user_message: str) -> trace.Span:
-        return self._tracer.start_span(
+        # The span pipe's own span when it alone exports them (span_pipe.start_span; else the SDK's).
+        return span_pipe.start_span(
+            self._tracer,
             THINK_SPAN,
             context=parent,
             kind=SpanKind.SERVER,

@@ -30,7 +30,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.chat.agent.replay import LazyReplay
-from services.common import toolcalls
+from services.common import span_pipe, toolcalls
 from services.common.telemetry import record_exception
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,8 @@ class ToolRegistry:
         own failure: the outcome has status ERROR and an `{"error": ...}` result."""
         call_id = call_id or f"call_{uuid.uuid4().hex[:24]}"
         args_text = json.dumps(args, ensure_ascii=False)
-        span = self._tracer.start_span(
+        span = span_pipe.start_span(  # the span pipe's own span when it alone exports them
+            self._tracer,
             TOOL_SPAN,
             context=ctx.otel,
             kind=SpanKind.INTERNAL,
