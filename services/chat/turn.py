@@ -50,7 +50,7 @@ from services.chat.domain import (
 from services.chat.repository import Repository, RequestRace
 from services.chat.workspace import Applied, State
 from services.chat.workspace_store import WorkspaceStore
-from services.common import deadlines
+from services.common import deadlines, span_pipe
 from services.common.clip import clip
 from services.common.depfail import database_unavailable, dependency_error
 from services.common.errors import Cancelled, DeadlineExceeded, DomainError, Internal, NotFound, Unavailable
@@ -236,7 +236,8 @@ class TurnRunner:
         attributes = {"chat.instance": f"instances/{turn.instance_id}", "rpc.system": "grpc"}
         if turn.request_id is not None:  # set at creation: each later set_attribute takes the span's lock
             attributes["chat.request_id"] = str(turn.request_id)
-        span = self._tracer.start_span(
+        span = span_pipe.start_span(  # the span pipe's own span when it alone exports them (else the SDK's)
+            self._tracer,
             TURN_SPAN,
             context=otel_context.Context(),
             kind=SpanKind.SERVER,
@@ -430,7 +431,8 @@ class TurnRunner:
             attrs: dict[str, str | int] = {"workspace.component": u.component, "workspace.operation": u.operation}
             if u.artifact_id:
                 attrs |= {"workspace.artifact_id": u.artifact_id, "workspace.artifact_version": u.artifact_version}
-            self._tracer.start_span(WORKSPACE_SPAN, context=ctx, start_time=start_ns, attributes=attrs).end(end_ns)
+            span_pipe.start_span(self._tracer, WORKSPACE_SPAN, context=ctx, attributes=attrs,
+                                 start_time=start_ns).end(end_ns)
         for d in applied.dropped:
             span.add_event("workspace.operation_dropped", {
                 "workspace.operation_index": d.index, "workspace.operation": d.kind, "workspace.drop_reason": d.reason,
@@ -476,8 +478,8 @@ class TurnRunner:
         (one ERROR `chat.turn` span) and the UNAVAILABLE it raises names that trace id."""
         if isinstance(err, DomainError) or dependency_error(err) is None:
             return
-        span = self._tracer.start_span(TURN_SPAN, context=otel_context.Context(), kind=SpanKind.SERVER,
-                                       start_time=t0_ns, attributes={"chat.instance": f"instances/{turn.instance_id}"})
+        span = span_pipe.start_span(self._tracer, TURN_SPAN, context=otel_context.Context(), kind=SpanKind.SERVER,
+                                    attributes={"chat.instance": f"instances/{turn.instance_id}"}, start_time=t0_ns)
         trace_id = format(span.get_span_context().trace_id, "032x")
         REQUEST_TRACE_ID.set(trace_id)
         dep = dependency_error(err, trace_id=trace_id)

@@ -20,19 +20,8 @@ from services.feedback.evaluation_events import CARRIER_SPAN
 from services.feedback.server import create_server as create_feedback
 from services.feedback.settings import FeedbackSettings
 from tests.helpers.feedback import new_instance, rid, send
-from tests.helpers.otlp import start_downstream
+from tests.helpers.otlp import bare_span, start_downstream
 from tests.stack import TEST_JWT_SECRET, start_stack
-
-
-def _bare(span: trace_pb2.Span) -> trace_pb2.Span:
-    """`span` less its ids and times (what two puts differ in besides what they were asked)."""
-    out = trace_pb2.Span()
-    out.CopyFrom(span)
-    for f in ("trace_id", "span_id", "parent_span_id", "start_time_unix_nano", "end_time_unix_nano"):
-        out.ClearField(f)
-    for e in out.events:
-        e.ClearField("time_unix_nano")
-    return out
 
 
 async def test_a_puts_carrier_span_reaches_the_collector_the_same_queued_directly_or_by_the_sdk(
@@ -99,7 +88,7 @@ async def test_a_puts_carrier_span_reaches_the_collector_the_same_queued_directl
     # Same sentiment, one put direct, one by the SDK: every field equal but ids and times.
     for spans in (carriers, rpcs):
         for direct, sdk in ((spans[0], spans[2]), (spans[3], spans[1])):
-            assert _bare(direct[2]) == _bare(sdk[2]), (direct[2], sdk[2])
+            assert bare_span(direct[2]) == bare_span(sdk[2]), (direct[2], sdk[2])
             assert direct[0] == sdk[0] and direct[1] == sdk[1]  # resource and scope, schema urls included
     assert rpcs[0][2].name == "agentfeedback.feedback.v1.FeedbackService/PutRating"
     assert carriers[0][1].scope.name == "agentfeedback.feedback"
