@@ -32,6 +32,7 @@ import asyncpg
 import grpc
 
 from services.common import db
+from services.common.depfail import DATABASE_CONNECTION_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ NOTIFY_GAP_S = 0.01  # what a wake-up may lag a commit while writes keep coming 
 CONNECT_TIMEOUT_S = 2.0
 # Seconds a NOTIFY on the listening connection may take before it is sent on the pool instead.
 NOTIFY_TIMEOUT_S = 2.0
+# What a statement or a connect fails with while the database is down or a connection was lost: depfail's
+# one list (asyncpg's InternalClientError included: a NOTIFY on a connection whose FATAL was read but not
+# yet its close) plus any statement error.
+_DB_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, *DATABASE_CONNECTION_ERRORS)
 
 
 class FeedWakeups:
@@ -86,7 +91,7 @@ class FeedWakeups:
         self.wake_subscriptions()
         try:
             await self._pool.execute(NOTIFY_SUBSCRIPTIONS)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+        except _DB_ERRORS as e:
             # The other replicas see it when their listener is back (a reconnect wakes subscriptions too).
             log.info("change feed: subscriptions NOTIFY not sent (%s)", type(e).__name__)
 
@@ -116,7 +121,7 @@ class FeedWakeups:
             self._last_notify = time.monotonic()
             try:
                 await self._send_notify()
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as e:
+            except _DB_ERRORS as e:
                 # The database is down: nothing committed either; the listener's return wakes everyone.
                 log.info("change feed: NOTIFY not sent (%s)", type(e).__name__)
                 self.wake()
@@ -135,7 +140,7 @@ class FeedWakeups:
             try:
                 await conn.execute(NOTIFY, timeout=NOTIFY_TIMEOUT_S)
                 return
-            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except _DB_ERRORS:  # TimeoutError is an OSError
                 pass  # the listener notices its loss itself (_on_termination)
         await self._pool.execute(NOTIFY)
 
@@ -150,7 +155,7 @@ class FeedWakeups:
 
     async def start(self) -> None:
         """Listen (the first connection is made before this returns when the database is up)."""
-        with contextlib.suppress(OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        with contextlib.suppress(*_DB_ERRORS):
             await self._connect()
         self._task = asyncio.get_running_loop().create_task(self._keep_listening())
 
@@ -178,7 +183,7 @@ class FeedWakeups:
                 await self._connect()
                 delay = RECONNECT_FIRST_S
                 log.info("change feed: listening again")
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except _DB_ERRORS:
                 # Streams and the webhook worker look at the database themselves meanwhile (each from its position).
                 self.wake_subscriptions()
                 await asyncio.sleep(min(delay, FALLBACK_S))

@@ -188,3 +188,60 @@ async def test_a_write_is_announced_on_the_pool_while_the_listening_connection_i
         for w in (writer, reader):
             await w.stop()
         await pool.close()
+
+
+async def _front_holding_eof(socket_dir: str, port: int) -> tuple[asyncio.Server, list[asyncio.StreamWriter]]:
+    """A TCP front for the cluster's socket that passes the server's bytes on but not its close: the
+    client reads a backend's FATAL and its connection stays open (what a client sees for a moment when
+    the server ends it: asyncpg's protocol then waits for a ReadyForQuery that never comes)."""
+    path = f"{socket_dir}/.s.PGSQL.{port}"
+    held: list[asyncio.StreamWriter] = []
+
+    async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, ConnectionError):
+            while data := await r.read(65536):
+                w.write(data)
+                await w.drain()
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        held.append(w)
+        ur, uw = await asyncio.open_unix_connection(path)
+        await asyncio.gather(pipe(r, uw), pipe(ur, w))
+
+    return await asyncio.start_server(serve, "127.0.0.1", 0), held
+
+
+async def test_a_write_is_announced_on_the_pool_when_the_server_ends_the_listening_connection(database_url):
+    """A PostgreSQL restart: the listening connection has read its backend's FATAL but not yet its close,
+    and a NOTIFY on it raises asyncpg's InternalClientError ("cannot switch to state 15; another
+    operation (2) is in progress"). It is sent on the pool instead, as for any lost connection; it used
+    to escape `_notify` (an ERROR "Task exception was never retrieved", the announcement lost)."""
+    parts = urlsplit(database_url)
+    q = parse_qs(parts.query)
+    if "host" not in q:
+        pytest.skip("needs the embedded cluster's socket URL")
+    front, held = await _front_holding_eof(q["host"][0], int(q.get("port", ["5432"])[0]))
+    url = f"postgresql://{parts.username}@127.0.0.1:{front.sockets[0].getsockname()[1]}{parts.path}"
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
+    writer, reader = FeedWakeups(url, pool), FeedWakeups(database_url, pool)
+    try:
+        for w in (writer, reader):
+            await w.start()
+            assert w.listening
+        pid = writer._conn.get_server_pid()  # noqa: SLF001 - the listening connection's backend
+        assert await pool.fetchval("SELECT pg_terminate_backend($1, 5000)", pid)
+        await asyncio.sleep(0.2)  # its FATAL read by the client; the close held by the front
+        assert writer.listening and not writer._conn.is_closed()  # noqa: SLF001
+        woken = reader.changed()
+        writer.poke()
+        poker = writer._poker  # noqa: SLF001
+        await asyncio.wait({poker}, timeout=2)
+        assert poker.done() and poker.exception() is None, poker
+        await asyncio.wait_for(woken.wait(), 2)  # the other replica was told
+    finally:
+        for w in (writer, reader):
+            await w.stop()
+        await pool.close()
+        for w in held:
+            w.close()
+        front.close()
