@@ -146,6 +146,7 @@ class TurnRecord:
     error_message: str | None = None
     request_fingerprint: bytes | None = None  # None: the turn has no request id
     attempt_time: datetime | None = None  # when the current attempt started (RUNNING: staleness)
+    owner_dead: bool = False  # RUNNING: the attempt's process no longer holds its liveness lock
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ import asyncpg
 
 from services.chat import workspace_store
 from services.chat.defects import SuspectedDefect
+from services.chat.liveness import OWNER_ALIVE_SQL
 from services.chat.domain import (
     Channel,
     HistoryMessage,
@@ -81,8 +82,8 @@ WITH inst AS (
     RETURNING agent, next_turn_index - 1 AS turn_index
 ), turn AS (
     INSERT INTO turns (owner, instance_id, trace_id, request_id, turn_index, user_message_id, create_time,
-                       request_fingerprint)
-    SELECT $1, $2, $3, $4, inst.turn_index, $5, $6, $12 FROM inst
+                       request_fingerprint, attempt_owner)
+    SELECT $1, $2, $3, $4, inst.turn_index, $5, $6, $12, $13 FROM inst
     ON CONFLICT DO NOTHING
     RETURNING turn_index
 ), msg AS (
@@ -126,12 +127,16 @@ WHERE owner = $1 AND instance_id = $2 AND trace_id = $3 AND state = 'RUNNING'
 # A retry of a FAILED turn (error code in $6) or of a RUNNING one whose attempt began before $9 (its process
 # died), in ONE statement (one concurrent retry wins): RUNNING again in trace $5 from $8, its user message
 # follows; the $7 newest messages before that user message. No row: not claimed.
-RETRY_TURN = """
+# A RUNNING attempt whose owner process is dead (services.chat.liveness: its lock key is not held) is claimed
+# at once; the owner recorded becomes $10.
+RETRY_TURN = f"""
 WITH t AS (UPDATE turns SET state = 'RUNNING', trace_id = $5, error_code = NULL, error_message = NULL,
-                  attempt_time = $8
+                  attempt_time = $8, attempt_owner = $10
            WHERE owner = $1 AND instance_id = $2 AND request_id = $3 AND trace_id = $4 AND (
              (state = 'FAILED' AND error_code = ANY($6::text[]))
-             OR (state = 'RUNNING' AND COALESCE(attempt_time, create_time) < $9)) RETURNING user_message_id),
+             OR (state = 'RUNNING' AND (COALESCE(attempt_time, create_time) < $9
+                 OR (attempt_owner IS NOT NULL AND NOT {OWNER_ALIVE_SQL.format(key='attempt_owner')}))))
+           RETURNING user_message_id),
 m AS (UPDATE messages SET trace_id = $5 FROM t WHERE owner = $1 AND instance_id = $2 AND id = t.user_message_id
       RETURNING messages.id, messages.create_time)
 SELECT h.role, h.content, h.id, h.turn_index AS h_turn_index FROM m LEFT JOIN LATERAL (
@@ -139,9 +144,11 @@ SELECT h.role, h.content, h.id, h.turn_index AS h_turn_index FROM m LEFT JOIN LA
       AND (create_time, id) < (m.create_time, m.id) ORDER BY create_time DESC, id DESC LIMIT $7) h ON true
 ORDER BY h.create_time, h.id
 """
-SELECT_TURN_BY_REQUEST = """
+SELECT_TURN_BY_REQUEST = f"""
 SELECT trace_id, turn_index, state, user_message_id, reply_message_id, error_code, error_message, create_time,
-       request_fingerprint, COALESCE(attempt_time, create_time) AS attempt_time
+       request_fingerprint, COALESCE(attempt_time, create_time) AS attempt_time,
+       CASE WHEN state = 'RUNNING' AND attempt_owner IS NOT NULL
+            THEN NOT {OWNER_ALIVE_SQL.format(key='attempt_owner')} ELSE false END AS owner_dead
 FROM turns WHERE owner = $1 AND instance_id = $2 AND request_id = $3
 """
 # LookupTurns (issue 24): the original turn (not a fork's copy, which shares the trace id) of each trace
@@ -315,9 +322,11 @@ def _history(instance_id: str, rows) -> list[HistoryMessage]:
 
 
 class Repository:
-    """The chat schema, over one asyncpg pool created at start-up."""
+    """The chat schema, over one asyncpg pool created at start-up. `process_key`: this process's liveness
+    lock key (services.chat.liveness), recorded as the owner of the turn attempts it begins (None: none)."""
 
-    def __init__(self, pool: asyncpg.Pool):
+    def __init__(self, pool: asyncpg.Pool, process_key: int | None = None):
+        self._process_key = process_key
         self._pool = pool
 
     async def create_instance(self, owner: str, new: NewInstance, now: datetime) -> Instance:
@@ -386,6 +395,7 @@ class Repository:
             error_message=t["error_message"],
             request_fingerprint=t["request_fingerprint"],
             attempt_time=t["attempt_time"],
+            owner_dead=t["owner_dead"],
         )
 
     async def begin_turn(
@@ -419,6 +429,7 @@ class Repository:
         rows = await self._pool.fetch(
             sql, owner, turn.instance_id, trace_id, turn.request_id, message_id, t0, turn.content,
             int(turn.channel), turn.audio_key, turn.dictation, history_limit, turn.request_fingerprint,
+            self._process_key,
         )
         if not rows:
             return None
@@ -448,7 +459,7 @@ class Repository:
         """RETRY_TURN: (the user message, now in `trace_id`, and the history before it), or None."""
         iid = failed.user_message.instance_id
         rows = await self._pool.fetch(RETRY_TURN, owner, iid, request_id, failed.trace_id, trace_id,
-                                      list(retryable), history_limit, now, stale_before)
+                                      list(retryable), history_limit, now, stale_before, self._process_key)
         return (replace(failed.user_message, trace_id=trace_id), _history(iid, rows)) if rows else None
 
     async def finish_turn(

@@ -19,6 +19,7 @@ from services.chat.agent_client import AgentClient
 from services.chat.fork import Forker
 from services.chat.ratings_client import RatingsClient
 from services.chat.removal import RemovalRelay, TurnRemover
+from services.chat.liveness import ProcessLock
 from services.chat.repository import Repository
 from services.chat.servicer import METHOD_SCOPES, SERVICE, UNTRACED_METHODS, ChatServicer, request_checks
 from services.chat.settings import ChatSettings
@@ -58,7 +59,8 @@ async def create_server(
     metrics = await ServiceMetrics("chat", settings.metrics_listen).start()
     pool_gauges(metrics.meter, pool, SCHEMA)
     span_export_metrics(metrics.meter, provider)
-    repo = Repository(pool)
+    owner_lock = await ProcessLock.hold(url)  # before serving: every attempt this process begins names it
+    repo = Repository(pool, owner_lock.key)
     workspace = WorkspaceStore(pool)
     turns = TurnRunner(
         repo, AgentClient(channel), tracer, settings.agent_timeout_cap_s, settings.history_messages,
@@ -95,6 +97,7 @@ async def create_server(
 
     server.on_stop(relay.close)
     server.on_stop(close_channel)
+    server.on_stop(owner_lock.close)
     server.on_stop(close_database)
     server.on_stop(metrics.close)
     if own_provider:

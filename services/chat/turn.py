@@ -74,6 +74,8 @@ RETRY_POLL_S = 0.05
 # margin covers storing the outcome (SQL statements are bounded by db_command_timeout_s). Such a turn
 # (its process was killed mid-turn, or could not store its outcome) is retried like a FAILED
 # UNAVAILABLE one: a retry with its request_id claims it in one statement and runs the agent again.
+# An attempt whose owner process is known dead (its liveness lock is gone: services.chat.liveness) is
+# claimed the same way at once; this time rule is the fallback (no owner recorded, or a partition).
 STALE_MARGIN_S = 60.0
 
 
@@ -337,8 +339,9 @@ class TurnRunner:
             check_same_request(rec.request_fingerprint, turn.request_fingerprint)
             if rec.state == "DONE" and rec.reply is not None:
                 return TurnResult(rec.user_message, rec.reply, rec.trace_id)
-            if rerun and rec.state == "RUNNING" and rec.attempt_time and rec.attempt_time < self._stale_before():
-                return rec  # its process died mid-turn (STALE_MARGIN_S): run it again
+            if rerun and rec.state == "RUNNING" and (rec.owner_dead or (
+                    rec.attempt_time and rec.attempt_time < self._stale_before())):
+                return rec  # its process died mid-turn (liveness lock gone, or STALE_MARGIN_S): run it again
             if rec.state == "FAILED":
                 if rerun and rec.error_code in RETRYABLE_CODES:
                     return rec
@@ -356,7 +359,8 @@ class TurnRunner:
 
     def replays_as_stored(self, rec: TurnRecord) -> bool:
         """Whether a retry of `rec`'s request replays it or waits for it (False: it runs the agent again)."""
-        stale = rec.state == "RUNNING" and rec.attempt_time is not None and rec.attempt_time < self._stale_before()
+        stale = rec.state == "RUNNING" and (rec.owner_dead or (
+            rec.attempt_time is not None and rec.attempt_time < self._stale_before()))
         return not stale and not (rec.state == "FAILED" and rec.error_code in RETRYABLE_CODES)
 
     def _stale_before(self) -> datetime:
