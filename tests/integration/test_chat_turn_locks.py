@@ -45,7 +45,7 @@ async def test_a_request_id_race_during_the_winners_finish_is_refused_not_deadlo
         # was committed, so begin_turn went on to the insert).
         loser = asyncio.create_task(pool.fetch(
             chat_repository.BEGIN_TURN, "alice", inst.id, uuid.uuid4().hex, rid, uuid.uuid4().hex, now, right.content,
-            int(right.channel), "", "", 10, right.request_fingerprint))
+            int(right.channel), "", "", 10, right.request_fingerprint, None))  # no attempt owner
         await _until_waiting_on_a_lock(pool)  # the loser is queued behind the winner's transaction
         assert not loser.done()
         await workspace_store.store_snapshot(conn, "alice", inst.id, user.turn_index, trace, (), now)
