@@ -348,12 +348,10 @@ class TurnRunner:
                 raise _turn_error(
                     rec.error_code or "FAILED", rec.error_message or "", rec.trace_id, rec.user_message.name
                 )
-            if loop.time() >= deadline:
-                raise _turn_error(
-                    "DEADLINE_EXCEEDED",
-                    "the first request with this request_id is still running",
-                    rec.trace_id,
-                    rec.user_message.name,
+            if loop.time() >= deadline:  # the first attempt is alive elsewhere: not the agent's failure
+                raise DeadlineExceeded(
+                    "the first request with this request_id is still running; retry with it later",
+                    reason="TURN_IN_PROGRESS", trace_id=rec.trace_id, user_message=rec.user_message.name,
                 )
             await asyncio.sleep(RETRY_POLL_S)
 
