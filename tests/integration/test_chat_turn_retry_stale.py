@@ -9,11 +9,14 @@ import asyncio
 import time
 import uuid
 
+import grpc
+import pytest
 from agentfeedback.chat.v1 import chat_pb2
 
 from services.chat.domain import Channel, Message, Role, TurnInput, time_from_ns
 from services.chat.repository import Repository
 from services.common.db import create_pool
+from services.common.errors import error_info
 from services.common.ids import new_id, request_fingerprint
 from tests.stack import start_stack
 
@@ -48,4 +51,32 @@ async def test_a_turn_orphaned_running_is_run_again_by_its_retry_and_the_dead_at
                                                        (chat_pb2.ROLE_ASSISTANT, answers[0].reply.content)]
     finally:
         await pool.close()
+        await s.stop()
+
+
+async def test_a_retry_of_a_turn_still_running_in_a_live_gateway_says_so_and_replays_its_reply_later(
+        database_url, tmp_path):
+    """The first SendMessage is still in the agent (its gateway alive): a retry with its request_id waits
+    within its own deadline, then answers DEADLINE_EXCEEDED TURN_IN_PROGRESS naming the turn, not the
+    agent's AGENT_DEADLINE_EXCEEDED; once the first answers, a retry replays that reply."""
+    s = await start_stack(database_url, tmp_path, agent_think_ms=3000)
+    try:
+        chat = s.chat()
+        inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
+            instance=chat_pb2.Instance(display_name="o", agent="reference")), metadata=s.md())
+        req = chat_pb2.SendMessageRequest(instance=inst.name, content="take your time", request_id=str(uuid.uuid4()))
+        first = asyncio.ensure_future(chat.SendMessage(req, metadata=s.md(), timeout=20))
+        await asyncio.sleep(0.5)
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await chat.SendMessage(req, metadata=s.md(), timeout=2.0)
+        assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        info = error_info(e.value)
+        assert info is not None and info.reason == "TURN_IN_PROGRESS", e.value.details()
+        assert "still running" in e.value.details()
+        answered = await first
+        assert info.metadata["trace_id"] == answered.trace_id
+        assert info.metadata["user_message"] == answered.user_message.name
+        again = await chat.SendMessage(req, metadata=s.md(), timeout=10)
+        assert (again.user_message.name, again.reply.name) == (answered.user_message.name, answered.reply.name)
+    finally:
         await s.stop()
