@@ -194,10 +194,10 @@ async def test_sigkill_of_the_collector_mid_ingest_loses_no_acknowledged_span(da
 
 
 async def test_sigkill_of_chat_mid_turn_then_retries_with_the_same_request_id_complete_once(database_url, tmp_path):
-    """The chat process dies while the agent thinks: the turn stays RUNNING with no owner. Once its attempt
-    is older than the agent deadline cap + the stale margin (5 + 1 s here), retries with the same request_id
-    (three at once) run the agent again exactly once, reuse the stored user message and all answer the same
-    reply (was: DEADLINE_EXCEEDED "still running" forever)."""
+    """The chat process dies while the agent thinks: the turn stays RUNNING and its owner's liveness lock goes
+    with the process's connection, so retries with the same request_id (three at once) take it over (the
+    fallback, an attempt older than the agent deadline cap + the stale margin, is 5 + 1 s here), run the
+    agent again exactly once, reuse the stored user message and all answer the same reply."""
     procs = make_procs(database_url, tmp_path, AGENTFEEDBACK_CHAT_AGENT_TIMEOUT_CAP_S="5",
                        AGENTFEEDBACK_CHAT_TURN_STALE_MARGIN_S="1")
     try:
