@@ -36,7 +36,7 @@ from string import Template
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.cli.proc import die_with_parent
+from services.cli.proc import pdeathsig_argv
 from services.common.settings import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
@@ -358,9 +358,10 @@ def start_envoy(
     out = open(log_path, "ab")  # noqa: SIM115 - handed to the child
     try:
         proc = subprocess.Popen(
-            [str(envoy_binary()), "-c", str(config_path), "--log-level", "warn", "--disable-hot-restart",
-             "--concurrency", str(concurrency), *(["--admin-address-path", str(admin_path)] if any_port else [])],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
+            [*pdeathsig_argv(), str(envoy_binary()), "-c", str(config_path), "--log-level", "warn",
+             "--disable-hot-restart", "--concurrency", str(concurrency),
+             *(["--admin-address-path", str(admin_path)] if any_port else [])],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     finally:
         out.close()

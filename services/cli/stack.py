@@ -22,7 +22,7 @@ from pathlib import Path
 
 from services.common.db import embedded_postgres_server
 from services.cli import pg_watchdog
-from services.cli.proc import die_with_parent
+from services.cli.proc import pdeathsig_argv
 from services.cli.supervise import _alive, open_log, stop_postgres
 from services.cli.client import loopback as _loopback
 from services.common.health import wait_serving
@@ -128,9 +128,8 @@ class LocalStack:
         """Start (or restart) child `c`, its output appended to its log (services.cli.supervise.open_log)."""
         event = "started" if c.proc is None else f"restarted (the last one exited with status {c.proc.poll()})"
         with open_log(self.log_path(c.name), event) as out:  # the child keeps its own descriptor
-            c.proc = subprocess.Popen([sys.executable, "-m", c.module, *c.args], env=c.env or None, stdout=out,
-                                      stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, start_new_session=True,
-                                      preexec_fn=die_with_parent)
+            c.proc = subprocess.Popen([*pdeathsig_argv(), sys.executable, "-m", c.module, *c.args], env=c.env or None,
+                                      stdout=out, stderr=subprocess.STDOUT, cwd=PROJECT_ROOT, start_new_session=True)
 
     def _port(self, name: str) -> int:
         target = next(c.health_target for c in self.children if c.name == name)

@@ -75,7 +75,7 @@ _FORKS_WHILE_GRPC_RUNS = """
 import subprocess, sys, threading, time
 import services.cli.main  # the runner's module, first (as `agentfeedback run` imports it)
 import grpc
-from services.cli.proc import die_with_parent
+from services.cli.proc import pdeathsig_argv
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 channel = grpc.insecure_channel("127.0.0.1:1")
 def busy():
@@ -87,7 +87,7 @@ def busy():
 threading.Thread(target=busy, daemon=True).start()
 time.sleep(0.5)
 for _ in range(50):
-    subprocess.Popen(["true"], preexec_fn=die_with_parent).wait()
+    subprocess.Popen([*pdeathsig_argv(), "true"], start_new_session=True).wait()
 """
 
 
@@ -103,3 +103,48 @@ def test_restarting_children_prints_no_grpc_fork_warnings():
     run = subprocess.run([sys.executable, "-c", _FORKS_WHILE_GRPC_RUNS], env=env, cwd=PROJECT_ROOT,
                          capture_output=True, text=True, timeout=60)
     assert run.stderr == ""
+
+
+_PARENT_OF_A_SLEEPER = """
+import subprocess, sys
+from services.cli.proc import pdeathsig_argv
+child = subprocess.Popen([*pdeathsig_argv(), "sleep", "60"], start_new_session=True)
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+def test_a_child_started_with_the_pdeathsig_prefix_dies_with_its_parent_killed_outright():
+    """`make run`'s children (services, Envoy) get SIGTERM when the supervisor dies even by SIGKILL (in a
+    session of their own, so no terminal signal reaches them): the parent-death signal is set by setpriv
+    in the child, not by Python between fork and exec."""
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from services.cli.proc import pdeathsig_argv  # noqa: PLC0415
+    from services.common.settings import PROJECT_ROOT  # noqa: PLC0415
+
+    assert pdeathsig_argv(), "setpriv (util-linux) is missing: children would outlive a killed make run"
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT_OF_A_SLEEPER], cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
+                              text=True)
+    pid = int(parent.stdout.readline())
+    deadline = time.monotonic() + 10
+    while open(f"/proc/{pid}/comm").read().strip() != "sleep":  # setpriv has set the signal and exec'd
+        assert time.monotonic() < deadline, "the child never started"
+        time.sleep(0.01)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break  # gone (reaped by init once it died)
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break  # died, not yet reaped
+        assert time.monotonic() < deadline, "the child outlived its parent's SIGKILL"
+        time.sleep(0.05)
