@@ -202,7 +202,14 @@ def queue_flow(b, second, engine: str, width: int, site: str, gateway_url: str, 
     b.wait(".queue-item")
     # Its rows in first: select all picks what the list holds when clicked (seen: none yet, in WebKit).
     _until(b, "document.querySelectorAll('.queue-row[data-kind=report]').length", 3, f"{engine}: the three reports listed")
+    # And the open item (the judgement) drawn whole: at 320 px it sits above the bulk bar, and its
+    # conversation, evidence and trace arriving after a click was aimed move the bar under the pointer
+    # (WebKitWebDriver clicks at the coordinates it computed, wherever the button went meanwhile).
+    _until(b, CURRENT, s.judgement, f"{engine}: the status=any queue opens on the judgement")
+    for part in (".qi-conv .qi-msg.reported", ".qi-evidence .qi-turn-reports", ".qi-trace .wf-span", ".qi-judgements .qi-rating"):
+        b.wait(f".queue-item {part}")
     b.click(".bulk-select-all")
+    b.wait(".bulk-count", "3 selected")
     b.click(".bulk-dismiss")
     _until(b, "document.querySelector('.queue-status').textContent",
            "2 items marked dismissed; 1 item not saved (not allowed from filed).", f"{engine}: bulk dismiss")
