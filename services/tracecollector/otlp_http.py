@@ -6,9 +6,11 @@ Per the OTLP specification (opentelemetry-proto `docs/specification.md`, "OTLP/H
   `application/json` (OTLP/JSON: lowerCamelCase keys, trace/span ids as case-insensitive hex, enums as integers,
   64-bit integers as strings or numbers, unknown fields ignored). The response uses the request's
   Content-Type. Other types → 415.
-- `Content-Encoding: gzip` (or deflate) is decompressed (aiohttp); the body limit (default 20 MiB)
-  applies after decompression → 413 Content Too Large (the client must not retry). Another coding
-  → 415; a body that is not in the coding it claims → 400.
+- `Content-Encoding: gzip` (or deflate) is decompressed here, not by aiohttp (its parser refused `br`
+  and `zstd` itself with a plain-text 400 before any handler ran): run the app with `app_runner`. The
+  body limit (default 20 MiB) applies before and after decompression → 413 Content Too Large (the
+  client must not retry). Another coding (`br`, `zstd`, `compress`, …) → 415 Unsupported Media Type
+  (RFC 9110 §15.5.16); a body that is not in the coding it claims → 400.
 - Another path → 404, another method on it → 405 (Allow: POST), each with a google.rpc.Status; a
   request refused before a handler ran (broken encoding, malformed request) is one incident in the
   log, not a traceback per request (README "Logs").
@@ -20,10 +22,12 @@ Per the OTLP specification (opentelemetry-proto `docs/specification.md`, "OTLP/H
 """
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import math
+import zlib
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -53,8 +57,10 @@ _ID_KEYS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_
 # An id that is not valid hex becomes this (1 byte): the span is then rejected by validation
 # (partial success) instead of failing the whole request.
 _BAD_ID = base64.b64encode(b"\xff").decode()
-# Content-Encodings aiohttp decodes (br/zstd only with optional packages: aiohttp refuses those itself).
+# Content-Encodings decoded here (decode_body); aiohttp's own decoding is off (app_runner).
 _ENCODINGS = frozenset({"gzip", "x-gzip", "deflate", "identity"})
+# Compressed bodies up to this size are decoded on the event loop, larger ones in a worker thread.
+_INLINE_DECODE_BYTES = 64 * 1024
 
 
 # Incident key of requests refused before they reached a handler (see _ClientErrorsAsWarnings).
@@ -62,9 +68,8 @@ CLIENT_ERRORS = "OTLP_HTTP_CLIENT_ERROR"
 
 
 class _ClientErrorsAsWarnings(logging.Filter):
-    """aiohttp answers a request its parser refuses (an encoding it cannot decode, e.g. `br` without the
-    optional package; a malformed request line or header; a body whose gzip is broken, read after the
-    answer) itself and logs an ERROR with a traceback per request: the client's mistake, not ours, and
+    """aiohttp answers a request its parser refuses (a malformed request line or header, broken chunked
+    framing) itself and logs an ERROR with a traceback per request: the client's mistake, not ours, and
     anyone could flood the log with it. Each becomes a failure of one incident (CLIENT_ERRORS,
     services/common/incidents.py): the first a WARNING line, its message clipped, the next ones
     counted in a summary line every 10 s."""
@@ -144,6 +149,46 @@ def parse_json_logs_request(body: bytes) -> logs_service_pb2.ExportLogsServiceRe
     return _parse_dict(doc, logs_service_pb2.ExportLogsServiceRequest())
 
 
+class BodyTooLarge(ValueError):
+    """The decoded body exceeds the limit (→ 413)."""
+
+
+def _inflate(body: bytes, coding: str, limit: int) -> bytes:
+    """`body` in one gzip/deflate coding, decoded to at most `limit` bytes: BodyTooLarge beyond it,
+    ValueError when it is not in that coding (broken or truncated). gzip may hold several members
+    (RFC 1952 §2.2); deflate is zlib-wrapped (RFC 9110 §8.4.1.2) or, as some clients send it, raw."""
+    gz = coding in ("gzip", "x-gzip")
+    out = bytearray()
+    rest = body
+    while rest:
+        wbits = 16 + zlib.MAX_WBITS if gz else (zlib.MAX_WBITS if rest[0] & 0x0F == 8 else -zlib.MAX_WBITS)
+        d = zlib.decompressobj(wbits)
+        try:
+            out += d.decompress(rest, limit + 1 - len(out))
+        except zlib.error as e:
+            raise ValueError(f"request body is not {coding}: {e}") from None
+        if len(out) > limit:
+            raise BodyTooLarge(f"request body exceeds {limit} bytes after decompression")
+        if not d.eof:
+            raise ValueError(f"request body is not {coding}: it ends before its compressed stream does")
+        rest = d.unused_data if gz else b""
+    return bytes(out)
+
+
+def decode_body(body: bytes, codings: list[str], limit: int) -> bytes:
+    """`body` with its Content-Encoding `codings` (in the order applied, each in _ENCODINGS) undone."""
+    for coding in reversed(codings):
+        if coding != "identity" and body:
+            body = _inflate(body, coding, limit)
+    return body
+
+
+def app_runner(app: web.Application, **kw) -> web.AppRunner:
+    """The runner `create_app`'s application needs: aiohttp's request decompression off (the handlers
+    decode, answer an unknown coding 415 and bound the decoded size)."""
+    return web.AppRunner(app, auto_decompress=False, **kw)
+
+
 def _encode(msg: Message, content_type: str) -> bytes:
     if content_type == JSON:
         return json_format.MessageToJson(msg, indent=None).encode()
@@ -169,9 +214,9 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float,
                 st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
                                        message=f"Content-Type must be {PROTOBUF} or {JSON}, got {clip(ctype)!r}")
                 return _error(415, st, PROTOBUF)
-            coding = request.headers.get("Content-Encoding", "")
-            encodings = {e.strip().lower() for e in coding.split(",") if e.strip()}
-            if not encodings <= _ENCODINGS:
+            coding = ",".join(request.headers.getall("Content-Encoding", ()))
+            codings = [e.strip().lower() for e in coding.split(",") if e.strip()]
+            if not set(codings) <= _ENCODINGS:
                 # Unknown codings would otherwise be read as if the body were not encoded (RFC 9110 §8.4: 415).
                 st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
                                        message=f"Content-Encoding must be gzip, deflate or identity: {clip(coding)!r}")
@@ -180,9 +225,9 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float,
                 body = await request.read()
             except web.HTTPRequestEntityTooLarge:
                 st = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED,
-                                       message=f"request body exceeds {max_body_bytes} bytes (after decompression)")
+                                       message=f"request body exceeds {max_body_bytes} bytes")
                 return _error(413, st, reply_type)
-            except RequestPayloadError as e:  # e.g. Content-Encoding gzip on a body that is not gzip
+            except RequestPayloadError as e:  # e.g. a chunked body whose framing is broken
                 st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
                                        message=f"request body cannot be read: {str(e).strip()}")
                 # The rest of the body cannot be read either: mark it read (aiohttp would otherwise try
@@ -191,6 +236,15 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float,
                 resp = _error(None, st, reply_type)
                 resp.force_close()
                 return resp
+            try:
+                if len(body) <= _INLINE_DECODE_BYTES:
+                    body = decode_body(body, codings, max_body_bytes)
+                else:
+                    body = await asyncio.to_thread(decode_body, body, codings, max_body_bytes)
+            except BodyTooLarge as e:
+                return _error(413, status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED, message=str(e)), reply_type)
+            except ValueError as e:
+                return _error(None, status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(e)), reply_type)
             try:
                 req = decode_json(body) if ctype == JSON else decode_protobuf(body)
             except (ValueError, DecodeError) as e:

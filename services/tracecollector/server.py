@@ -261,7 +261,7 @@ async def create_server(
 
         app = otlp_http.create_app(cm.receiver(ingestor, "http"), max_body_bytes=settings.http_max_body_bytes,
                                    retry_after_s=settings.retry_after_s, logs=cm.logs_receiver(logs, "http"))
-        srv.http_runner = web.AppRunner(app, access_log=None)
+        srv.http_runner = otlp_http.app_runner(app, access_log=None)
         await srv.http_runner.setup()
         await web.TCPSite(srv.http_runner, settings.otlp_http_host, settings.otlp_http_port).start()
         srv.ports["otlp_http"] = _http_port(srv.http_runner)

@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import time
+import zlib
 
 import aiohttp
 import asyncpg
@@ -212,6 +213,34 @@ async def test_http_rejects_undecodable_body_with_400_and_unknown_type_with_415(
         assert r.status == 400
         r = await http.post(collector.http_url, data=b"x", headers={"Content-Type": "text/plain"})
         assert r.status == 415
+
+
+async def test_an_unsupported_content_encoding_is_415_with_a_status_in_the_request_content_type(collector):
+    """br and zstd (which aiohttp's parser refused itself with a plain-text 400), a list naming one
+    of them, or any other coding: 415 Unsupported Media Type (RFC 9110 §15.5.16, the OTLP/HTTP
+    receiver's docstring) with a google.rpc.Status in the request's Content-Type naming the coding,
+    nothing stored; gzip and deflate still read."""
+    tid, spans = one_trace(2)
+    protobuf = request(spans).SerializeToString()
+    as_json = json_format.MessageToJson(request(spans)).encode()
+    async with aiohttp.ClientSession(auto_decompress=False) as http:
+        for coding in ("br", "zstd", "gzip, br", "compress", "BR"):
+            for ctype, body in (("application/x-protobuf", protobuf), ("application/json", as_json)):
+                r = await http.post(collector.http_url, data=body,
+                                    headers={"Content-Type": ctype, "Content-Encoding": coding})
+                assert r.status == 415, (coding, ctype, r.status, (await r.read())[:80])
+                assert r.headers["Content-Type"] == ctype, coding
+                raw = await r.read()
+                st = (json_format.Parse(raw, status_pb2.Status()) if ctype == "application/json"
+                      else status_pb2.Status.FromString(raw))
+                assert st.code == 3 and coding in st.message, (coding, st)
+        assert await collector.span_rows() == 0
+        for coding, body in (("gzip", gzip.compress(protobuf)), ("deflate", zlib.compress(protobuf)),
+                             ("identity", protobuf)):
+            r = await http.post(collector.http_url, data=body,
+                                headers={"Content-Type": "application/x-protobuf", "Content-Encoding": coding})
+            assert r.status == 200, coding
+    assert len((await collector.get_trace(tid)).spans) == 2
 
 
 async def test_http_body_over_the_limit_after_decompression_is_413(start_collector):

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
+import zlib
 from datetime import UTC, date, datetime
 
 import pytest
@@ -20,7 +22,7 @@ from services.tracecollector.ingest import (
     to_json,
     without_rejected,
 )
-from services.tracecollector.otlp_http import parse_json_request
+from services.tracecollector.otlp_http import BodyTooLarge, decode_body, parse_json_request
 from services.tracecollector.writer import BatchWriter, Overloaded
 from services.tracecollector.repository import Partition, partition_day, partition_name
 from services.tracecollector.retention import kept_days, plan
@@ -205,3 +207,23 @@ async def test_batch_writer_isolates_a_failing_request():
     assert results[0] is None and results[2] is None and isinstance(results[1], RuntimeError)
     assert sorted(stored) == ["ok1", "ok2"]
     await w.close()
+
+
+def test_request_bodies_are_decoded_in_their_codings_and_bounded_after_decompression():
+    """The OTLP/HTTP receiver decodes gzip (several members too), deflate (zlib-wrapped or raw) and a
+    list of codings itself; a broken or truncated stream is ValueError (400), more than the limit
+    once decoded is BodyTooLarge (413)."""
+    data = b"span " * 1000
+    raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    assert decode_body(gzip.compress(data[:10]) + gzip.compress(data[10:]), ["gzip"], 10_000) == data
+    assert decode_body(zlib.compress(data), ["deflate"], 10_000) == data
+    assert decode_body(raw.compress(data) + raw.flush(), ["deflate"], 10_000) == data
+    assert decode_body(gzip.compress(zlib.compress(data)), ["deflate", "identity", "x-gzip"], 10_000) == data
+    assert decode_body(b"", ["gzip"], 10) == b""
+    for broken in (b"notgzip", gzip.compress(data)[:-20]):
+        with pytest.raises(ValueError, match="not gzip") as e:
+            decode_body(broken, ["gzip"], 10_000)
+        assert not isinstance(e.value, BodyTooLarge)
+    with pytest.raises(BodyTooLarge):
+        decode_body(gzip.compress(data), ["gzip"], len(data) - 1)
+    assert decode_body(gzip.compress(data), ["gzip"], len(data)) == data
