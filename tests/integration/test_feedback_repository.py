@@ -157,3 +157,24 @@ async def test_reports_stored_before_the_ledger_claim_their_request_ids(database
         assert isinstance(deleted, DeletedCreate) and deleted.feedback_id == row.id
     finally:
         await pool.close()
+
+
+async def test_the_capture_queues_generic_plans_read_their_partial_indexes(database_url):
+    """Every capture worker of every replica polls these statements about once a second; asyncpg keeps
+    them prepared and PostgreSQL may switch to their generic plan. That plan must still read the
+    queue's partial index, not the whole table (sequential scans are priced off, so a plan that can
+    use no index shows one)."""
+    await migrate(database_url, "feedback", MIGRATIONS)
+    conn = await asyncpg.connect(database_url, server_settings={"search_path": "feedback,public"})
+    try:
+        await conn.execute("SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan")
+        for n, (sql, args, indexes) in enumerate((
+                (capture.CLAIM_CAPTURE.text, "(16, 30)", {"feedback_capture_queue", "feedback_capture_recheck"}),
+                (capture.CLAIM_REFRESH, "(16, 30)", {"feedback_snapshot_refresh"}),
+                (capture.CAPTURE_BACKLOG, "", {"feedback_capture_queue"}))):
+            await conn.execute(f"PREPARE q{n} AS {sql}")
+            plan = "\n".join(r[0] for r in await conn.fetch(f"EXPLAIN EXECUTE q{n}{args}"))
+            assert "Seq Scan on feedback" not in plan, plan
+            assert all(i in plan for i in indexes), plan
+    finally:
+        await conn.close()

@@ -20,12 +20,19 @@ from services.feedback.model.report import Anchor, CreatedEvent, FrozenTrace, Sn
 from services.feedback.repository import rows
 from services.feedback.repository.reports import PRUNE_DELETED_CREATES
 
+# The queues' states are written into their statements, not passed: their partial indexes
+# (feedback_capture_queue, feedback_capture_recheck, feedback_snapshot_refresh) name the constants, and a
+# prepared statement's generic plan, which PostgreSQL may switch to after five runs, can use a partial
+# index only when the WHERE clause itself implies the index's predicate; with `trace_state = $1` every
+# poll of every replica would read the whole table (tests/integration/test_feedback_repository.py).
+_PENDING, _CAPTURED, _CLIENT = int(TraceState.PENDING), int(TraceState.CAPTURED), int(SnapshotSource.CLIENT)
+
 # Claim due PENDING rows (and CAPTURED copies frozen incomplete, looked at again: next_capture_at set) whose anchor the chat service gave: lease them by pushing next_capture_at forward.
-CLAIM_CAPTURE = NamedSQL("""
+CLAIM_CAPTURE = NamedSQL(f"""
 WITH due AS (
     SELECT id FROM feedback
-    WHERE (trace_state = :pending OR trace_state = :captured) AND next_capture_at <= now()
-      AND snapshot_source <> :client
+    WHERE (trace_state = {_PENDING} OR trace_state = {_CAPTURED}) AND next_capture_at <= now()
+      AND snapshot_source <> {_CLIENT}
     ORDER BY next_capture_at
     LIMIT :limit
     FOR UPDATE SKIP LOCKED
@@ -34,6 +41,8 @@ UPDATE feedback f SET next_capture_at = now() + make_interval(secs => :lease_s),
     capture_attempts = capture_attempts + 1
 FROM due WHERE f.id = due.id
 RETURNING f.id, f.owner, f.trace_id, f.turn_time, f.capture_attempts, f.capture_span_count, f.trace_state""")
+
+CAPTURE_BACKLOG = f"SELECT count(*) AS n, min(create_time) AS oldest FROM feedback WHERE trace_state = {_PENDING}"
 
 CAPTURE_PENDING = """
 UPDATE feedback SET next_capture_at = now() + make_interval(secs => $2), capture_span_count = $3
@@ -70,10 +79,10 @@ UPDATE feedback SET next_capture_at = now() + make_interval(secs => $2)
 WHERE id = $1 AND trace_state = $3 AND next_capture_at IS NOT NULL"""
 
 # Client snapshots waiting for the authoritative one (chat service was down at create time).
-CLAIM_REFRESH = """
+CLAIM_REFRESH = f"""
 WITH due AS (
     SELECT id FROM feedback
-    WHERE snapshot_source = $3 AND refresh_at <= now()
+    WHERE snapshot_source = {_CLIENT} AND refresh_at <= now()
     ORDER BY refresh_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -130,12 +139,11 @@ class CaptureStore:
 
     async def capture_backlog(self) -> tuple[int, dt.datetime | None]:
         """(reports whose trace snapshot is PENDING, the oldest one's create_time) — for the metrics."""
-        r = await self.pool.fetchrow("SELECT count(*) AS n, min(create_time) AS oldest FROM feedback "
-                                     "WHERE trace_state = $1", int(TraceState.PENDING))
+        r = await self.pool.fetchrow(CAPTURE_BACKLOG)
         return int(r["n"]), r["oldest"]
 
     async def claim_capture(self, limit: int, lease_s: float) -> list[CaptureJob]:
-        got = await self.pool.fetch(*CLAIM_CAPTURE.bind({**_GUARDS, "limit": limit, "lease_s": lease_s}))
+        got = await self.pool.fetch(*CLAIM_CAPTURE.bind({"limit": limit, "lease_s": lease_s}))
         return [CaptureJob(r["id"], r["owner"], r["trace_id"], r["turn_time"], r["capture_attempts"],
                            r["capture_span_count"], TraceState(r["trace_state"])) for r in got]
 
@@ -162,7 +170,7 @@ class CaptureStore:
         return _count(await self.pool.execute(*CAPTURE_DONE_TRACE.bind(values)))
 
     async def claim_refresh(self, limit: int, lease_s: float) -> list[VerifyJob]:
-        got = await self.pool.fetch(CLAIM_REFRESH, limit, lease_s, SnapshotSource.CLIENT)
+        got = await self.pool.fetch(CLAIM_REFRESH, limit, lease_s)
         return [VerifyJob(r["id"], r["owner"], rows.anchor(r)) for r in got]
 
     async def refresh_done(self, fid: str, snapshot: Snapshot, state: TraceState, capture_due: bool,
