@@ -20,9 +20,12 @@ from pathlib import Path
 
 import jwt
 
+from services.common.clip import clip
 from services.common.errors import PermissionDenied, Unauthenticated
 from services.common.ids import UNSAFE_IN_LABEL
 from services.common.settings import CommonSettings
+
+log = logging.getLogger(__name__)
 
 # Scopes (docs/architecture.md "Contracts that matter").
 SCOPE_CHAT = "chat"
@@ -134,7 +137,7 @@ def page_token_key(settings: CommonSettings) -> bytes:
     if not settings.jwt_secret.get_secret_value() and (settings.jwt_jwks_url or settings.jwt_public_key_file):
         # RS256 and no key: no shared secret to derive from, and the data dir may be read-only (a
         # container). A key of this process: its tokens page on with this replica only.
-        logging.getLogger(__name__).warning("AGENTFEEDBACK_PAGE_TOKEN_KEY is not set: page tokens are "
+        log.warning("AGENTFEEDBACK_PAGE_TOKEN_KEY is not set: page tokens are "
                                             "valid on this process only (set it on every replica)")
         return secrets.token_bytes(32)
     return hashlib.sha256(b"agentfeedback page-token key from jwt secret\0" + dev_secret(settings).encode()).digest()
@@ -153,6 +156,25 @@ TOKEN_CACHE_MAX = 4096
 # (NoteTurnsRemoved.owner, WatchFeedback's owner filter: 256 characters), so any sub a call was
 # served with can also be named in every later call about its rows.
 MAX_SUB_CHARS = 256
+
+
+# The answer to a token PyJWT refuses, by the kind of refusal (first match); anything else is
+# NOT_A_JWT. Fixed sentences: the library's text (decoding details) never reaches a client.
+NOT_A_JWT = "the bearer token is not a valid JWT"
+_REFUSALS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
+    (jwt.ExpiredSignatureError, "the bearer token has expired"),
+    (jwt.ImmatureSignatureError, "the bearer token is not valid yet"),
+    (jwt.MissingRequiredClaimError, "the bearer token lacks a required claim (sub, exp)"),
+    (jwt.InvalidAudienceError, "the bearer token is for another audience"),
+    (jwt.InvalidIssuerError, "the bearer token is from another issuer"),
+    (jwt.InvalidSignatureError, "the bearer token's signature does not verify"),
+    (jwt.InvalidAlgorithmError, "the bearer token's algorithm is not accepted here"),
+    (jwt.PyJWKClientError, "the bearer token's signing key is not in the configured JWKS"),
+)
+
+
+def _refusal(e: jwt.PyJWTError) -> str:
+    return next((answer for kind, answer in _REFUSALS if isinstance(e, kind)), NOT_A_JWT)
 
 
 class Authenticator:
@@ -199,7 +221,10 @@ class Authenticator:
                 options={"require": ["sub", "exp"], "verify_aud": bool(self._settings.jwt_audience)},
             )
         except jwt.PyJWTError as e:
-            raise Unauthenticated(f"invalid token: {e}") from None
+            # The library's reason is for whoever runs the service, at DEBUG (never the token); the
+            # client gets a fixed sentence per kind of failure.
+            log.debug("bearer token refused: %s: %s", type(e).__name__, clip(str(e)))
+            raise Unauthenticated(_refusal(e)) from None
         sub = str(claims.get("sub", ""))
         if not sub:
             raise Unauthenticated("token has an empty sub")

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 
 import grpc
+import jwt
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -96,6 +99,38 @@ async def test_auth_scopes_and_error_mapping(server):
             await stub.Think(agent_pb2.ThinkRequest(content="boom"), metadata=_md())
         assert e.value.code() == grpc.StatusCode.INTERNAL
         assert "hunter2" not in e.value.details() and "trace_id" in e.value.details()
+
+
+async def test_a_token_that_does_not_verify_is_answered_with_a_fixed_message_never_the_libraries_text(
+        server, caplog):
+    """PyJWT's reason ("Not enough segments", "Invalid header padding", "Signature verification failed")
+    reached the client in UNAUTHENTICATED details: the client gets a fixed sentence, the reason is
+    logged at DEBUG only, and the token itself is never logged."""
+    caplog.set_level(logging.DEBUG)
+    now = int(time.time())
+    cases = {
+        "not-a-jwt-zz9": ("the bearer token is not a valid JWT", "Not enough segments"),
+        "eyJhbGciOiJIUzI1Ni.eyJzdWIiOiJhIn0.zz9": ("the bearer token is not a valid JWT", "Invalid header"),
+        mint_token("y" * 40, "alice", ("chat",)): ("the bearer token's signature does not verify",
+                                                   "Signature verification failed"),
+        jwt.encode({"sub": "alice", "exp": now - 3600}, SECRET, "HS256"): ("the bearer token has expired",
+                                                                             "Signature has expired"),
+        jwt.encode({"exp": now + 3600}, SECRET, "HS256"): ("the bearer token lacks a required claim (sub, exp)",
+                                                           "missing the \"sub\" claim"),
+    }
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        stub = agent_pb2_grpc.AgentServiceStub(ch)
+        for token, (answer, reason) in cases.items():
+            caplog.clear()
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await stub.Think(agent_pb2.ThinkRequest(content="hi"), metadata=(("authorization", f"Bearer {token}"),))
+            assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert e.value.details() == answer, token
+            assert reason not in str(e.value.trailing_metadata()), token
+            debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and reason in r.getMessage()]
+            assert debug, (token, [r.getMessage() for r in caplog.records])
+            assert not [r for r in caplog.records if r.levelno > logging.DEBUG and reason in r.getMessage()]
+            assert not [r for r in caplog.records if token in r.getMessage() or token in str(r.args)], token
 
 
 async def test_health_reflection_and_graceful_drain(server):
