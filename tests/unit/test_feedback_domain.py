@@ -3,6 +3,8 @@ machine, capture decisions, frozen spans, rating checks, trend filling and the t
 from __future__ import annotations
 
 import datetime as dt
+import re
+from pathlib import Path
 
 import pytest
 
@@ -76,6 +78,36 @@ def test_status_machine(cur, new, ok):
     else:
         with pytest.raises(FailedPrecondition):
             d.check_transition(cur, new)
+
+
+def test_the_update_feedback_proto_comment_lists_exactly_the_transitions_the_service_allows():
+    """A client reads the allowed status changes in feedback.proto's UpdateFeedback comment: every
+    `A → B` written there is allowed by check_transition, and every change it allows is written there
+    (OPEN → FILED / DISMISSED were allowed but not listed)."""
+    proto = (Path(__file__).parents[2] / "protos/agentfeedback/feedback/v1/feedback.proto").read_text()
+    lines = proto[:proto.index("rpc UpdateFeedback(")].splitlines()
+    comment = []
+    for line in reversed(lines[:-1] if lines[-1].strip() == "" else lines):
+        if not line.strip().startswith("//"):
+            break
+        comment.insert(0, line.strip()[2:])
+    text = " ".join(comment)
+    names = {v: k for k, v in d.STATUS_NAMES.items()}
+    listed = {(names[a], names[b]) for a, b in re.findall(r"\b([A-Z]+) → ([A-Z]+)\b", text)}
+    allowed = set()
+    for cur in names.values():
+        for new in names.values():
+            if cur == new:
+                continue
+            try:
+                d.check_transition(cur, new)
+                allowed.add((cur, new))
+            except FailedPrecondition:
+                pass
+
+    def named(pairs):
+        return sorted(f"{d.STATUS_NAMES[a]} → {d.STATUS_NAMES[b]}" for a, b in pairs)
+    assert named(listed) == named(allowed), text
 
 
 def test_update_mask_refuses_body_and_unknown_paths():
