@@ -31,3 +31,12 @@ def test_every_program_the_readme_names_is_installed():
     assert ".venv/bin/agentfeedback" in programs
     missing = [p for p in programs if not ((PROJECT_ROOT / p).exists() if "/" in p else shutil.which(p))]
     assert not missing, f"the README's 'Using it' names programs nothing installs: {missing}"
+
+
+def test_the_readme_says_the_cli_needs_the_stack_running_before_it_shows_a_command():
+    """A new user ran `agentfeedback feedback list` from "Using it" without the stack and got
+    UNAVAILABLE: the section says, before its first command, that `make run` must be running in
+    another terminal."""
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    intro = readme.split("## Using it", 1)[1].split("```", 1)[0]
+    assert "`make run`" in intro and "another terminal" in intro, intro
