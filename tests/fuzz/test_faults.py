@@ -3,7 +3,6 @@ nothing that was acknowledged, and evidence settles within its bound."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
 
@@ -14,20 +13,15 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
-from tests.helpers.process_stack import make_procs, report_then_kill_chat, start_with_buffered_chat
+from tests.helpers.process_stack import (
+    make_procs,
+    report_then_kill_chat,
+    start_with_buffered_chat,
+    turn_killed_midway,
+    wait_for,
+)
 
 SETTLE_S = 3.0
-
-
-async def _wait(fn, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = await fn()
-        if got is not None:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not within {timeout_s} s")
-        await asyncio.sleep(0.1)
 
 
 async def test_sigkill_of_chat_while_reports_arrive_settles_the_evidence_within_the_bound(database_url, tmp_path):
@@ -50,7 +44,7 @@ async def test_sigkill_of_chat_while_reports_arrive_settles_the_evidence_within_
                 r = await fb.GetFeedback(pb.GetFeedbackRequest(name=report.name), metadata=md)
                 return r if r.trace_snapshot.state == pb.TRACE_SNAPSHOT_STATE_CAPTURED else None
 
-            got = await _wait(frozen, SETTLE_S + 10, "the incomplete copy")
+            got = await wait_for(frozen, SETTLE_S + 10, "the incomplete copy")
             settle_s = time.monotonic() - t_turn
             assert list(got.trace_snapshot.missing) == ["chat.turn", "chat.in", "chat.out"]
             assert any(s.name == "agent.think" for s in got.trace_snapshot.spans)
@@ -72,54 +66,17 @@ async def test_sigkill_of_chat_while_reports_arrive_settles_the_evidence_within_
                 r = await fb.GetFeedback(pb.GetFeedbackRequest(name=report.name), metadata=md)
                 return r if not r.trace_snapshot.missing else None
 
-            done = await _wait(completed, 30, "the completed copy")
+            done = await wait_for(completed, 30, "the completed copy")
             assert any(s.name == "chat.turn" for s in done.trace_snapshot.spans)
     finally:
         await asyncio.to_thread(procs.stop_all)
-
-
-async def _user_message_stored(chat, instance: str, md, timeout_s: float = 10.0) -> None:
-    """Returns once the chat service lists the turn's user message ("think hard") of `instance`."""
-
-    async def listed():
-        msgs = (await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=instance), metadata=md)).messages
-        return True if any(m.role == chat_pb2.ROLE_USER and m.content == "think hard" for m in msgs) else None
-
-    await _wait(listed, timeout_s, "the user message stored")
-
-
-@contextlib.asynccontextmanager
-async def _turn_killed_midway(procs, think_ms: int, victim: str):
-    """Collector (exporting nowhere), an agent thinking `think_ms` per turn and the chat gateway; a new
-    instance and a SendMessage ("think hard", a request id) and, once its user message is stored (the
-    agent called next, thinking for `think_ms`), SIGKILL of `victim`: the call must fail UNAVAILABLE.
-    Yields (chat stub on a channel kept open, instance, request)."""
-    await procs.start("collector", OTEL_TRACES_EXPORTER="none")
-    await procs.start("agent", AGENTFEEDBACK_AGENT_THINK_MS=str(think_ms))
-    await procs.start("chat")
-    md = procs.md()
-    async with grpc.aio.insecure_channel(procs.target("chat")) as cch:
-        chat = chat_pb2_grpc.ChatServiceStub(cch)
-        inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
-            instance=chat_pb2.Instance(display_name="k", agent="reference")), metadata=md)
-        req = chat_pb2.SendMessageRequest(instance=inst.name, content="think hard", request_id=str(uuid.uuid4()))
-        first = asyncio.ensure_future(chat.SendMessage(req, metadata=md, timeout=30))
-        await _user_message_stored(chat, inst.name, md)
-        assert not first.done(), "the turn ended before the kill: the agent's think time is too short"
-        procs.kill(victim)
-        try:
-            await first
-            raise AssertionError(f"the turn succeeded although the {victim} was killed")
-        except grpc.aio.AioRpcError as e:
-            assert e.code() == grpc.StatusCode.UNAVAILABLE, (e.code(), e.details())
-        yield chat, inst, req
 
 
 async def test_sigkill_of_the_agent_mid_turn_then_the_retry_with_the_same_request_id_completes(database_url, tmp_path):
     procs = make_procs(database_url, tmp_path)
     try:
         md = procs.md()
-        async with _turn_killed_midway(procs, 4000, "agent") as (chat, inst, req):
+        async with turn_killed_midway(procs, 4000, "agent") as (chat, inst, req):
             await procs.start("agent", AGENTFEEDBACK_AGENT_THINK_MS="0")
 
             async def retry():
@@ -130,7 +87,7 @@ async def test_sigkill_of_the_agent_mid_turn_then_the_retry_with_the_same_reques
                     await asyncio.sleep(0.4)  # RetryInfo says 1 s; the channel reconnects within it
                     return None
 
-            done = await _wait(retry, 30, "the retried turn")
+            done = await wait_for(retry, 30, "the retried turn")
             assert done.reply.content
             msgs = (await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=inst.name), metadata=md)).messages
             assert [m.content for m in msgs if m.role == chat_pb2.ROLE_USER] == ["think hard"]  # stored once
@@ -202,7 +159,7 @@ async def test_sigkill_of_chat_mid_turn_then_retries_with_the_same_request_id_co
                        AGENTFEEDBACK_CHAT_TURN_STALE_MARGIN_S="1")
     try:
         md = procs.md()
-        async with _turn_killed_midway(procs, 1500, "chat") as (chat, inst, req):
+        async with turn_killed_midway(procs, 1500, "chat") as (chat, inst, req):
             killed_at = time.monotonic()
             await procs.start("chat")
 
@@ -218,7 +175,7 @@ async def test_sigkill_of_chat_mid_turn_then_retries_with_the_same_request_id_co
 
             seen: list[str] = []
             try:
-                answers = await asyncio.gather(*(_wait(retry, 40, "the retried turn") for _ in range(3)))
+                answers = await asyncio.gather(*(wait_for(retry, 40, "the retried turn") for _ in range(3)))
             except AssertionError as e:
                 raise AssertionError(f"{e}; last answers: {seen[-3:]}") from None
             assert len({a.reply.name for a in answers}) == 1 and answers[0].reply.content

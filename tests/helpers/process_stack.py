@@ -1,13 +1,21 @@
 """The stack as real OS processes for fault tests (each service's own `main()`), on one database."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
+from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from services.common.auth import ALL_SCOPES, mint_token
 from tests.helpers.ports import free_ports, start_owning
 from tests.stack import TEST_JWT_SECRET
@@ -116,12 +124,6 @@ async def start_with_buffered_chat(procs: Procs) -> None:
 async def report_then_kill_chat(procs: Procs, chat, fb):
     """A turn, a report on its reply, then SIGKILL of the chat process (its `chat.turn` span is lost).
     Returns (turn, report, monotonic time of the turn's end)."""
-    import time  # noqa: PLC0415
-    import uuid  # noqa: PLC0415
-
-    from agentfeedback.chat.v1 import chat_pb2  # noqa: PLC0415
-    from agentfeedback.feedback.v1 import feedback_pb2 as pb  # noqa: PLC0415
-
     md = procs.md()
     inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
         instance=chat_pb2.Instance(display_name="k", agent="reference")), metadata=md)
@@ -132,3 +134,53 @@ async def report_then_kill_chat(procs: Procs, chat, fb):
         feedback=pb.Feedback(message=turn.reply.name, body="wrong"), request_id=str(uuid.uuid4())), metadata=md)
     procs.kill("chat")
     return turn, report, t0
+
+
+async def wait_for(fn, timeout_s: float, what: str):
+    """`await fn()` every 0.1 s until it returns something other than None (returned); AssertionError
+    naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = await fn()
+        if got is not None:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not within {timeout_s} s")
+        await asyncio.sleep(0.1)
+
+
+async def user_message_stored(chat, instance: str, md, timeout_s: float = 10.0) -> None:
+    """Returns once the chat service lists the turn's user message ("think hard") of `instance`."""
+
+    async def listed():
+        msgs = (await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=instance), metadata=md)).messages
+        return True if any(m.role == chat_pb2.ROLE_USER and m.content == "think hard" for m in msgs) else None
+
+    await wait_for(listed, timeout_s, "the user message stored")
+
+
+@contextlib.asynccontextmanager
+async def turn_killed_midway(procs, think_ms: int, victim: str):
+    """Collector (exporting nowhere), an agent thinking `think_ms` per turn and the chat gateway; a new
+    instance and a SendMessage ("think hard", a request id) and, once its user message is stored (the
+    agent called next, thinking for `think_ms`), SIGKILL of `victim`: the call must fail UNAVAILABLE.
+    Yields (chat stub on a channel kept open, instance, request)."""
+    await procs.start("collector", OTEL_TRACES_EXPORTER="none")
+    await procs.start("agent", AGENTFEEDBACK_AGENT_THINK_MS=str(think_ms))
+    await procs.start("chat")
+    md = procs.md()
+    async with grpc.aio.insecure_channel(procs.target("chat")) as cch:
+        chat = chat_pb2_grpc.ChatServiceStub(cch)
+        inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
+            instance=chat_pb2.Instance(display_name="k", agent="reference")), metadata=md)
+        req = chat_pb2.SendMessageRequest(instance=inst.name, content="think hard", request_id=str(uuid.uuid4()))
+        first = asyncio.ensure_future(chat.SendMessage(req, metadata=md, timeout=30))
+        await user_message_stored(chat, inst.name, md)
+        assert not first.done(), "the turn ended before the kill: the agent's think time is too short"
+        procs.kill(victim)
+        try:
+            await first
+            raise AssertionError(f"the turn succeeded although the {victim} was killed")
+        except grpc.aio.AioRpcError as e:
+            assert e.code() == grpc.StatusCode.UNAVAILABLE, (e.code(), e.details())
+        yield chat, inst, req

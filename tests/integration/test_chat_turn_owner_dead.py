@@ -5,39 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import grpc
 
-from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
-from tests.helpers.process_stack import make_procs
+from agentfeedback.chat.v1 import chat_pb2
+from tests.helpers.process_stack import make_procs, turn_killed_midway
 
 
 async def test_a_retry_reruns_at_once_the_turn_of_a_killed_gateway(database_url, tmp_path):
     procs = make_procs(database_url, tmp_path)
     try:
-        await procs.start("collector", OTEL_TRACES_EXPORTER="none")
-        await procs.start("agent", AGENTFEEDBACK_AGENT_THINK_MS="3000")
-        await procs.start("chat")
         md = procs.md()
-        async with grpc.aio.insecure_channel(procs.target("chat")) as ch:
-            chat = chat_pb2_grpc.ChatServiceStub(ch)
-            inst = await chat.CreateInstance(chat_pb2.CreateInstanceRequest(
-                instance=chat_pb2.Instance(display_name="k", agent="reference")), metadata=md)
-            req = chat_pb2.SendMessageRequest(instance=inst.name, content="think hard", request_id=str(uuid.uuid4()))
-            first = asyncio.ensure_future(chat.SendMessage(req, metadata=md, timeout=30))
-            for _ in range(200):  # until the user message is stored (the agent then thinks 3 s)
-                msgs = (await chat.ListMessages(chat_pb2.ListMessagesRequest(parent=inst.name), metadata=md)).messages
-                if msgs:
-                    break
-                await asyncio.sleep(0.05)
-            assert msgs and not first.done()
-            procs.kill("chat")
-            try:
-                await first
-                raise AssertionError("the turn succeeded although the gateway was killed")
-            except grpc.aio.AioRpcError as e:
-                assert e.code() == grpc.StatusCode.UNAVAILABLE, (e.code(), e.details())
+        async with turn_killed_midway(procs, 3000, "chat") as (chat, inst, req):
             await procs.start("chat")
             t0 = time.monotonic()
             answer = None
