@@ -205,16 +205,16 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
         self._valid = dict(valid or {})
         self._wrapped: dict[str, tuple[object, object]] = {}
 
-    async def _check(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        """The valid check, the quota, the extra check; returns what the valid check parsed (`_UNCHECKED`
-        when the method has none)."""
+    async def _check(self, checks: tuple[Valid | None, Answered | None, Check | None], request: Any,
+                     context: grpc.aio.ServicerContext) -> Any:
+        """The method's `checks` (`_checks`): the valid check, the quota, the extra check; returns what
+        the valid check parsed (`_UNCHECKED` when the method has none)."""
         owner = current_principal().sub
-        valid = self._valid.get(method)
+        valid, answered, extra = checks
         parsed = valid(request, context) if valid is not None else _UNCHECKED
         try:
             await self._quota.take(owner)
         except ResourceExhausted as e:
-            answered = self._answered.get(method)
             if answered is not None and await answered(owner, request):
                 return parsed  # a retry of an acknowledged write: its handler answers from what is stored
             # Answer a refused write after REFUSAL_DELAY_S (within the caller's deadline), whatever its
@@ -232,7 +232,6 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
             if e.retry_after_s is not None:
                 e.retry_after_s = max(MIN_RETRY_AFTER_S, e.retry_after_s - delay)
             raise e from None
-        extra = self._extra.get(method)
         if extra is not None:
             await extra(owner)
         return parsed
@@ -245,11 +244,13 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
         cached = self._wrapped.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
+        # Looked up once per method, not per call.
+        checks = (self._valid.get(method), self._answered.get(method), self._extra.get(method))
         if handler.unary_unary:
             inner = handler.unary_unary
 
             async def unary(request, context):
-                parsed = await self._check(method, request, context)
+                parsed = await self._check(checks, request, context)
                 if parsed is _UNCHECKED:
                     return await inner(request, context)
                 token = _CHECKED.set((request, parsed))  # the handler's `checked` reads it
@@ -266,7 +267,7 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):
             async def stream(request, context):
                 # A streaming handler parses its request itself (`checked` finds nothing): a stream the
                 # client left is closed by grpc from another context, where a reset would fail.
-                await self._check(method, request, context)
+                await self._check(checks, request, context)
                 async for item in inner_stream(request, context):
                     yield item
 

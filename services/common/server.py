@@ -7,6 +7,7 @@ service's own `on_stop` callbacks (pool close, telemetry flush), in that order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -15,7 +16,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 from google.protobuf.message import DecodeError
 from grpc_status import rpc_status
 from opentelemetry import context as otel_context
@@ -189,29 +190,37 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         self._wrapped[method] = (handler, wrapped)
         return wrapped
 
-    def _authenticate(self, method: str, md: dict[str, str], request: Any) -> None:
+    def _plan(self, method: str) -> _MethodPlan:
+        """What every call of `method` needs decided (once per method: `_wrap_unary`, `_wrap_stream`)."""
+        span_name, attributes = _span_naming(method)
+        return _MethodPlan(method=method, authenticate=self._auth is not None and not method.startswith(self._public),
+                           mapped=method in self._scopes, scope=self._scopes.get(method),
+                           traced=not (method in self._untraced or method.startswith(ALWAYS_PUBLIC_PREFIXES)),
+                           span_name=span_name, attributes=attributes)
+
+    def _authenticate(self, plan: _MethodPlan, md: dict[str, str], request: Any) -> None:
         """Token + scope (not for public methods), then the request must have decoded."""
-        if self._auth is not None and not method.startswith(self._public):
-            self._check_token(method, md)
+        if plan.authenticate:
+            self._check_token(plan, md)
         if isinstance(request, _Undecodable):
             raise InvalidArgument("request", f"is not a valid {request.type_name} protobuf message ({request.error})",
                                   reason="UNDECODABLE_REQUEST")
 
-    def _check_token(self, method: str, md: dict[str, str]) -> None:
+    def _check_token(self, plan: _MethodPlan, md: dict[str, str]) -> None:
         principal = self._auth.authenticate(md.get("authorization"))
-        if method not in self._scopes:
+        if not plan.mapped:
             # Fail closed: a method nobody mapped is not callable.
-            raise Unimplemented(f"{method} is not enabled", reason="UNMAPPED_METHOD")
-        scope = self._scopes[method]
-        if scope is not None:
-            principal.require(scope)
+            raise Unimplemented(f"{plan.method} is not enabled", reason="UNMAPPED_METHOD")
+        if plan.scope is not None:
+            principal.require(plan.scope)
         set_current_principal(principal)
 
-    def _start_span(self, method: str, md: dict[str, str], span_name: str, attributes: dict[str, str]):
-        if method in self._untraced or method.startswith(ALWAYS_PUBLIC_PREFIXES):  # probes are not traced
+    def _start_span(self, plan: _MethodPlan, md: dict[str, str]):
+        if not plan.traced:  # untraced methods and probes
             return None
         # The span pipe's own span when it alone exports them (span_pipe.start_span; else the SDK's).
-        return span_pipe.start_span(self._tracer, span_name, context=_extract(md), kind=SpanKind.SERVER, attributes=attributes)
+        return span_pipe.start_span(self._tracer, plan.span_name, context=_extract(md), kind=SpanKind.SERVER,
+                                    attributes=plan.attributes)
 
     def _status(self, err: BaseException, method: str, span):
         """The google.rpc.Status an exception answers (see the class docstring), with its logging."""
@@ -266,23 +275,23 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         call.code = st.code
         await call.context.abort_with_status(rpc_status.to_status(st))
 
-    def _open(self, method: str, request, context, span_name: str, attributes: dict[str, str]):
+    def _open(self, plan: _MethodPlan, request, context):
         """Authenticate (and check the method's scope), then start the server span (None: untraced)."""
         md = metadata_dict(context)
-        self._authenticate(method, md, request)
-        span = self._start_span(method, md, span_name, attributes)
+        self._authenticate(plan, md, request)
+        span = self._start_span(plan, md)
         if span is not None:
             REQUEST_TRACE_ID.set(format(span.get_span_context().trace_id, "032x"))
         return span
 
     def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]):
-        span_name, attributes = _span_naming(method)
+        plan = self._plan(method)
 
         async def wrapped(request, context):
             call = _CallScope(context, method, self._record)
             try:
                 try:
-                    span = call.span = self._open(method, request, context, span_name, attributes)
+                    span = call.span = self._open(plan, request, context)
                     if span is None:
                         out = await behavior(request, context)
                     else:
@@ -309,13 +318,13 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         return wrapped
 
     def _wrap_stream(self, method: str, behavior: Callable[..., Any]):
-        span_name, attributes = _span_naming(method)
+        plan = self._plan(method)
 
         async def wrapped(request, context):
             call = _CallScope(context, method, self._record)
             try:
                 try:
-                    span = call.span = self._open(method, request, context, span_name, attributes)
+                    span = call.span = self._open(plan, request, context)
                     ctx_token = otel_context.attach(trace.set_span_in_context(span)) if span else None
                     try:
                         async for item in behavior(request, context):
@@ -367,11 +376,73 @@ class _CallScope:
         self._record(self.method, self.code, self.t0, self.context)
 
 
+@dataclass(frozen=True)
+class _MethodPlan:
+    """ServiceInterceptor's decisions for one method, made when its handler is wrapped: whether a call
+    needs a token (not a public method), whether the method is mapped and to which scope (None: any),
+    whether it gets a server span, and that span's name and attributes."""
+
+    method: str
+    authenticate: bool
+    mapped: bool
+    scope: str | None
+    traced: bool
+    span_name: str
+    attributes: dict[str, str]
+
+
 def _span_naming(method: str) -> tuple[str, dict[str, str]]:
     """SERVER span name and attributes of a full method name `/pkg.Service/Method` (OpenTelemetry RPC
     conventions: `rpc.system`, `rpc.service`, `rpc.method`)."""
     service, _, name = method.lstrip("/").rpartition("/")
     return method.lstrip("/"), {"rpc.system": "grpc", "rpc.service": service, "rpc.method": name}
+
+
+@dataclass(frozen=True)
+class _MethodDetails:
+    """The `grpc.HandlerCallDetails` an interceptor's intercept_service gets when start() resolves a method."""
+
+    method: str
+    invocation_metadata: tuple = ()
+
+
+async def _intercepted(chain: tuple[grpc.aio.ServerInterceptor, ...], method: str,
+                       handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    """What `chain` makes of `method`'s `handler` (as grpc.aio runs server interceptors, first to last,
+    the last continuation answering `handler`); a method an interceptor refuses (None) is not served."""
+    details = _MethodDetails(method)
+
+    async def run(i: int, call_details: Any) -> grpc.RpcMethodHandler | None:
+        if i == len(chain):
+            return handler
+        return await chain[i].intercept_service(functools.partial(run, i + 1), call_details)
+
+    resolved = await run(0, details)
+    if resolved is None:  # no interceptor of ours refuses a method; one that did would mean UNIMPLEMENTED
+        raise ValueError(f"an interceptor refused {method}")
+    return resolved
+
+
+class _Registrations:
+    """Takes the handlers a generated `add_*Servicer_to_server(servicer, server)` registers, for
+    GrpcServer.start() to serve through its interceptors: by service, method name → handler."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.services.setdefault(service, {}).update(handlers)
+
+    def add_generic_rpc_handlers(self, generic_handlers: Iterable[Any]) -> None:
+        # Generated code adds each service both ways (the registered handlers win in grpc.aio's lookup);
+        # an older generator (the OTLP services) only this way, as a grpc.method_handlers_generic_handler.
+        for g in generic_handlers:
+            by_method = getattr(g, "_method_handlers", None)
+            if not isinstance(by_method, dict):
+                raise TypeError(f"GrpcServer serves the methods it can list, not {type(g).__name__}")
+            for full, handler in by_method.items():
+                service, _, name = full.lstrip("/").rpartition("/")
+                self.services.setdefault(service, {}).setdefault(name, handler)
 
 
 class GrpcServer:
@@ -399,9 +470,14 @@ class GrpcServer:
             *(extra_options or []),
         ]
         # First: a unary call whose client sent no request is INTERNAL at once (grpc.aio would hang it).
-        self.server = grpc.aio.server(interceptors=[MissingRequestInterceptor(), *interceptors], options=options)
+        # The chain is not grpc.aio's `interceptors=`: those run every interceptor's intercept_service
+        # (a coroutine each, and the handler lookup) on every call. Each decides by method alone, so
+        # start() runs the chain once per method and registers what it returns (`_Registrations`).
+        self._chain: tuple[grpc.aio.ServerInterceptor, ...] = (MissingRequestInterceptor(), *interceptors)
+        self.server = grpc.aio.server(options=options)
+        self._registrations = _Registrations()
         self.health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._registrations)
         self._services: list[str] = [reflection.SERVICE_NAME, health.SERVICE_NAME]
         self._grace_s = grace_s
         self._drain_delay_s = drain_delay_s
@@ -432,7 +508,8 @@ class GrpcServer:
         return watch
 
     def add(self, register: Callable[[Any, Any], None], servicer: Any, service_full_name: str) -> None:
-        register(servicer, self.server)
+        """`register(servicer, server)` (a generated `add_*Servicer_to_server`); served from start()."""
+        register(servicer, self._registrations)
         self._services.append(service_full_name)
 
     def on_stop(self, cb: Callable[[], Awaitable[None]]) -> None:
@@ -449,7 +526,12 @@ class GrpcServer:
         return port
 
     async def start(self) -> None:
-        reflection.enable_server_reflection(self._services, self.server)
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(reflection.aio.ReflectionServicer(self._services),
+                                                                   self._registrations)
+        for service, handlers in self._registrations.services.items():
+            self.server.add_registered_method_handlers(service, {
+                name: await _intercepted(self._chain, f"/{service}/{name}", handler)
+                for name, handler in handlers.items()})
         await self.server.start()
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         for s in self._services:
