@@ -39,6 +39,8 @@ from typing import Protocol
 import orjson
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
+from services.tracecollector import limits as attribute_limits
+from services.tracecollector.limits import Limits, Tally
 from services.tracecollector.writer import BatchWriter, Row
 
 log = logging.getLogger(__name__)
@@ -195,6 +197,8 @@ class Flattened:
     first_bad: str = ""
     # (resource, scope, span) indices of accepted spans that may carry an evaluation.
     marked: list[tuple[int, int, int]] = field(default_factory=list)
+    # What the attribute limits changed (limits.py): a partial_success warning, nothing rejected.
+    tally: Tally = field(default_factory=Tally)
 
     @property
     def error_message(self) -> str:
@@ -246,9 +250,10 @@ class RowEncoder(Protocol):
 
 
 def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window,
-            encoder: RowEncoder | None = None) -> Flattened:
+            encoder: RowEncoder | None = None, limits: Limits | None = None) -> Flattened:
     """Validate every span of `request` and turn the valid ones into storage rows (order: ROW_FIELDS,
-    or `encoder`'s rows).
+    or `encoder`'s rows). With `limits`, a valid span over one is first cut to them in `request`
+    itself (limits.py; counted in the result's `tally`).
 
     Never raises for bad span data: bad spans are counted in the result (partial success).
     """
@@ -256,10 +261,16 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
     rows = out.rows
     append = rows.append
     oldest, newest = window.oldest_ns, window.newest_ns
+    nested_guard = min(limits.value_length, 5 * limits.count) if limits is not None else 0
     for ri, rs in enumerate(request.resource_spans):
+        if limits is not None:
+            attribute_limits.limit_resource(rs.resource, limits, out.tally)
         res_attrs = attributes_dict(rs.resource.attributes)
         service = res_attrs.get("service.name", "")
         service = clean_text(service if isinstance(service, str) else str(service))
+        if limits is not None and len(service) > limits.name_length:
+            service = service[:limits.name_length]
+            out.tally.truncated += 1
         res = encoder.resource(res_attrs) if encoder is not None else None
         res_json = to_json(res_attrs) if encoder is None else ""
         for si, ss in enumerate(rs.scope_spans):
@@ -282,29 +293,48 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                             out.first_bad = f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}]"
                         continue
                 if encoder is not None:
+                    # (the encoders' rows give no cheap length to test: the span's own test, limits.over)
+                    if limits is not None and attribute_limits.over(sp, limits):
+                        attribute_limits.apply(sp, limits, out.tally)
                     attrs = encoder.attributes(sp.attributes)
                     events = sp.events
                     if FIRST_ANNOTATION_NAME in attrs[0] or (events and any(e.name == EVALUATION_EVENT for e in events)):
                         out.marked.append((ri, si, pi))
                     append(encoder.span(sp, attrs, pid if pid and pid != _ZERO_SPAN else None, service, scope, res))
                     continue
-                status = sp.status
                 name = sp.name
-                if "\x00" in name:
-                    name = clean_text(name)
-                message = status.message
-                trace_state = sp.trace_state
                 events = sp.events
                 links = sp.links
                 attrs = attributes_dict(sp.attributes)
+                attrs_json = to_json(attrs)
+                events_json = _events_json(events) if events else None
+                links_json = _links_json(links) if links else None
+                # Limits (limits.py) tested on what is built anyway: a string over the value length makes
+                # its JSON longer than it, more than `count` attributes of an event or link make its JSON
+                # at least 5 characters ('"":0,') per attribute. Only then the span itself is looked at.
+                if limits is not None and (
+                        len(attrs_json) > limits.value_length or len(attrs) > limits.count
+                        or len(name) > limits.name_length
+                        or (events_json is not None and len(events_json) > nested_guard)
+                        or (links_json is not None and len(links_json) > nested_guard)) and attribute_limits.over(sp, limits):
+                    attribute_limits.apply(sp, limits, out.tally)
+                    name = sp.name
+                    attrs = attributes_dict(sp.attributes)
+                    attrs_json = to_json(attrs)
+                    events_json = _events_json(events) if events else None
+                    links_json = _links_json(links) if links else None
+                if "\x00" in name:
+                    name = clean_text(name)
+                status = sp.status
+                message = status.message
+                trace_state = sp.trace_state
                 if FIRST_ANNOTATION_NAME in attrs or (events and any(e.name == EVALUATION_EVENT for e in events)):
                     out.marked.append((ri, si, pi))
                 append((
                     tid, sid, pid if pid and pid != _ZERO_SPAN else None, start, end, name, sp.kind,
                     status.code, clean_text(message) if message else message, service, scope,
                     clean_text(trace_state) if trace_state else trace_state,
-                    to_json(attrs), res_json,
-                    _events_json(events) if events else None, _links_json(links) if links else None,
+                    attrs_json, res_json, events_json, links_json,
                 ))
     return out
 
@@ -350,7 +380,8 @@ def rejection(tid: bytes, sid: bytes, pid: bytes, start: int, end: int, oldest: 
 
 @dataclass(frozen=True)
 class ExportResult:
-    """What an Export answers: `rejected` spans and an English `error_message` (both 0/"" on full success)."""
+    """What an Export answers: `rejected` spans and an English `error_message` (both 0/"" on full success;
+    a message with 0 rejected is a warning: spans accepted within the attribute limits)."""
 
     accepted: int
     rejected: int
@@ -373,12 +404,14 @@ class Ingestor:
         evaluations: Callable[[trace_service_pb2.ExportTraceServiceRequest, list[tuple[int, int, int]]],
                               Awaitable[None]] | None = None,
         encoder: RowEncoder | None = None,
+        limits: Limits | None = None,
     ):
         self._writer = writer
         self._window = window
         self._forward = forward
         self._evaluations = evaluations
         self._encoder = encoder
+        self._limits = limits
 
     async def export(self, request: trace_service_pb2.ExportTraceServiceRequest) -> ExportResult:
         """Store the valid spans of `request`; returns after they are committed.
@@ -392,7 +425,7 @@ class Ingestor:
         self._writer.reserve(n)
         try:
             window = self._window()
-            flat = flatten(request, window, self._encoder)
+            flat = flatten(request, window, self._encoder, self._limits)
         except BaseException:
             self._writer.release(n)
             raise
@@ -413,4 +446,6 @@ class Ingestor:
                 await write
             if self._forward is not None:
                 self._forward(request if not flat.rejected else without_rejected(request, window))
-        return ExportResult(len(flat.rows), flat.rejected, flat.error_message)
+        warning = flat.tally.warning(self._limits) if self._limits is not None else ""
+        message = "; ".join(m for m in (flat.error_message, warning) if m)
+        return ExportResult(len(flat.rows), flat.rejected, message)

@@ -40,8 +40,9 @@ PUBLIC_PREFIXES = (PUBLIC_PREFIX, f"/{LOGS_SERVICE_NAME}/")
 
 def _with_partial_success(resp, rejected_field: str, result: ExportResult):
     """`resp` with `partial_success` (`rejected_field` + `error_message`) set only when something was
-    rejected (OTLP "Partial Success": an unset one means full success)."""
-    if result.rejected:
+    rejected, or with 0 rejected and the message when the export was accepted with a warning (OTLP
+    "Partial Success": an unset one means full success)."""
+    if result.rejected or result.error_message:
         setattr(resp.partial_success, rejected_field, result.rejected)
         resp.partial_success.error_message = result.error_message
     return resp

@@ -223,7 +223,7 @@ async def create_server(
                     await keep(found)
 
         ingestor = Ingestor(srv.writer, window, srv.forwarder.submit if srv.forwarder else None, keep_evaluations,
-                            encoder=repo.row_encoder)
+                            encoder=repo.row_encoder, limits=settings.limits())
         logs = LogsIngestor(settings.evaluations_own_namespace, keep, max_queued=settings.evaluations_queue_max,
                             retry_after_s=settings.retry_after_s)
         srv.logs = logs

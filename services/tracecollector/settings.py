@@ -7,6 +7,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from services.common.settings import LISTEN_PATTERN, CommonSettings
+from services.tracecollector.limits import Limits
 
 
 class CollectorSettings(CommonSettings):
@@ -42,6 +43,15 @@ class CollectorSettings(CommonSettings):
     http_max_body_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
     # OTLP/gRPC message limit in bytes after decompression (4 MiB); beyond it RESOURCE_EXHAUSTED.
     grpc_max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1)
+    # Characters a stored string attribute value keeps (each string of an array/kvlist; bytes values: bytes;
+    # attribute keys and event names too); longer ones are cut, the span stored (OpenTelemetry
+    # AttributeValueLengthLimit; docs/choices.md "Attribute limits").
+    attribute_value_length_limit: int = Field(default=16 * 1024, ge=1)
+    # Distinct attributes a span, event or link keeps; further ones are dropped and counted in its
+    # dropped_attributes_count (OpenTelemetry AttributeCountLimit, whose default is 128).
+    attribute_count_limit: int = Field(default=128, ge=1)
+    # Characters a stored span name and service name keep (service.name is btree-indexed: at most 2704 bytes).
+    span_name_length_limit: int = Field(default=512, ge=1, le=676)
     # Where spans live: `postgresql` (the embedded default, the service's database) or `clickhouse` (the
     # OpenTelemetry Collector clickhouse exporter's tables; docs/architecture.md "Spans on ClickHouse").
     span_store: Literal["postgresql", "clickhouse"] = "postgresql"
@@ -85,3 +95,8 @@ class CollectorSettings(CommonSettings):
     evaluations_queue_max: int = Field(default=50_000, ge=1)
     # Seconds between looks at the outbox when nothing woke the worker.
     evaluations_poll_s: float = Field(default=1.0, gt=0)
+
+    def limits(self) -> Limits:
+        """The attribute limits (limits.py) these settings name."""
+        return Limits(value_length=self.attribute_value_length_limit, count=self.attribute_count_limit,
+                      name_length=self.span_name_length_limit)

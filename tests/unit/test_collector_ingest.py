@@ -17,15 +17,18 @@ from services.tracecollector.ingest import (
     ROW_FIELDS,
     Window,
     any_value,
+    attributes_dict,
     first_retained_day_ns,
     flatten,
     to_json,
     without_rejected,
 )
+from services.tracecollector.limits import Limits, Tally, apply, over
 from services.tracecollector.otlp_http import BodyTooLarge, decode_body, parse_json_request
 from services.tracecollector.writer import BatchWriter, Overloaded
 from services.tracecollector.repository import Partition, partition_day, partition_name
 from services.tracecollector.retention import kept_days, plan
+from tests.helpers.otlp import kv
 
 NOW = int(datetime(2026, 11, 30, 12, tzinfo=UTC).timestamp()) * 10**9
 WINDOW = Window.at(NOW, retention_days=14, max_future_skew_s=3600)
@@ -227,3 +230,30 @@ def test_request_bodies_are_decoded_in_their_codings_and_bounded_after_decompres
     with pytest.raises(BodyTooLarge):
         decode_body(gzip.compress(data), ["gzip"], len(data) - 1)
     assert decode_body(gzip.compress(data), ["gzip"], len(data)) == data
+
+
+def test_limits_cut_strings_drop_attributes_past_the_count_and_count_them_on_the_span():
+    """limits.py as the SDK applies its span limits: strings (in arrays and kvlists too), bytes, keys and
+    names cut, the first `count` distinct keys kept (a repeated key still keeps its last value), the
+    rest dropped into dropped_attributes_count; a span within the limits is not touched."""
+    lim = Limits(value_length=4, count=3, name_length=2)
+    sp = trace_pb2.Span(name="long", dropped_attributes_count=1, attributes=[
+        kv("a", "abcdefg"), kv("b", b"\x00" * 9), kv("a", "xyz"), kv("c", ["123456", 7]),
+        kv("keylong", {"kvkeylong": "vvvvvv"}), kv("d", 1)])
+    sp.events.append(trace_pb2.Span.Event(name="eventname", attributes=[kv(f"e{i}", i) for i in range(5)]))
+    tally = Tally()
+    assert over(sp, lim)
+    apply(sp, lim, tally)
+    assert sp.name == "lo"
+    assert [x.key for x in sp.attributes] == ["a", "b", "a", "c"]
+    assert attributes_dict(sp.attributes) == {"a": "xyz", "b": "AAAAAA==", "c": ["1234", 7]}  # 4 bytes
+    assert sp.dropped_attributes_count == 1 + 2  # "keylong" and "d"
+    assert sp.events[0].name == "even" and sp.events[0].dropped_attributes_count == 2
+    assert (tally.truncated, tally.dropped) == (5, 4)  # name, "abcdefg", bytes, "123456", event name
+    assert "4 attribute(s) dropped past 3" in tally.warning(lim)
+    within = trace_pb2.Span(name="ok", attributes=[kv("a", "abcd"), kv("b", 1)])
+    sent, untouched = within.SerializeToString(), Tally()
+    apply(within, lim, untouched)
+    assert within.SerializeToString() == sent and (untouched.truncated, untouched.dropped) == (0, 0)
+    assert not over(within, Limits())
+    assert Tally().warning(lim) == ""

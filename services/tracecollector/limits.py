@@ -1,0 +1,141 @@
+"""Attribute limits on what the collector stores (OpenTelemetry specification, "Attribute Limits" and the
+SDK's span limits: AttributeValueLengthLimit, AttributeCountLimit), so one client cannot store megabytes
+in one attribute. Like the SDK, nothing is rejected: a span over a limit is stored within it.
+
+- A string value longer than `value_length` characters is cut to that many (each string of an array or
+  kvlist separately); a bytes value to that many bytes. Attribute keys and event names are cut to the
+  same length (the specification bounds no key; ours are bounded by the value limit).
+- Past `count` distinct keys per span, event or link, further attributes are dropped and added to that
+  span's, event's or link's `dropped_attributes_count` (as the SDK counts them). The first `count`
+  distinct keys are kept (a repeated key keeps its last value, as without limits). Resource attributes
+  are exempt from the count, as the specification says, but not from the value length.
+- A span name is cut to `name_length` characters, and so is the service name column (service.name is
+  in a btree index, whose entries hold at most 2704 bytes: 512 characters are at most 2048 bytes).
+
+Spans are changed in place in the Export request, so the forwarded copy and the evaluations read from
+it see the same limited span. `over` is the cheap test (no attribute walked), `apply` the slow path
+taken by the few spans over a limit."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opentelemetry.proto.common.v1 import common_pb2
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The collector's limits (settings AGENTFEEDBACK_COLLECTOR_ATTRIBUTE_VALUE_LENGTH_LIMIT,
+    _ATTRIBUTE_COUNT_LIMIT, _SPAN_NAME_LENGTH_LIMIT; docs/choices.md "Attribute limits")."""
+
+    value_length: int = 16 * 1024
+    count: int = 128
+    name_length: int = 512
+
+
+@dataclass
+class Tally:
+    """What the limits changed in one Export: values (and keys, names) cut, attributes dropped."""
+
+    truncated: int = 0
+    dropped: int = 0
+
+    def warning(self, limits: Limits) -> str:
+        """The OTLP partial_success warning (rejected 0, a message: the specification's way to tell a
+        client its data was accepted but changed); '' when nothing was."""
+        parts = []
+        if self.truncated:
+            parts.append(f"{self.truncated} value(s) or name(s) truncated (attribute values and keys to "
+                         f"{limits.value_length} characters, span names to {limits.name_length})")
+        if self.dropped:
+            parts.append(f"{self.dropped} attribute(s) dropped past {limits.count} per span, event or link "
+                         "(counted in dropped_attributes_count)")
+        return "accepted with attribute limits: " + "; ".join(parts) if parts else ""
+
+
+def over(sp, limits: Limits) -> bool:
+    """Whether span `sp` may exceed a limit (cheap: lengths and the span's encoded size, which bounds
+    every string in it)."""
+    count = limits.count
+    if sp.ByteSize() > limits.value_length or len(sp.attributes) > count or len(sp.name) > limits.name_length:
+        return True
+    if events := sp.events:
+        for e in events:
+            if len(e.attributes) > count:
+                return True
+    if links := sp.links:
+        for ln in links:
+            if len(ln.attributes) > count:
+                return True
+    return False
+
+
+def apply(sp, limits: Limits, tally: Tally) -> None:
+    """Span `sp` within `limits`, changed in place."""
+    if len(sp.name) > limits.name_length:
+        sp.name = sp.name[:limits.name_length]
+        tally.truncated += 1
+    sp.dropped_attributes_count += limit_attributes(sp.attributes, limits, tally)
+    for e in sp.events:
+        if len(e.name) > limits.value_length:
+            e.name = e.name[:limits.value_length]
+            tally.truncated += 1
+        e.dropped_attributes_count += limit_attributes(e.attributes, limits, tally)
+    for ln in sp.links:
+        ln.dropped_attributes_count += limit_attributes(ln.attributes, limits, tally)
+
+
+def limit_resource(resource, limits: Limits, tally: Tally) -> None:
+    """Resource attributes within the value length (no count limit: the specification exempts them)."""
+    if resource.ByteSize() > limits.value_length:
+        limit_attributes(resource.attributes, limits, tally, count=None)
+
+
+def limit_attributes(kvs, limits: Limits, tally: Tally, count: int | None = -1) -> int:
+    """Repeated KeyValue `kvs` within `limits` (in place); returns how many were dropped."""
+    count = limits.count if count == -1 else count
+    dropped = 0
+    if count is not None and len(kvs) > count:
+        kept: set[str] = set()
+        for kv in kvs:
+            if kv.key not in kept and len(kept) < count:
+                kept.add(kv.key)
+        dropped = len({kv.key for kv in kvs}) - len(kept)
+        if dropped:
+            keep = []
+            for kv in kvs:
+                if kv.key in kept:
+                    copy = common_pb2.KeyValue()
+                    copy.CopyFrom(kv)
+                    keep.append(copy)
+            del kvs[:]
+            kvs.extend(keep)
+            tally.dropped += dropped
+    n = limits.value_length
+    for kv in kvs:
+        if len(kv.key) > n:
+            kv.key = kv.key[:n]
+            tally.truncated += 1
+        if kv.value.ByteSize() > n:
+            _limit_value(kv.value, n, tally)
+    return dropped
+
+
+def _limit_value(v, n: int, tally: Tally) -> None:
+    kind = v.WhichOneof("value")
+    if kind == "string_value":
+        if len(v.string_value) > n:
+            v.string_value = v.string_value[:n]
+            tally.truncated += 1
+    elif kind == "bytes_value":
+        if len(v.bytes_value) > n:
+            v.bytes_value = v.bytes_value[:n]
+            tally.truncated += 1
+    elif kind == "array_value":
+        for x in v.array_value.values:
+            _limit_value(x, n, tally)
+    elif kind == "kvlist_value":
+        for kv in v.kvlist_value.values:
+            if len(kv.key) > n:
+                kv.key = kv.key[:n]
+                tally.truncated += 1
+            _limit_value(kv.value, n, tally)
