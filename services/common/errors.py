@@ -167,13 +167,30 @@ class OutOfRange(StatusError):
 
 
 class Unavailable(StatusError):
-    """UNAVAILABLE, retryable; `retry_after_s` becomes google.rpc.RetryInfo."""
+    """UNAVAILABLE, retryable; `retry_after_s` becomes google.rpc.RetryInfo. `waited`: the server already
+    waited out a dependency's timeout before answering, so the answer also carries gRPC's retry pushback
+    saying "not at once" (`NO_RETRY_PUSHBACK`): a client's gRPC retry policy (CLI, MCP, the services'
+    channels: CreateFeedback is safe to repeat) would otherwise wait that timeout out again per attempt
+    (4 attempts: 9.4 s for a 2 s chat timeout). RetryInfo still tells the caller when to try again."""
 
     status = grpc.StatusCode.UNAVAILABLE
 
-    def __init__(self, message: str, retry_after_s: float | None = None, reason: str = "UNAVAILABLE", **md: str):
+    def __init__(self, message: str, retry_after_s: float | None = None, reason: str = "UNAVAILABLE",
+                 waited: bool = False, **md: str):
         super().__init__(message, reason, **md)
         self.retry_after_s = retry_after_s
+        self.waited = waited
+
+
+# gRFC A6 server pushback (https://github.com/grpc/proposal/blob/master/A6-client-retries.md): a negative
+# `grpc-retry-pushback-ms` tells the client's retry policy not to retry this answer.
+NO_RETRY_PUSHBACK = (("grpc-retry-pushback-ms", "-1"),)
+
+
+def pushback_trailers(err: Exception) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata `err`'s answer carries besides its status: NO_RETRY_PUSHBACK for an
+    Unavailable that `waited`, else none."""
+    return NO_RETRY_PUSHBACK if isinstance(err, Unavailable) and err.waited else ()
 
 
 class DeadlineExceeded(StatusError):

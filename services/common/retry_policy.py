@@ -9,7 +9,10 @@ required, so a repeat answers with the first report) and DeleteRating (deleting 
 once). SendMessage is not here: without a request_id a repeat would store the user message twice
 (with one, a caller may retry it: services/chat/turn.py RETRYABLE_CODES).
 A server's `grpc-retry-pushback-ms` trailer is honoured by gRPC itself; our RetryInfo detail is for
-callers deciding on their own.
+callers deciding on their own. Our servers send a negative pushback ("do not retry") with an
+UNAVAILABLE answered after a dependency's whole timeout was waited out (`errors.Unavailable.waited`,
+e.g. CreateFeedback with the chat service frozen): each attempt would wait it out again (4 attempts ×
+2 s + backoff = 9.4 s). Envoy's route retries do not read it (its `num_retries` stays the bound there).
 """
 from __future__ import annotations
 

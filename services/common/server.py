@@ -27,7 +27,14 @@ from services.common import deadlines, pages, span_pipe
 from services.common.auth import Authenticator, reset_current_principal, set_current_principal
 from services.common.missing_request import MissingRequestInterceptor
 from services.common.depfail import conflict_error, dependency_error
-from services.common.errors import DomainError, InvalidArgument, Unimplemented, internal_status, to_status
+from services.common.errors import (
+    DomainError,
+    InvalidArgument,
+    Unimplemented,
+    internal_status,
+    pushback_trailers,
+    to_status,
+)
 from services.common.health import DependencyWatch, postgres_probe
 from services.common.incidents import INCIDENTS
 from services.common.metrics import RpcMetrics, status_code_of
@@ -273,7 +280,11 @@ class ServiceInterceptor(grpc.aio.ServerInterceptor):
         """End the call with the status `err` maps to (recorded for the metrics)."""
         st = self._status(err, call.method, call.span)
         call.code = st.code
-        await call.context.abort_with_status(rpc_status.to_status(st))
+        status = rpc_status.to_status(st)
+        if extra := pushback_trailers(err):
+            await call.context.abort(status.code, status.details, (*status.trailing_metadata, *extra))
+        else:
+            await call.context.abort_with_status(status)
 
     def _open(self, plan: _MethodPlan, request, context):
         """Authenticate (and check the method's scope), then start the server span (None: untraced)."""

@@ -6,7 +6,8 @@ service that does not answer is UNAVAILABLE to our caller, not their DEADLINE_EX
 Errors: the chat service's NOT_FOUND → `NotFound` (unknown or another owner's), PERMISSION_DENIED →
 `PermissionDenied('chat')`, INVALID_ARGUMENT → `InvalidArgument` on our request field; UNAVAILABLE /
 DEADLINE_EXCEEDED (after `timeout_s`) → `ChatUnreachable` (the caller decides on a fallback; its
-`unavailable()` names the real dependency: chat's own UNAVAILABLE DATABASE_UNAVAILABLE — chat is up, its
+`unavailable()` names the real dependency, and after a whole timeout waited out tells clients'
+gRPC retry policies not to retry at once (`Unavailable.waited`): chat's own UNAVAILABLE DATABASE_UNAVAILABLE — chat is up, its
 database is not — stays DATABASE_UNAVAILABLE, anything else is CHAT_UNAVAILABLE); every
 other status by what it means (`services.common.upstream.from_upstream`): chat answering INTERNAL is
 INTERNAL `CHAT_FAILED`, not "chat unreachable".
@@ -34,9 +35,10 @@ class ChatUnreachable(Exception):
     """The chat service did not answer in time (UNAVAILABLE or DEADLINE_EXCEEDED); `database_down`: it
     answered UNAVAILABLE DATABASE_UNAVAILABLE (it runs, its PostgreSQL does not answer)."""
 
-    def __init__(self, message: str, database_down: bool = False):
+    def __init__(self, message: str, database_down: bool = False, timed_out: bool = False):
         super().__init__(message)
         self.database_down = database_down
+        self.timed_out = timed_out  # our whole chat timeout was waited out (chat frozen, or too slow)
 
     def unavailable(self, doing: str) -> Unavailable:
         """The UNAVAILABLE (RetryInfo) answering a call that needed chat for `doing` ("to check the
@@ -46,7 +48,7 @@ class ChatUnreachable(Exception):
                                "retry later", retry_after_s=RETRY_AFTER_S, reason="DATABASE_UNAVAILABLE",
                                dependency="postgresql", via="chat")
         return Unavailable(f"the chat service cannot be reached {doing}", retry_after_s=RETRY_AFTER_S,
-                           reason="CHAT_UNAVAILABLE", dependency="chat")
+                           reason="CHAT_UNAVAILABLE", waited=self.timed_out, dependency="chat")
 
 
 def to_view(m: chat_pb2.Message) -> MessageView:
@@ -83,7 +85,8 @@ class ChatClient:
         if code in _UNREACHABLE:
             info = error_info(e)
             down = code == grpc.StatusCode.UNAVAILABLE and info is not None and info.reason == "DATABASE_UNAVAILABLE"
-            return ChatUnreachable(f"chat service: {upstream_detail(e)}", database_down=down)
+            return ChatUnreachable(f"chat service: {upstream_detail(e)}", database_down=down,
+                                   timed_out=code == grpc.StatusCode.DEADLINE_EXCEEDED)
         if code == grpc.StatusCode.NOT_FOUND:
             return NotFound(resource)
         if code == grpc.StatusCode.PERMISSION_DENIED:
