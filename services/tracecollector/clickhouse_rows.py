@@ -37,6 +37,10 @@ INSERT_COLUMNS = (
 )
 # What our receiver writes: the exporter's columns and ours (migration 0007).
 COLUMNS = (*INSERT_COLUMNS, "AgentFeedbackTypes")
+# Positions in a row of what ExporterRowEncoder.over reads.
+_SPAN_NAME, _SPAN_ATTRIBUTES = COLUMNS.index("SpanName"), COLUMNS.index("SpanAttributes")
+_EVENT_NAMES, _EVENT_ATTRIBUTES = COLUMNS.index("Events.Name"), COLUMNS.index("Events.Attributes")
+_LINK_ATTRIBUTES = COLUMNS.index("Links.Attributes")
 # DateTime64(9) holds [1900-01-01, 2262-04-11]; OTLP event times are uint64 ns: clamped into it.
 _MAX_NS = 2**63 - 1
 
@@ -205,6 +209,24 @@ class ExporterRowEncoder:
             strings, sp.end_time_unix_nano - start, STATUS_NAMES[code] if 0 <= code < 3 else "", status.message,
             ev_ts, ev_names, ev_attrs, ln_tids, ln_sids, ln_states, ln_attrs, to_json(types) if types else "",
         )
+
+
+    @staticmethod
+    def over(row: tuple, limits) -> bool:
+        """ingest.RowEncoder.over: the span's, its events' and links' attribute maps (every value as the
+        string it is stored as, never shorter than the value: an array's or kvlist's is its JSON) and
+        names against `limits` (limits.Limits)."""
+        n, count = limits.value_length, limits.count
+        strings = row[_SPAN_ATTRIBUTES]
+        if len(strings) > count or len(row[_SPAN_NAME]) > limits.name_length or (
+                strings and (max(map(len, strings.values())) > n or max(map(len, strings)) > n)):
+            return True
+        for maps in (row[_EVENT_ATTRIBUTES], row[_LINK_ATTRIBUTES]):  # (empty lists without events, links)
+            for a in maps:
+                if len(a) > count or (a and (max(map(len, a.values())) > n or max(map(len, a)) > n)):
+                    return True
+        names = row[_EVENT_NAMES]
+        return bool(names) and max(map(len, names)) > n
 
 
 # --- the batch -----------------------------------------------------------------------------------

@@ -248,6 +248,10 @@ class RowEncoder(Protocol):
         """One valid span's row (`attributes` from `attributes(sp.attributes)`; `service`, `scope`
         already cleaned)."""
 
+    def over(self, row: Row, limits: Limits) -> bool:
+        """Whether the span of `row` may exceed `limits` (limits.py), from the row's own values: False
+        must mean it does not."""
+
 
 def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window,
             encoder: RowEncoder | None = None, limits: Limits | None = None) -> Flattened:
@@ -293,14 +297,18 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                             out.first_bad = f"resource_spans[{ri}].scope_spans[{si}].spans[{pi}]"
                         continue
                 if encoder is not None:
-                    # (the encoders' rows give no cheap length to test: the span's own test, limits.over)
-                    if limits is not None and attribute_limits.over(sp, limits):
-                        attribute_limits.apply(sp, limits, out.tally)
                     attrs = encoder.attributes(sp.attributes)
+                    parent = pid if pid and pid != _ZERO_SPAN else None
+                    row = encoder.span(sp, attrs, parent, service, scope, res)
+                    # Limits tested on the row's own values first (the encoder's `over`: no protobuf read).
+                    if limits is not None and encoder.over(row, limits) and attribute_limits.over(sp, limits):
+                        attribute_limits.apply(sp, limits, out.tally)
+                        attrs = encoder.attributes(sp.attributes)
+                        row = encoder.span(sp, attrs, parent, service, scope, res)
                     events = sp.events
                     if FIRST_ANNOTATION_NAME in attrs[0] or (events and any(e.name == EVALUATION_EVENT for e in events)):
                         out.marked.append((ri, si, pi))
-                    append(encoder.span(sp, attrs, pid if pid and pid != _ZERO_SPAN else None, service, scope, res))
+                    append(row)
                     continue
                 name = sp.name
                 events = sp.events
