@@ -21,8 +21,14 @@ from agentfeedback.traces.v1 import traces_pb2
 from services.cli.client import Clients, ClientSettings
 from services.cli.render import render_feedback, render_waterfall
 from services.cli.terminal import counted, for_terminal, json_line
+from services.common.errors import error_info
 
 STATUSES = ["open", "triaged", "filed", "dismissed"]
+
+
+# Printed under an UNAVAILABLE that no service answered (README "Using it").
+NOT_RUNNING_HINT = ("Nothing answers at that address: is the stack running? Start it with `make run` in another "
+                    "terminal (or point AGENTFEEDBACK_CLIENT_*_TARGET at yours).")
 
 
 def _run(fn):
@@ -41,6 +47,9 @@ def _run(fn):
             return asyncio.run(go())
         except grpc.aio.AioRpcError as e:
             click.echo(f"{e.code().name}: {for_terminal(e.details() or '')}", err=True)
+            if e.code() == grpc.StatusCode.UNAVAILABLE and error_info(e) is None:
+                # No ErrorInfo: no service of ours answered (each attaches one), the address did not.
+                click.echo(NOT_RUNNING_HINT, err=True)
             sys.exit(1)
 
     return click.pass_obj(wrapper)
