@@ -498,7 +498,36 @@ def release_feedback(request: pb.ReleaseFeedbackRequest) -> tuple[str, str]:
 def put_rating(request: pb.PutRatingRequest, note_max_bytes: int) -> RatingPut:
     """PutRating: the key (conversation, turn_index ≥ 0, scope set, aspect a slug, artifact_id for
     ARTIFACT only), note (≤ `note_max_bytes` UTF-8 bytes), sentiment, category, reasons, choice, the
-    update mask, the etag and the request_id."""
+    update mask, the etag and the request_id.
+
+    Every put parses once, its checks called directly; only a request one of them refuses is parsed
+    again through `Violations`, so its one INVALID_ARGUMENT names every bad field (the checks are pure:
+    the same answer twice). `Violations.check` on each of the nine checks cost ≈ 3 µs a put (issue 29)."""
+    try:
+        return _put_rating(request, note_max_bytes)
+    except InvalidArgument:
+        return _put_rating_violations(request, note_max_bytes)
+
+
+def _put_rating(request: pb.PutRatingRequest, note_max_bytes: int) -> RatingPut:
+    """`put_rating` of a valid request; raises the first InvalidArgument of an invalid one."""
+    r = request.rating
+    parse_name(r.conversation, "instances/{}", "rating.conversation")
+    scope = enum_value(r.scope, RatingScope, "rating.scope")
+    key = RatingKey(r.conversation, r.turn_index, scope, r.aspect, r.artifact_id) if scope is not None else None
+    if key is not None:
+        domain.check_rating(key, r.note, note_max_bytes)
+    write = RatingWrite(enum_value(r.sentiment, RatingSentiment, "rating.sentiment"),
+                        enum_value(r.category, Category, "rating.category"), r.note,
+                        domain.rating_mask(request.update_mask.paths), "", check_reasons(r.reasons),
+                        check_slug(r.choice, "rating.choice"))
+    rid = parse_request_id(request.request_id, "request_id")
+    version = parse_etag(r.etag, "rating.etag") if r.etag else None
+    return RatingPut(key, write, version, r.etag, rid, request_fingerprint(request) if rid is not None else None)
+
+
+def _put_rating_violations(request: pb.PutRatingRequest, note_max_bytes: int) -> RatingPut:
+    """`put_rating` gathering every bad field into one InvalidArgument (AIP-193)."""
     r, v = request.rating, Violations()
     v.check(parse_name, r.conversation, "instances/{}", "rating.conversation")
     scope = v.check(enum_value, r.scope, RatingScope, "rating.scope")
