@@ -22,10 +22,11 @@ ClickHouse"):
 - Duplicates (exporter retries): like PostgreSQL, rows are appended and reads collapse one
   (TraceId, SpanId) to one span (`LIMIT 1 BY SpanId`, `uniqExact(SpanId)`).
 
-GetTrace's read: the lookup table's bounds, then the spans through our projection
-`agentfeedback_by_trace` (migration 0010: each part's rows again in (TraceId, Timestamp) order, written by
-ClickHouse with every INSERT, the exporter's too), so one granule holds a trace instead of one per span
-name of it.
+GetTrace's read: one statement on our trace table (`otel_traces_by_trace`, migration 0031: each span as
+one JSON text, ORDER BY (TraceId, Timestamp), weekly partitions, filled by a materialized view from every
+INSERT into otel_traces, the exporter's too), from the first day retention has not dropped. Where that
+table does not yet cover the retained spans (`otel_traces_by_trace_since`: rows stored before it existed),
+the lookup table's bounds, then the spans from otel_traces.
 
 SearchTraces: one attribute filter alone reads our attribute lookup table (`otel_traces_attrs_weekly`,
 filled by a materialized view from every INSERT into otel_traces, the exporter's too; ORDER BY (Key,
@@ -51,6 +52,7 @@ and writes go to Distributed tables named as the exporter's (`<table>`), sharded
 """
 from __future__ import annotations
 
+import calendar
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -99,6 +101,11 @@ Links.TraceId, Links.SpanId, Links.TraceState, Links.Attributes, AgentFeedbackTy
 BOUNDS = """
 SELECT count(), toUnixTimestamp(min(Start)), toUnixTimestamp(max(End)) + 1 FROM {ts}
 WHERE TraceId IN {{ids:Array(String)}}"""
+# GetTrace from the trace table (migration 0031): one statement, the spans' JSON texts (GET_TRACE's columns
+# but TraceId) from the first day retention has not dropped; order and one span per id applied in Python.
+GET_TRACE_ONE = """
+SELECT Span FROM {t}
+WHERE TraceId = {{tid:String}} AND Timestamp >= fromUnixTimestamp64Nano({{kept:Int64}})"""
 # GetTrace's statements read one trace's few granules: one thread, as ClickHouse's default thread pool
 # per statement costs more to set up (~10 ms CPU at 3M spans) than it saves; no PREWHERE, whose first
 # pass over the filter columns is a second read of the same granule (fewer files opened) (issue 26).
@@ -260,12 +267,18 @@ class ClickHouseStore:
         self._attrs_since = tables.q(f"{tables.traces}_attrs_weekly_since")
         self._summary = tables.q(f"{tables.traces}_summary")
         self._summary_since = tables.q(f"{tables.traces}_summary_since")
+        self._by_trace = tables.q(f"{tables.traces}_by_trace")
+        self._by_trace_since = tables.q(f"{tables.traces}_by_trace_since")
+        # (read at, monotonic s; the first span start, ns, that retention has not dropped: the day after
+        # the last recorded in dropped_days, 0 when none).
+        self._kept: tuple[float, int] = (-_SINCE_TTL_S, 0)
         # Lookup (attrs / summary) → (read at, monotonic s; its coverage start in ns or None).
         self._since: dict[str, tuple[float, int | None]] = {}
         # (key, value) → whether its last page lay within _RECENT_NS of the window's end (a hint only).
         self._dense: dict[tuple[str, str], bool] = {}
         self._bounds = BOUNDS.format(ts=self._ts)
         self._get_trace = GET_TRACE.format(cols=_SPAN_COLUMNS, t=self._traces)
+        self._get_trace_one = GET_TRACE_ONE.format(t=self._by_trace)
         self._summarize = SUMMARIZE.format(t=self._traces, status=_STATUS_SQL)
         self._summary_sql = SUMMARY.format(t=self._summary)
 
@@ -279,11 +292,21 @@ class ClickHouseStore:
         # Tables made earlier (another retention_days, or the exporter's `ttl`): the TTL follows the
         # setting; existing parts are not rewritten (they expire whole, by partition, as before).
         for table, column, days in ((self._t.local, "Timestamp", 0), (f"{self._t.local}_trace_id_ts", "Start", 0),
-                                    (f"{self._t.local}_attrs_weekly", "Timestamp", 0), (f"{self._t.local}_summary", "Day", 1)):
+                                    (f"{self._t.local}_attrs_weekly", "Timestamp", 0), (f"{self._t.local}_summary", "Day", 1),
+                                    (f"{self._t.local}_by_trace", "Timestamp", 0)):
             await self._tx.command(
                 f"ALTER TABLE {self._t.q(table)}{on_cluster} MODIFY TTL toDateTime({column}) + "
                 f"toIntervalDay({int(retention_days) + days}) SETTINGS materialize_ttl_after_modify = 0")
-        for since_table in (self._attrs_since, self._summary_since):
+        # The projection 0010 made on deployments before 0031 (replaced by its trace table; nothing else
+        # read it), dropped only where it exists: DROP PROJECTION IF EXISTS is a mutation of every part
+        # even without one.
+        ((projections,),) = await self._tx.query(
+            "SELECT count() FROM system.projections WHERE database = {db:String} AND table = {t:String}"
+            " AND name = 'agentfeedback_by_trace'", {"db": self._t.database, "t": self._t.local})
+        if int(projections):
+            await self._tx.command(f"ALTER TABLE {self._t.q(self._t.local)}{on_cluster}"
+                                   " DROP PROJECTION IF EXISTS agentfeedback_by_trace")
+        for since_table in (self._attrs_since, self._summary_since, self._by_trace_since):
             await self._record_since(since_table)
 
     async def _record_since(self, since_table: str) -> None:
@@ -300,7 +323,7 @@ class ClickHouseStore:
                                {"s": since})
 
     async def _complete_since(self, lookup: str) -> int | None:
-        """The coverage start (ns) of the `lookup` table ("attrs_weekly", "summary"), None when not recorded or
+        """The coverage start (ns) of the `lookup` table ("attrs_weekly", "summary", "by_trace"), None when not recorded or
         its tables are absent (tables an exporter created, `clickhouse_create_schema` off); cached for
         _SINCE_TTL_S."""
         at, value = self._since.get(lookup, (-_SINCE_TTL_S, None))
@@ -335,13 +358,33 @@ class ClickHouseStore:
     # --- reads ---
 
     async def get_trace(self, trace_id: bytes) -> list[SpanRecord]:
-        """The spans of one trace (one per span id), ordered by start time then span id."""
+        """The spans of one trace (one per span id), ordered by start time then span id.
+
+        From the trace table (one statement) when it covers every span retention has kept; else from
+        otel_traces (the lookup table's bounds, then the spans)."""
         tid = trace_id.hex()
+        kept = await self._kept_from()
+        if (since := await self._complete_since("by_trace")) is not None and since <= kept:
+            rows = await self._tx.query(self._get_trace_one, {"tid": tid, "kept": kept}, settings=GET_TRACE_SETTINGS)
+            spans = sorted(((tid, *orjson.loads(span)) for (span,) in rows), key=lambda r: (int(r[3]), r[1]))
+            seen: set[str] = set()
+            return [span_record(r) for r in spans if r[1] not in seen and not seen.add(r[1])]
         bounds = await self._time_bounds([tid], GET_TRACE_SETTINGS)
         if bounds is None:
             return []
         rows = await self._tx.query(self._get_trace, {"tid": tid, **bounds}, settings=GET_TRACE_SETTINGS)
         return [span_record(r) for r in rows]
+
+    async def _kept_from(self) -> int:
+        """The first span start (ns) retention has not dropped: the UTC day after the last one recorded in
+        dropped_days, 0 when none. Cached for _SINCE_TTL_S (this store's own drop_day updates it at once;
+        another collector's is seen within that time)."""
+        at, kept = self._kept
+        if time.monotonic() - at >= _SINCE_TTL_S:
+            ((n, last),) = await self._tx.query(f"SELECT count(), toUnixTimestamp(max(Day)) FROM {self._days}")
+            kept = (int(last) + 86_400) * 1_000_000_000 if int(n) else 0
+            self._kept = (time.monotonic(), kept)
+        return kept
 
     async def _time_bounds(self, trace_ids: list[str], settings: Mapping[str, int] | None = None) -> dict[str, int] | None:
         """{"lo", "hi"}: seconds bounding every span start of `trace_ids` (hex), from the lookup table
@@ -469,20 +512,25 @@ class ClickHouseStore:
         for table in (self._t.local, f"{self._t.local}_trace_id_ts", f"{self._t.local}_summary"):
             await self._tx.command(f"ALTER TABLE {self._t.q(table)}{on_cluster} DROP PARTITION '{day.isoformat()}'")
         await self._tx.command(f"INSERT INTO {self._days} (Day) VALUES ('{day.isoformat()}')")
+        after = (calendar.timegm(day.timetuple()) + 86_400) * 1_000_000_000
+        self._kept = (time.monotonic(), max(self._kept[1], after))
 
     async def drop_weeks_before(self, first: date) -> list[date]:
-        """Drop the attribute lookup's weekly partitions (UTC weeks from Monday) whose last day is before
-        `first` (the first retained day); their Mondays, oldest first. A metadata operation per week."""
-        local = f"{self._t.local}_attrs_weekly"
-        rows = await self._tx.query(
-            "SELECT DISTINCT partition FROM system.parts WHERE database = {db:String} AND table = {t:String}"
-            " AND active ORDER BY partition", {"db": self._t.database, "t": local})
+        """Drop the weekly partitions (UTC weeks from Monday) of the attribute lookup and the trace table
+        whose last day is before `first` (the first retained day); their Mondays, oldest first. A metadata
+        operation per week."""
         on_cluster = f" ON CLUSTER `{self._t.cluster}`" if self._t.cluster else ""
-        weeks = [m for (p,) in rows if (m := date.fromisoformat(p.strip("'"))) + timedelta(days=7) <= first]
-        for monday in weeks:
-            await self._tx.command(
-                f"ALTER TABLE {self._t.q(local)}{on_cluster} DROP PARTITION '{monday.isoformat()}'")
-        return weeks
+        dropped: set[date] = set()
+        for local in (f"{self._t.local}_attrs_weekly", f"{self._t.local}_by_trace"):
+            rows = await self._tx.query(
+                "SELECT DISTINCT partition FROM system.parts WHERE database = {db:String} AND table = {t:String}"
+                " AND active ORDER BY partition", {"db": self._t.database, "t": local})
+            weeks = [m for (p,) in rows if (m := date.fromisoformat(p.strip("'"))) + timedelta(days=7) <= first]
+            for monday in weeks:
+                await self._tx.command(
+                    f"ALTER TABLE {self._t.q(local)}{on_cluster} DROP PARTITION '{monday.isoformat()}'")
+            dropped.update(weeks)
+        return sorted(dropped)
 
     async def day_dropped(self, day: date) -> bool:
         """Whether a retention pass dropped the spans of `day`."""

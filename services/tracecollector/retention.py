@@ -155,7 +155,7 @@ class TtlRetention:
                     dropped.append(day)
                     log.info("retention: dropped spans of %s (%.1f ms)", day, timings[-1])
             for monday in await self._store.drop_weeks_before(first):
-                log.info("retention: dropped the attribute lookup's week of %s", monday)
+                log.info("retention: dropped the attribute lookup's and trace table's week of %s", monday)
             if self.on_pass is not None:
                 self.on_pass(True, len(dropped))
         return PassResult([], dropped, timings)

@@ -11,6 +11,7 @@ import time
 import pytest
 from agentfeedback.traces.v1 import traces_pb2
 
+from services.tracecollector.clickhouse import schema_statements, span_record
 from services.tracecollector.clickhouse_rows import INSERT_COLUMNS
 from services.tracecollector.clickhouse_transport import ClickHouseError
 from tests.helpers.otlp import NS, kv, new_span_id, new_trace_id, one_trace, request, span, ts
@@ -184,20 +185,136 @@ async def test_a_statement_runs_with_its_own_query_settings(collector_store):
         await tx.query("SELECT 1", settings={"max_threads = 2, x": 1})
 
 
-async def test_get_trace_reads_one_granule_of_the_trace_ordered_projection(collector):
+async def _made_now_over_stored_rows(store, table: str, since_table: str) -> int:
+    """As if a lookup table filled by a view (`table`, its coverage `since_table`) were created now over the
+    rows stored: both emptied, the schema made again; the coverage start (ns) it records."""
+    for t in (table, since_table):
+        await store._tx.command(f"TRUNCATE TABLE {t}")
+    store._since.clear()
+    await store.create_schema(14)
+    (since,), = await store._tx.query(f"SELECT toUnixTimestamp64Nano(min(Since)) FROM {since_table}")
+    return int(since)
+
+
+def _statements(store, monkeypatch) -> list[str]:
+    """Records the SQL of every query `store` runs from now on (the list it returns)."""
+    seen: list[str] = []
+    query = store._tx.query
+
+    async def recording(sql, params=None, settings=None):
+        seen.append(sql)
+        return await query(sql, params, settings=settings)
+
+    monkeypatch.setattr(store._tx, "query", recording)
+    return seen
+
+
+async def test_get_trace_is_one_statement_reading_one_granule_of_the_trace_table(collector, monkeypatch):
     store = collector.server.repo
-    # One part of 3 span names × 10,000 traces: in the table's order (ServiceName, SpanName, time) a
-    # trace's 3 spans lie in 3 granules; in the projection's (TraceId, Timestamp), in 1.
+    # One part of 3 span names × 10,000 traces, written to otel_traces (the trace table's view fills it).
     await store._tx.command(
         f"INSERT INTO {store._traces} (Timestamp, TraceId, SpanId, SpanName, ServiceName)"
         " SELECT now64(9) - intDiv(number, 3), leftPad(lower(hex(intDiv(number, 3) + 1)), 32, '0'),"
         " leftPad(lower(hex(number + 1)), 16, '0'), ['a', 'b', 'c'][number % 3 + 1], 'svc' FROM numbers(30000)")
     tid = "0" * 28 + "1234"
+    assert [s.name for s in await store.get_trace(bytes.fromhex(tid))] == ["a", "b", "c"]  # one start, by span id
+    seen = _statements(store, monkeypatch)
     assert [s.name for s in await store.get_trace(bytes.fromhex(tid))] == ["a", "b", "c"]
-    bounds = await store._time_bounds([tid])
-    plan = "\n".join(r[0] for r in await store._tx.query("EXPLAIN indexes = 1 " + store._get_trace, {"tid": tid, **bounds}))
-    assert "ReadFromMergeTree (agentfeedback_by_trace)" in plan, plan
+    assert seen == [store._get_trace_one], seen  # no lookup-table bounds, no read of otel_traces
+    plan = "\n".join(r[0] for r in await store._tx.query("EXPLAIN indexes = 1 " + store._get_trace_one,
+                                                          {"tid": tid, "kept": 0}))
     assert "Granules: 1/" in plan, plan
+
+
+async def test_rows_the_exporter_wrote_read_back_through_the_trace_table_as_from_otel_traces(collector, monkeypatch):
+    """The trace table's view sees the exporter's INSERT as ours: GetTrace's one statement there returns
+    what the two-statement read of otel_traces returns (before 0031), for both writers' rows."""
+    store = collector.server.repo
+    start = time.time_ns() - 20 * NS
+    ours, theirs = new_trace_id(), new_trace_id()
+    root, child = new_span_id(), new_span_id()
+    await collector.otlp().Export(receiver_request(ours, root, child, start))
+    await collector.otlp().Export(receiver_request(ours, root, child, start))  # a retry: one span per id
+    await _insert_as_exporter(collector, exporter_rows(theirs, root, child, start))
+    for tid in (ours, theirs):
+        rows = await store._tx.query(f"SELECT count() FROM {store._by_trace} WHERE TraceId = {{t:String}}",
+                                     {"t": tid.hex()})
+        assert rows == [(4 if tid == ours else 2,)]
+        await store.get_trace(tid)  # the coverage and the retained days, read once a minute
+        seen = _statements(store, monkeypatch)
+        fast = await store.get_trace(tid)
+        assert seen == [store._get_trace_one], seen
+        bounds = await store._time_bounds([tid.hex()])
+        slow = [span_record(r) for r in await store._tx.query(store._get_trace, {"tid": tid.hex(), **bounds})]
+        assert fast == slow and len(fast) == 2
+
+
+async def test_traces_stored_before_the_trace_table_existed_are_read_from_otel_traces(start_collector, monkeypatch):
+    """An existing deployment: spans the trace table's view never saw are read from otel_traces until
+    retention has dropped every day before the table's coverage (or a backfill recorded 0)."""
+    now = time.time_ns()
+    c = await start_collector(clock=lambda: now)
+    store = c.server.repo
+    tid, spans = one_trace(3, start_ns=now - 2 * DAY)
+    await c.otlp().Export(request(spans))
+    # As if made now over these rows: empty, with no coverage recorded.
+    since = await _made_now_over_stored_rows(store, store._by_trace, store._by_trace_since)
+    assert since > now
+    seen = _statements(store, monkeypatch)
+    assert len((await c.get_trace(tid)).spans) == 3
+    assert store._get_trace in seen and store._get_trace_one not in seen, seen
+    # A backfill (an operator's INSERT ... SELECT through the view's query, then coverage 0) moves it over.
+    view = next(s for s in schema_statements(store._t, 14) if "_by_trace_mv" in s)
+    await store._tx.command(f"INSERT INTO {store._by_trace} {view[view.index('SELECT'):]}")
+    await store._tx.command(f"INSERT INTO {store._by_trace_since} (Since) VALUES (0)")
+    store._since.clear()
+    assert len((await c.get_trace(tid)).spans) == 3
+    seen.clear()
+    assert len((await c.get_trace(tid)).spans) == 3
+    assert seen == [store._get_trace_one], seen
+
+
+async def test_the_projection_0010_made_is_dropped_and_only_where_it_exists(collector):
+    store = collector.server.repo
+    tid, spans = one_trace(2, start_ns=time.time_ns() - 60 * NS)
+    await collector.otlp().Export(request(spans))
+
+    async def state():
+        rows = await store._tx.query(
+            "SELECT (SELECT count() FROM system.projections WHERE database = {db:String} AND table = {t:String}),"
+            " (SELECT count() FROM system.mutations WHERE database = {db:String} AND table = {t:String})",
+            {"db": store._t.database, "t": store._t.local})
+        return tuple(int(x) for x in rows[0])
+
+    assert await state() == (0, 0)
+    await store.create_schema(14)
+    assert await state() == (0, 0)  # no mutation of the span table's parts at each start
+    # A deployment made before 0031: the projection 0010 added goes at the next start.
+    await store._tx.command(f"ALTER TABLE {store._traces} ADD PROJECTION agentfeedback_by_trace"
+                            " (SELECT * ORDER BY (TraceId, Timestamp))")
+    await store.create_schema(14)
+    assert (await state())[0] == 0
+    assert len((await collector.get_trace(tid)).spans) == 2
+
+
+async def test_a_day_retention_dropped_is_not_read_from_the_trace_tables_week(start_collector):
+    """The trace table keeps a week until its last day is past; GetTrace reads only from the first day
+    the retention pass has not dropped, so a dropped day's trace is TRACE_EXPIRED as on PostgreSQL."""
+    now = time.time_ns()
+    c = await start_collector(clock=lambda: now)
+    store = c.server.repo
+    old, spans = one_trace(2, start_ns=now - 13 * DAY)
+    kept, kept_spans = one_trace(2, start_ns=now - 12 * DAY)
+    await c.otlp().Export(request(spans + kept_spans))
+    old_day = dt.datetime.fromtimestamp((now - 13 * DAY) // NS, dt.UTC).date()
+    at = int(dt.datetime.combine(old_day + dt.timedelta(days=1), dt.time(), dt.UTC).timestamp()) * NS + 14 * DAY - NS
+    result = await c.server.retention.run_once(now_ns=at)
+    assert old_day in result.dropped
+    assert await store.get_trace(old) == []
+    assert len(await store.get_trace(kept)) == 2
+    rows = await store._tx.query(f"SELECT count() FROM {store._by_trace} WHERE TraceId = {{t:String}}", {"t": old.hex()})
+    if old_day.weekday() != 6:  # its week still has a retained day: its rows are there, not read
+        assert rows == [(2,)]
 
 
 async def _attr_rows(store, value: str) -> int:
@@ -248,13 +365,9 @@ async def test_spans_stored_before_the_lookup_existed_are_found_by_scan_until_ba
     start = time.time_ns() - 3600 * NS
     tid, spans = one_trace(2, start_ns=start, attrs={"case": "before"})
     await c.otlp().Export(request(spans))
-    # As if the lookup were created now over these rows: empty, with no coverage recorded.
-    for t in (store._attrs, store._attrs_since):
-        await store._tx.command(f"TRUNCATE TABLE {t}")
-    store._since.clear()
-    await store.create_schema(14)
-    (since,), = await store._tx.query(f"SELECT toUnixTimestamp64Nano(min(Since)) FROM {store._attrs_since}")
-    assert int(since) > time.time_ns()  # past every stored span: nothing older is taken from the lookup
+    # As if made now over these rows: empty, with no coverage recorded.
+    since = await _made_now_over_stored_rows(store, store._attrs, store._attrs_since)
+    assert since > time.time_ns()  # past every stored span: nothing older is taken from the lookup
 
     def search():
         return c.query().SearchTraces(traces_pb2.SearchTracesRequest(
@@ -399,13 +512,9 @@ async def test_traces_stored_before_the_summary_table_existed_are_summarized_fro
     start = time.time_ns() - 3600 * NS
     before, spans = one_trace(3, start_ns=start, attrs={"case": "summary"})
     await c.otlp().Export(request(spans))
-    # As if the summaries were created now over these rows: empty, with no coverage recorded.
-    for t in (store._summary, store._summary_since):
-        await store._tx.command(f"TRUNCATE TABLE {t}")
-    store._since.clear()
-    await store.create_schema(14)
-    (since,), = await store._tx.query(f"SELECT toUnixTimestamp64Nano(min(Since)) FROM {store._summary_since}")
-    assert int(since) > time.time_ns()
+    # As if made now over these rows: empty, with no coverage recorded.
+    since = await _made_now_over_stored_rows(store, store._summary, store._summary_since)
+    assert since > time.time_ns()
     # One more span of the old trace arrives now: the view sees only it.
     extra = span(before, new_span_id(), parent=spans[0].span_id, name="late", start_ns=start + NS)
     await c.otlp().Export(request([extra]))

@@ -32,9 +32,14 @@ def test_single_server_schema_is_the_exporters_with_ttl_daily_partitions_and_blo
         assert re.search(rf"\b{col.split('.')[-1] if '.' in col else col}\b", traces), col
     assert any("MATERIALIZED VIEW" in s and "otel_traces_trace_id_ts_mv" in s for s in stmts)
     assert any("ADD COLUMN IF NOT EXISTS AgentFeedbackTypes" in s for s in stmts)
-    # Ours: the span table's parts also ordered by trace (a projection, so the exporter's INSERTs fill it).
-    assert any(s.startswith("ALTER TABLE `otel`.otel_traces") and "ADD PROJECTION IF NOT EXISTS agentfeedback_by_trace"
-               " (SELECT * ORDER BY (TraceId, Timestamp))" in s for s in stmts)
+    # Ours: each span again, keyed by trace, weekly partitions expiring as otel_traces, filled by a view
+    # (so the exporter's INSERTs fill it too); the projection 0010 made before it is no longer added.
+    by_trace = next(s for s in stmts if "otel_traces_by_trace " in s and s.startswith("CREATE TABLE"))
+    assert "PARTITION BY toMonday(Timestamp)" in by_trace and "ORDER BY (TraceId, Timestamp)" in by_trace
+    assert "TTL toDateTime(Timestamp) + toIntervalDay(14)" in by_trace and "ttl_only_drop_parts = 1" in by_trace
+    assert any("MATERIALIZED VIEW" in s and "TO `otel`.otel_traces_by_trace" in s and "FROM `otel`.otel_traces\n" in s
+               for s in stmts)
+    assert not any("PROJECTION" in s for s in stmts)
     # Ours: the attribute lookup, weekly partitions, expiring as otel_traces, keyed for a value's traces;
     # the daily lookup's view (before 0027) dropped once the weekly one fills.
     attrs = next(s for s in stmts if "otel_traces_attrs_weekly " in s and s.startswith("CREATE TABLE"))
@@ -72,15 +77,16 @@ def test_cluster_schema_is_replicated_local_tables_under_distributed_ones_sharde
     assert [d.split()[5] for d in dist] == ["`otel`.otel_traces", "`otel`.otel_traces_trace_id_ts",
                                             "`otel`.otel_traces_dropped_days", "`otel`.otel_traces_summary",
                                             "`otel`.otel_traces_summary_since", "`otel`.otel_traces_attrs_weekly",
-                                            "`otel`.otel_traces_attrs_weekly_since"]
+                                            "`otel`.otel_traces_attrs_weekly_since", "`otel`.otel_traces_by_trace",
+                                            "`otel`.otel_traces_by_trace_since"]
     assert "Distributed('spans', `otel`, otel_traces_local_attrs_weekly, cityHash64(TraceId))" in dist[5]
     assert "Distributed('spans', `otel`, otel_traces_local, cityHash64(TraceId))" in dist[0]
     assert "Distributed('spans', `otel`, otel_traces_local_summary, cityHash64(TraceId))" in dist[3]
-    mv, summary_mv, attrs_mv = (s for s in stmts if "MATERIALIZED VIEW" in s)
+    mv, summary_mv, attrs_mv, trace_mv = (s for s in stmts if "MATERIALIZED VIEW" in s)
     assert "FROM `otel`.otel_traces_local" in mv and "TO `otel`.otel_traces_local_trace_id_ts" in mv
-    # The projection lives on each shard's local table (a Distributed table has no parts).
-    proj = next(s for s in stmts if "ADD PROJECTION" in s)
-    assert proj.startswith("ALTER TABLE `otel`.otel_traces_local ON CLUSTER `spans` ADD PROJECTION"), proj
+    # Each shard's view fills its own trace table from the spans stored there.
+    assert "FROM `otel`.otel_traces_local" in trace_mv and "TO `otel`.otel_traces_local_by_trace" in trace_mv
+    assert "Distributed('spans', `otel`, otel_traces_local_by_trace, cityHash64(TraceId))" in dist[7]
     # Each shard's view fills its own attribute lookup from the spans stored there.
     assert "FROM `otel`.otel_traces_local" in attrs_mv and "TO `otel`.otel_traces_local_attrs_weekly" in attrs_mv
     assert "DROP VIEW IF EXISTS `otel`.otel_traces_local_attrs_mv ON CLUSTER `spans`" in stmts
