@@ -39,14 +39,17 @@ import traceback
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes, _clean_attribute_value
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, Tracer
+from opentelemetry.sdk.trace import _Span as _SdkSpan
 from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
 from opentelemetry.sdk.trace.sampling import ParentBased, StaticSampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.propagation import _SPAN_KEY
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +59,18 @@ WORKER_MODULE = "services.common.span_export_worker"
 
 
 def _ctx(c: SpanContext | None) -> tuple | None:
-    """(trace id, span id, is remote, trace flags[, tracestate items when there are any])."""
+    """(trace id, span id, is remote, trace flags[, tracestate items when there are any]). A SpanContext
+    is a tuple (trace id, span id, is remote, flags, state, is valid): read by index, not through its
+    five properties (≈ 0.3 -> 0.1 µs; three a span)."""
     if c is None:
         return None
-    if c.trace_state:
-        return c.trace_id, c.span_id, c.is_remote, int(c.trace_flags), tuple(c.trace_state.items())
-    return c.trace_id, c.span_id, c.is_remote, int(c.trace_flags)
+    if type(c) is SpanContext:
+        trace_id, span_id, remote, flags, state = c[0], c[1], c[2], c[3], c[4]
+    else:
+        trace_id, span_id, remote, flags, state = c.trace_id, c.span_id, c.is_remote, c.trace_flags, c.trace_state
+    if state:
+        return trace_id, span_id, remote, int(flags), tuple(state.items())
+    return trace_id, span_id, remote, int(flags)
 
 
 def _attrs(a: Any) -> tuple[dict[str, Any], int]:
@@ -74,13 +83,26 @@ def _attrs(a: Any) -> tuple[dict[str, Any], int]:
     return dict(a), 0
 
 
+# id(scope) → (the scope, its tuple): a tracer's scope is made once and never changes; the same tuple
+# object each span also lets a batch's pickle write it once (memo). The scope is held: its id is not reused.
+_SCOPES: dict[int, tuple[InstrumentationScope, tuple]] = {}
+
+
 def _scope(scope: InstrumentationScope | None) -> tuple | None:
     """(name, version, schema url[, attribute items when there are any])."""
     if scope is None:
         return None
+    got = _SCOPES.get(id(scope))
+    if got is not None and got[0] is scope:
+        return got[1]
     if scope.attributes:
-        return scope.name, scope.version, scope.schema_url, tuple(scope.attributes.items())
-    return scope.name, scope.version, scope.schema_url
+        out = scope.name, scope.version, scope.schema_url, tuple(scope.attributes.items())
+    else:
+        out = scope.name, scope.version, scope.schema_url
+    if len(_SCOPES) >= 256:  # tracers are few; a bound all the same
+        _SCOPES.clear()
+    _SCOPES[id(scope)] = (scope, out)
+    return out
 
 
 def compact(span: ReadableSpan) -> tuple:
@@ -139,10 +161,10 @@ def _sampled(tracer: Any, name: str, kind: SpanKind, attributes: Any, links: Any
     proc = _direct_processor(tracer)
     if proc is None or tracer._span_limits.max_links is not None and len(links) > tracer._span_limits.max_links:
         return None
-    parent = trace.get_current_span(context).get_span_context()
+    parent = _parent_context(context)
     gen = tracer.id_generator
-    if parent is not None and parent.is_valid:
-        trace_id, random_id = parent.trace_id, parent.trace_flags.random_trace_id
+    if parent is not None and parent[5]:  # SpanContext (trace id, span id, remote, flags, state, is valid)
+        trace_id, random_id = parent[0], parent[3].random_trace_id
     else:
         parent, trace_id, random_id = None, gen.generate_trace_id(), gen.is_trace_id_random()
     sampler = tracer.sampler
@@ -156,9 +178,28 @@ def _sampled(tracer: Any, name: str, kind: SpanKind, attributes: Any, links: Any
         if not result.decision.is_sampled():
             return None
         trace_state, attrs = result.trace_state, result.attributes
-    flags = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID if random_id else TraceFlags.SAMPLED)
-    ctx = SpanContext(trace_id, gen.generate_span_id(), is_remote=False, trace_flags=flags, trace_state=trace_state)
+    ctx = SpanContext(trace_id, gen.generate_span_id(), False, _RANDOM_SAMPLED if random_id else _SAMPLED, trace_state)
     return proc, ctx, parent, attrs
+
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_RANDOM_SAMPLED = TraceFlags(TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID)
+# Span types whose get_span_context is their SpanContext (no isinstance against the Span ABC per span).
+_SPAN_TYPES: set[type] = set()
+
+
+def _parent_context(context: Any) -> SpanContext:
+    """`trace.get_current_span(context).get_span_context()`: the current span's own SpanContext (of
+    `context`, else of the current context); INVALID_SPAN's when none (or not a Span)."""
+    span = (context if context is not None else otel_context.get_current()).get(_SPAN_KEY)
+    if span is None:
+        return INVALID_SPAN_CONTEXT
+    if type(span) not in _SPAN_TYPES:
+        if not isinstance(span, trace.Span):
+            return INVALID_SPAN_CONTEXT
+        if type(span) in (PipeSpan, _SdkSpan, trace.NonRecordingSpan):
+            _SPAN_TYPES.add(type(span))
+    return span.get_span_context()
 
 
 def _static_choice(sampler: ParentBased, parent: SpanContext | None) -> StaticSampler | None:
@@ -225,6 +266,9 @@ def start_span(tracer: trace.Tracer, name: str, context: Any = None, kind: SpanK
     return PipeSpan(proc, tracer, name, ctx, parent, kind, attrs, _links(links or (), tracer._span_limits), start_time)
 
 
+_UNSET_STATUS = Status(StatusCode.UNSET)
+
+
 class PipeSpan(trace.Span):
     """A sampled span `start_span` made for the span pipe: what the SDK's span does with each call (the
     same limits, truncation, drops and counts, status rules, exception events, warnings on an ended span),
@@ -243,7 +287,7 @@ class PipeSpan(trace.Span):
         self._events: list[tuple] = []
         self._dropped_events = 0
         self._links, self._dropped_links = links, 0
-        self._status = Status(StatusCode.UNSET)
+        self._status = _UNSET_STATUS  # immutable: set_status replaces it
         self._end: int | None = None
         self._start = time.time_ns() if start_time is None else start_time
 
