@@ -38,7 +38,7 @@ from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from services.common.clip import clip
+from services.common.clip import MESSAGE_MAX_CHARS, clip, clip_message
 from services.common.errors import http_status, to_status
 from services.common.incidents import INCIDENTS
 from services.tracecollector.ingest import Ingestor
@@ -121,7 +121,9 @@ def _parse_dict(doc: dict, msg: Message) -> Message:
         json_format.ParseDict(doc, msg, ignore_unknown_fields=True)
     except (json_format.ParseError, RecursionError) as e:
         # ParseDict stops at 100 nested messages (ParseError); RecursionError is the backstop.
-        raise ValueError(f"body is not an OTLP/JSON {msg.DESCRIPTOR.name}: {e}") from None
+        # protobuf's ParseError quotes the offending value whole (`... must be in [] which is <value>`):
+        # a 1 MiB string there would come back in the 400 and in the log line, so it is clipped.
+        raise ValueError(f"body is not an OTLP/JSON {msg.DESCRIPTOR.name}: {clip(e, MESSAGE_MAX_CHARS)}") from None
     return msg
 
 
@@ -197,7 +199,10 @@ def _encode(msg: Message, content_type: str) -> bytes:
 
 def _error(http: int | None, st: status_pb2.Status, content_type: str, headers: dict | None = None) -> web.Response:
     """The answer carrying `st`; its HTTP status from the one gRPC→HTTP table (`errors.http_status`)
-    unless `http` names an HTTP-only one (415 media type, 413 body too large)."""
+    unless `http` names an HTTP-only one (415 media type, 413 body too large). Its message is bounded
+    (`clip_message`) as `to_status` bounds a gRPC one: no client value comes back unbounded."""
+    if len(st.message) > MESSAGE_MAX_CHARS:
+        st.message = clip_message(st.message)
     return web.Response(status=http or http_status(st.code), body=_encode(st, content_type), content_type=content_type,
                         headers=headers)
 

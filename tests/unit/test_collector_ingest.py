@@ -8,6 +8,7 @@ import zlib
 from datetime import UTC, date, datetime
 
 import pytest
+from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.common.v1 import common_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
@@ -24,7 +25,7 @@ from services.tracecollector.ingest import (
     without_rejected,
 )
 from services.tracecollector.limits import Limits, Tally, apply, over
-from services.tracecollector.otlp_http import BodyTooLarge, decode_body, parse_json_request
+from services.tracecollector.otlp_http import BodyTooLarge, _error, decode_body, parse_json_logs_request, parse_json_request
 from services.tracecollector.writer import BatchWriter, Overloaded
 from services.tracecollector.repository import Partition, partition_day, partition_name
 from services.tracecollector.retention import kept_days, plan
@@ -149,6 +150,24 @@ def test_otlp_json_hex_ids_camel_case_and_unknown_fields():
         parse_json_request(b"[1]")
     with pytest.raises(ValueError):
         parse_json_request(b'{"resourceSpans": 3}')
+
+
+@pytest.mark.parametrize("parse, field", [(parse_json_request, "resourceSpans"), (parse_json_logs_request, "resourceLogs")])
+def test_otlp_json_of_the_wrong_shape_never_echoes_a_huge_value_whole(parse, field):
+    """protobuf's ParseError quotes the value (`must be in [] which is <value>`): a 1 MiB string there
+    made a 1 MiB 400 body. The message keeps its start (what was wrong, where) and names the cut."""
+    huge = "A" * (1 << 20)
+    with pytest.raises(ValueError) as e:
+        parse(json.dumps({field: huge}).encode())
+    message = str(e.value)
+    assert len(message) < 1200 and "which is AAAA" in message and "chars)" in message
+
+
+def test_an_otlp_http_error_answer_bounds_its_status_message():
+    st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message="bad: " + "x" * 100_000)
+    resp = _error(None, st, "application/x-protobuf")
+    back = status_pb2.Status.FromString(resp.body)
+    assert resp.status == 400 and back.message.startswith("bad: xxx") and len(back.message) < 1100
 
 
 def test_retention_plan_creates_ahead_and_drops_only_whole_old_days():
