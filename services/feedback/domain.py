@@ -36,6 +36,14 @@ from services.feedback.urls import split_http_url
 BODY_MAX_CHARS = 4000
 TARGET_TEXT_MAX_CHARS = 2000
 PRECEDING_TEXT_MAX_CHARS = 1000
+# A client snapshot's one-line fields, in code points: what the chat service itself would have given
+# (roles and channels are enum names; an audio key is at most the chat service's MAX_AUDIO_KEY_CHARS; a
+# dictation at most its default AGENTFEEDBACK_CHAT_MAX_CONTENT_CHARS). client_version is checked (200)
+# where the request is parsed (codec.create_feedback).
+CLIENT_SNAPSHOT_FIELD_MAX_CHARS = {
+    "target_role": 64, "context.agent": 200, "context.model": 200, "context.channel": 64,
+    "context.audio_key": 1024, "context.dictation": 32000,
+}
 
 # Short names of the model's enum members the rules use most.
 AUTHOR_USER, AUTHOR_AGENT = Author.USER, Author.AGENT
@@ -151,8 +159,16 @@ def build_snapshot(target: MessageView, turn: Sequence[MessageView], client_vers
 
 def client_snapshot(snap: Snapshot, field_path: str = "client_snapshot") -> Snapshot:
     """A client-supplied snapshot (chat service unreachable): texts checked for NUL and clipped,
-    marked SNAPSHOT_SOURCE_CLIENT. Raises InvalidArgument naming the field on NUL bytes.
+    marked SNAPSHOT_SOURCE_CLIENT. Raises InvalidArgument naming the field on NUL bytes, and on a
+    role or context field longer than CLIENT_SNAPSHOT_FIELD_MAX_CHARS (those are not evidence to
+    clip: the chat service never sends them longer).
     """
+    c = snap.context
+    values = {"target_role": snap.target_role, "context.agent": c.agent, "context.model": c.model,
+              "context.channel": c.channel, "context.audio_key": c.audio_key, "context.dictation": c.dictation}
+    for name, value in values.items():
+        # NUL here reached PostgreSQL (INTERNAL), and nothing bounded them (a 3 MB snapshot was stored).
+        check_text(value, f"{field_path}.{name}", CLIENT_SNAPSHOT_FIELD_MAX_CHARS[name])
     target, target_clipped = truncate(check_text(snap.target_text, f"{field_path}.target_text"), TARGET_TEXT_MAX_CHARS)
     prev, prev_clipped = truncate(check_text(snap.preceding_user_text, f"{field_path}.preceding_user_text"),
                               PRECEDING_TEXT_MAX_CHARS)

@@ -61,6 +61,21 @@ def test_client_snapshot_is_marked_client_and_clipped():
         d.client_snapshot(Snapshot(target_text="a\x00"))
 
 
+@pytest.mark.parametrize("field", sorted(d.CLIENT_SNAPSHOT_FIELD_MAX_CHARS))
+def test_client_snapshot_role_and_context_are_checked_for_nul_and_length(field):
+    """They reached PostgreSQL unchecked: NUL was INTERNAL, a 1 MB channel was stored."""
+    def snap(value):
+        if field.startswith("context."):
+            return Snapshot(target_text="t", context=Context(**{field.removeprefix("context."): value}))
+        return Snapshot(target_text="t", **{field: value})
+    limit = d.CLIENT_SNAPSHOT_FIELD_MAX_CHARS[field]
+    assert d.client_snapshot(snap("a" * limit)).source == d.SOURCE_CLIENT
+    for bad, reason in (("a\x00b", "NUL_CHARACTER"), ("a" * (limit + 1), "TOO_LONG")):
+        with pytest.raises(InvalidArgument) as e:
+            d.client_snapshot(snap(bad))
+        assert e.value.field_path == f"client_snapshot.{field}" and e.value.reason == reason
+
+
 def test_pick_target_prefers_the_reply():
     u, r = msg("ROLE_USER", "q"), msg("ROLE_ASSISTANT", "a")
     assert d.pick_target([u, r]) is r and d.pick_target([u]) is u and d.pick_target([]) is None
