@@ -232,9 +232,12 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float,
                 st = status_pb2.Status(code=code_pb2.RESOURCE_EXHAUSTED,
                                        message=f"request body exceeds {max_body_bytes} bytes")
                 return _error(413, st, reply_type)
-            except RequestPayloadError as e:  # e.g. a chunked body whose framing is broken
+            except (RequestPayloadError, ConnectionResetError) as e:
+                # A chunked body whose framing is broken, or a client gone before its body ended (a
+                # Content-Length it never sent): its own doing, not ours, so no ERROR with a traceback
+                # per connection (aiohttp's answer to a handler's exception).
                 st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
-                                       message=f"request body cannot be read: {str(e).strip()}")
+                                       message=f"request body cannot be read: {clip(str(e).strip())}")
                 # The rest of the body cannot be read either: mark it read (aiohttp would otherwise try
                 # to drain it after the answer and log the same failure), answer, close the connection.
                 request.content.feed_eof()

@@ -54,6 +54,26 @@ async def test_bad_bodies_wrong_paths_and_methods_are_answered_without_a_traceba
     await collector.assert_http_stores_an_export()
 
 
+async def test_a_client_gone_before_its_body_ended_writes_no_traceback(collector, caplog):
+    """A client announcing more body than it sends, then closing: aiohttp.server logged an ERROR with
+    a 20-line traceback (ConnectionResetError in request.read) for every such connection."""
+    caplog.set_level(logging.INFO)
+    port = collector.ports["otlp_http"]
+    for _ in range(REPEAT):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+                     b"Content-Length: 1000\r\n\r\npartial")
+        await writer.drain()
+        await asyncio.sleep(0.01)
+        writer.close()
+        await writer.wait_closed()
+    await asyncio.sleep(0.3)
+    noise = _noise(caplog)
+    assert not [r for r in noise if r.exc_info], [r.getMessage()[:120] for r in noise if r.exc_info][:3]
+    assert len(noise) <= 2, [r.getMessage()[:120] for r in noise]
+    await collector.assert_http_stores_an_export()
+
+
 async def test_refused_exports_while_the_write_queue_is_full_are_one_incident_not_a_line_each(start_collector, caplog):
     c = await start_collector(queue_max_spans=4, retry_after_s=1.0)
     stub = c.otlp()
