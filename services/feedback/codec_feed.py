@@ -166,20 +166,36 @@ def export_dataset(request: pb.ExportDatasetRequest) -> tuple[DatasetFilter, tup
                          author_kind), after
 
 
+# A DatasetRecord's size bound: gRPC's default largest received message is 4 MiB (a bigger record would
+# fail the client's stream, and a resumed export would meet the same record again); the bound leaves
+# room for the conversation, which is not cut.
+RECORD_BUDGET_BYTES = 3 * 1024 * 1024
+
+
 def dataset_record(t: LabelledTurn, now: dt.datetime, retention_days: int) -> pb.DatasetRecord:
+    """One labelled turn as a DatasetRecord: its ratings and reports in order while the record stays
+    under RECORD_BUDGET_BYTES (their counts in `ratings_total` / `feedback_total`), the turn's tool calls
+    once, from the frozen copy that holds the most."""
     out = pb.DatasetRecord(conversation=t.conversation, turn_index=t.turn_index, trace_id=t.reply.trace_id,
                            reply_name=t.reply.name,
                            resume_token=pages.issue({"v": t.conversation, "t": t.turn_index}, None,
-                                                                    pages.DATASET_RESUME))
+                                                                    pages.DATASET_RESUME),
+                           ratings_total=len(t.ratings) + len(t.evaluations), feedback_total=len(t.reports))
     for m in t.prompt:
         out.messages.add(role=_ROLES.get(m.role, "user"), content=m.content)
     out.completion.role, out.completion.content = "assistant", t.reply.content
-    out.ratings.extend(codec.rating_pb(r) for r in t.ratings)
-    out.ratings.extend(codec.evaluation_rating_pb(e) for e in t.evaluations)
-    for r in t.reports:
-        fb = out.feedback.add()
-        fb.CopyFrom(codec.feedback_pb(r, now, retention_days))
-        out.tool_calls.extend(fb.trace_snapshot.tool_calls)
+    reports = [codec.feedback_pb(r, now, retention_days) for r in t.reports]
+    tool_calls = max((fb.trace_snapshot.tool_calls for fb in reports), key=len, default=())
+    out.tool_calls.extend(tool_calls)
+    size = out.ByteSize()
+    ratings = [*(codec.rating_pb(r) for r in t.ratings), *(codec.evaluation_rating_pb(e) for e in t.evaluations)]
+    for field, items in ((out.ratings, ratings), (out.feedback, reports)):
+        for x in items:
+            n = x.ByteSize()
+            size += 1 + max(1, (n.bit_length() + 6) // 7) + n  # tag (fields 7, 8), varint length, message
+            if size > RECORD_BUDGET_BYTES:
+                return out
+            field.append(x)
     return out
 
 

@@ -270,3 +270,38 @@ async def test_an_llm_evaluation_never_becomes_a_preference_pair(stack, tmp_path
         only = tmp_path / f"{aspect}.jsonl"
         assert (await _cli(stack, "export", "pairs", "-o", str(only), "--aspect", aspect)).exit_code == 0
         assert only.read_text() == ""
+
+
+async def test_a_turn_with_many_reports_exports_its_tool_calls_once_and_within_the_record_bound(
+        stack, tmp_path, monkeypatch):
+    """Every report on a turn freezes the same tool calls: the record carries them once. A turn with more
+    reports than fit in a record (seen: 583 reports made a 4.2 MB record, over gRPC's 4 MiB limit, and the
+    owner's export failed on it at every resume) carries the first that fit and says how many it has."""
+    from services.feedback import codec_feed
+    from tests.helpers.console import QUESTION, TOOL
+
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, QUESTION)
+    await _rate(stack, inst, turn.reply.turn_index, "accuracy", pb.RATING_SENTIMENT_NEGATIVE)
+    await stack.aflush_spans()
+    reports = [await flag(stack, turn.reply.name, f"wrong answer {i} " + "x" * 2000, sentiment=pb.SENTIMENT_BAD)
+               for i in range(3)]
+    frozen = [await wait_state(stack, r.name, CAPTURED) for r in reports]
+    calls = [c.name for c in frozen[0].trace_snapshot.tool_calls]
+    assert TOOL in calls
+
+    whole = tmp_path / "whole.jsonl"
+    assert (await _cli(stack, "export", "dataset", "-o", str(whole))).exit_code == 0
+    (row,) = [json.loads(x) for x in whole.read_text().splitlines()]
+    assert [c["name"] for c in row["tool_calls"]] == calls
+    assert len(row["reports"]) == row["reports_total"] == 3 and row["ratings_total"] == 1
+
+    # A bound that holds the turn's conversation, rating and one report, not three.
+    records = [r async for r in stack.feedback().ExportDataset(pb.ExportDatasetRequest(), metadata=stack.md())]
+    one = records[0].feedback[0].ByteSize()
+    monkeypatch.setattr(codec_feed, "RECORD_BUDGET_BYTES", records[0].ByteSize() - one)
+    cut = [r async for r in stack.feedback().ExportDataset(pb.ExportDatasetRequest(), metadata=stack.md())]
+    assert len(cut) == 1 and cut[0].ByteSize() <= codec_feed.RECORD_BUDGET_BYTES
+    assert len(cut[0].feedback) == 2 and cut[0].feedback_total == 3
+    assert [f.name for f in cut[0].feedback] == [f.name for f in records[0].feedback][:2]
+    assert len(cut[0].ratings) == cut[0].ratings_total == 1
