@@ -88,6 +88,9 @@ class Call:
     ended: float = 0.0
     code: grpc.StatusCode | None = None
     details: str = ""
+    # Set when the call raised something other than an RPC error (e.g. the check of its answer):
+    # its worker stopped, so the call is neither in flight nor answered.
+    error: str = ""
 
 
 @dataclass
@@ -115,6 +118,10 @@ async def _client(port: int, load: Load, worker: int, call_fn: CallFn) -> None:
             except grpc.aio.AioRpcError as e:
                 call.code = e.code()
                 call.details = e.details() or ""
+            except Exception as e:
+                call.error = f"{type(e).__name__}: {e}"[:300]
+                call.ended = time.monotonic()
+                return
             call.ended = time.monotonic()
             if call.code != grpc.StatusCode.OK:
                 return  # the server is going away; a client would back off and retry elsewhere
@@ -193,8 +200,12 @@ async def sigterm_under_load(entry_point: str, env: dict[str, str], port_logged:
                 return await held_fn(locker, log_path) >= WORKERS
 
             await _until(all_held, HELD_DEADLINE_S)
+        died = [c.error for c in load.calls if c.error]
+        assert not died, f"{len(died)} clients stopped on an unexpected error: {died[:3]}"
         in_flight = [c for c in load.calls if c.code is None]
         held = WORKERS if held_fn is None else await held_fn(locker, log_path)
+        # Each client's last call, for a failure message: (code, seconds since it started).
+        last_calls = [(c.code, round(time.monotonic() - c.started, 2)) for c in load.calls[-2 * WORKERS:]]
         sigterm_at = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         deadline = sigterm_at + 10
@@ -241,7 +252,8 @@ async def sigterm_under_load(entry_point: str, env: dict[str, str], port_logged:
         for c in load.calls if c.code not in (grpc.StatusCode.OK, None)]
     # Every call in flight at SIGTERM (stalled on the database) finished OK once the database moved again.
     assert len(in_flight) == WORKERS, f"{len(in_flight)} calls in flight at SIGTERM, expected {WORKERS}"
-    assert held >= WORKERS, f"{held} calls held by the server on the stall at SIGTERM, expected {WORKERS}"
+    assert held >= WORKERS, (f"{held} calls held by the server on the stall at SIGTERM, expected {WORKERS};"
+                             f" the last calls (code, age s): {last_calls}\n{logs}")
     not_drained = [(c.code, c.details, round(c.ended - released_at, 3)) for c in in_flight
                    if c.code != grpc.StatusCode.OK or c.ended < released_at]
     assert not not_drained, f"in-flight calls not drained: {not_drained}\n{logs}"
