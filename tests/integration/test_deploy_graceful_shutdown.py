@@ -84,6 +84,7 @@ def _export_request(trace_id: bytes, first_span: int) -> trace_service_pb2.Expor
 @dataclass
 class Call:
     key: str
+    worker: int
     started: float
     ended: float = 0.0
     code: grpc.StatusCode | None = None
@@ -110,7 +111,7 @@ async def _client(port: int, load: Load, worker: int, call_fn: CallFn) -> None:
         n = 0
         while not load.stop.is_set():
             n += 1
-            call = Call(key="", started=time.monotonic())
+            call = Call(key="", worker=worker, started=time.monotonic())
             load.calls.append(call)
             try:
                 call.key = await call_fn(ch, worker, n)
@@ -180,13 +181,16 @@ async def sigterm_under_load(entry_point: str, env: dict[str, str], port_logged:
         watcher = asyncio.create_task(_watch_health(health_pb2_grpc.HealthStub(health_ch), seen))
         tasks = [*workers, watcher]
 
+        def acked_workers() -> int:
+            return len({c.worker for c in load.calls if c.code == grpc.StatusCode.OK})
+
         async def loaded() -> bool:
-            return sum(1 for c in load.calls if c.code == grpc.StatusCode.OK) >= WORKERS or any(t.done() for t in workers)
+            return acked_workers() == WORKERS or any(t.done() for t in workers)
 
         await _until(loaded, LOAD_DEADLINE_S)
-        acked_before = sum(1 for c in load.calls if c.code == grpc.StatusCode.OK)
-        assert acked_before >= WORKERS, (
-            f"not under load: {acked_before} calls acknowledged before SIGTERM; "
+        acked_before = acked_workers()
+        assert acked_before == WORKERS, (
+            f"not under load: {acked_before} of {WORKERS} clients had a call acknowledged before SIGTERM; "
             f"{[(c.code, c.details) for c in load.calls if c.code not in (None, grpc.StatusCode.OK)][:3]}")
 
         stall = locker.transaction()
