@@ -169,9 +169,10 @@ class OutOfRange(StatusError):
 class Unavailable(StatusError):
     """UNAVAILABLE, retryable; `retry_after_s` becomes google.rpc.RetryInfo. `waited`: the server already
     waited out a dependency's timeout before answering, so the answer also carries gRPC's retry pushback
-    saying "not at once" (`NO_RETRY_PUSHBACK`): a client's gRPC retry policy (CLI, MCP, the services'
-    channels: CreateFeedback is safe to repeat) would otherwise wait that timeout out again per attempt
-    (4 attempts: 9.4 s for a 2 s chat timeout). RetryInfo still tells the caller when to try again."""
+    saying "not at once" and Envoy's no-retry header (`NO_RETRY_PUSHBACK`): a client's gRPC retry
+    policy (CLI, MCP, the services' channels: CreateFeedback is safe to repeat) or the gateway's route
+    retries would otherwise wait that timeout out again per attempt (4 attempts: 9.4 s for a 2 s chat
+    timeout; through Envoy 3: 6.1 s). RetryInfo still tells the caller when to try again."""
 
     status = grpc.StatusCode.UNAVAILABLE
 
@@ -184,7 +185,14 @@ class Unavailable(StatusError):
 
 # gRFC A6 server pushback (https://github.com/grpc/proposal/blob/master/A6-client-retries.md): a negative
 # `grpc-retry-pushback-ms` tells the client's retry policy not to retry this answer.
-NO_RETRY_PUSHBACK = (("grpc-retry-pushback-ms", "-1"),)
+# Envoy's route retries (the gRPC-web gateway, services/cli/envoy.py: CreateFeedback is retried on
+# `unavailable`, 2 retries) do not read it; the one upstream response header Envoy's router takes as
+# "do not retry" is `x-envoy-ratelimited` (Envoy docs, router filter, "HTTP response headers consumed
+# from upstream": present, whatever its value, the answer is not retried unless the route's retry_on
+# has `envoy-ratelimited`, which ours never has). Without it a browser waited 3 × 2 s with chat frozen.
+# Our answers are trailers-only (no message sent before the abort), so both reach Envoy in the
+# response headers, where its retry decision looks.
+NO_RETRY_PUSHBACK = (("grpc-retry-pushback-ms", "-1"), ("x-envoy-ratelimited", "do-not-retry"))
 
 
 def pushback_trailers(err: Exception) -> tuple[tuple[str, str], ...]:

@@ -12,7 +12,8 @@ A server's `grpc-retry-pushback-ms` trailer is honoured by gRPC itself; our Retr
 callers deciding on their own. Our servers send a negative pushback ("do not retry") with an
 UNAVAILABLE answered after a dependency's whole timeout was waited out (`errors.Unavailable.waited`,
 e.g. CreateFeedback with the chat service frozen): each attempt would wait it out again (4 attempts ×
-2 s + backoff = 9.4 s). Envoy's route retries do not read it (its `num_retries` stays the bound there).
+2 s + backoff = 9.4 s). Envoy's route retries do not read it; the same answer carries
+`x-envoy-ratelimited`, which they do (`errors.NO_RETRY_PUSHBACK`).
 """
 from __future__ import annotations
 
