@@ -13,6 +13,10 @@ batches go straight to the spool (the reader never waits on a failing export, so
 keeps moving). The exporter then gives up after `SPOOLED_EXPORT_TIMEOUT_S` (the spool retries, not
 the exporter). What is spooled at exit stays on disk for the next process.
 
+A deferred record (`span_pipe.record_deferred`: a span the parent sent as the fields it is built
+from, e.g. a rating's `feedback.evaluation` carrier) is built here first (`span_pipe.expand`), so the
+spool and the encoder only see whole records.
+
 Run by the parent only: `python -m services.common.span_export_worker` (first message: the config).
 """
 from __future__ import annotations
@@ -27,7 +31,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from services.common.incidents import INCIDENTS
 from services.common.otlp_spans import RequestEncoder
-from services.common.span_pipe import read_msg
+from services.common.span_pipe import expand, read_msg
 from services.common.span_spool import SpanSpool
 from services.common.telemetry import EXPORT_REQUEST_MAX_BYTES, make_exporter, setup_logging
 
@@ -110,6 +114,19 @@ class Sender:
             self._thread.join(RESEND_MAX_S + SPOOLED_EXPORT_TIMEOUT_S * 2)
 
 
+def _expanded(batch: list[tuple], service: str) -> list[tuple]:
+    """`batch` with its deferred records built (`span_pipe.expand`). A record whose builder fails is
+    dropped with its traceback logged: it would fail the same in the next child, which would get the
+    batch again (the parent resends what was not confirmed)."""
+    out = []
+    for rec in batch:
+        try:
+            out.append(expand(rec))
+        except Exception:  # noqa: BLE001 - one bad record must not stop the service's export
+            log.exception("%s: a deferred span (%s) could not be built; dropped", service, rec[1])
+    return out
+
+
 def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when export ends (its input closes)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
@@ -124,7 +141,7 @@ def main() -> int:
     while (msg := read_msg(inp)) is not None:
         kind, seq, body = msg
         if kind == "spans" and sender is not None:
-            sender.handle(body)
+            sender.handle(_expanded(body, cfg.get("service", "")))
         dropped, spooled = (spool.dropped, spool.spans) if spool is not None else (0, 0)
         out.write(b"%d %d %d\n" % (seq, dropped, spooled))  # done with it (exported, spooled or given up)
         out.flush()
