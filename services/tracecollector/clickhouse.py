@@ -17,7 +17,10 @@ ClickHouse"):
   wrote have '' there: their attributes read back as the exporter's strings (a documented difference).
 - SearchTraces attribute filters compare the exporter's string form (`SpanAttributes[k] = v`; int 42
   → "42", true → "true", arrays as compact JSON), where PostgreSQL compares `attributes ->> k`.
-- Scope attributes and dropped-attribute counts: kept by neither store. Scope version: column kept,
+- Dropped counts (OTLP dropped_attributes_count of spans, events and links, dropped_events_count,
+  dropped_links_count): our receiver keeps them in AgentFeedbackTypes' "d" (clickhouse_rows.DROPPED_KEYS);
+  rows the exporter wrote read 0 (its schema drops them).
+- Scope attributes: kept by neither store. Scope version: column kept,
   our receiver writes '' (PostgreSQL does not keep it either).
 - Duplicates (exporter retries): like PostgreSQL, rows are appended and reads collapse one
   (TraceId, SpanId) to one span (`LIMIT 1 BY SpanId`, `uniqExact(SpanId)`).
@@ -183,6 +186,9 @@ class SpanRecord:
     resource_attributes: dict
     events: list
     links: list
+    dropped_attributes_count: int = 0
+    dropped_events_count: int = 0
+    dropped_links_count: int = 0
 
     def __getitem__(self, key: str):
         return getattr(self, key)
@@ -198,16 +204,22 @@ def span_record(r: tuple) -> SpanRecord:
      ev_ts, ev_names, ev_attrs, ln_tids, ln_sids, ln_states, ln_attrs, types_json) = r
     types = orjson.loads(types_json) if types_json else {}
     ev_typed, ln_typed = types.get("e", {}), types.get("l", {})
+    dropped = types.get("d", {})  # clickhouse_rows.DROPPED_KEYS
+    ev_dropped, ln_dropped = dropped.get("ea", {}), dropped.get("la", {})
     return SpanRecord(
         trace_id=bytes.fromhex(tid), span_id=bytes.fromhex(sid), parent_span_id=bytes.fromhex(pid) if pid else None,
         start_ns=int(start), end_ns=int(start) + int(duration), name=name, kind=_KIND_CODES.get(kind, 0),
         status_code=_STATUS_CODES.get(status, 0), status_message=message, service_name=service,
         scope_name=scope, trace_state=trace_state,
         attributes=_overlay(attrs, types.get("s")), resource_attributes=_overlay(res, types.get("r")),
-        events=[{"time_unix_nano": int(t), "name": n, "attributes": _overlay(a, ev_typed.get(str(i)))}
+        events=[{"time_unix_nano": int(t), "name": n, "attributes": _overlay(a, ev_typed.get(str(i))),
+                 "dropped_attributes_count": ev_dropped.get(str(i), 0)}
                 for i, (t, n, a) in enumerate(zip(ev_ts, ev_names, ev_attrs, strict=True))],
-        links=[{"trace_id": lt, "span_id": ls, "trace_state": st, "attributes": _overlay(a, ln_typed.get(str(i)))}
+        links=[{"trace_id": lt, "span_id": ls, "trace_state": st, "attributes": _overlay(a, ln_typed.get(str(i))),
+                "dropped_attributes_count": ln_dropped.get(str(i), 0)}
                for i, (lt, ls, st, a) in enumerate(zip(ln_tids, ln_sids, ln_states, ln_attrs, strict=True))],
+        dropped_attributes_count=dropped.get("a", 0), dropped_events_count=dropped.get("ev", 0),
+        dropped_links_count=dropped.get("ln", 0),
     )
 
 

@@ -35,6 +35,13 @@ INSERT_COLUMNS = (
     "StatusMessage", "Events.Timestamp", "Events.Name", "Events.Attributes", "Links.TraceId", "Links.SpanId",
     "Links.TraceState", "Links.Attributes",
 )
+# AgentFeedbackTypes' "d": what of the span was not stored, counted (OTLP's dropped_* fields, the
+# sender's plus our limits'), each key present only when not 0: "a" the span's dropped attributes, "ev"
+# its dropped events, "ln" its dropped links, "ea" / "la" {event / link index: its dropped attributes}.
+# In that JSON column, not columns of their own, because the exporter's schema has none and the trace
+# table's materialized view (0031) already copies the column into GetTrace's one-statement read: new
+# columns would mean rewriting that view, and spans inserted while it is replaced would miss the table.
+DROPPED_KEYS = ("a", "ev", "ln", "ea", "la")
 # What our receiver writes: the exporter's columns and ours (migration 0007).
 COLUMNS = (*INSERT_COLUMNS, "AgentFeedbackTypes")
 # Positions in a row of what ExporterRowEncoder.over reads.
@@ -146,7 +153,7 @@ class ExporterRowEncoder:
     values (`arrow_payload` turns a batch of them into columns): ids in lowercase hex, kind and status
     as pdata's String(), attribute maps from `string_map`, the resource's map made once per
     ResourceSpans, AgentFeedbackTypes as compact JSON {"s", "r", "e", "l"} of the typed values ('' for
-    none; migration 0007)."""
+    none; migration 0007) and "d", the dropped counts (DROPPED_KEYS) that are not 0."""
 
     attributes = staticmethod(string_map)
 
@@ -162,6 +169,11 @@ class ExporterRowEncoder:
              scope: str, resource: tuple[dict[str, str], dict | None]) -> tuple:
         strings, typed = attrs
         types: dict[str, object] | None = None
+        # The dropped counts (DROPPED_KEYS), only those not 0: the common span writes none.
+        dropped: dict[str, object] | None = None
+        if sp.dropped_attributes_count or sp.dropped_events_count or sp.dropped_links_count:
+            dropped = {k: c for k, c in (("a", sp.dropped_attributes_count), ("ev", sp.dropped_events_count),
+                                         ("ln", sp.dropped_links_count)) if c}
         if typed:
             types = {"s": typed}
         if resource[1]:
@@ -178,6 +190,9 @@ class ExporterRowEncoder:
                 ev_attrs.append(a)
                 if t:
                     ev_typed[str(i)] = t
+                if e.dropped_attributes_count:
+                    dropped = dropped or {}
+                    dropped.setdefault("ea", {})[str(i)] = e.dropped_attributes_count
             if ev_typed:
                 types = types or {}
                 types["e"] = ev_typed
@@ -194,11 +209,17 @@ class ExporterRowEncoder:
                 ln_attrs.append(a)
                 if t:
                     ln_typed[str(i)] = t
+                if ln.dropped_attributes_count:
+                    dropped = dropped or {}
+                    dropped.setdefault("la", {})[str(i)] = ln.dropped_attributes_count
             if ln_typed:
                 types = types or {}
                 types["l"] = ln_typed
         else:
             ln_tids = ln_sids = ln_states = ln_attrs = _NO_LIST
+        if dropped:
+            types = types or {}
+            types["d"] = dropped
         start = sp.start_time_unix_nano
         kind = sp.kind
         status = sp.status
@@ -215,8 +236,10 @@ class ExporterRowEncoder:
     def over(row: tuple, limits) -> bool:
         """ingest.RowEncoder.over: the span's, its events' and links' attribute maps (every value as the
         string it is stored as, never shorter than the value: an array's or kvlist's is its JSON) and
-        names against `limits` (limits.Limits)."""
+        names, and how many events and links, against `limits` (limits.Limits)."""
         n, count = limits.value_length, limits.count
+        if len(row[_EVENT_NAMES]) > limits.events or len(row[_LINK_ATTRIBUTES]) > limits.links:
+            return True
         strings = row[_SPAN_ATTRIBUTES]
         if len(strings) > count or len(row[_SPAN_NAME]) > limits.name_length or (
                 strings and (max(map(len, strings.values())) > n or max(map(len, strings)) > n)):

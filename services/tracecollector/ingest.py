@@ -71,7 +71,7 @@ FIRST_ANNOTATION_NAME = "annotations.0.annotation.name"
 ROW_FIELDS = (
     "trace_id", "span_id", "parent_span_id", "start_ns", "end_ns", "name", "kind", "status_code",
     "status_message", "service_name", "scope_name", "trace_state", "attributes", "resource_attributes",
-    "events", "links",
+    "events", "links", "dropped_attributes_count", "dropped_events_count", "dropped_links_count",
 )
 
 # --- time window -------------------------------------------------------------------------------
@@ -213,23 +213,45 @@ def count_spans(request: trace_service_pb2.ExportTraceServiceRequest) -> int:
     return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
 
 
+def _with_dropped(d: dict, dropped: int) -> dict:
+    """An event's or link's JSON object, with its `dropped_attributes_count` only when not 0 (most are)."""
+    if dropped:
+        d["dropped_attributes_count"] = dropped
+    return d
+
+
 def _events_json(events) -> str | None:
+    """[{time_unix_nano, name, attributes[, dropped_attributes_count]}] (migration 0001's `events`)."""
     if not events:
         return None
     return to_json([
-        {"time_unix_nano": e.time_unix_nano, "name": e.name, "attributes": attributes_dict(e.attributes)}
+        _with_dropped({"time_unix_nano": e.time_unix_nano, "name": e.name,
+                       "attributes": attributes_dict(e.attributes)}, e.dropped_attributes_count)
         for e in events
     ])
 
 
 def _links_json(links) -> str | None:
+    """[{trace_id, span_id, trace_state, attributes[, dropped_attributes_count]}] (0001's `links`)."""
     if not links:
         return None
     return to_json([
-        {"trace_id": ln.trace_id.hex(), "span_id": ln.span_id.hex(), "trace_state": ln.trace_state,
-         "attributes": attributes_dict(ln.attributes)}
+        _with_dropped({"trace_id": ln.trace_id.hex(), "span_id": ln.span_id.hex(), "trace_state": ln.trace_state,
+                       "attributes": attributes_dict(ln.attributes)}, ln.dropped_attributes_count)
         for ln in links
     ])
+
+
+_I32_MAX = 2**31 - 1
+
+
+def _dropped_counts(sp) -> tuple[int, int, int]:
+    """The span's dropped attribute / event / link counts for the integer columns (migration 0011):
+    OTLP's uint32 clamped at 2^31 - 1, which no real count reaches (one test per span)."""
+    counts = (sp.dropped_attributes_count, sp.dropped_events_count, sp.dropped_links_count)
+    if (counts[0] | counts[1] | counts[2]) > _I32_MAX:
+        return tuple(min(c, _I32_MAX) for c in counts)  # type: ignore[return-value]
+    return counts
 
 
 class RowEncoder(Protocol):
@@ -319,10 +341,12 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                 links_json = _links_json(links) if links else None
                 # Limits (limits.py) tested on what is built anyway: a string over the value length makes
                 # its JSON longer than it, more than `count` attributes of an event or link make its JSON
-                # at least 5 characters ('"":0,') per attribute. Only then the span itself is looked at.
+                # at least 5 characters ('"":0,') per attribute; more events or links than their limits
+                # is two lengths. Only then the span itself is looked at.
                 if limits is not None and (
                         len(attrs_json) > limits.value_length or len(attrs) > limits.count
-                        or len(name) > limits.name_length
+                        or len(name) > limits.name_length or len(events) > limits.events
+                        or len(links) > limits.links
                         or (events_json is not None and len(events_json) > nested_guard)
                         or (links_json is not None and len(links_json) > nested_guard)) and attribute_limits.over(sp, limits):
                     attribute_limits.apply(sp, limits, out.tally)
@@ -342,7 +366,7 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                     tid, sid, pid if pid and pid != _ZERO_SPAN else None, start, end, name, sp.kind,
                     status.code, clean_text(message) if message else message, service, scope,
                     clean_text(trace_state) if trace_state else trace_state,
-                    attrs_json, res_json, events_json, links_json,
+                    attrs_json, res_json, events_json, links_json, *_dropped_counts(sp),
                 ))
     return out
 

@@ -1,5 +1,5 @@
 """Attribute limits on what the collector stores (OpenTelemetry specification, "Attribute Limits" and the
-SDK's span limits: AttributeValueLengthLimit, AttributeCountLimit), so one client cannot store megabytes
+SDK's span limits: AttributeValueLengthLimit, AttributeCountLimit, EventCountLimit, LinkCountLimit), so one client cannot store megabytes
 in one attribute. Like the SDK, nothing is rejected: a span over a limit is stored within it.
 
 - A string value longer than `value_length` characters is cut to that many (each string of an array or
@@ -9,6 +9,12 @@ in one attribute. Like the SDK, nothing is rejected: a span over a limit is stor
   span's, event's or link's `dropped_attributes_count` (as the SDK counts them). The first `count`
   distinct keys are kept (a repeated key keeps its last value, as without limits). Resource attributes
   are exempt from the count, as the specification says, but not from the value length.
+- Past `events` events or `links` links in one span (the SDK's EventCountLimit / LinkCountLimit, 128
+  each by default), the first ones are kept in the order sent and the rest dropped and added to the
+  span's `dropped_events_count` / `dropped_links_count` (the OTLP fields an SDK fills when its own
+  limit drops some). Like the SDK's, the count bounds what one span can carry however small each
+  event is: 10,000 tiny events are 10,000 rows of the span's JSON that GetTrace and every evidence
+  copy carry.
 - A span name is cut to `name_length` characters, and so is the service name column (service.name is
   in a btree index, whose entries hold at most 2704 bytes: 512 characters are at most 2048 bytes).
 
@@ -25,11 +31,15 @@ from opentelemetry.proto.common.v1 import common_pb2
 @dataclass(frozen=True)
 class Limits:
     """The collector's limits (settings AGENTFEEDBACK_COLLECTOR_ATTRIBUTE_VALUE_LENGTH_LIMIT,
-    _ATTRIBUTE_COUNT_LIMIT, _SPAN_NAME_LENGTH_LIMIT; docs/choices.md "Attribute limits")."""
+    _ATTRIBUTE_COUNT_LIMIT, _SPAN_NAME_LENGTH_LIMIT, _SPAN_EVENT_COUNT_LIMIT, _SPAN_LINK_COUNT_LIMIT;
+    docs/choices.md "Attribute limits"). Lengths in characters, counts per span (events, links) or per
+    span, event or link (count)."""
 
     value_length: int = 16 * 1024
     count: int = 128
     name_length: int = 512
+    events: int = 128  # OpenTelemetry SpanLimits EventCountLimit's default
+    links: int = 128  # LinkCountLimit's default
 
 
 @dataclass
@@ -38,6 +48,8 @@ class Tally:
 
     truncated: int = 0
     dropped: int = 0
+    events_dropped: int = 0
+    links_dropped: int = 0
 
     def warning(self, limits: Limits) -> str:
         """The OTLP partial_success warning (rejected 0, a message: the specification's way to tell a
@@ -49,6 +61,12 @@ class Tally:
         if self.dropped:
             parts.append(f"{self.dropped} attribute(s) dropped past {limits.count} per span, event or link "
                          "(counted in dropped_attributes_count)")
+        if self.events_dropped:
+            parts.append(f"{self.events_dropped} event(s) dropped past {limits.events} per span "
+                         "(counted in dropped_events_count)")
+        if self.links_dropped:
+            parts.append(f"{self.links_dropped} link(s) dropped past {limits.links} per span "
+                         "(counted in dropped_links_count)")
         return "accepted with attribute limits: " + "; ".join(parts) if parts else ""
 
 
@@ -57,6 +75,8 @@ def over(sp, limits: Limits) -> bool:
     every string in it)."""
     count = limits.count
     if sp.ByteSize() > limits.value_length or len(sp.attributes) > count or len(sp.name) > limits.name_length:
+        return True
+    if len(sp.events) > limits.events or len(sp.links) > limits.links:
         return True
     if events := sp.events:
         for e in events:
@@ -75,6 +95,14 @@ def apply(sp, limits: Limits, tally: Tally) -> None:
         sp.name = sp.name[:limits.name_length]
         tally.truncated += 1
     sp.dropped_attributes_count += limit_attributes(sp.attributes, limits, tally)
+    if (extra := len(sp.events) - limits.events) > 0:
+        del sp.events[limits.events:]  # the first ones kept, as sent
+        sp.dropped_events_count += extra
+        tally.events_dropped += extra
+    if (extra := len(sp.links) - limits.links) > 0:
+        del sp.links[limits.links:]
+        sp.dropped_links_count += extra
+        tally.links_dropped += extra
     for e in sp.events:
         if len(e.name) > limits.value_length:
             e.name = e.name[:limits.value_length]

@@ -83,12 +83,17 @@ def span_proto(r) -> traces_pb2.Span:
         scope_name=r["scope_name"],
         attributes=_struct(r["attributes"]),
         resource_attributes=_struct(r["resource_attributes"]),
+        dropped_attributes_count=r["dropped_attributes_count"],
+        dropped_events_count=r["dropped_events_count"],
+        dropped_links_count=r["dropped_links_count"],
     )
     for e in _decoded(r["events"]) or ():
-        ev = sp.events.add(time_unix_nano=e["time_unix_nano"], name=e["name"])
+        ev = sp.events.add(time_unix_nano=e["time_unix_nano"], name=e["name"],
+                           dropped_attributes_count=e.get("dropped_attributes_count", 0))
         ev.attributes.update(e["attributes"])
     for ln in _decoded(r["links"]) or ():
-        lk = sp.links.add(trace_id=ln["trace_id"], span_id=ln["span_id"])
+        lk = sp.links.add(trace_id=ln["trace_id"], span_id=ln["span_id"],
+                          dropped_attributes_count=ln.get("dropped_attributes_count", 0))
         lk.attributes.update(ln["attributes"])
     return sp
 

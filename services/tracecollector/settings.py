@@ -52,6 +52,12 @@ class CollectorSettings(CommonSettings):
     attribute_count_limit: int = Field(default=128, ge=1)
     # Characters a stored span name and service name keep (service.name is btree-indexed: at most 2704 bytes).
     span_name_length_limit: int = Field(default=512, ge=1, le=676)
+    # Events a span keeps (the first ones sent); further ones are dropped and counted in its
+    # dropped_events_count (OpenTelemetry EventCountLimit, whose default is 128).
+    span_event_count_limit: int = Field(default=128, ge=1)
+    # Links a span keeps (the first ones sent); further ones are dropped and counted in its
+    # dropped_links_count (OpenTelemetry LinkCountLimit, whose default is 128).
+    span_link_count_limit: int = Field(default=128, ge=1)
     # Where spans live: `postgresql` (the embedded default, the service's database) or `clickhouse` (the
     # OpenTelemetry Collector clickhouse exporter's tables; docs/architecture.md "Spans on ClickHouse").
     span_store: Literal["postgresql", "clickhouse"] = "postgresql"
@@ -99,4 +105,5 @@ class CollectorSettings(CommonSettings):
     def limits(self) -> Limits:
         """The attribute limits (limits.py) these settings name."""
         return Limits(value_length=self.attribute_value_length_limit, count=self.attribute_count_limit,
-                      name_length=self.span_name_length_limit)
+                      name_length=self.span_name_length_limit, events=self.span_event_count_limit,
+                      links=self.span_link_count_limit)

@@ -53,3 +53,52 @@ async def test_spans_within_the_limits_are_stored_as_sent_and_the_export_says_no
     assert not resp.HasField("partial_success")
     (got,) = (await collector.get_trace(tid)).spans
     assert got.attributes["k0"] == value and len(got.attributes) == COUNT_LIMIT and got.name == "m" * NAME_LIMIT
+
+
+EVENT_LIMIT = LINK_LIMIT = 128  # OpenTelemetry SpanLimits EventCountLimit / LinkCountLimit defaults
+
+
+async def test_dropped_counts_are_stored_and_events_and_links_past_their_limits_dropped_and_counted(collector):
+    """The sender's dropped counts plus what our limits drop are stored and returned by GetTrace (before:
+    forwarded only, GetTrace said 0); a span's events and links past 128 each are dropped and counted,
+    the first ones kept in order; the Export says so (0 rejected)."""
+    tid, sid = new_trace_id(), new_span_id()
+    sp = span(tid, sid, name="busy", attrs={f"a{i:03}": i for i in range(COUNT_LIMIT + 12)})
+    sp.dropped_attributes_count, sp.dropped_events_count, sp.dropped_links_count = 3, 2, 1
+    t0 = sp.start_time_unix_nano
+    for i in range(EVENT_LIMIT + 5):
+        attrs = [kv(f"k{j:03}", j) for j in range(COUNT_LIMIT + 2)] if i == 0 else [kv("i", i)]
+        sp.events.append(trace_pb2.Span.Event(time_unix_nano=t0 + i, name=f"e{i:03}", attributes=attrs,
+                                              dropped_attributes_count=4 if i == 0 else 0))
+    for i in range(LINK_LIMIT + 7):
+        sp.links.append(trace_pb2.Span.Link(trace_id=new_trace_id(), span_id=new_span_id(),
+                                            attributes=[kv("i", i)], dropped_attributes_count=5 if i == 1 else 0))
+    plain = span(tid, new_span_id(), name="plain", attrs={"x": 1})
+    resp = await collector.otlp().Export(request([sp, plain]))
+    assert resp.partial_success.rejected_spans == 0
+    warning = resp.partial_success.error_message
+    assert "5 event(s) dropped past 128" in warning and "7 link(s) dropped past 128" in warning, warning
+    assert "14 attribute(s) dropped" in warning, warning  # 12 of the span's, 2 of its first event's
+
+    got, got_plain = sorted((await collector.get_trace(tid)).spans, key=lambda s: s.name != "busy")
+    assert (got.dropped_attributes_count, got.dropped_events_count, got.dropped_links_count) == (3 + 12, 2 + 5, 1 + 7)
+    assert [e.name for e in got.events] == [f"e{i:03}" for i in range(EVENT_LIMIT)]  # the first 128, in order
+    assert len(got.links) == LINK_LIMIT and got.links[-1].attributes["i"] == LINK_LIMIT - 1
+    assert got.events[0].dropped_attributes_count == 4 + 2 and len(got.events[0].attributes) == COUNT_LIMIT
+    assert [e.dropped_attributes_count for e in got.events[1:]] == [0] * (EVENT_LIMIT - 1)
+    assert [ln.dropped_attributes_count for ln in got.links[:3]] == [0, 5, 0]
+    assert (got_plain.dropped_attributes_count, got_plain.dropped_events_count, got_plain.dropped_links_count) == (0, 0, 0)
+
+
+async def test_a_senders_dropped_counts_on_a_span_within_the_limits_are_stored(collector):
+    """The fast path (no limit reached) stores the sender's counts too."""
+    tid, sid = new_trace_id(), new_span_id()
+    sp = span(tid, sid, name="s", attrs={"x": "y"})
+    sp.dropped_attributes_count, sp.dropped_events_count, sp.dropped_links_count = 7, 8, 9
+    sp.events.append(trace_pb2.Span.Event(time_unix_nano=sp.start_time_unix_nano, name="e", dropped_attributes_count=2))
+    sp.links.append(trace_pb2.Span.Link(trace_id=new_trace_id(), span_id=new_span_id(), dropped_attributes_count=3))
+    resp = await collector.otlp().Export(request([sp]))
+    assert not resp.HasField("partial_success")
+    (got,) = (await collector.get_trace(tid)).spans
+    assert (got.dropped_attributes_count, got.dropped_events_count, got.dropped_links_count) == (7, 8, 9)
+    assert got.events[0].dropped_attributes_count == 2 and got.links[0].dropped_attributes_count == 3
