@@ -3,10 +3,11 @@ the OpenAI chat-messages shape that fine-tuning and evaluation tools read:
 
     {"messages": [{"role": "user", "content": …}, …, {"role": "assistant", "content": <the rated reply>}],
      "conversation", "turn_index", "trace_id", "reply", "ratings": [...], "reports": [...],
-     "tool_calls": [...], "ratings_total", "reports_total", "resume_token"}
+     "tool_calls": [...], "ratings_total", "reports_total", "messages_omitted", "resume_token"}
 
 A turn with more ratings and reports than fit in one record (3 MiB, under gRPC's 4 MiB message limit)
-carries the first that fit; `ratings_total` / `reports_total` say how many the turn has.
+carries the first that fit; `ratings_total` / `reports_total` say how many the turn has. A conversation
+too long for it keeps the messages nearest the turn; `messages_omitted` counts the older ones left out.
 
 Each rating carries `author_kind` (HUMAN for the owner's own; LLM / CODE / HUMAN for an evaluation another
 system sent, with its `evaluator`, `label` and `score`; `score` null where none applies).
@@ -67,7 +68,7 @@ def dataset_line(r: pb.DatasetRecord) -> dict:
         "reports": [{"name": f.name, "body": f.body, "sentiment": pb.Sentiment.Name(f.sentiment),
                      "category": pb.Category.Name(f.category), "status": pb.Status.Name(f.status)} for f in r.feedback],
         "tool_calls": [_dict(c) for c in r.tool_calls],
-        "ratings_total": r.ratings_total, "reports_total": r.feedback_total,
+        "ratings_total": r.ratings_total, "reports_total": r.feedback_total, "messages_omitted": r.messages_omitted,
         "resume_token": r.resume_token,
     }
 

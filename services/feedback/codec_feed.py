@@ -167,32 +167,53 @@ def export_dataset(request: pb.ExportDatasetRequest) -> tuple[DatasetFilter, tup
 
 
 # A DatasetRecord's size bound: gRPC's default largest received message is 4 MiB (a bigger record would
-# fail the client's stream, and a resumed export would meet the same record again); the bound leaves
-# room for the conversation, which is not cut.
+# fail the client's stream, and a resumed export would meet the same record again); 1 MiB of room to spare.
 RECORD_BUDGET_BYTES = 3 * 1024 * 1024
+# The conversation before the turn takes at most this share of the bound (with the reply and tool calls),
+# so a long conversation still leaves a third for the ratings, which are the record's labels.
+MESSAGES_SHARE = 2 / 3
+
+
+def _field_size(n: int) -> int:
+    """Encoded bytes of a length-delimited field (tag number < 16) holding `n` bytes: tag, varint length, body."""
+    return 1 + max(1, (n.bit_length() + 6) // 7) + n
 
 
 def dataset_record(t: LabelledTurn, now: dt.datetime, retention_days: int) -> pb.DatasetRecord:
-    """One labelled turn as a DatasetRecord: its ratings and reports in order while the record stays
-    under RECORD_BUDGET_BYTES (their counts in `ratings_total` / `feedback_total`), the turn's tool calls
-    once, from the frozen copy that holds the most."""
+    """One labelled turn as a DatasetRecord, under RECORD_BUDGET_BYTES (exact encoded size): the
+    conversation before the turn newest first while the record stays within MESSAGES_SHARE of the bound
+    (the turn's own user message always; chat bounds it at 32,000 code points), the older messages
+    counted in `messages_omitted`; the turn's tool calls once, from the frozen copy that holds the most;
+    then its ratings and reports in order while the record fits (their counts in `ratings_total` /
+    `feedback_total`)."""
     out = pb.DatasetRecord(conversation=t.conversation, turn_index=t.turn_index, trace_id=t.reply.trace_id,
                            reply_name=t.reply.name,
                            resume_token=pages.issue({"v": t.conversation, "t": t.turn_index}, None,
                                                                     pages.DATASET_RESUME),
                            ratings_total=len(t.ratings) + len(t.evaluations), feedback_total=len(t.reports))
-    for m in t.prompt:
-        out.messages.add(role=_ROLES.get(m.role, "user"), content=m.content)
     out.completion.role, out.completion.content = "assistant", t.reply.content
     reports = [codec.feedback_pb(r, now, retention_days) for r in t.reports]
     tool_calls = max((fb.trace_snapshot.tool_calls for fb in reports), key=len, default=())
     out.tool_calls.extend(tool_calls)
     size = out.ByteSize()
+    # Newest first, so what a cut leaves out is the far past of the conversation, not the turn's context.
+    messages: list[pb.DatasetMessage] = []
+    room = RECORD_BUDGET_BYTES * MESSAGES_SHARE
+    for m in reversed(t.prompt):
+        msg = pb.DatasetMessage(role=_ROLES.get(m.role, "user"), content=m.content)
+        n = _field_size(msg.ByteSize())
+        if messages and size + n > room:
+            break
+        messages.append(msg)
+        size += n
+    out.messages.extend(reversed(messages))
+    if omitted := len(t.prompt) - len(messages):
+        out.messages_omitted = omitted
+        size += 1 + max(1, (omitted.bit_length() + 6) // 7)  # field 13's tag and varint
     ratings = [*(codec.rating_pb(r) for r in t.ratings), *(codec.evaluation_rating_pb(e) for e in t.evaluations)]
     for field, items in ((out.ratings, ratings), (out.feedback, reports)):
         for x in items:
-            n = x.ByteSize()
-            size += 1 + max(1, (n.bit_length() + 6) // 7) + n  # tag (fields 7, 8), varint length, message
+            size += _field_size(x.ByteSize())  # fields 7, 8
             if size > RECORD_BUDGET_BYTES:
                 return out
             field.append(x)

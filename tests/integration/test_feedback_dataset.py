@@ -305,3 +305,35 @@ async def test_a_turn_with_many_reports_exports_its_tool_calls_once_and_within_t
     assert len(cut[0].feedback) == 2 and cut[0].feedback_total == 3
     assert [f.name for f in cut[0].feedback] == [f.name for f in records[0].feedback][:2]
     assert len(cut[0].ratings) == cut[0].ratings_total == 1
+
+
+async def test_a_conversation_too_long_for_the_record_keeps_the_messages_nearest_the_turn_and_says_how_many_not(
+        stack, tmp_path, monkeypatch):
+    """The conversation before a rated turn was never cut: one over ~3 MiB made a record over gRPC's 4 MiB
+    limit (RESOURCE_EXHAUSTED at every resume). It now takes at most two thirds of the bound, newest first:
+    the turn's own user message and those nearest it, the older ones counted in `messages_omitted`; the
+    rating (the label) still fits."""
+    from services.feedback import codec_feed
+
+    inst = await new_instance(stack)
+    turns = [await send(stack, inst, f"question {i} " + "q" * 3000) for i in range(6)]
+    last = turns[-1].reply.turn_index
+    await _rate(stack, inst, last, "accuracy", pb.RATING_SENTIMENT_NEGATIVE)
+    (whole,) = [r async for r in stack.feedback().ExportDataset(pb.ExportDatasetRequest(), metadata=stack.md())]
+    assert len(whole.messages) == 11 and whole.messages_omitted == 0  # 5 turns of 2 messages, then the question
+
+    # A bound whose two thirds hold the reply and about 3 of those messages (each ~3 KB).
+    monkeypatch.setattr(codec_feed, "RECORD_BUDGET_BYTES", 15_000)
+    (cut,) = [r async for r in stack.feedback().ExportDataset(pb.ExportDatasetRequest(), metadata=stack.md())]
+    assert cut.ByteSize() <= codec_feed.RECORD_BUDGET_BYTES, cut.ByteSize()  # was 26,653 bytes: every message
+    kept = len(cut.messages)
+    assert 1 <= kept < 11 and cut.messages_omitted == 11 - kept
+    assert list(cut.messages) == list(whole.messages)[-kept:]  # the newest ones, oldest first
+    assert cut.messages[-1].content.startswith("question 5 ")  # the turn's own user message
+    assert len(cut.ratings) == cut.ratings_total == 1
+    assert cut.completion == whole.completion
+
+    out = tmp_path / "cut.jsonl"
+    assert (await _cli(stack, "export", "dataset", "-o", str(out))).exit_code == 0
+    (row,) = [json.loads(x) for x in out.read_text().splitlines()]
+    assert row["messages_omitted"] == 11 - kept and len(row["messages"]) == kept + 1  # + the reply
