@@ -202,9 +202,10 @@ def queue_flow(b, second, engine: str, width: int, site: str, gateway_url: str, 
     b.wait(".queue-item")
     # Its rows in first: select all picks what the list holds when clicked (seen: none yet, in WebKit).
     _until(b, "document.querySelectorAll('.queue-row[data-kind=report]').length", 3, f"{engine}: the three reports listed")
-    # And the open item (the judgement) drawn whole: at 320 px it sits above the bulk bar, and its
-    # conversation, evidence and trace arriving after a click was aimed move the bar under the pointer
-    # (WebKitWebDriver clicks at the coordinates it computed, wherever the button went meanwhile).
+    # And the open item (the judgement) drawn whole: its conversation, evidence and trace arriving after
+    # a click was aimed would move what lies below the item under the pointer (WebKitWebDriver clicks at
+    # the coordinates it computed, wherever the button went meanwhile). At 320 px the bulk bar is now
+    # above the item (test_console_queue_bulk_put.py); the list's rows are still below it.
     _until(b, CURRENT, s.judgement, f"{engine}: the status=any queue opens on the judgement")
     for part in (".qi-conv .qi-msg.reported", ".qi-evidence .qi-turn-reports", ".qi-trace .wf-span", ".qi-judgements .qi-rating"):
         b.wait(f".queue-item {part}")
