@@ -48,6 +48,8 @@ COLUMNS = (*INSERT_COLUMNS, "AgentFeedbackTypes")
 _SPAN_NAME, _SPAN_ATTRIBUTES = COLUMNS.index("SpanName"), COLUMNS.index("SpanAttributes")
 _EVENT_NAMES, _EVENT_ATTRIBUTES = COLUMNS.index("Events.Name"), COLUMNS.index("Events.Attributes")
 _LINK_ATTRIBUTES = COLUMNS.index("Links.Attributes")
+_TRACE_STATE, _STATUS_MESSAGE = COLUMNS.index("TraceState"), COLUMNS.index("StatusMessage")
+_LINK_STATES = COLUMNS.index("Links.TraceState")
 # DateTime64(9) holds [1900-01-01, 2262-04-11]; OTLP event times are uint64 ns: clamped into it.
 _MAX_NS = 2**63 - 1
 
@@ -235,14 +237,18 @@ class ExporterRowEncoder:
     @staticmethod
     def over(row: tuple, limits) -> bool:
         """ingest.RowEncoder.over: the span's, its events' and links' attribute maps (every value as the
-        string it is stored as, never shorter than the value: an array's or kvlist's is its JSON) and
-        names, and how many events and links, against `limits` (limits.Limits)."""
+        string it is stored as, never shorter than the value: an array's or kvlist's is its JSON), names,
+        status message and trace states, and how many events and links, against `limits` (limits.Limits)."""
         n, count = limits.value_length, limits.count
         if len(row[_EVENT_NAMES]) > limits.events or len(row[_LINK_ATTRIBUTES]) > limits.links:
             return True
         strings = row[_SPAN_ATTRIBUTES]
         if len(strings) > count or len(row[_SPAN_NAME]) > limits.name_length or (
-                strings and (max(map(len, strings.values())) > n or max(map(len, strings)) > n)):
+                strings and (max(map(len, strings.values())) > n or max(map(len, strings)) > n)) or (
+                len(row[_STATUS_MESSAGE]) > n or len(row[_TRACE_STATE]) > n):
+            return True
+        states = row[_LINK_STATES]
+        if states and max(map(len, states)) > n:
             return True
         for maps in (row[_EVENT_ATTRIBUTES], row[_LINK_ATTRIBUTES]):  # (empty lists without events, links)
             for a in maps:

@@ -300,6 +300,9 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
         res = encoder.resource(res_attrs) if encoder is not None else None
         res_json = to_json(res_attrs) if encoder is None else ""
         for si, ss in enumerate(rs.scope_spans):
+            if limits is not None and (len(ss.scope.name) > limits.name_length
+                                       or len(ss.scope.version) > limits.name_length):
+                attribute_limits.limit_scope(ss.scope, limits, out.tally)
             scope = clean_text(ss.scope.name)
             for pi, sp in enumerate(ss.spans):
                 tid = sp.trace_id
@@ -339,6 +342,9 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                 attrs_json = to_json(attrs)
                 events_json = _events_json(events) if events else None
                 links_json = _links_json(links) if links else None
+                status = sp.status
+                message = status.message
+                trace_state = sp.trace_state
                 # Limits (limits.py) tested on what is built anyway: a string over the value length makes
                 # its JSON longer than it, more than `count` attributes of an event or link make its JSON
                 # at least 5 characters ('"":0,') per attribute; more events or links than their limits
@@ -347,6 +353,7 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                         len(attrs_json) > limits.value_length or len(attrs) > limits.count
                         or len(name) > limits.name_length or len(events) > limits.events
                         or len(links) > limits.links
+                        or len(message) > limits.value_length or len(trace_state) > limits.value_length
                         or (events_json is not None and len(events_json) > nested_guard)
                         or (links_json is not None and len(links_json) > nested_guard)) and attribute_limits.over(sp, limits):
                     attribute_limits.apply(sp, limits, out.tally)
@@ -355,11 +362,10 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                     attrs_json = to_json(attrs)
                     events_json = _events_json(events) if events else None
                     links_json = _links_json(links) if links else None
+                    message = status.message
+                    trace_state = sp.trace_state
                 if "\x00" in name:
                     name = clean_text(name)
-                status = sp.status
-                message = status.message
-                trace_state = sp.trace_state
                 if FIRST_ANNOTATION_NAME in attrs or (events and any(e.name == EVALUATION_EVENT for e in events)):
                     out.marked.append((ri, si, pi))
                 append((

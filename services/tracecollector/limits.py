@@ -16,7 +16,12 @@ in one attribute. Like the SDK, nothing is rejected: a span over a limit is stor
   event is: 10,000 tiny events are 10,000 rows of the span's JSON that GetTrace and every evidence
   copy carry.
 - A span name is cut to `name_length` characters, and so is the service name column (service.name is
-  in a btree index, whose entries hold at most 2704 bytes: 512 characters are at most 2048 bytes).
+  in a btree index, whose entries hold at most 2704 bytes: 512 characters are at most 2048 bytes), and
+  the instrumentation scope's name and version (`limit_scope`: stored with every span of the scope, so
+  an unbounded one was one client string written once per span: a 1 MiB scope name on 200 spans stored
+  200 MiB).
+- A span's status message and trace state, and each link's trace state, are cut to `value_length`
+  characters, as a string attribute is (they were the only client strings of a span stored whole).
 
 Spans are changed in place in the Export request, so the forwarded copy and the evaluations read from
 it see the same limited span. `over` is the cheap test (no attribute walked), `apply` the slow path
@@ -56,8 +61,9 @@ class Tally:
         client its data was accepted but changed); '' when nothing was."""
         parts = []
         if self.truncated:
-            parts.append(f"{self.truncated} value(s) or name(s) truncated (attribute values and keys to "
-                         f"{limits.value_length} characters, span names to {limits.name_length})")
+            parts.append(f"{self.truncated} value(s) or name(s) truncated (attribute values and keys, status "
+                         f"messages and trace states to {limits.value_length} characters, span and scope "
+                         f"names to {limits.name_length})")
         if self.dropped:
             parts.append(f"{self.dropped} attribute(s) dropped past {limits.count} per span, event or link "
                          "(counted in dropped_attributes_count)")
@@ -94,6 +100,13 @@ def apply(sp, limits: Limits, tally: Tally) -> None:
     if len(sp.name) > limits.name_length:
         sp.name = sp.name[:limits.name_length]
         tally.truncated += 1
+    n = limits.value_length
+    if len(sp.status.message) > n:
+        sp.status.message = sp.status.message[:n]
+        tally.truncated += 1
+    if len(sp.trace_state) > n:
+        sp.trace_state = sp.trace_state[:n]
+        tally.truncated += 1
     sp.dropped_attributes_count += limit_attributes(sp.attributes, limits, tally)
     if (extra := len(sp.events) - limits.events) > 0:
         del sp.events[limits.events:]  # the first ones kept, as sent
@@ -109,7 +122,21 @@ def apply(sp, limits: Limits, tally: Tally) -> None:
             tally.truncated += 1
         e.dropped_attributes_count += limit_attributes(e.attributes, limits, tally)
     for ln in sp.links:
+        if len(ln.trace_state) > n:
+            ln.trace_state = ln.trace_state[:n]
+            tally.truncated += 1
         ln.dropped_attributes_count += limit_attributes(ln.attributes, limits, tally)
+
+
+def limit_scope(scope, limits: Limits, tally: Tally) -> None:
+    """An InstrumentationScope's name and version within `name_length` (in place)."""
+    n = limits.name_length
+    if len(scope.name) > n:
+        scope.name = scope.name[:n]
+        tally.truncated += 1
+    if len(scope.version) > n:
+        scope.version = scope.version[:n]
+        tally.truncated += 1
 
 
 def limit_resource(resource, limits: Limits, tally: Tally) -> None:

@@ -102,3 +102,21 @@ async def test_a_senders_dropped_counts_on_a_span_within_the_limits_are_stored(c
     (got,) = (await collector.get_trace(tid)).spans
     assert (got.dropped_attributes_count, got.dropped_events_count, got.dropped_links_count) == (7, 8, 9)
     assert got.events[0].dropped_attributes_count == 2 and got.links[0].dropped_attributes_count == 3
+
+
+async def test_the_status_message_and_the_scope_name_are_cut_too(collector):
+    """A span's status message (value length) and its scope's name (name length) were stored whole: the
+    scope name once per span of its scope, so a 1 MiB scope name on 200 spans wrote 200 MiB, and the
+    trace could no longer be read (GetTrace over gRPC's 4 MiB)."""
+    big = "é" + "s" * (600 * 1024)
+    tid = new_trace_id()
+    sp = span(tid, new_span_id(), name="cut")
+    sp.status.code, sp.status.message = trace_pb2.Status.STATUS_CODE_ERROR, big
+    req = request([sp, span(tid, new_span_id(), name="plain")])
+    req.resource_spans[0].scope_spans[0].scope.name = big
+    resp = await collector.otlp().Export(req)
+    assert resp.partial_success.rejected_spans == 0
+    assert "truncated" in resp.partial_success.error_message, resp.partial_success
+    got = {s.name: s for s in (await collector.get_trace(tid)).spans}
+    assert got["cut"].status_message == big[:VALUE_LIMIT]
+    assert got["cut"].scope_name == got["plain"].scope_name == big[:NAME_LIMIT]

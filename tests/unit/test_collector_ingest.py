@@ -276,3 +276,36 @@ def test_limits_cut_strings_drop_attributes_past_the_count_and_count_them_on_the
     assert within.SerializeToString() == sent and (untouched.truncated, untouched.dropped) == (0, 0)
     assert not over(within, Limits())
     assert Tally().warning(lim) == ""
+
+
+@pytest.mark.parametrize("clickhouse", [False, True])
+def test_limits_cut_the_status_message_trace_states_and_scope_on_either_row(clickhouse):
+    """The status message, the span's and its links' trace states (value length) and the scope's name
+    and version (name length) were stored whole; now cut in the request (the forwarded copy) and the
+    rows of both stores."""
+    from services.tracecollector.clickhouse_rows import COLUMNS, ExporterRowEncoder  # noqa: PLC0415
+
+    lim = Limits(value_length=4, count=3, name_length=2)
+    now = 10**18
+    sp = trace_pb2.Span(trace_id=b"\x01" * 16, span_id=b"\x02" * 8, name="ok", start_time_unix_nano=now,
+                        end_time_unix_nano=now + 1, trace_state="k=vvvvvv",
+                        status=trace_pb2.Status(code=2, message="broken"))
+    sp.links.append(trace_pb2.Span.Link(trace_id=b"\x03" * 16, span_id=b"\x04" * 8, trace_state="l=wwwwww"))
+    req = trace_service_pb2.ExportTraceServiceRequest()
+    ss = req.resource_spans.add().scope_spans.add()
+    ss.scope.name, ss.scope.version = "scope", "1.2.3"
+    ss.spans.append(sp)
+    out = flatten(req, Window(0, 2 * now), ExporterRowEncoder() if clickhouse else None, lim)
+    (row,) = out.rows
+    got = req.resource_spans[0].scope_spans[0]
+    assert (got.scope.name, got.scope.version) == ("sc", "1.")
+    assert (got.spans[0].status.message, got.spans[0].trace_state, got.spans[0].links[0].trace_state) == (
+        "brok", "k=vv", "l=ww")
+    assert out.tally.truncated == 5
+    if clickhouse:
+        col = COLUMNS.index
+        assert (row[col("ScopeName")], row[col("StatusMessage")], row[col("TraceState")]) == ("sc", "brok", "k=vv")
+        assert row[col("Links.TraceState")] == ["l=ww"]
+    else:
+        assert (row[10], row[8], row[11]) == ("sc", "brok", "k=vv")
+        assert json.loads(row[15])[0]["trace_state"] == "l=ww"
