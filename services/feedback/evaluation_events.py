@@ -80,13 +80,28 @@ _SCOPE_NAMES = {s: s.name.lower() for s in RatingScope}
 _HUMAN = OpenInferenceAnnotatorKindValues.HUMAN.value
 
 
+def rating_fields(r: Rating, trace_id: str) -> tuple[str, int, int, str, str, int, str, str, str]:
+    """What a rating's Evaluation is made of (`of_rating_fields`): (conversation, turn index, scope
+    number, aspect, artifact id, sentiment number, choice, rated message, turn trace id), plain values
+    (cheap to pickle: an IntEnum pickles through a Python `__reduce_ex__`)."""
+    k = r.key
+    return (k.conversation, k.turn_index, k.scope._value_, k.aspect, k.artifact_id, r.sentiment._value_, r.choice,
+            r.message, trace_id)
+
+
+def of_rating_fields(conversation: str, turn_index: int, scope: int, aspect: str, artifact_id: str, sentiment: int,
+                     choice: str, message: str, trace_id: str) -> Evaluation:
+    """A rating (an owner's: HUMAN) from `rating_fields`, identified by its key."""
+    sentiment = RatingSentiment(sentiment)
+    label = choice or (_SENTIMENT_LABELS[sentiment] if sentiment else "")
+    return Evaluation(aspect, label, _RATING_SCORES.get(sentiment), _HUMAN,
+                      f"{conversation}/turns/{turn_index}/{_SCOPE_NAMES[RatingScope(scope)]}/{aspect}/{artifact_id}",
+                      message, trace_id)
+
+
 def of_rating(r: Rating, trace_id: str) -> Evaluation:
     """A rating (an owner's: HUMAN), identified by its key."""
-    k = r.key
-    label = r.choice or (_SENTIMENT_LABELS[r.sentiment] if r.sentiment else "")
-    return Evaluation(k.aspect, label, _RATING_SCORES.get(r.sentiment), _HUMAN,
-                      f"{k.conversation}/turns/{k.turn_index}/{_SCOPE_NAMES[k.scope]}/{k.aspect}/{k.artifact_id}",
-                      r.message, trace_id)
+    return of_rating_fields(*rating_fields(r, trace_id))
 
 
 def of_report(r: CreatedEvent) -> Evaluation:
@@ -118,8 +133,9 @@ def attributes(e: Evaluation) -> tuple[dict[str, object], dict[str, object]]:
 
 
 _LINK_ATTRIBUTES = {"feedback.link": "rated_turn"}
-# `span_pipe.record_deferred`'s builder of the carrier (run in the export child).
+# `span_pipe.record_deferred`'s builders of the carrier (run in the export child).
 _BUILDER = f"{__name__}:carrier"
+_RATING_BUILDER = f"{__name__}:rating_carrier"
 
 
 def _links(e: Evaluation) -> list[Link]:
@@ -134,7 +150,15 @@ def carrier(*fields: object) -> tuple[str, SpanKind, dict, list, list]:
     """The carrier span of the Evaluation whose fields (in their order) `emit` sent, as
     `span_pipe.record_deferred` builders return it: (name, kind, attributes, [(event name, attributes)],
     [(link SpanContext tuple, attributes)]). Run by the export child."""
-    e = Evaluation(*fields)
+    return _carrier(Evaluation(*fields))
+
+
+def rating_carrier(*fields: object) -> tuple[str, SpanKind, dict, list, list]:
+    """`carrier` of the rating whose `rating_fields` `emit_rating` sent. Run by the export child."""
+    return _carrier(of_rating_fields(*fields))
+
+
+def _carrier(e: Evaluation) -> tuple[str, SpanKind, dict, list, list]:
     span_attrs, event_attrs = attributes(e)
     links = [((ln.context.trace_id, ln.context.span_id, True, TraceFlags.SAMPLED), dict(ln.attributes))
              for ln in _links(e)]
@@ -155,3 +179,14 @@ def emit(tracer: trace.Tracer, e: Evaluation) -> None:
         return
     span_attrs, event_attrs = attributes(e)
     span_pipe.record_span(tracer, CARRIER_SPAN, SpanKind.INTERNAL, span_attrs, _links(e), [(EVENT, event_attrs)])
+
+
+def emit_rating(tracer: trace.Tracer, r: Rating, trace_id: str) -> None:
+    """`emit(tracer, of_rating(r, trace_id))`, the rating's Evaluation made by the export child when the
+    span pipe can take the span directly (only `rating_fields` leave this process: issue 29, a put's
+    hot path). A rating with neither choice nor sentiment (a note alone) has neither label nor score:
+    not emitted, as `emit` decides."""
+    if not r.choice and not r.sentiment:
+        return
+    if not span_pipe.record_deferred(tracer, _RATING_BUILDER, rating_fields(r, trace_id)):
+        emit(tracer, of_rating(r, trace_id))

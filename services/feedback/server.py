@@ -7,6 +7,7 @@ capture worker, the ticket sink, the gRPC server (auth + scopes + spans + error 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -142,7 +143,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     span_export_metrics(metrics.meter, tp)
     fm = FeedbackMetrics(metrics.meter, capture_store)
     reports.on_created, ratings.on_written = fm.report_created, fm.rating_written
-    ratings.on_evaluated = lambda r, trace_id: evaluation_events.emit(tracer, evaluation_events.of_rating(r, trace_id))
+    ratings.on_evaluated = functools.partial(evaluation_events.emit_rating, tracer)
     server_refresh = fm.refresh
     server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer, metrics=RpcMetrics(metrics)),
                          quota, PokeAfterWrites(wakeups, FEED_WRITE_METHODS)],
@@ -163,7 +164,6 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     fm.start()
 
     async def close() -> None:
-        await fm.stop()  # before the pool closes: a backlog read in flight would fail on it
         await worker.stop()
         await feed.stop()
         await webhooks.stop()
@@ -174,6 +174,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
         await close_pool(pool)
         if own_provider:
             tp.shutdown()
+        await fm.stop()
         await metrics.close()
 
     server.on_stop(close)

@@ -3,6 +3,8 @@
 span would have made: attributes, event, link, parent, flags, trace state, scope and limits."""
 from __future__ import annotations
 
+import datetime as dt
+
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, TraceIdRatioBased
@@ -12,7 +14,17 @@ from services.common import span_pipe
 from services.common.span_export_worker import _expanded
 from services.common.span_pipe import DEFERRED, ProcessSpanProcessor, compact, expand
 from services.common.telemetry import SPAN_LIMITS
-from services.feedback.evaluation_events import CARRIER_SPAN, Evaluation, emit
+from services.feedback.evaluation_events import (
+    CARRIER_SPAN,
+    Evaluation,
+    emit,
+    emit_rating,
+    of_rating,
+    of_rating_fields,
+    rating_fields,
+)
+from services.feedback.model.enums import Category, RatingOrigin, RatingScope, RatingSentiment
+from services.feedback.model.rating import Rating, RatingKey
 
 _PARENT = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED),
                       trace_state=TraceState([("vendor", "v1")]))
@@ -98,3 +110,62 @@ def test_the_export_child_drops_a_deferred_record_it_cannot_build_and_keeps_the_
     out = _expanded([bad, got[0]], "feedback")
     assert [r[0] for r in out] == [CARRIER_SPAN]
     assert "could not be built" in caplog.text
+
+
+def _rating(scope: RatingScope, sentiment: RatingSentiment, choice: str = "", artifact_id: str = "",
+            message: str = "m1") -> Rating:
+    t = dt.datetime(2026, 12, 5, tzinfo=dt.timezone.utc)
+    return Rating("r1", RatingKey("conversations/c", 3, scope, "accuracy", artifact_id), "o", sentiment,
+                  Category.UNSPECIFIED, "a note", RatingOrigin.UNSPECIFIED, message, 1, t, t, (), choice)
+
+
+_RATINGS = [
+    _rating(RatingScope.MESSAGE, RatingSentiment.NEGATIVE),
+    _rating(RatingScope.MESSAGE, RatingSentiment.POSITIVE, message=""),
+    _rating(RatingScope.ARTIFACT, RatingSentiment.NEUTRAL, artifact_id="7"),
+    _rating(RatingScope.CONVERSATION, RatingSentiment.UNSPECIFIED, choice="formal"),
+    _rating(RatingScope.PLAN, RatingSentiment.POSITIVE, choice="ok"),
+]
+
+
+def test_a_rating_sent_as_its_fields_is_the_carrier_the_sdk_makes_of_its_evaluation(monkeypatch):
+    # emit_rating sends `rating_fields` (the export child makes the Evaluation): the same span as
+    # emit(of_rating(...)) through the SDK, with or without the turn's trace id.
+    tp, got = _captured()
+    tracer = tp.get_tracer("agentfeedback.feedback", "1.0")
+    for r in _RATINGS:
+        for trace_id in ("ab" * 16, ""):
+            assert of_rating_fields(*rating_fields(r, trace_id)) == of_rating(r, trace_id)
+            monkeypatch.setattr(span_pipe, "DIRECT_SPANS", True)
+            with otel_trace.use_span(NonRecordingSpan(_PARENT)):
+                emit_rating(tracer, r, trace_id)
+            monkeypatch.setattr(span_pipe, "DIRECT_SPANS", False)
+            with otel_trace.use_span(NonRecordingSpan(_PARENT)):
+                emit(tracer, of_rating(r, trace_id))
+            deferred, (sdk_mark, sdk) = got
+            got.clear()
+            assert deferred[0] is DEFERRED and sdk_mark == "sdk"
+            assert all(type(f) in (str, int) for f in deferred[-1])  # plain values leave the process
+            (built,) = _expanded([deferred], "feedback")
+            assert _without_ids_and_times(built) == _without_ids_and_times(sdk), (r, trace_id)
+            assert len(built[9]) == (1 if trace_id else 0)
+
+
+def test_a_rating_with_neither_choice_nor_sentiment_is_not_emitted_either_way(monkeypatch):
+    tp, got = _captured()
+    tracer = tp.get_tracer("agentfeedback.feedback")
+    note_only = _rating(RatingScope.MESSAGE, RatingSentiment.UNSPECIFIED)
+    for direct in (True, False):
+        monkeypatch.setattr(span_pipe, "DIRECT_SPANS", direct)
+        with otel_trace.use_span(NonRecordingSpan(_PARENT)):
+            emit_rating(tracer, note_only, "ab" * 16)
+            emit(tracer, of_rating(note_only, "ab" * 16))
+    assert got == []
+
+
+def test_a_rating_whose_carrier_cannot_be_deferred_is_made_by_the_sdk(monkeypatch):
+    # A root span under a ratio sampler: record_deferred refuses, emit_rating falls back to emit.
+    tp, got = _captured(ParentBased(TraceIdRatioBased(1.0)))
+    monkeypatch.setattr(span_pipe, "DIRECT_SPANS", True)
+    emit_rating(tp.get_tracer("agentfeedback.feedback"), _RATINGS[0], "ab" * 16)
+    assert [rec[0] for rec in got] == [CARRIER_SPAN]
