@@ -12,9 +12,7 @@ from services.chat.domain import parse_instance_name
 from services.chat.workspace_store import WorkspaceStore
 from services.common import pages
 from services.common.errors import InvalidArgument, NotFound
-from services.common.ids import parse_name
-
-MAX_ARTIFACT_ID = 2**62
+from services.common.ids import MAX_ARTIFACT_ID, decimal_id, parse_name
 
 
 def _ts(dt) -> Timestamp:
@@ -56,9 +54,11 @@ def workspace_pb(view: ws.WorkspaceView) -> chat_pb2.Workspace:
 def parse_artifact_name(name: str, field_path: str = "name") -> tuple[str, int]:
     """`instances/{instance}/artifacts/{artifact_id}` (id ≥ 1) → (instance id, artifact id)."""
     instance_id, raw = parse_name(name, ws.ARTIFACT_PATTERN, field_path)
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_ARTIFACT_ID:
-        raise InvalidArgument(field_path, "must look like instances/{id}/artifacts/{artifact_id} with an id ≥ 1")
-    return instance_id, int(raw)
+    artifact_id = decimal_id(raw)
+    if artifact_id is None:
+        raise InvalidArgument(field_path, "must look like instances/{id}/artifacts/{artifact_id} with a decimal "
+                              "id ≥ 1 and no leading zero")
+    return instance_id, artifact_id
 
 
 def _turn_index(request) -> int | None:

@@ -61,6 +61,23 @@ _NAME_RES: dict[str, re.Pattern[str]] = {}
 _ID_RE = re.compile(_NAME_ID)
 
 
+# A workspace artifact's id: a decimal ≥ 1 the chat service assigns in order (never reused); 2**62 keeps
+# it within PostgreSQL's bigint and JSON's exact integers with room to spare.
+MAX_ARTIFACT_ID = 2**62
+
+
+def decimal_id(raw: str, max_id: int = MAX_ARTIFACT_ID) -> int | None:
+    """`raw` as a canonical decimal id in 1..`max_id` (ASCII digits, no sign, no leading zero), or None.
+
+    One spelling per id (AIP-122: a resource has one name): `007` or `٣` (a non-ASCII digit) is not
+    another spelling of artifact 7 or 3 but no id at all, so a cache, a ledger key or a link built from
+    the name never holds two names for one resource."""
+    if not (raw.isascii() and raw.isdigit()) or raw[0] == "0" or len(raw) > len(str(max_id)):
+        return None
+    n = int(raw)
+    return n if n <= max_id else None
+
+
 def is_name_under(name: str, prefix: str) -> bool:
     """Whether `name` is `prefix` (e.g. `instances/abc/messages/`, its ids well-formed) followed by one
     well-formed id: what `parse_name` accepts, read as one startswith and one fullmatch from the prefix's

@@ -14,7 +14,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-QUIET_S = 30.0
+# An incident stays open until QUIET_S pass without a failure: longer than the longest bounded wait
+# (services.common.db.COMMAND_TIMEOUT_S, 30 s) plus a worker's poll, so a dependency whose every call
+# times out (a table locked by a bulk load, PostgreSQL frozen) is one incident, not one traceback per call.
+QUIET_S = 90.0
 SUMMARY_EVERY_S = 10.0
 
 

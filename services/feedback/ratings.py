@@ -15,7 +15,7 @@ from typing import Any
 
 from services.common.auth import Principal
 from services.common.errors import InvalidArgument, NotFound
-from services.common.ids import check_same_request, new_id
+from services.common.ids import check_same_request, decimal_id, new_id
 from services.feedback import domain
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.model.enums import RatingScope
@@ -50,7 +50,6 @@ class TtlCache:
 
 # ARTIFACT scope: `0` rates the live document (no artifact of the workspace; feedback.proto Rating.artifact_id).
 LIVE_DOCUMENT = "0"
-MAX_ARTIFACT_ID = 2**62
 
 
 def artifact_number(key: RatingKey) -> int:
@@ -59,10 +58,11 @@ def artifact_number(key: RatingKey) -> int:
     aid = key.artifact_id
     if aid == LIVE_DOCUMENT:
         return 0
-    if not (aid.isascii() and aid.isdigit()) or aid.startswith("0") or int(aid) > MAX_ARTIFACT_ID:
+    n = decimal_id(aid)
+    if n is None:
         raise InvalidArgument("rating.artifact_id", "must be 0 (the live document) or the id of an artifact of "
                               "the conversation", reason="UNKNOWN_ARTIFACT")
-    return int(aid)
+    return n
 
 
 class Ratings:

@@ -164,6 +164,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     fm.start()
 
     async def close() -> None:
+        await fm.stop()  # before the pool closes: a backlog read in flight would fail on it
         await worker.stop()
         await feed.stop()
         await webhooks.stop()
@@ -174,7 +175,6 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
         await close_pool(pool)
         if own_provider:
             tp.shutdown()
-        await fm.stop()
         await metrics.close()
 
     server.on_stop(close)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from agentfeedback.chat.v1 import chat_pb2
 
 from services.common.errors import InvalidArgument
+from services.common.ids import decimal_id
 from services.feedback.model.enums import RatingScope
 from services.feedback.model.report import Component, FrozenComponent
 
@@ -25,7 +26,7 @@ def check_component(scope: int, artifact_id: str, field_path: str = "feedback.co
         raise InvalidArgument(f"{field_path}.scope", "must be OBJECTIVE, PLAN, ARTIFACT or PREFERENCES")
     s = RatingScope(scope)
     if s == RatingScope.ARTIFACT:
-        if not (artifact_id.isascii() and artifact_id.isdigit()) or artifact_id.startswith("0") or len(artifact_id) > 19:
+        if decimal_id(artifact_id) is None:
             raise InvalidArgument(f"{field_path}.artifact_id", "must be the id (≥ 1) of an artifact of the turn")
     elif artifact_id:
         raise InvalidArgument(f"{field_path}.artifact_id", "is only allowed for ARTIFACT scope")

@@ -124,10 +124,13 @@ async def test_a_turn_without_a_snapshot_and_turns_not_reached(stack: Stack):
         with pytest.raises(grpc.aio.AioRpcError) as e:
             await stack.chat().GetWorkspace(req, metadata=stack.md())
         assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in e.value.details()
-    for name in (f"{inst}/artifacts/0", f"{inst}/artifacts/x"):
+    # Artifact 1 exists; `01` is not another name for it (AIP-122: one name per resource).
+    assert (await stack.chat().GetArtifact(chat_pb2.GetArtifactRequest(name=f"{inst}/artifacts/1"),
+                                           metadata=stack.md())).name == f"{inst}/artifacts/1"
+    for name in (f"{inst}/artifacts/0", f"{inst}/artifacts/x", f"{inst}/artifacts/01", f"{inst}/artifacts/0001"):
         with pytest.raises(grpc.aio.AioRpcError) as e:
             await stack.chat().GetArtifact(chat_pb2.GetArtifactRequest(name=name), metadata=stack.md())
-        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "leading zero" in e.value.details()
     for req in (chat_pb2.GetArtifactRequest(name=f"{inst}/artifacts/3"),
                 chat_pb2.GetArtifactRequest(name=f"{inst}/artifacts/1", version=2)):
         with pytest.raises(grpc.aio.AioRpcError) as e:

@@ -12,7 +12,9 @@ from services.common.auth import Authenticator, mint_token
 from services.common.errors import InvalidArgument, PermissionDenied, Unauthenticated, to_status
 from services.common.ids import (
     check_same_request,
+    MAX_ARTIFACT_ID,
     check_text,
+    decimal_id,
     is_name_under,
     parse_name,
     parse_request_id,
@@ -85,6 +87,12 @@ def test_resource_names():
     assert parse_name("instances/a1/messages/m2", "instances/{}/messages/{}", "name") == ("a1", "m2")
     with pytest.raises(InvalidArgument):
         parse_name("instances/a1", "instances/{}/messages/{}", "name")
+
+
+def test_a_decimal_id_has_one_spelling():
+    assert [decimal_id(r) for r in ("1", "7", "42", str(MAX_ARTIFACT_ID))] == [1, 7, 42, MAX_ARTIFACT_ID]
+    for raw in ("", "0", "01", "007", "+7", "-7", " 7", "7 ", "٣", "1e3", "0x1", str(MAX_ARTIFACT_ID + 1), "9" * 40):
+        assert decimal_id(raw) is None, raw
 
 
 def test_invalid_argument_status_carries_error_info_and_field_violation():
