@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import os
 import re
+import threading
 import uuid
 from typing import Any
 
@@ -15,9 +17,43 @@ HEX32 = re.compile(r"^[0-9a-f]{32}\Z")  # \Z: "$" would also accept a final newl
 HEX16 = re.compile(r"^[0-9a-f]{16}\Z")
 
 
+# os.urandom read RANDOM_POOL_BYTES at a time (`random_bytes`): one getrandom call and one bytes object
+# per 4 KiB, not per id. A put makes four ids (the rating's, the trace's, two spans'), each its own
+# syscall and Python-level SystemRandom / UUID construction before (issue 29). The lock: ids are made
+# on several threads (the span pipe's, the SDK's exporters); a forked child starts with an empty pool
+# (it must never hand out its parent's bytes).
+RANDOM_POOL_BYTES = 4096
+_random_lock = threading.Lock()
+_random_pool = b""
+_random_pos = 0
+
+
+def _empty_random_pool() -> None:
+    global _random_pool, _random_pos
+    _random_pool, _random_pos = b"", 0
+
+
+os.register_at_fork(after_in_child=_empty_random_pool)
+
+
+def random_bytes(n: int) -> bytes:
+    """`n` (at most RANDOM_POOL_BYTES) bytes of os.urandom, each handed out once."""
+    global _random_pool, _random_pos
+    with _random_lock:
+        end = _random_pos + n
+        if end > len(_random_pool):
+            _random_pool, _random_pos, end = os.urandom(RANDOM_POOL_BYTES), 0, n
+        out = _random_pool[_random_pos:end]
+        _random_pos = end
+    return out
+
+
 def new_id() -> str:
-    """A resource id: 32 lowercase hex characters (UUID4 without dashes)."""
-    return uuid.uuid4().hex
+    """A resource id: 32 lowercase hex characters (UUID4 without dashes: version 4, RFC 4122 variant)."""
+    b = bytearray(random_bytes(16))
+    b[6] = b[6] & 0x0F | 0x40
+    b[8] = b[8] & 0x3F | 0x80
+    return b.hex()
 
 
 def parse_request_id(value: str, field_path: str = "request_id", required: bool = False) -> uuid.UUID | None:

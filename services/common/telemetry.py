@@ -30,7 +30,6 @@ import contextvars
 import json
 import logging
 import os
-import secrets
 import sys
 import time
 import traceback
@@ -50,6 +49,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from services.common.clip import MESSAGE_MAX_CHARS, clip, clip_message
+from services.common.ids import random_bytes
 from services.common.log_limit import RepeatLimit
 
 log = logging.getLogger(__name__)
@@ -115,20 +115,20 @@ def w3c_context(md: dict[str, str]) -> otel_context.Context | None:
 
 
 class SystemRandomIdGenerator(IdGenerator):
-    """Trace and span ids from the OS's random source (`secrets`), not the `random` module the SDK's
-    default uses: code that seeds `random` (a test framework, a library) would otherwise make ids
-    repeat — the chat gateway keys its turns by trace id (found by tests/fuzz: a repeated trace id made
-    a turn's insert conflict, INTERNAL)."""
+    """Trace and span ids from the OS's random source (os.urandom, read a pool at a time:
+    `ids.random_bytes`), not the `random` module the SDK's default uses: code that seeds `random` (a
+    test framework, a library) would otherwise make ids repeat — the chat gateway keys its turns by
+    trace id (found by tests/fuzz: a repeated trace id made a turn's insert conflict, INTERNAL)."""
 
     def generate_span_id(self) -> int:
         while True:
-            v = secrets.randbits(64)
+            v = int.from_bytes(random_bytes(8), "big")
             if v:
                 return v
 
     def generate_trace_id(self) -> int:
         while True:
-            v = secrets.randbits(128)
+            v = int.from_bytes(random_bytes(16), "big")
             if v:
                 return v
 
