@@ -3,7 +3,8 @@
 `RemovalPort` of `services.chat.removal`). One channel, created at start-up; CopyRatings forwards the
 caller's token (the ratings are the caller's, checked where they live), NoteTurnsRemoved carries this
 service's own credential and names the owner (it is also sent long after the request, from the
-outbox); each with the caller's remaining deadline, at most TIMEOUT_S. A transport failure (UNAVAILABLE, DEADLINE_EXCEEDED) becomes `RatingsUnavailable`;
+outbox); each with the caller's remaining deadline, at most TIMEOUT_S. No answer (`services.common.depfail.no_answer`: UNAVAILABLE, DEADLINE_EXCEEDED, a stream broken
+mid-call) becomes `RatingsUnavailable`;
 any other status is re-raised as it is.
 """
 
@@ -13,10 +14,10 @@ import grpc
 from agentfeedback.feedback.v1 import feedback_pb2, feedback_pb2_grpc
 
 from services.common import deadlines
+from services.common.depfail import no_answer
 from services.common.upstream import upstream_detail
 
 TIMEOUT_S = 5.0
-_TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
 
 class RatingsUnavailable(Exception):
@@ -29,7 +30,7 @@ async def _call(rpc, req, token: str, timeout_s: float | None):
         return await rpc(req, timeout=deadlines.timeout(TIMEOUT_S, timeout_s),
                          metadata=(("authorization", f"Bearer {token}"),))
     except grpc.aio.AioRpcError as e:
-        if e.code() in _TRANSIENT:
+        if no_answer(e):
             raise RatingsUnavailable(upstream_detail(e)) from None
         raise
 

@@ -2,12 +2,14 @@
 
 `from_upstream(err, dependency)` is the DomainError this service answers when a call to `dependency`
 (`chat`, `traces`, …) failed with `err`, for the codes a client did not handle itself:
-- UNAVAILABLE / DEADLINE_EXCEEDED → UNAVAILABLE `<DEPENDENCY>_UNAVAILABLE` + RetryInfo;
+- no answer (`depfail.no_answer`: UNAVAILABLE / DEADLINE_EXCEEDED, or a stream that broke before the
+  status came: UNKNOWN / INTERNAL / CANCELLED made up by gRPC, without our status details) →
+  UNAVAILABLE `<DEPENDENCY>_UNAVAILABLE` + RetryInfo;
 - RESOURCE_EXHAUSTED → RESOURCE_EXHAUSTED `<DEPENDENCY>_RESOURCE_EXHAUSTED` (it is overloaded);
 - UNAUTHENTICATED / PERMISSION_DENIED → the same code (the caller's token was refused there);
 - FAILED_PRECONDITION / ABORTED / NOT_FOUND / INVALID_ARGUMENT → the same code, reason `<DEPENDENCY>_<CODE>`;
-- INTERNAL, UNKNOWN, DATA_LOSS, UNIMPLEMENTED and the rest → INTERNAL `<DEPENDENCY>_FAILED`: the
-  dependency answered, it failed; retrying the same call is not expected to help.
+- INTERNAL, UNKNOWN (answered by the dependency), DATA_LOSS, UNIMPLEMENTED and the rest → INTERNAL
+  `<DEPENDENCY>_FAILED`: the dependency answered, it failed; retrying the same call is not expected to help.
 The upstream's ErrorInfo reason rides along as metadata `upstream_reason`; its message is not copied.
 `upstream_detail(err)` is the text of a failed call that may be kept or shown (a turn's failure, a
 log line): the upstream's own message when one of our services answered, never gRPC's own text.
@@ -17,7 +19,7 @@ from __future__ import annotations
 import grpc
 
 from services.common.clip import clip
-from services.common.depfail import upstream_unavailable
+from services.common.depfail import no_answer, upstream_unavailable
 from services.common.errors import DomainError, error_info, status_details
 
 _PASS_THROUGH = frozenset({
@@ -37,7 +39,7 @@ def from_upstream(err: grpc.aio.AioRpcError, dependency: str) -> DomainError:
         info = None
     if info is not None and info.reason:
         md["upstream_reason"] = info.reason[:64]
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    if no_answer(err):
         return upstream_unavailable(dependency, code, **{k: v for k, v in md.items() if k != "dependency"})
     if code in _PASS_THROUGH:
         return DomainError(message=f"the {dependency} service answered {code.name}", code=code,

@@ -4,8 +4,9 @@ when the RPC being handled has a nearer deadline, keeping time to answer (`deadl
 service that does not answer is UNAVAILABLE to our caller, not their DEADLINE_EXCEEDED.
 
 Errors: the chat service's NOT_FOUND → `NotFound` (unknown or another owner's), PERMISSION_DENIED →
-`PermissionDenied('chat')`, INVALID_ARGUMENT → `InvalidArgument` on our request field; UNAVAILABLE /
-DEADLINE_EXCEEDED (after `timeout_s`) → `ChatUnreachable` (the caller decides on a fallback; its
+`PermissionDenied('chat')`, INVALID_ARGUMENT → `InvalidArgument` on our request field; no answer
+(`services.common.depfail.no_answer`: UNAVAILABLE, DEADLINE_EXCEEDED after `timeout_s`, or a stream
+broken mid-call while a chat replica stopped) → `ChatUnreachable` (the caller decides on a fallback; its
 `unavailable()` names the real dependency, and after a whole timeout waited out tells clients'
 gRPC retry policies not to retry at once (`Unavailable.waited`): chat's own UNAVAILABLE DATABASE_UNAVAILABLE — chat is up, its
 database is not — stays DATABASE_UNAVAILABLE, anything else is CHAT_UNAVAILABLE); every
@@ -21,14 +22,13 @@ import grpc
 
 from agentfeedback.chat.v1 import chat_pb2, chat_pb2_grpc
 from services.common import deadlines
-from services.common.depfail import RETRY_AFTER_S
+from services.common.depfail import RETRY_AFTER_S, no_answer
 from services.common.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable, error_info
 from services.common.upstream import from_upstream, upstream_detail
 from services.feedback.domain import DefectView, MessageView
 from services.feedback.model.evaluation import TurnAnchor
 
 Metadata = tuple[tuple[str, str], ...]
-_UNREACHABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
 class ChatUnreachable(Exception):
@@ -82,7 +82,7 @@ class ChatClient:
 
     def _map(self, e: grpc.aio.AioRpcError, resource: str, field_path: str) -> Exception:
         code = e.code()
-        if code in _UNREACHABLE:
+        if no_answer(e):
             info = error_info(e)
             down = code == grpc.StatusCode.UNAVAILABLE and info is not None and info.reason == "DATABASE_UNAVAILABLE"
             return ChatUnreachable(f"chat service: {upstream_detail(e)}", database_down=down,

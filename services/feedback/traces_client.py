@@ -11,6 +11,7 @@ from google.protobuf import json_format
 
 from agentfeedback.traces.v1 import traces_pb2, traces_pb2_grpc
 from services.common import deadlines
+from services.common.depfail import no_answer
 from services.common.errors import is_transient
 from services.common.upstream import upstream_detail
 from services.feedback.evidence import SpanEventView, SpanView
@@ -59,5 +60,5 @@ class TracesClient:
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 return None
-            raise TracesUnreachable(upstream_detail(e), permanent=not is_transient(e.code())) from None
+            raise TracesUnreachable(upstream_detail(e), permanent=not (no_answer(e) or is_transient(e.code()))) from None
         return [to_view(s) for s in t.spans]

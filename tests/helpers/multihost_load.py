@@ -41,6 +41,7 @@ class Call:
     attempts: int
     code: str = ""  # the final status when not ok
     codes: list[tuple[str, bool]] = field(default_factory=list)  # every failed attempt: (code, had RetryInfo)
+    said: list[str] = field(default_factory=list)  # every failed attempt's message and ErrorInfo reason (clipped)
     host: str = ""  # x-upstream-host of the answer
 
 
@@ -55,6 +56,18 @@ def retry_delay_s(err: grpc.aio.AioRpcError) -> float | None:
                     d.Unpack(ri)
                     return ri.retry_delay.seconds + ri.retry_delay.nanos / 1e9
     return None
+
+
+def error_reason(err: grpc.aio.AioRpcError) -> str:
+    """The ErrorInfo reason of an error (grpc-status-details-bin), "-" without one (gRPC's or Envoy's own)."""
+    for k, v in err.trailing_metadata() or ():
+        if k == "grpc-status-details-bin":
+            for d in status_pb2.Status.FromString(v).details:
+                if d.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                    info = error_details_pb2.ErrorInfo()
+                    d.Unpack(info)
+                    return info.reason
+    return "-"
 
 
 class Client:
@@ -90,6 +103,7 @@ class Client:
                 except grpc.aio.AioRpcError as e:
                     delay = retry_delay_s(e)
                     c.codes.append((e.code().name, delay is not None))
+                    c.said.append(f"{e.code().name} {error_reason(e)}: {(e.details() or '')[:200]}")
                     c.code = e.code().name
                     if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() >= end:
                         raise
@@ -183,9 +197,10 @@ class Load:
                 "failed_codes": sorted({c.code for c in failed}),
                 "hosts": sorted({c.host for c in calls if c.host})}
 
-    def bad_statuses(self) -> list[tuple[str, str, bool]]:
-        """Failed attempts that were neither UNAVAILABLE with RetryInfo nor the client's own deadline."""
-        return [(c.kind, code, ri) for c in self.calls for code, ri in c.codes
+    def bad_statuses(self) -> list[tuple[str, str, bool, str]]:
+        """Failed attempts that were neither UNAVAILABLE with RetryInfo nor the client's own deadline:
+        (method, code, had RetryInfo, "CODE reason: message" as the client saw it)."""
+        return [(c.kind, code, ri, said) for c in self.calls for (code, ri), said in zip(c.codes, c.said, strict=True)
                 if not ((code == "UNAVAILABLE" and ri) or code == "DEADLINE_EXCEEDED")]
 
     def over_deadline(self, slack_s: float = 1.0) -> list[Call]:

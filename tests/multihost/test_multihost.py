@@ -48,8 +48,21 @@ def report(name: str, **figures) -> None:
     print(f"\nbounds: {name} " + json.dumps(figures, sort_keys=True))
 
 
+def service_errors(world: World) -> str:
+    """Every service's log lines at ERROR or naming INTERNAL (what answered a client INTERNAL), by host."""
+    out = []
+    for host in ("app1", "app2"):
+        for name in ("feedback", "chat", "agent", "collector"):
+            lines = [ln[:300] for ln in world.log_tail(host, name, 100_000).splitlines()
+                     if " ERROR " in ln or "INTERNAL" in ln or "_FAILED" in ln]
+            out += [f"{host}/{name}: {ln}" for ln in lines[-10:]]
+    return "\n".join(out)
+
+
 def check_client_view(load: Load) -> None:
-    assert load.bad_statuses() == [], f"statuses other than UNAVAILABLE+RetryInfo / own deadline: {load.bad_statuses()[:10]}"
+    bad = load.bad_statuses()
+    assert bad == [], (f"statuses other than UNAVAILABLE+RetryInfo / own deadline: {bad[:10]}\n"
+                       f"{service_errors(load.world)}")
     late = load.over_deadline()
     assert late == [], f"{len(late)} calls outlived their {CALL_DEADLINE_S} s deadline: {late[:3]}"
 

@@ -6,6 +6,8 @@ the feedback service name the database too (issue 25: it said `CHAT_UNAVAILABLE`
 PostgreSQL although chat was running)."""
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
@@ -14,21 +16,25 @@ from agentfeedback.chat.v1 import chat_pb2_grpc
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from services.common.depfail import database_unavailable
-from services.common.errors import error_info, status_details, to_status
+from services.common.errors import error_info, internal_status, status_details, to_status
 from tests.helpers.feedback import channel_to, expect_error, new_instance, rid, send, start_feedback
 
 
 class _FailingChat(chat_pb2_grpc.ChatServiceServicer):
-    """A real gRPC ChatService whose every call fails INTERNAL (a bug on chat's side)."""
+    """A real gRPC ChatService whose every call fails INTERNAL as our chat gateway answers a bug of its
+    own (services.common.server: `internal_status`, ErrorInfo INTERNAL naming its trace id)."""
+
+    async def _bug(self, context):
+        await context.abort_with_status(rpc_status.to_status(internal_status("0af7651916cd43dd8448eb211c80319c")))
 
     async def GetInstance(self, request, context):
-        await context.abort(grpc.StatusCode.INTERNAL, "boom")
+        await self._bug(context)
 
     async def GetMessage(self, request, context):
-        await context.abort(grpc.StatusCode.INTERNAL, "boom")
+        await self._bug(context)
 
     async def ListMessages(self, request, context):
-        await context.abort(grpc.StatusCode.INTERNAL, "boom")
+        await self._bug(context)
 
 
 async def test_chat_internal_is_chat_failed_and_chat_unreachable_is_unavailable_with_retry_info(stack, tmp_path):
@@ -112,3 +118,56 @@ async def test_a_bad_request_is_one_log_line_naming_method_code_and_reason_not_t
     assert len(lines) == 1 and not lines[0].exc_info, [r.getMessage() for r in lines]
     assert lines[0].getMessage().startswith("/agentfeedback.feedback.v1.FeedbackService/GetFeedback: NOT_FOUND")
     assert secret not in lines[0].getMessage()
+
+
+async def _reset_every_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A minimal HTTP/2 peer (RFC 9113) that answers each stream a client opens with RST_STREAM
+    INTERNAL_ERROR (0x2): what a gRPC client sees when a server's stream breaks before its status (a
+    replica stopping mid-call). gRPC's own client then makes up INTERNAL "Received RST_STREAM with
+    error code 2", a status with no google.rpc.Status details."""
+    try:
+        await reader.readexactly(24)  # the client connection preface
+        writer.write(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")  # our SETTINGS (none)
+        while True:
+            head = await reader.readexactly(9)
+            length, kind, flags, stream = int.from_bytes(head[:3]), head[3], head[4], int.from_bytes(head[5:]) & 0x7FFFFFFF
+            await reader.readexactly(length)
+            if kind == 0x4 and not flags & 0x1:  # their SETTINGS: acknowledged
+                writer.write(b"\x00\x00\x00\x04\x01\x00\x00\x00\x00")
+            elif kind == 0x6 and not flags & 0x1:  # PING: answered
+                writer.write(b"\x00\x00\x08\x06\x01\x00\x00\x00\x00" + b"\x00" * 8)
+            elif kind == 0x1:  # HEADERS opening a stream: reset it
+                writer.write(b"\x00\x00\x04\x03\x00" + stream.to_bytes(4) + (2).to_bytes(4))
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def test_chat_stream_broken_mid_call_is_chat_unavailable_with_retry_info_not_internal(stack, tmp_path):
+    """A chat replica whose streams break before their status (it stopped mid-call: the multi-host
+    rolling restart saw one CreateFeedback answer INTERNAL) got no answer from chat: the feedback
+    service answers UNAVAILABLE CHAT_UNAVAILABLE with RetryInfo, which clients retry (with the same
+    request id), not INTERNAL CHAT_FAILED, which they must not."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "rate me")
+    peer = await asyncio.start_server(_reset_every_stream, "127.0.0.1", 0)
+    port = peer.sockets[0].getsockname()[1]
+    fb = await start_feedback(stack, tmp_path / "a", chat_target=f"127.0.0.1:{port}", chat_timeout_s=2)
+    try:
+        stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, fb.port))
+        calls = {
+            "PutRating": stub.PutRating(pb.PutRatingRequest(rating=pb.Rating(
+                conversation=inst, turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE,
+                aspect="reaction", sentiment=pb.RATING_SENTIMENT_NEGATIVE), request_id=rid()), metadata=stack.md()),
+            "CreateFeedback": stub.CreateFeedback(pb.CreateFeedbackRequest(
+                feedback=pb.Feedback(message=turn.reply.name, body="wrong"), request_id=rid()), metadata=stack.md()),
+        }
+        for what, call in calls.items():
+            e = await expect_error(call, grpc.StatusCode.UNAVAILABLE)
+            assert error_info(e).reason == "CHAT_UNAVAILABLE", (what, error_info(e))
+            assert any(d.Is(error_details_pb2.RetryInfo.DESCRIPTOR) for d in status_details(e)), what
+    finally:
+        await fb.stop(0.5)
+        peer.close()
