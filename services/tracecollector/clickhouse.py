@@ -17,7 +17,7 @@ ClickHouse"):
   wrote have '' there: their attributes read back as the exporter's strings (a documented difference).
 - SearchTraces attribute filters compare the exporter's string form (`SpanAttributes[k] = v`; int 42
   → "42", true → "true", arrays as compact JSON), where PostgreSQL compares `attributes ->> k`.
-- Dropped counts (OTLP dropped_attributes_count of spans, events and links, dropped_events_count,
+- Dropped counts (OTLP dropped_attributes_count of spans, events, links and resources, dropped_events_count,
   dropped_links_count): our receiver keeps them in AgentFeedbackTypes' "d" (clickhouse_rows.DROPPED_KEYS);
   rows the exporter wrote read 0 (its schema drops them).
 - Scope attributes: kept by neither store. Scope version: column kept,
@@ -58,7 +58,7 @@ from __future__ import annotations
 import calendar
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
 from string import Template
@@ -189,6 +189,10 @@ class SpanRecord:
     dropped_attributes_count: int = 0
     dropped_events_count: int = 0
     dropped_links_count: int = 0
+    resource_dropped_attributes_count: int = 0
+    # Characters of the JSON text the span was read from (trace_budget.stored_chars: GetTrace's cheap size
+    # test); a measure of the read, not of the span: left out of equality.
+    stored_chars: int = field(default=0, compare=False)
 
     def __getitem__(self, key: str):
         return getattr(self, key)
@@ -198,8 +202,10 @@ def _overlay(strings: dict, typed: dict | None) -> dict:
     return {**strings, **typed} if typed else dict(strings)
 
 
-def span_record(r: tuple) -> SpanRecord:
-    """A GET_TRACE row as a SpanRecord (types from AgentFeedbackTypes where our receiver wrote them)."""
+def span_record(r: tuple, stored_chars: int | None = None) -> SpanRecord:
+    """A GET_TRACE row as a SpanRecord (types from AgentFeedbackTypes where our receiver wrote them);
+    `stored_chars`: the length of the JSON text the row was decoded from (None: measured here, as the
+    row's compact JSON)."""
     (tid, sid, pid, start, duration, name, kind, status, message, service, scope, trace_state, attrs, res,
      ev_ts, ev_names, ev_attrs, ln_tids, ln_sids, ln_states, ln_attrs, types_json) = r
     types = orjson.loads(types_json) if types_json else {}
@@ -219,7 +225,8 @@ def span_record(r: tuple) -> SpanRecord:
                 "dropped_attributes_count": ln_dropped.get(str(i), 0)}
                for i, (lt, ls, st, a) in enumerate(zip(ln_tids, ln_sids, ln_states, ln_attrs, strict=True))],
         dropped_attributes_count=dropped.get("a", 0), dropped_events_count=dropped.get("ev", 0),
-        dropped_links_count=dropped.get("ln", 0),
+        dropped_links_count=dropped.get("ln", 0), resource_dropped_attributes_count=dropped.get("r", 0),
+        stored_chars=len(orjson.dumps(r)) if stored_chars is None else stored_chars,
     )
 
 
@@ -378,9 +385,10 @@ class ClickHouseStore:
         kept = await self._kept_from()
         if (since := await self._complete_since("by_trace")) is not None and since <= kept:
             rows = await self._tx.query(self._get_trace_one, {"tid": tid, "kept": kept}, settings=GET_TRACE_SETTINGS)
-            spans = sorted(((tid, *orjson.loads(span)) for (span,) in rows), key=lambda r: (int(r[3]), r[1]))
+            # Each span with the length of its JSON text last (the answer's cheap size test, trace_budget.py).
+            spans = sorted(((tid, *orjson.loads(span), len(span)) for (span,) in rows), key=lambda r: (int(r[3]), r[1]))
             seen: set[str] = set()
-            return [span_record(r) for r in spans if r[1] not in seen and not seen.add(r[1])]
+            return [span_record(r[:-1], r[-1]) for r in spans if r[1] not in seen and not seen.add(r[1])]
         bounds = await self._time_bounds([tid], GET_TRACE_SETTINGS)
         if bounds is None:
             return []

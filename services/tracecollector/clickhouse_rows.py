@@ -37,11 +37,12 @@ INSERT_COLUMNS = (
 )
 # AgentFeedbackTypes' "d": what of the span was not stored, counted (OTLP's dropped_* fields, the
 # sender's plus our limits'), each key present only when not 0: "a" the span's dropped attributes, "ev"
-# its dropped events, "ln" its dropped links, "ea" / "la" {event / link index: its dropped attributes}.
+# its dropped events, "ln" its dropped links, "ea" / "la" {event / link index: its dropped attributes},
+# "r" its resource's dropped attributes (OTLP Resource.dropped_attributes_count).
 # In that JSON column, not columns of their own, because the exporter's schema has none and the trace
 # table's materialized view (0031) already copies the column into GetTrace's one-statement read: new
 # columns would mean rewriting that view, and spans inserted while it is replaced would miss the table.
-DROPPED_KEYS = ("a", "ev", "ln", "ea", "la")
+DROPPED_KEYS = ("a", "ev", "ln", "ea", "la", "r")
 # What our receiver writes: the exporter's columns and ours (migration 0007).
 COLUMNS = (*INSERT_COLUMNS, "AgentFeedbackTypes")
 # Positions in a row of what ExporterRowEncoder.over reads.
@@ -159,16 +160,17 @@ class ExporterRowEncoder:
 
     attributes = staticmethod(string_map)
 
-    def resource(self, attributes: dict[str, object]) -> tuple[dict[str, str], dict | None]:
+    def resource(self, attributes: dict[str, object], dropped_attributes_count: int
+                 ) -> tuple[dict[str, str], dict | None, int]:
         strings, typed = split_attributes(attributes)
         for k, v in typed.items():
             if isinstance(v, (list, dict)) and "\\u0000" in strings[k]:
                 typed[k] = v = orjson.loads(to_json(v))
                 strings[k] = as_string(v)
-        return strings, typed or None
+        return strings, typed or None, dropped_attributes_count
 
     def span(self, sp, attrs: tuple[dict[str, str], dict | None], parent_span_id: bytes | None, service: str,
-             scope: str, resource: tuple[dict[str, str], dict | None]) -> tuple:
+             scope: str, resource: tuple[dict[str, str], dict | None, int]) -> tuple:
         strings, typed = attrs
         types: dict[str, object] | None = None
         # The dropped counts (DROPPED_KEYS), only those not 0: the common span writes none.
@@ -176,6 +178,9 @@ class ExporterRowEncoder:
         if sp.dropped_attributes_count or sp.dropped_events_count or sp.dropped_links_count:
             dropped = {k: c for k, c in (("a", sp.dropped_attributes_count), ("ev", sp.dropped_events_count),
                                          ("ln", sp.dropped_links_count)) if c}
+        if resource[2]:
+            dropped = dropped or {}
+            dropped["r"] = resource[2]
         if typed:
             types = {"s": typed}
         if resource[1]:

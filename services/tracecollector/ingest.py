@@ -72,6 +72,7 @@ ROW_FIELDS = (
     "trace_id", "span_id", "parent_span_id", "start_ns", "end_ns", "name", "kind", "status_code",
     "status_message", "service_name", "scope_name", "trace_state", "attributes", "resource_attributes",
     "events", "links", "dropped_attributes_count", "dropped_events_count", "dropped_links_count",
+    "resource_dropped_attributes_count",
 )
 
 # --- time window -------------------------------------------------------------------------------
@@ -262,8 +263,9 @@ class RowEncoder(Protocol):
         """One span's OTLP attributes in the encoder's form: (a mapping by attribute key, which flatten
         also reads, what else `span` needs of them). Read once per span."""
 
-    def resource(self, attributes: dict[str, object]) -> object:
-        """What `span` needs of one ResourceSpans' attributes (attributes_dict form), made once."""
+    def resource(self, attributes: dict[str, object], dropped_attributes_count: int) -> object:
+        """What `span` needs of one ResourceSpans' attributes (attributes_dict form) and of its resource's
+        dropped_attributes_count (the sender's plus the limits'), made once."""
 
     def span(self, sp, attributes: tuple[Mapping[str, object], object], parent_span_id: bytes | None,
              service: str, scope: str, resource: object) -> Row:
@@ -292,12 +294,13 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
         if limits is not None:
             attribute_limits.limit_resource(rs.resource, limits, out.tally)
         res_attrs = attributes_dict(rs.resource.attributes)
+        res_dropped = min(rs.resource.dropped_attributes_count, _I32_MAX)
         service = res_attrs.get("service.name", "")
         service = clean_text(service if isinstance(service, str) else str(service))
         if limits is not None and len(service) > limits.name_length:
             service = service[:limits.name_length]
             out.tally.truncated += 1
-        res = encoder.resource(res_attrs) if encoder is not None else None
+        res = encoder.resource(res_attrs, res_dropped) if encoder is not None else None
         res_json = to_json(res_attrs) if encoder is None else ""
         for si, ss in enumerate(rs.scope_spans):
             if limits is not None and (len(ss.scope.name) > limits.name_length
@@ -372,7 +375,7 @@ def flatten(request: trace_service_pb2.ExportTraceServiceRequest, window: Window
                     tid, sid, pid if pid and pid != _ZERO_SPAN else None, start, end, name, sp.kind,
                     status.code, clean_text(message) if message else message, service, scope,
                     clean_text(trace_state) if trace_state else trace_state,
-                    attrs_json, res_json, events_json, links_json, *_dropped_counts(sp),
+                    attrs_json, res_json, events_json, links_json, *_dropped_counts(sp), res_dropped,
                 ))
     return out
 

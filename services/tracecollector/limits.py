@@ -22,6 +22,13 @@ in one attribute. Like the SDK, nothing is rejected: a span over a limit is stor
   200 MiB).
 - A span's status message and trace state, and each link's trace state, are cut to `value_length`
   characters, as a string attribute is (they were the only client strings of a span stored whole).
+- A resource's attributes, after their values are cut, keep at most `resource_bytes` in all
+  (`limit_resource`): the resource is stored again with every one of its spans, and with no count limit
+  (the specification exempts resources) 64 attributes of 16 KiB on 200 tiny spans (a 1.06 MB Export)
+  grew the database by 207-218 MB (10.5 MB within this limit). `service.name` is always kept (the spans' service column and searches read it), then
+  the others in the order sent while they fit; the first that does not fit and every later one are
+  dropped and added to the resource's `dropped_attributes_count` (OTLP Resource's field, stored with
+  each span as `resource_dropped_attributes_count`).
 
 Spans are changed in place in the Export request, so the forwarded copy and the evaluations read from
 it see the same limited span. `over` is the cheap test (no attribute walked), `apply` the slow path
@@ -33,18 +40,29 @@ from dataclasses import dataclass
 from opentelemetry.proto.common.v1 import common_pb2
 
 
+# A resource's attributes keep at most this many encoded bytes in all (the sum of their OTLP KeyValue
+# sizes). Our own services' resources are 239 bytes (the SDK's telemetry.sdk.*, service.name /
+# namespace / instance.id); resource detectors (host, process command line, container, Kubernetes,
+# cloud) add a few KiB. 64 KiB keeps any real resource whole, or three values at the 16 KiB value length
+# limit, and bounds what every span row repeats: 64 KiB per span, where 64 values of 16 KiB were 1 MiB.
+RESOURCE_ATTRIBUTES_BYTE_LIMIT = 64 * 1024
+SERVICE_NAME = "service.name"
+
+
 @dataclass(frozen=True)
 class Limits:
     """The collector's limits (settings AGENTFEEDBACK_COLLECTOR_ATTRIBUTE_VALUE_LENGTH_LIMIT,
-    _ATTRIBUTE_COUNT_LIMIT, _SPAN_NAME_LENGTH_LIMIT, _SPAN_EVENT_COUNT_LIMIT, _SPAN_LINK_COUNT_LIMIT;
-    docs/choices.md "Attribute limits"). Lengths in characters, counts per span (events, links) or per
-    span, event or link (count)."""
+    _ATTRIBUTE_COUNT_LIMIT, _SPAN_NAME_LENGTH_LIMIT, _SPAN_EVENT_COUNT_LIMIT, _SPAN_LINK_COUNT_LIMIT,
+    _RESOURCE_ATTRIBUTES_BYTE_LIMIT; docs/choices.md "Attribute limits"). Lengths in characters, counts
+    per span (events, links) or per span, event or link (count), `resource_bytes` in encoded bytes of a
+    resource's attributes (OTLP KeyValue sizes) in all."""
 
     value_length: int = 16 * 1024
     count: int = 128
     name_length: int = 512
     events: int = 128  # OpenTelemetry SpanLimits EventCountLimit's default
     links: int = 128  # LinkCountLimit's default
+    resource_bytes: int = RESOURCE_ATTRIBUTES_BYTE_LIMIT
 
 
 @dataclass
@@ -55,6 +73,7 @@ class Tally:
     dropped: int = 0
     events_dropped: int = 0
     links_dropped: int = 0
+    resource_dropped: int = 0
 
     def warning(self, limits: Limits) -> str:
         """The OTLP partial_success warning (rejected 0, a message: the specification's way to tell a
@@ -73,6 +92,9 @@ class Tally:
         if self.links_dropped:
             parts.append(f"{self.links_dropped} link(s) dropped past {limits.links} per span "
                          "(counted in dropped_links_count)")
+        if self.resource_dropped:
+            parts.append(f"{self.resource_dropped} resource attribute(s) dropped past {limits.resource_bytes} "
+                         "bytes per resource (the first ones kept; counted in the resource's dropped_attributes_count)")
         return "accepted with attribute limits: " + "; ".join(parts) if parts else ""
 
 
@@ -140,9 +162,45 @@ def limit_scope(scope, limits: Limits, tally: Tally) -> None:
 
 
 def limit_resource(resource, limits: Limits, tally: Tally) -> None:
-    """Resource attributes within the value length (no count limit: the specification exempts them)."""
-    if resource.ByteSize() > limits.value_length:
+    """An OTLP Resource's attributes within the value length (no count limit: the specification exempts
+    them), then within `resource_bytes` in all (`limit_resource_bytes`), in place; what is dropped is
+    added to its `dropped_attributes_count`. One ByteSize when the resource is within both (the common
+    case)."""
+    if resource.ByteSize() > min(limits.value_length, limits.resource_bytes):
         limit_attributes(resource.attributes, limits, tally, count=None)
+        resource.dropped_attributes_count += limit_resource_bytes(resource.attributes, limits.resource_bytes, tally)
+
+
+def limit_resource_bytes(kvs, budget: int, tally: Tally) -> int:
+    """Repeated KeyValue `kvs` (a resource's) within `budget` bytes of encoded KeyValues in all, in place:
+    `service.name` (its last value, the one stored) first, then the others in the order sent while they
+    fit; the first that does not and all after it are dropped. Returns the distinct keys dropped (counted
+    in `tally.resource_dropped`). `service.name` alone over `budget` (a `resource_bytes` set below the
+    value length) is kept all the same."""
+    sizes = [kv.ByteSize() for kv in kvs]
+    if sum(sizes) <= budget:
+        return 0
+    names = [i for i, kv in enumerate(kvs) if kv.key == SERVICE_NAME]
+    keep = set(names[-1:])
+    used = sum(sizes[i] for i in keep)
+    for i, size in enumerate(sizes):
+        if i in keep:
+            continue
+        if used + size > budget:
+            break
+        used += size
+        keep.add(i)
+    kept_keys = {kvs[i].key for i in keep}
+    dropped = len({kv.key for kv in kvs} - kept_keys)
+    kept = []
+    for i in sorted(keep):
+        copy = common_pb2.KeyValue()
+        copy.CopyFrom(kvs[i])
+        kept.append(copy)
+    del kvs[:]
+    kvs.extend(kept)
+    tally.resource_dropped += dropped
+    return dropped
 
 
 def limit_attributes(kvs, limits: Limits, tally: Tally, count: int | None = -1) -> int:

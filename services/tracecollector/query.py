@@ -31,6 +31,7 @@ from services.common.ids import (
 )
 from services.tracecollector.ingest import NS_PER_S, Window, utc_day
 from services.tracecollector.store import SpanStore
+from services.tracecollector.trace_budget import GET_TRACE_BUDGET_BYTES, fit, may_exceed
 
 _SERVICE = "/agentfeedback.traces.v1.TraceQueryService/"
 # Method → required scope (read by the ServiceInterceptor).
@@ -86,6 +87,7 @@ def span_proto(r) -> traces_pb2.Span:
         dropped_attributes_count=r["dropped_attributes_count"],
         dropped_events_count=r["dropped_events_count"],
         dropped_links_count=r["dropped_links_count"],
+        resource_dropped_attributes_count=r["resource_dropped_attributes_count"],
     )
     for e in _decoded(r["events"]) or ():
         ev = sp.events.add(time_unix_nano=e["time_unix_nano"], name=e["name"],
@@ -174,23 +176,31 @@ class SearchParams:
 
 
 class TraceReader:
-    """Read rules over the span store. `window()` gives the currently retained `Window`."""
+    """Read rules over the span store. `window()` gives the currently retained `Window`; a GetTrace answer
+    keeps at most `trace_budget_bytes` encoded (trace_budget.py)."""
 
-    def __init__(self, repo: SpanStore, window: Callable[[], Window], max_search_days: int):
+    def __init__(self, repo: SpanStore, window: Callable[[], Window], max_search_days: int,
+                 trace_budget_bytes: int = GET_TRACE_BUDGET_BYTES):
         self._repo = repo
         self._window = window
         self._max_days = max_search_days
+        self._trace_budget = trace_budget_bytes
 
     async def get_trace(self, req: traces_pb2.GetTraceRequest) -> traces_pb2.Trace:
-        """All spans of a trace. InvalidArgument(trace_id) when malformed or zero, (time_hint) when
-        outside the Timestamp range; NotFound with reason TRACE_NOT_FOUND or TRACE_EXPIRED (see
-        module docstring) when no span is stored."""
+        """All spans of a trace, within the answer budget (trace_budget.py: the largest attribute values
+        cut first, counted in `truncated_value_count`; measured only when the stored sizes say it could
+        be over). InvalidArgument(trace_id) when malformed or zero, (time_hint) when outside the
+        Timestamp range; NotFound with reason TRACE_NOT_FOUND or TRACE_EXPIRED (see module docstring)
+        when no span is stored."""
         tid = parse_trace_id(req.trace_id)
         hint = timestamp_ns(req.time_hint, "time_hint") if req.HasField("time_hint") else None
         rows = await self._repo.get_trace(bytes.fromhex(tid))
         if not rows:
             raise await self._not_found(tid, hint)
-        return traces_pb2.Trace(trace_id=tid, spans=[span_proto(r) for r in rows])
+        trace = traces_pb2.Trace(trace_id=tid, spans=[span_proto(r) for r in rows])
+        if may_exceed(rows, self._trace_budget):
+            trace.truncated_value_count = fit(trace, self._trace_budget)
+        return trace
 
     async def _not_found(self, tid: str, hint: int | None) -> NotFound:
         oldest = self._window().oldest_ns

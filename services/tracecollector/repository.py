@@ -79,7 +79,7 @@ DAY_DROPPED = "SELECT EXISTS (SELECT 1 FROM traces.dropped_days WHERE day = $1)"
 _SPAN_SELECT = """
 trace_id, span_id, parent_span_id, start_ns, end_ns, name, kind, status_code, status_message,
 service_name, scope_name, trace_state, attributes, resource_attributes, events, links,
-dropped_attributes_count, dropped_events_count, dropped_links_count
+dropped_attributes_count, dropped_events_count, dropped_links_count, resource_dropped_attributes_count
 """
 # One row per span id (retries de-duplicated), ordered by start then span id (Trace.spans order).
 GET_TRACE = f"""

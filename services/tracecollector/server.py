@@ -245,7 +245,8 @@ async def create_server(
         srv.ports["otlp_grpc"] = srv.otlp.bind(settings.otlp_grpc_listen)
         await srv.otlp.start()
 
-        reader = TraceReader(repo, window, max_search_days=settings.retention_days)
+        reader = TraceReader(repo, window, max_search_days=settings.retention_days,
+                             trace_budget_bytes=settings.get_trace_budget_bytes)
         srv.query = GrpcServer([ServiceInterceptor(Authenticator(settings), METHOD_SCOPES, tracer, metrics=rpc_metrics)],
                                grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s)
         srv.query.add(traces_pb2_grpc.add_TraceQueryServiceServicer_to_server, TraceQueryServicer(reader),

@@ -7,7 +7,8 @@ from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
 from services.common.settings import LISTEN_PATTERN, CommonSettings
-from services.tracecollector.limits import Limits
+from services.tracecollector.limits import RESOURCE_ATTRIBUTES_BYTE_LIMIT, Limits
+from services.tracecollector.trace_budget import GET_TRACE_BUDGET_BYTES
 
 
 class CollectorSettings(CommonSettings):
@@ -58,6 +59,15 @@ class CollectorSettings(CommonSettings):
     # Links a span keeps (the first ones sent); further ones are dropped and counted in its
     # dropped_links_count (OpenTelemetry LinkCountLimit, whose default is 128).
     span_link_count_limit: int = Field(default=128, ge=1)
+    # Encoded bytes of a resource's attributes (OTLP KeyValues) kept in all, after their values are cut:
+    # service.name, then the others in the order sent while they fit; the rest are dropped and counted in
+    # the resource's dropped_attributes_count (the resource is stored with every span; docs/choices.md
+    # "Attribute limits").
+    resource_attributes_byte_limit: int = Field(default=RESOURCE_ATTRIBUTES_BYTE_LIMIT, ge=1)
+    # Encoded bytes of a GetTrace answer: every span is kept, the largest attribute values are cut (with a
+    # marker, counted in Trace.truncated_value_count) until it fits; below gRPC's 4 MiB default receive
+    # limit of the clients (docs/choices.md "GetTrace answer budget").
+    get_trace_budget_bytes: int = Field(default=GET_TRACE_BUDGET_BYTES, ge=64 * 1024)
     # Where spans live: `postgresql` (the embedded default, the service's database) or `clickhouse` (the
     # OpenTelemetry Collector clickhouse exporter's tables; docs/architecture.md "Spans on ClickHouse").
     span_store: Literal["postgresql", "clickhouse"] = "postgresql"
@@ -106,4 +116,4 @@ class CollectorSettings(CommonSettings):
         """The attribute limits (limits.py) these settings name."""
         return Limits(value_length=self.attribute_value_length_limit, count=self.attribute_count_limit,
                       name_length=self.span_name_length_limit, events=self.span_event_count_limit,
-                      links=self.span_link_count_limit)
+                      links=self.span_link_count_limit, resource_bytes=self.resource_attributes_byte_limit)

@@ -5,7 +5,9 @@ exporter's tables); `CollectorSettings.span_store` chooses.
 
 Rows handed to `copy_spans` are what `row_encoder` makes (ingest.flatten; None: ingest.ROW_FIELDS
 tuples); spans read back are mappings with the keys
-query.span_proto reads (attributes as JSON text on PostgreSQL, decoded dicts on ClickHouse).
+query.span_proto reads (attributes as JSON text on PostgreSQL, decoded dicts on ClickHouse, whose
+records also carry `stored_chars`, the length of the JSON text they were decoded from:
+trace_budget.stored_chars, GetTrace's cheap size test).
 """
 from __future__ import annotations
 

@@ -3,11 +3,14 @@ rejected; the Export says what was cut (partial_success with 0 rejected) and Get
 values. Before, one attribute could hold the whole 4 MiB message."""
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from services.tracecollector.query import span_proto
 from tests.conftest import SPAN_STORES
 from tests.helpers.otlp import kv, new_span_id, new_trace_id, request, span
 
@@ -120,3 +123,57 @@ async def test_the_status_message_and_the_scope_name_are_cut_too(collector):
     got = {s.name: s for s in (await collector.get_trace(tid)).spans}
     assert got["cut"].status_message == big[:VALUE_LIMIT]
     assert got["cut"].scope_name == got["plain"].scope_name == big[:NAME_LIMIT]
+
+
+RESOURCE_BYTE_LIMIT = 64 * 1024  # the default (settings.py)
+
+
+async def test_a_resource_keeps_at_most_64_kib_of_attributes_the_first_ones_and_the_export_says_so(collector):
+    """A resource is stored with every span, and the specification exempts it from the attribute count
+    limit: 64 random 16 KiB attributes on 200 tiny spans (a 1.06 MB Export) grew the database by
+    207 MB. Now each span's stored resource keeps service.name and then the first attributes while they
+    fit in 64 KiB (three of 16 KiB), the other 61 are dropped and counted (plus the sender's 2) in
+    resource_dropped_attributes_count, and the Export says so (0 rejected)."""
+    tid = new_trace_id()
+    values = [os.urandom(8 * 1024).hex() for _ in range(64)]  # 16 KiB each, incompressible
+    req = request([span(tid, new_span_id(), name=f"s{i}") for i in range(200)], service="svc")
+    resource = req.resource_spans[0].resource
+    resource.attributes.extend(kv(f"host.r{i:02}", v) for i, v in enumerate(values))
+    resource.dropped_attributes_count = 2  # the sender's own
+    assert 1_000_000 < req.ByteSize() < 1_100_000
+
+    resp = await collector.otlp().Export(req)
+    assert resp.partial_success.rejected_spans == 0
+    assert "61 resource attribute(s) dropped past 65536 bytes" in resp.partial_success.error_message, resp.partial_success
+
+    rows = await collector.server.repo.get_trace(tid)  # what is stored (GetTrace's answer budget would cut it)
+    assert len(rows) == 200
+    for got in map(span_proto, rows):
+        stored = dict(got.resource_attributes.items())
+        assert stored == {"service.name": "svc", "host.r00": values[0], "host.r01": values[1], "host.r02": values[2]}
+        assert sum(len(k.encode()) + len(v.encode()) for k, v in stored.items()) <= RESOURCE_BYTE_LIMIT
+        assert got.resource_dropped_attributes_count == 61 + 2 and got.service_name == "svc"
+    answer = await collector.get_trace(tid)
+    assert len(answer.spans) == 200 and {s.resource_dropped_attributes_count for s in answer.spans} == {63}
+
+
+async def test_resource_attributes_within_the_byte_limit_are_stored_whole_and_service_name_always_kept(start_collector):
+    """Under a 15,000-byte limit (the setting), service.name sent last is still kept; a resource within
+    the limit is stored as sent with its sender's count."""
+    collector = await start_collector(resource_attributes_byte_limit=15_000)
+    tid = new_trace_id()
+    req = request([span(tid, new_span_id(), name="cut")])
+    resource = req.resource_spans[0].resource
+    del resource.attributes[:]
+    resource.attributes.extend([kv("a", "x" * 9000), kv("b", "y" * 9000), kv("c", "z" * 9000), kv("service.name", "late")])
+    small = request([span(tid, new_span_id(), name="whole")], service="small")
+    small.resource_spans[0].resource.attributes.append(kv("host.name", "h" * 9000))
+    small.resource_spans[0].resource.dropped_attributes_count = 1
+    resp = await collector.otlp().Export(trace_service_pb2.ExportTraceServiceRequest(
+        resource_spans=[*req.resource_spans, *small.resource_spans]))
+    assert "2 resource attribute(s) dropped past 15000 bytes" in resp.partial_success.error_message, resp.partial_success
+    got = {s.name: s for s in map(span_proto, await collector.server.repo.get_trace(tid))}
+    assert dict(got["cut"].resource_attributes.items()) == {"a": "x" * 9000, "service.name": "late"}
+    assert got["cut"].resource_dropped_attributes_count == 2 and got["cut"].service_name == "late"
+    assert dict(got["whole"].resource_attributes.items()) == {"service.name": "small", "host.name": "h" * 9000}
+    assert got["whole"].resource_dropped_attributes_count == 1

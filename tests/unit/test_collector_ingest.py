@@ -309,3 +309,38 @@ def test_limits_cut_the_status_message_trace_states_and_scope_on_either_row(clic
     else:
         assert (row[10], row[8], row[11]) == ("sc", "brok", "k=vv")
         assert json.loads(row[15])[0]["trace_state"] == "l=ww"
+
+
+@pytest.mark.parametrize("clickhouse", [False, True])
+def test_a_resource_keeps_service_name_then_its_first_attributes_within_the_byte_limit_on_either_row(clickhouse):
+    """limits.limit_resource_bytes: service.name (wherever sent) and then the attributes in the order
+    sent while they fit; the first that does not and every later one dropped, counted (distinct keys) on
+    the resource beside the sender's count and in each row of both stores; a resource within the limit is
+    not touched."""
+    from services.tracecollector.clickhouse_rows import COLUMNS, ExporterRowEncoder  # noqa: PLC0415
+
+    lim = Limits(resource_bytes=100)
+    req = _req(_span())
+    res = req.resource_spans[0].resource
+    del res.attributes[:]
+    res.attributes.extend([kv("a", "x" * 40), kv("b", "y" * 40), kv("c", 1), kv("b", "z"), kv("service.name", "svc")])
+    res.dropped_attributes_count = 3
+    within = _req(_span(sid=b"\x03" * 8), service="other")
+    sent = within.SerializeToString()
+    req.resource_spans.extend(within.resource_spans)
+    out = flatten(req, WINDOW, ExporterRowEncoder() if clickhouse else None, lim)
+    assert [x.key for x in res.attributes] == ["a", "service.name"]  # "b" (44 bytes) does not fit: "c" not kept
+    assert res.dropped_attributes_count == 3 + 2 and out.tally.resource_dropped == 2  # "b" twice, "c"
+    assert "2 resource attribute(s) dropped past 100 bytes" in out.tally.warning(lim)
+    assert req.resource_spans[1].SerializeToString() == within.resource_spans[0].SerializeToString()
+    assert within.SerializeToString() == sent
+    cut, whole = out.rows
+    if clickhouse:
+        col = COLUMNS.index
+        assert cut[col("ResourceAttributes")] == {"a": "x" * 40, "service.name": "svc"}
+        assert json.loads(cut[col("AgentFeedbackTypes")])["d"] == {"r": 5}
+        assert whole[col("AgentFeedbackTypes")] == ""
+    else:
+        r, w = dict(zip(ROW_FIELDS, cut, strict=True)), dict(zip(ROW_FIELDS, whole, strict=True))
+        assert json.loads(r["resource_attributes"]) == {"a": "x" * 40, "service.name": "svc"}
+        assert (r["resource_dropped_attributes_count"], w["resource_dropped_attributes_count"]) == (5, 0)
