@@ -16,7 +16,7 @@ tail); also the chat service's
 own GetMessage and ListMessages(turn_of_message) p50/p99 over the same loopback
 (`feedback_chat_getmessage_*`, `feedback_chat_listturn_*`: the latter is the create's one chat call).
 The create's floor, same run: the create's one durable write (INSERT_FEEDBACK, one statement, one
-commit) behind tests.bench.floor, alternating with the service in ROUNDS blocks of creates
+commit, quoting the same turns' real text) behind tests.bench.floor, alternating with the service in ROUNDS blocks of creates
 (`feedback_create_floor_p50_ms`, `feedback_create_floor_p99_ms`); a create is that write after the
 chat read, so its floor is about their sum.
 Also the feedback process's own CPU per call (`*_server_cpu_ms`, from /proc: independent of what
@@ -30,6 +30,7 @@ Targets on the 2-core machine: p99 ≤ 15 ms, ≥ 2,000 ratings/s.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import statistics
 import time
@@ -43,7 +44,7 @@ from agentfeedback.feedback.v1 import feedback_pb2_grpc
 from agentfeedback.traces.v1 import traces_pb2_grpc
 from services.common.auth import mint_token
 from tests.bench.bench_chat import SECRET, poll_trace, service_env, start_services, stop_services
-from tests.bench.floor import start_floor
+from tests.bench.floor import FLOOR_TURNS_ENV, start_floor
 from tests.bench.stats import tail
 
 CREATE_CALLS = 1000  # and as many against the floor, alternating in ROUNDS blocks
@@ -151,7 +152,11 @@ async def run(ctx) -> dict[str, float]:
         # What the create itself asks the chat service for: the turn of the quoted message.
         list_turn = chat_pb2.ListMessagesRequest(parent=inst, page_size=100, turn_of_message=turns[0].reply.name)
         turn_read = sorted([await timed(chat.ListMessages(list_turn, metadata=md)) for _ in range(CHAT_READS)])
-        floor, floor_port = await start_floor("feedback", env["AGENTFEEDBACK_DATABASE_URL"])
+        # The floor's rows quote the same turns as the service's (the same trigram index work per insert).
+        floor_turns = ctx.tmp / "floor_turns.json"
+        floor_turns.write_text(json.dumps({t.reply.name: [t.reply.content, t.user_message.content] for t in turns}))
+        floor, floor_port = await start_floor("feedback", env["AGENTFEEDBACK_DATABASE_URL"],
+                                              env={FLOOR_TURNS_ENV: str(floor_turns)})
         procs.append(floor)  # stopped with the services
         channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{floor_port}"))
         floor_fb = feedback_pb2_grpc.FeedbackServiceStub(channels[-1])

@@ -13,9 +13,12 @@ Floors (each as its own OS process, like the real services, on uvloop as `run_se
   request id and a SHA-256 of the request, as the service sends it) + the Rating.
   `FeedbackService.CreateFeedback` = the create's one durable write, `ReportStore.insert_report`
   (INSERT_FEEDBACK, autocommit: one statement, one commit, the cluster's synchronous_commit) of a
-  report on the request's message with a chat-sourced snapshot of FLOOR_REPLY_CHARS target characters
-  (no chat call: the bench reports the chat service's own read next to it) + the Feedback. Its rows are
-  born with no capture due, so the service's capture worker never works on them.
+  report on the request's message with a chat-sourced snapshot of that message's real text (no chat call:
+  the bench hands the floor its turns' texts up front in the JSON file named by `FLOOR_TURNS_ENV`,
+  message name → [reply, preceding user message]; FLOOR_REPLY_CHARS "r"s for a message not in it) + the
+  Feedback. The quoted reply is what the reports' trigram indexes cost on an insert (a real reply is
+  ~900 trigrams, `"r" * 1200` one), so the floor prices the same index work as the service's row. Its
+  rows are born with no capture due, so the service's capture worker never works on them.
 - `agent` + `gateway`: `ChatService.SendMessage` = `Repository.begin_turn` (user message + history,
   committed) → one `AgentService.Think` call carrying that history and the same metadata the real
   gateway sends (authorization + traceparent) and a 30 s deadline → `Repository.finish_turn` (reply,
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -59,21 +63,33 @@ from services.feedback.repository import create_pool as feedback_pool
 from services.feedback.repository.reports import ReportStore
 
 FLOOR_REPLY_CHARS = 1200
+FLOOR_TURNS_ENV = "AGENTFEEDBACK_FLOOR_TURNS"  # the floor feedback's turn texts (see the module docstring)
 OWNER = "bench"  # the `sub` of the bench's token: the floor gateway writes the real instance's rows
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def _floor_turns() -> dict[str, tuple[str, str]]:
+    """Message name → (its text, the user message before it), from the file FLOOR_TURNS_ENV names."""
+    path = os.environ.get(FLOOR_TURNS_ENV)
+    if not path:
+        return {}
+    with open(path, encoding="utf-8") as f:
+        return {name: (reply, user) for name, (reply, user) in json.load(f).items()}
 
 
 class FloorFeedback(feedback_pb2_grpc.FeedbackServiceServicer):
     def __init__(self, pool):
         self._pool = pool
         self._reports = ReportStore(pool)
+        self._turns = _floor_turns()
 
     async def CreateFeedback(self, request, context):  # noqa: N802
         f = request.feedback
         instance = f.message.split("/messages/", 1)[0]
+        text, user = self._turns.get(f.message, ("r" * FLOOR_REPLY_CHARS, "question"))
         snapshot = Snapshot(
-            source=domain.SOURCE_CHAT, target_role="ROLE_ASSISTANT", target_text="r" * FLOOR_REPLY_CHARS,
-            target_time=datetime.now(UTC), preceding_user_text="question", trace_id=uuid.uuid4().hex,
+            source=domain.SOURCE_CHAT, target_role="ROLE_ASSISTANT", target_text=text,
+            target_time=datetime.now(UTC), preceding_user_text=user, trace_id=uuid.uuid4().hex,
             context=Context(agent="reference", model="floor", channel="CHANNEL_TEXT"),
         )
         got = await self._reports.insert_report(NewReport(
@@ -167,13 +183,14 @@ async def _serve(kind: str, port: int, db: str | None, agent_port: int | None) -
     await server.wait_for_termination()
 
 
-async def start_floor(kind: str, db: str | None = None, agent_port: int | None = None) -> tuple[subprocess.Popen, int]:
+async def start_floor(kind: str, db: str | None = None, agent_port: int | None = None,
+                      env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
     """Start floor server `kind` (feedback | agent | gateway) as its own process on a port it binds
     (port 0, printed back) and wait until it serves: (the process, its port). The caller kills it (it
     holds no state worth a graceful stop)."""
     args = [sys.executable, "-m", "tests.bench.floor", kind, "0"]
     args += [db or "", str(agent_port)] if kind == "gateway" else [db] if db else []
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), str(PROJECT_ROOT / "gen")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PROJECT_ROOT), str(PROJECT_ROOT / "gen")]), **(env or {})}
     proc = subprocess.Popen(args, cwd=PROJECT_ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
         line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
