@@ -10,7 +10,7 @@ lacks scope 'feedback:triage'`).
 Tools:
 - list_feedback(instance?, status?, limit=20, page_token?) → {feedback: [...rows with trace_id and message...], next_page_token}
 - get_feedback(feedback_id) → the whole row: words, snapshots, voice context, frozen tool calls
-- agent_trace(trace_id) → {trace_id, spans: [...], tool_calls: [...]} from the collector
+- agent_trace(trace_id) → {trace_id, spans: [...], tool_calls: [...], truncated_value_count} from the collector
 - instance_messages(instance, around_trace_id?, window=2) → the conversation around a turn
 - resolve_feedback(feedback_id, status, issue_url?) → the updated row (needs `feedback:triage`)
 """
@@ -31,6 +31,7 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
 from agentfeedback.traces.v1 import traces_pb2
 from services.cli.client import Clients, ClientSettings
+from services.cli.render import cut_notice
 from services.common import toolcalls
 from services.common.errors import InvalidArgument
 from services.common.ids import parse_trace_id
@@ -122,9 +123,16 @@ def build_server(clients: Clients) -> MCPServer:
 
     @mcp.tool()
     async def agent_trace(trace_id: str) -> dict:
-        """The turn's spans and tool calls from the trace collector (14-day window)."""
+        """The turn's spans and tool calls from the trace collector (14-day window). truncated_value_count:
+        attribute values the collector cut to fit its answer budget (each ends with `…(+N chars)`; 0:
+        all as stored), with `truncation_notice` saying so when > 0. A span's *dropped_*_count fields
+        (resource_dropped_attributes_count included) count what it lost before it was stored."""
         t = await call(c.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=c.md, timeout=timeout))
-        return {"trace_id": t.trace_id, "spans": [_d(s) for s in t.spans], "tool_calls": tool_calls_of(t)}
+        out = {"trace_id": t.trace_id, "spans": [_d(s) for s in t.spans], "tool_calls": tool_calls_of(t),
+               "truncated_value_count": t.truncated_value_count}
+        if notice := cut_notice(t.truncated_value_count):
+            out["truncation_notice"] = notice
+        return out
 
     @mcp.tool()
     async def instance_messages(instance: str, around_trace_id: str = "", window: int = 2) -> dict:

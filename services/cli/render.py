@@ -34,11 +34,32 @@ def _after(ns: int) -> str:
     return f"{ms:.1f} ms" if ms < 1000 else f"{ms / 1000:.1f} s" if ms < 120_000 else f"{ms / 60_000:.0f} min"
 
 
+def cut_notice(truncated_value_count: int) -> str:
+    """The one line saying a GetTrace answer had `truncated_value_count` attribute values cut by the
+    collector's answer budget (traces.v1 `Trace.truncated_value_count`; each cut value ends with the
+    marker `…(+N chars)`); "" when nothing was cut (count ≤ 0)."""
+    if truncated_value_count <= 0:
+        return ""
+    what = "1 attribute value was" if truncated_value_count == 1 else f"{truncated_value_count} attribute values were"
+    return f"{what} cut to fit the answer (GetTrace answer budget); each cut value ends with …(+N chars)"
+
+
+def dropped_counts(s: traces_pb2.Span) -> str:
+    """What the span lost before it was stored, e.g. "dropped: 2 attributes, 61 resource attributes"
+    (OTLP dropped_*_count: the sender's limits plus the collector's; 1 event, 3 links…); "" when nothing."""
+    parts = [f"{n} {noun if n != 1 else noun[:-1]}" for n, noun in (
+        (s.dropped_attributes_count, "attributes"), (s.dropped_events_count, "events"),
+        (s.dropped_links_count, "links"), (s.resource_dropped_attributes_count, "resource attributes")) if n]
+    return f"dropped: {', '.join(parts)}" if parts else ""
+
+
 def render_waterfall(trace: traces_pb2.Trace) -> str:
     """One line per span, indented by depth, with a bar placed on the trace's time axis (ms).
 
-    Tool calls show `gen_ai.tool.name`; span events are listed under their span with their offset.
-    Names and attributes come from OTLP exporters (untrusted): printed through `for_terminal`.
+    Tool calls show `gen_ai.tool.name`; span events are listed under their span with their offset; a
+    span that lost attributes, events, links or resource attributes says how many (`dropped_counts`).
+    When the collector cut attribute values to fit its answer budget, the second line says how many
+    (`cut_notice`). Names and attributes come from OTLP exporters (untrusted): printed through `for_terminal`.
     """
     spans = list(trace.spans)
     if not spans:
@@ -51,6 +72,8 @@ def render_waterfall(trace: traces_pb2.Trace) -> str:
         parent = s.parent_span_id if s.parent_span_id in ids else ""
         children.setdefault(parent, []).append(s)
     lines = [f"trace {for_terminal(trace.trace_id)}  ({len(spans)} spans, {total / 1e6:.1f} ms)"]
+    if notice := cut_notice(trace.truncated_value_count):
+        lines.append(f"  {notice}")
 
     def walk(parent: str, depth: int) -> None:
         for s in sorted(children.get(parent, []), key=lambda x: (x.start_time_unix_nano, x.span_id)):
@@ -68,6 +91,8 @@ def render_waterfall(trace: traces_pb2.Trace) -> str:
             dur = (s.end_time_unix_nano - s.start_time_unix_nano) / 1e6
             lines.append(f"{bar} {'  ' * depth}{for_terminal(label)}  {dur:.1f} ms  {status}  "
                          f"({for_terminal(s.service_name)})")
+            if dropped := dropped_counts(s):
+                lines.append(f"{' ' * _WIDTH} {'  ' * depth}  {dropped}")
             for e in s.events:
                 off = (e.time_unix_nano - t0) / 1e6
                 ea = _attrs(e.attributes)
@@ -81,7 +106,8 @@ def render_waterfall(trace: traces_pb2.Trace) -> str:
 
 
 def render_feedback(fb: feedback_pb2.Feedback) -> str:
-    """The owner's words, the snapshot, the anchors and the frozen tool calls of one row; every line is
+    """The owner's words, the snapshot, the anchors and the frozen tool calls of one row (and, when the
+    copy was frozen from a GetTrace answer the collector cut, how many values were cut); every line is
     ours (multi-line text is split first), so the whole is passed through `for_terminal` keeping \\n."""
     snap = fb.snapshot
     ts = fb.trace_snapshot
@@ -113,6 +139,8 @@ def render_feedback(fb: feedback_pb2.Feedback) -> str:
         f"  frozen trace: {feedback_pb2.TraceSnapshotState.Name(ts.state).removeprefix('TRACE_SNAPSHOT_STATE_')}"
         f"  root={ts.root_status or '?'}  {ts.duration_ms:.1f} ms  spans={len(ts.spans)}"
     )
+    if ts.truncated_value_count > 0:  # frozen from a GetTrace answer the collector cut (its answer budget)
+        out.append(f"    frozen from a cut answer: {cut_notice(ts.truncated_value_count)}")
     for tc in ts.tool_calls:
         out.append(f"    tool {tc.name} ({tc.call_id}) {tc.status} {tc.duration_ms:.1f} ms result {tc.result_size_bytes} bytes")
     for ev in ts.events:

@@ -153,10 +153,12 @@ class CaptureWorker:
     async def _capture(self, trace_id: str, jobs: list[CaptureJob]) -> None:
         now = self._clock()
         try:
-            spans = await self._traces.get_trace(trace_id)
+            collected = await self._traces.get_trace(trace_id)
             failure = None
         except TracesUnreachable as e:
-            spans, failure = None, e
+            collected, failure = None, e
+        spans = None if collected is None else collected.spans
+        cut = 0 if collected is None else collected.truncated_value_count
         settled: set[str] = set()  # owners whose rows of this trace were all settled at once
         for job in jobs:
             if job.owner in settled:
@@ -183,7 +185,7 @@ class CaptureWorker:
                 expired=domain.spans_expired(job.turn_time, now, self._s.trace_retention_days),
                 settle_in_s=None if age_s is None else self._s.capture_settle_s - age_s, recheck=recheck,
                 recheck_window_over=age_s is None or age_s > self._s.capture_complete_window_s,
-                recheck_every_s=self._s.capture_settle_s,
+                recheck_every_s=self._s.capture_settle_s, truncated_value_count=cut,
             )
             if d.state == TraceState.PENDING:
                 await self._repo.capture_pending(job.id, d.retry_in_s, d.span_count)
@@ -193,9 +195,11 @@ class CaptureWorker:
                 n = await self._repo.capture_done_trace(job.owner, trace_id, d.state, d.frozen, d.span_count,
                                                         d.recheck_in_s)
                 settled.add(job.owner)
-                missing = f", incomplete (missing {', '.join(d.frozen.missing)})" if d.frozen and d.frozen.missing else ""
+                note = f", incomplete (missing {', '.join(d.frozen.missing)})" if d.frozen and d.frozen.missing else ""
+                if d.frozen and d.frozen.truncated_value_count:
+                    note += f", {d.frozen.truncated_value_count} attribute values cut by the collector's answer budget"
                 log.info("trace %s: %s for %d report(s) after %d attempts%s", trace_id, d.state.name, n, job.attempts,
-                         missing)
+                         note)
             else:
                 await self._repo.capture_done(job.id, d.state, d.frozen, d.span_count)
                 log.info("feedback %s trace %s: %s after %d attempts", job.id, trace_id, d.state.name, job.attempts)

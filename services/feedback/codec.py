@@ -126,6 +126,7 @@ def trace_into(t: TraceSnapshot, out: pb.TraceSnapshot) -> None:
     out.root_status = f.root_status
     out.duration_ms = f.duration_ms
     out.missing.extend(f.missing)
+    out.truncated_value_count = f.truncated_value_count
     for c in f.tool_calls:
         out.tool_calls.add(name=c.name, call_id=c.call_id, status=c.status, duration_ms=c.duration_ms,
                            arguments=c.arguments, result=c.result, result_size_bytes=c.result_size_bytes,
@@ -287,6 +288,7 @@ def trace_from_pb(t: pb.TraceSnapshot) -> TraceSnapshot:
                                service_name=s.service_name, status=s.status, duration_ms=s.duration_ms,
                                start_offset_ms=s.start_offset_ms) for s in t.spans),
         root_status=t.root_status, duration_ms=t.duration_ms, missing=tuple(t.missing),
+        truncated_value_count=t.truncated_value_count,
     )
     return TraceSnapshot(state=TraceState(t.state), frozen=frozen, attempts=t.attempts,
                          capture_time=_dt(t.capture_time, t.HasField("capture_time")),

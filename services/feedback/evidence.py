@@ -46,6 +46,15 @@ class SpanView:
     events: Sequence[SpanEventView] = ()
 
 
+@dataclass(frozen=True)
+class CollectedTrace:
+    """One answer of TraceQueryService.GetTrace: the trace's spans, and how many of their attribute
+    values the collector cut to fit its answer budget (`Trace.truncated_value_count`; 0: as stored)."""
+
+    spans: Sequence[SpanView]
+    truncated_value_count: int = 0
+
+
 # Our own `feedback.create` span lands in the turn's trace too; it is not evidence of the turn.
 OWN_SPAN_NAMES = frozenset({"feedback.create"})
 
@@ -69,10 +78,12 @@ def has_root(spans: Sequence[SpanView]) -> bool:
     return any(not s.parent_span_id for s in spans)
 
 
-def freeze_trace(spans: Sequence[SpanView]) -> FrozenTrace:
+def freeze_trace(spans: Sequence[SpanView], truncated_value_count: int = 0) -> FrozenTrace:
     """The frozen copy of a turn: tool calls (name, call id, status, duration, argument/result
     previews ≤ 2000 chars, result size), span events (≤ 200), span summaries (≤ 500) with offsets
     from the root's start, the root's status and duration. Our own `feedback.create` span is left out.
+    `truncated_value_count`: attribute values the collector cut in the answer `spans` came from (kept
+    on the copy, so a reader knows its previews may be shorter than what the agent recorded).
     """
     spans = sorted(evidence_spans(spans), key=lambda s: (s.start_unix_nano, s.span_id))
     root = _root(spans)
@@ -107,6 +118,7 @@ def freeze_trace(spans: Sequence[SpanView]) -> FrozenTrace:
         root_status=root.status if root else "",
         duration_ms=_ms(root.end_unix_nano - root.start_unix_nano) if root else 0.0,
         missing=missing_parts(spans),
+        truncated_value_count=truncated_value_count,
     )
 
 
@@ -179,6 +191,7 @@ def decide_capture(
     recheck: bool = False,
     recheck_window_over: bool = False,
     recheck_every_s: float = MAX_BACKOFF_S,
+    truncated_value_count: int = 0,
 ) -> CaptureDecision:
     """One step of the capture state machine.
 
@@ -190,13 +203,14 @@ def decide_capture(
     looked at again (`recheck_in_s`, at most every `recheck_every_s`) until `recheck_window_over`.
     No spans and the turn older than the retention window → EXPIRED; attempts exhausted → UNAVAILABLE.
     `recheck`: the row is such an incomplete copy; more spans than `previous_count` → frozen again.
+    `truncated_value_count`: values the collector cut in this answer, recorded on a copy frozen from it.
     """
     ev = evidence_spans(spans or [])
     again = None if expired or recheck_window_over else min(recheck_every_s, backoff_s(attempts, base_backoff_s))
     if recheck:
         if len(ev) <= previous_count:
             return CaptureDecision(TraceState.CAPTURED, span_count=previous_count, recheck_in_s=again)
-        frozen = freeze_trace(ev)
+        frozen = freeze_trace(ev, truncated_value_count)
         return CaptureDecision(TraceState.CAPTURED, frozen=frozen, span_count=len(ev),
                                recheck_in_s=again if frozen.missing else None)
     out_of_tries = attempts >= max_attempts
@@ -209,7 +223,7 @@ def decide_capture(
         return CaptureDecision(TraceState.PENDING, _until_settled(backoff_s(attempts, base_backoff_s), settle_in_s),
                                span_count=0)
     if (has_root(ev) and len(ev) == previous_count) or out_of_tries or expired or settled:
-        frozen = freeze_trace(ev)
+        frozen = freeze_trace(ev, truncated_value_count)
         return CaptureDecision(TraceState.CAPTURED, frozen=frozen, span_count=len(ev),
                                recheck_in_s=again if frozen.missing else None)
     # Root there but maybe not every exporter flushed: look again soon (not a failure).

@@ -1,6 +1,7 @@
 """Thin client of `agentfeedback.traces.v1.TraceQueryService` for the capture worker.
 
-`get_trace` returns the trace's spans as `evidence.SpanView`s, None when the collector holds no span
+`get_trace` returns the trace's spans as `evidence.SpanView`s with the count of attribute values the
+collector cut to fit its answer (an `evidence.CollectedTrace`), None when the collector holds no span
 of it (NOT_FOUND: not arrived yet, or removed by retention — the worker tells the two apart by the
 turn's age, `domain.spans_expired`), and raises `TracesUnreachable` on any other failure (marked `permanent` when no retry can help).
 """
@@ -14,7 +15,7 @@ from services.common import deadlines
 from services.common.depfail import no_answer
 from services.common.errors import is_transient
 from services.common.upstream import upstream_detail
-from services.feedback.evidence import SpanEventView, SpanView
+from services.feedback.evidence import CollectedTrace, SpanEventView, SpanView
 
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
 
@@ -52,7 +53,7 @@ class TracesClient:
         self._token = token_source
         self._timeout_s = timeout_s
 
-    async def get_trace(self, trace_id: str) -> list[SpanView] | None:
+    async def get_trace(self, trace_id: str) -> CollectedTrace | None:
         md = (("authorization", f"Bearer {self._token()}"),)
         try:
             t = await self._stub.GetTrace(traces_pb2.GetTraceRequest(trace_id=trace_id), metadata=md,
@@ -61,4 +62,4 @@ class TracesClient:
             if e.code() == grpc.StatusCode.NOT_FOUND:
                 return None
             raise TracesUnreachable(upstream_detail(e), permanent=not (no_answer(e) or is_transient(e.code()))) from None
-        return [to_view(s) for s in t.spans]
+        return CollectedTrace([to_view(s) for s in t.spans], t.truncated_value_count)

@@ -82,6 +82,15 @@ def one_trace(n: int = 5, start_ns: int | None = None, **kw) -> tuple[bytes, lis
     return tid, spans
 
 
+def large_span(root: traces_pb2.Span, values: int = 8, name: str = "agent.retrieve") -> trace_pb2.Span:
+    """A child of `root` (a span GetTrace answered, in its trace) 1 ms after its start, holding `values`
+    incompressible attribute values of 16 KiB each (the collector's value length limit): with 8, 128 KiB
+    that a GetTrace answer budget of 64 KiB must cut."""
+    return span(bytes.fromhex(root.trace_id), new_span_id(), parent=bytes.fromhex(root.span_id), name=name,
+                start_ns=root.start_time_unix_nano + 1_000_000,
+                attrs={f"retrieval.document.{i}": os.urandom(8 * 1024).hex() for i in range(values)})
+
+
 def bare_span(span: trace_pb2.Span) -> trace_pb2.Span:
     """A copy of `span` less its ids and times and its events' times (what two calls asking the same differ in)."""
     out = trace_pb2.Span()

@@ -53,3 +53,18 @@ def test_parse_timestamp_range_ends_are_accepted():
     top = parse_timestamp(Timestamp(seconds=253_402_300_799, nanos=999_999_999), "t")
     assert top == dt.datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC)
     assert parse_timestamp(Timestamp(seconds=1, nanos=5_000), "t") == dt.datetime(1970, 1, 1, 0, 0, 1, 5, tzinfo=dt.UTC)
+
+
+def test_a_copy_frozen_from_a_cut_answer_keeps_the_count_through_storage_and_the_proto():
+    """The collector's count of cut values (GetTrace answer budget) rides the capture decision into the
+    stored JSON and GetFeedback's TraceSnapshot.truncated_value_count, both ways alike; 0 is not stored."""
+    spans = [span("r" * 16, name="chat.turn", dur_ms=9), span("a" * 16, parent="r" * 16, name="agent.think")]
+    frozen = evidence.decide_capture(spans, previous_count=2, attempts=1, max_attempts=5, base_backoff_s=0.1,
+                                     expired=False, truncated_value_count=7).frozen
+    assert frozen is not None and frozen.truncated_value_count == 7
+    stored = frozen_json(frozen)
+    fast, slow = pb.TraceSnapshot(), pb.TraceSnapshot()
+    trace_into(TraceSnapshot(frozen=frozen_from_json(stored)), fast)
+    json_format.ParseDict(stored, slow)
+    assert fast == slow and fast.truncated_value_count == 7
+    assert "truncated_value_count" not in frozen_json(evidence.freeze_trace(spans))

@@ -14,7 +14,7 @@ import { agentName, aspectLabel, turnLabel } from "../names";
 import { categoryLabel, labelOf } from "../taxonomy";
 import { clamped, frozenToolCalls, traceUiLink, voiceProvenance } from "./evidence";
 import { statusName } from "../names";
-import { waterfall } from "../pages/trace";
+import { cutNotice, waterfall } from "../pages/trace";
 
 export function traceIdOf(fb: Feedback): string {
   return fb.snapshot?.traceId || (fb.target.case === "traceId" ? fb.target.value : "");
@@ -85,7 +85,7 @@ async function trace(el: HTMLElement, tid: string): Promise<void> {
   if (!tid) { mount(el, h("p", { class: "unavailable" }, "No trace (not a chat turn).")); return; }
   try {
     const t = await api().traces.getTrace({ traceId: tid });
-    mount(el, waterfall(t.spans));
+    mount(el, cutNotice(t), waterfall(t.spans));
   } catch (e) {
     mount(el, h("p", { class: "unavailable" }, errorCode(e) === Code.NotFound
       ? "The collector no longer has this turn's spans; the frozen copy is under Evidence."

@@ -1,12 +1,13 @@
 // The Trace tab: a waterfall of one turn's spans (TraceQueryService.GetTrace), tool calls and span
-// events. When the collector no longer has the spans, it says so (expired / not recorded, from the
-// ErrorInfo reason and the feedback row's trace_snapshot state) and shows the frozen copy kept
-// with the feedback, if one is given.
+// events, under one line (`cutNotice`) when the collector cut attribute values to fit its answer.
+// When the collector no longer has the spans, it says so (expired / not recorded, from the ErrorInfo
+// reason and the feedback row's trace_snapshot state) and shows the frozen copy kept with the
+// feedback, if one is given.
 import { api, Code, errorCode, errorReason, errorText, lastSegment } from "../api";
 import { h, mount } from "../dom";
 import { Role } from "../gen/agentfeedback/chat/v1/chat_pb";
 import { TraceSnapshotState, type Feedback } from "../gen/agentfeedback/feedback/v1/feedback_pb";
-import { StatusCode, type Span } from "../gen/agentfeedback/traces/v1/traces_pb";
+import { StatusCode, type Span, type Trace } from "../gen/agentfeedback/traces/v1/traces_pb";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { turnLabel } from "../names";
 
@@ -27,7 +28,7 @@ export async function traceTab(panel: HTMLElement, instance: string, query: URLS
   if (feedbackName) fb = await api().feedback.getFeedback({ name: feedbackName }).catch(() => null);
   try {
     const t = await api().traces.getTrace({ traceId });
-    mount(view, h("h2", {}, "Turn ", h("code", { class: "trace-id" }, traceId)), waterfall(t.spans));
+    mount(view, h("h2", {}, "Turn ", h("code", { class: "trace-id" }, traceId)), cutNotice(t), waterfall(t.spans));
   } catch (e) {
     const code = errorCode(e);
     if (code !== Code.NotFound) {
@@ -99,6 +100,16 @@ export function turnAxis(spans: Span[]): { t0: bigint; t1: bigint } {
   const t1 = byStart.filter((s) => s.startTimeUnixNano <= root.endTimeUnixNano)
     .reduce((m, s) => (s.endTimeUnixNano > m ? s.endTimeUnixNano : m), root.endTimeUnixNano);
   return { t0, t1 };
+}
+
+/** The one line saying the collector cut `t.truncatedValueCount` attribute values to fit its GetTrace
+ *  answer budget (each cut value ends with `…(+N chars)`), as a `p.trace-cut-notice`; null when nothing
+ *  was cut. Same words as the CLI's `cut_notice`. */
+export function cutNotice(t: Trace): HTMLElement | null {
+  const n = t.truncatedValueCount;
+  if (n <= 0) return null;
+  return h("p", { class: "unavailable trace-cut-notice", role: "status" },
+    `${n === 1 ? "1 attribute value was" : `${n} attribute values were`} cut to fit the answer (GetTrace answer budget); each cut value ends with …(+N chars)`);
 }
 
 /** One row per span: name (indented by depth), service, duration, a bar placed on the turn's time axis

@@ -112,6 +112,9 @@ class FrozenTrace:
     duration_ms: float = 0.0
     # Non-empty: frozen incomplete after the settle wait; the parts that never arrived (`evidence.missing_parts`).
     missing: tuple[str, ...] = ()
+    # Attribute values the collector had cut in the GetTrace answer this copy was frozen from (its answer
+    # budget; traces.v1 `Trace.truncated_value_count`). 0: frozen from the spans as stored.
+    truncated_value_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)

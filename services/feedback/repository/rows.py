@@ -104,6 +104,7 @@ def frozen_json(f: FrozenTrace) -> dict[str, Any]:
         "root_status": f.root_status,
         "duration_ms": f.duration_ms,
         **({"missing": list(f.missing)} if f.missing else {}),
+        **({"truncated_value_count": f.truncated_value_count} if f.truncated_value_count else {}),
     }
 
 
@@ -118,6 +119,7 @@ def frozen_from_json(d: Mapping[str, Any]) -> FrozenTrace:
         root_status=d.get("root_status", ""),
         duration_ms=float(d.get("duration_ms") or 0.0),
         missing=tuple(str(m) for m in d.get("missing") or ()),
+        truncated_value_count=int(d.get("truncated_value_count") or 0),
     )
 
 

@@ -1,0 +1,53 @@
+"""A report's frozen evidence says when the collector had cut the trace it was frozen from: the capture
+worker (services/feedback/capture.py) reads GetTrace, whose answer budget (5f77851) cuts the largest
+attribute values and counts them (traces.v1 Trace.truncated_value_count); the report's TraceSnapshot
+keeps that count (feedback.v1 TraceSnapshot.truncated_value_count). Real stack (tests/stack.py) on
+PostgreSQL, the collector's answer budget at its minimum (64 KiB) so one turn with a span of 8 × 16 KiB
+attribute values is cut."""
+from __future__ import annotations
+
+import pytest
+from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from agentfeedback.traces.v1 import traces_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+from tests.helpers.feedback import flag, new_instance, send, wait_state
+from tests.helpers.otlp import large_span, request
+from tests.stack import start_stack
+
+BUDGET = 64 * 1024  # CollectorSettings.get_trace_budget_bytes' minimum
+
+
+@pytest.fixture
+async def cut_stack(database_url, tmp_path, collector_store):
+    """The stack whose collector answers GetTrace within 64 KiB."""
+    settings, kw = collector_store
+    s = await start_stack(database_url, tmp_path, collector_kw=kw,
+                          collector={**settings, "get_trace_budget_bytes": BUDGET})
+    try:
+        yield s
+    finally:
+        await s.stop()
+
+
+async def test_evidence_frozen_from_a_cut_trace_says_how_many_values_were_cut(cut_stack):
+    stack = cut_stack
+    inst = await new_instance(stack)
+    plain = await send(stack, inst, "list your tools please")
+    turn = await send(stack, inst, "and which of them can search?")
+    await stack.wait_trace(plain.trace_id, min_spans=3)
+    before = await stack.wait_trace(turn.trace_id, min_spans=3)
+    root = next(s for s in before.spans if not s.parent_span_id)
+    otlp = trace_service_pb2_grpc.TraceServiceStub(stack.channel("otlp_grpc"))
+    await otlp.Export(request([large_span(root)], service="agent"))
+    answer = await stack.traces().GetTrace(traces_pb2.GetTraceRequest(trace_id=turn.trace_id), metadata=stack.md())
+    assert answer.truncated_value_count > 0 and answer.ByteSize() <= BUDGET  # the collector cut this turn
+
+    cut = await wait_state(stack, (await flag(stack, turn.reply.name, "it searched nothing")).name,
+                           pb.TRACE_SNAPSHOT_STATE_CAPTURED)
+    assert cut.trace_snapshot.truncated_value_count == answer.truncated_value_count
+    assert "agent.retrieve" in {s.name for s in cut.trace_snapshot.spans}
+    # A turn the collector answered whole: its evidence says nothing was cut.
+    whole = await wait_state(stack, (await flag(stack, plain.reply.name, "fine, but slow")).name,
+                             pb.TRACE_SNAPSHOT_STATE_CAPTURED)
+    assert whole.trace_snapshot.tool_calls and whole.trace_snapshot.truncated_value_count == 0
