@@ -52,11 +52,12 @@ CHAT_READS = 1000  # each chat read of the baseline (≥ 1000: a p99)
 WARMUP = 100
 TURNS = 20
 RATING_CLIENTS = 4
-RATINGS_PER_CLIENT = 1000
-ROUNDS = 2  # alternating service / floor rounds of RATING_CLIENTS × RATINGS_PER_CLIENT puts
+RATINGS_PER_CLIENT = 200  # a round's puts per client
+ROUNDS = 10  # alternating service / floor rounds of RATING_CLIENTS × RATINGS_PER_CLIENT puts (and of creates)
 FIRST_RATING_TURNS = 1000  # distinct turns, each rated once: the ownership check is never cached
 # RATINGS_PER_CLIENT stays even: each client alternates sentiments, and the floor answers only puts that change a row.
-SMOKE = {"CREATE_CALLS": 4, "CHAT_READS": 4, "WARMUP": 1, "TURNS": 4, "RATINGS_PER_CLIENT": 4, "FIRST_RATING_TURNS": 8}
+SMOKE = {"CREATE_CALLS": 4, "CHAT_READS": 4, "WARMUP": 1, "TURNS": 4, "RATINGS_PER_CLIENT": 4, "FIRST_RATING_TURNS": 8,
+         "ROUNDS": 2}
 
 
 def _cpu_s(pid: int) -> float:
@@ -207,15 +208,20 @@ async def run(ctx) -> dict[str, float]:
         # Service and floor alternate (ROUNDS each), so both see the same machine.
         elapsed = floor_elapsed = cpu_s = floor_cpu_s = 0.0
         others = {"client": 0.0, "collector": 0.0, "postgres": 0.0}
+        by_round: list[float] = []  # each round's service rate over the floor's right after it
         for _ in range(ROUNDS):
             cpu0, others0 = _cpu_s(proc.pid), _others_cpu_s(procs[0].pid)
-            elapsed += await rate(raters, RATINGS_PER_CLIENT)
+            took = await rate(raters, RATINGS_PER_CLIENT)
+            elapsed += took
             cpu_s += _cpu_s(proc.pid) - cpu0
             for k, v in _cpu_delta(others0, _others_cpu_s(procs[0].pid)).items():
                 others[k] += v
             floor_cpu0 = _cpu_s(floor.pid)
-            floor_elapsed += await rate(floor_raters, RATINGS_PER_CLIENT)
+            floor_took = await rate(floor_raters, RATINGS_PER_CLIENT)
+            floor_elapsed += floor_took
             floor_cpu_s += _cpu_s(floor.pid) - floor_cpu0
+            by_round.append(floor_took / took)
+        by_round.sort()
         first_per_s, first_ms = await _first_ratings(chat, raters, inst, md)
         puts = ROUNDS * RATING_CLIENTS * RATINGS_PER_CLIENT
         rating_cpu_ms = cpu_s * 1000 / puts
@@ -236,6 +242,11 @@ async def run(ctx) -> dict[str, float]:
             # The same puts against the floor (tests/bench/floor.py: the UPSERT alone behind bare grpc.aio).
             "rating_put_floor_per_s": round(floor_per_s, 1),
             "rating_put_vs_floor": round(rate_per_s / floor_per_s, 3),
+            # The same per round (a service block against the floor block after it): how far one block's
+            # figure moves on the machine that ran it (read the headline against it).
+            "rating_put_vs_floor_round_median": round(statistics.median(by_round), 3),
+            "rating_put_vs_floor_round_min": round(by_round[0], 3),
+            "rating_put_vs_floor_round_max": round(by_round[-1], 3),
             # First ratings of distinct turns (no cached ownership check: one chat call per put).
             "rating_first_put_per_s": round(first_per_s, 1),
             "rating_first_put_p50_ms": round(statistics.median(first_ms), 3),
