@@ -204,8 +204,8 @@ def queue_flow(b, second, engine: str, width: int, site: str, gateway_url: str, 
     _until(b, "document.querySelectorAll('.queue-row[data-kind=report]').length", 3, f"{engine}: the three reports listed")
     # And the open item (the judgement) drawn whole: its conversation, evidence and trace arriving after
     # a click was aimed would move what lies below the item under the pointer (WebKitWebDriver clicks at
-    # the coordinates it computed, wherever the button went meanwhile). At 320 px the bulk bar is now
-    # above the item (test_console_queue_bulk_put.py); the list's rows are still below it.
+    # the coordinates it computed, wherever the button went meanwhile). At 320 px the bulk bar and the
+    # list's rows are now above the item (test_console_queue_bulk_put.py, test_console_queue_rows_put.py).
     _until(b, CURRENT, s.judgement, f"{engine}: the status=any queue opens on the judgement")
     for part in (".qi-conv .qi-msg.reported", ".qi-evidence .qi-turn-reports", ".qi-trace .wf-span", ".qi-judgements .qi-rating"):
         b.wait(f".queue-item {part}")

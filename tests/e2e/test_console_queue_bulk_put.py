@@ -1,8 +1,8 @@
 """The review queue at 320 px in real Chromium and WebKit: the bulk bar stays where it first appeared while
-the open item's view fills in. At phone width the open item comes first (`.queue-main { order: -1 }`),
+the open item's view fills in. At phone width the open item came first (`.queue-main { order: -1 }`),
 and its view is drawn after the queue loads and then grows as its conversation, evidence and trace
 arrive: everything below it moved, the bulk bar too, so a tap aimed at "Mark selected triaged" could
-land on whatever moved under the finger. Measured every 10 ms, in page coordinates (scroll-independent),
+land on whatever moved under the finger (the list's rows too: test_console_queue_rows_put.py). Measured every 10 ms, in page coordinates (scroll-independent),
 from before the queue is opened until the item is drawn whole."""
 from __future__ import annotations
 

@@ -8,6 +8,11 @@
 // open, released on leaving), so another session sees it as claimed and does not work it too.
 // The list is strictly newest first across "Load more" pages (reports by create time, judgements by update
 // time; newestFirst.ts): an item shows only once neither list can still hold a newer one.
+// On a phone (<= 720 px, style.css) the page is one column in the desktop's reading order: filters, bulk
+// bar, the list, then the open item. The item is drawn after the queue loads and grows as its
+// conversation, evidence and trace arrive, so nothing a finger aims at may sit below it: the list comes
+// first and keeps its place. Opening an item (a row, Previous / Next, a key) brings the item's top into
+// view instead of scrolling the page to its row, and the item's "List" control goes back to the row.
 import { api, Code, errorCode, errorText, lastSegment, uuid4 } from "../api";
 import { claim, claimedByOther, claimRefusal, holdClaim, reviewSession } from "../claims";
 import { h, iso, mount } from "../dom";
@@ -30,6 +35,8 @@ const PAGE = 50;
 // (at most this many pages) and put in time order before merging.
 const MAX_CONVERSATION_PAGES = 20;
 const REPORTS = 0, JUDGEMENTS = 1; // the merge's sources; at the same time a report comes first
+/** The one-column layout (style.css: the list above the open item, both part of the page's scroll). */
+const onPhone = () => matchMedia("(max-width: 720px)").matches;
 
 function ageStart(q: URLSearchParams, now: number) {
   const age = Number(q.get("age") ?? "");
@@ -127,8 +134,9 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     h("span", { class: "muted bulk-count" }, "none selected"));
   const keys = h("p", { class: "muted queue-keys" }, "Keys: ", ...[["j", "next"], ["k", "previous"], ["t", "triaged"], ["d", "dismissed"], ["o", "reopen"], ["f", "file"], ["x", "select"]]
     .flatMap(([k, what]) => [h("kbd", {}, k), ` ${what} `]));
+  const itemColumn = h("div", { class: "queue-main" }, keys, status, itemBox);
   mount(main, h("div", { class: "page-head" }, h("h1", {}, "Review queue"), count), filterForm(query), error,
-    h("div", { class: "queue-layout" }, h("div", { class: "queue-side" }, bulk, list, capped, moreButton), h("div", { class: "queue-main" }, keys, status, itemBox)));
+    h("div", { class: "queue-layout" }, h("div", { class: "queue-side" }, bulk, list, capped, moreButton), itemColumn));
 
   const here = location.hash;
   // The address this page last wrote: a show() finishing after the user went elsewhere (another filter,
@@ -148,7 +156,7 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     const name = nameOf(it);
     const open = (...content: (Node | string | null)[]) => {
       const b = h("button", { type: "button", class: "link q-open" }, ...content);
-      b.addEventListener("click", () => void show(indexOf(name)));
+      b.addEventListener("click", () => void show(indexOf(name), true));
       return b;
     };
     if (it.kind === "judgement") {
@@ -180,10 +188,12 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
   const bulkCount = () => { bulk.querySelector(".bulk-count")!.textContent = state.selected.size ? `${state.selected.size} selected` : "none selected"; };
   const view = (it: QueueItem) => (it.kind === "report" ? [actionBar(it), queueItemView(it.fb)] : [actionBar(it), judgementItemView(it.r)]);
 
-  const show = async (i: number) => {
+  // `reveal`: the reader asked for this item (a row, Previous / Next, a key), so on a phone its top is
+  // brought into view (it lies below the list there); on a desktop the list scrolls to its row instead.
+  const show = async (i: number, reveal = false) => {
     if (i < 0 || i >= state.items.length) {
       status.textContent = i < 0 ? "This is the first item." : more() ? "Loading more…" : "End of the queue.";
-      if (i >= state.items.length && more()) { await load(); if (i < state.items.length) await show(i); }
+      if (i >= state.items.length && more()) { await load(); if (i < state.items.length) await show(i, reveal); }
       return;
     }
     state.stopClaim?.();
@@ -194,7 +204,8 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     list.querySelectorAll(".queue-row.current").forEach((r) => r.classList.remove("current"));
     const row = list.querySelector<HTMLElement>(`li[data-name="${CSS.escape(name)}"]`);
     row?.classList.add("current");
-    row?.scrollIntoView({ block: "nearest" });
+    if (!onPhone()) row?.scrollIntoView({ block: "nearest" });
+    else if (reveal) itemColumn.scrollIntoView({ block: "start" });
     status.textContent = `Item ${i + 1} of ${state.items.length}${more() ? "+" : ""}`;
     const q = new URLSearchParams(here.split("?")[1] ?? "");
     q.set("item", lastSegment(name));
@@ -245,7 +256,7 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     }
     setReport(state.index, r);
     status.textContent = `Marked ${statusName(to)}.`;
-    await show(state.index + 1);
+    await show(state.index + 1, true);
     if (state.index < state.items.length) status.textContent = `Marked ${statusName(to)}. ${status.textContent}`;
   };
 
@@ -277,14 +288,23 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     }
   };
 
+  // On a phone: back up to the open item's row in the list (its button focused, as a tap would leave it).
+  const backToList = () => {
+    const row = list.querySelector<HTMLElement>(".queue-row.current");
+    if (!row) { list.scrollIntoView({ block: "start" }); return; }
+    row.scrollIntoView({ block: "center" });
+    row.querySelector<HTMLElement>(".q-open")?.focus({ preventScroll: true });
+  };
+
   function actionBar(it: QueueItem): HTMLElement {
     const b = (cls: string, label: string, key: string, run: () => void, disabled = false) =>
       h("button", { type: "button", class: cls, "aria-keyshortcuts": key, disabled, onclick: run }, label, h("kbd", { "aria-hidden": "true" }, key));
     const fb = it.kind === "report" ? it.fb : null;
     const off = state.held || !fb;
     return h("div", { class: "queue-actions", role: "toolbar", "aria-label": "Review actions" },
-      b("q-prev", "Previous", "k", () => void show(state.index - 1)),
-      b("q-next", "Next", "j", () => void show(state.index + 1)),
+      h("button", { type: "button", class: "q-to-list", "aria-label": "Back to the list", onclick: backToList }, "↑ List"),
+      b("q-prev", "Previous", "k", () => void show(state.index - 1, true)),
+      b("q-next", "Next", "j", () => void show(state.index + 1, true)),
       b("q-triage", "Triaged", "t", () => void triageCurrent(Status.TRIAGED), off || fb?.status === Status.TRIAGED),
       b("q-dismiss", "Dismiss", "d", () => void triageCurrent(Status.DISMISSED), off || fb?.status === Status.DISMISSED),
       b("q-reopen", "Reopen", "o", () => void triageCurrent(Status.OPEN), off || fb?.status === Status.OPEN),
@@ -369,8 +389,8 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
     const t = ev.target as HTMLElement | null;
     if (ev.ctrlKey || ev.metaKey || ev.altKey || (t && /^(INPUT|SELECT|TEXTAREA)$/.test(t.tagName)) || document.querySelector("dialog[open]")) return;
     const run: Record<string, () => void> = {
-      j: () => void show(state.index + 1), n: () => void show(state.index + 1),
-      k: () => void show(state.index - 1), p: () => void show(state.index - 1),
+      j: () => void show(state.index + 1, true), n: () => void show(state.index + 1, true),
+      k: () => void show(state.index - 1, true), p: () => void show(state.index - 1, true),
       t: () => void triageCurrent(Status.TRIAGED), d: () => void triageCurrent(Status.DISMISSED),
       o: () => void triageCurrent(Status.OPEN), f: () => void fileCurrent(),
       x: () => {
@@ -396,5 +416,6 @@ export async function queuePage(main: HTMLElement, query: URLSearchParams): Prom
   await load();
   const wanted = query.get("item");
   const at = wanted ? state.items.findIndex((x) => lastSegment(nameOf(x)) === wanted) : 0;
-  if (state.items.length) await show(Math.max(0, at));
+  // An item the address names (a link, a reload) is shown; otherwise the list is what a phone shows first.
+  if (state.items.length) await show(Math.max(0, at), !!wanted && at >= 0);
 }
