@@ -16,6 +16,7 @@ from agentfeedback.feedback.v1 import feedback_pb2
 from agentfeedback.traces.v1 import traces_pb2
 from services.cli.client import Clients
 from services.cli.render import render_feedback, render_waterfall
+from services.common.errors import error_info
 
 OWNER_WORDS = (
     "That's wrong. I asked for something specific and this reply doesn't answer it; "
@@ -59,6 +60,54 @@ def demo_turn_request_id(i: int, j: int) -> str:
     return str(uuid.uuid5(DEMO_NAMESPACE, f"demo-turn-{i}-{j}"))
 
 
+def demo_flag_request_id(message: str, after_deleted: str = "") -> str:
+    """The CreateFeedback request_id of the demo's report on `message` (a message name): the same on
+    every run, so a rerun answers the first report (AIP-155) instead of filing another. When the owner
+    deleted that report, `after_deleted` (the deleted report's name, `feedback/{id}`) derives the id
+    of the next report: still the same on every run, one per deleted report."""
+    key = f"demo-flag-{message}" + (f"-after-{after_deleted}" if after_deleted else "")
+    return str(uuid.uuid5(DEMO_NAMESPACE, key))
+
+
+def _deleted_report(e: grpc.aio.AioRpcError) -> str | None:
+    """The deleted report's name (`feedback/{id}`) when CreateFeedback answered NOT_FOUND because the
+    report its request_id created was deleted (reason FEEDBACK_DELETED); None for any other error."""
+    info = error_info(e) if e.code() == grpc.StatusCode.NOT_FOUND else None
+    if info is None or info.reason != "FEEDBACK_DELETED":
+        return None
+    return info.metadata.get("resource") or None
+
+
+async def _flag(fb_stub, c: Clients, flagged: chat_pb2.Message,
+                echo: Callable[[str], None]) -> feedback_pb2.Feedback:
+    """CreateFeedback of the owner's words on `flagged`, under `demo_flag_request_id`. The owner may
+    have deleted the report an earlier run filed (`agentfeedback feedback delete`): its request id then
+    answers NOT_FOUND (FEEDBACK_DELETED) for 24 h, and the reply is flagged again as a new report under
+    the id derived from the deleted one, said in one line. Each step follows one deleted report, so the
+    chain ends; any other error (or a chain that repeats itself) is raised as grpc.aio.AioRpcError."""
+    request_id, deleted, seen = demo_flag_request_id(flagged.name), "", set()
+    while True:
+        try:
+            fb = await fb_stub.CreateFeedback(
+                feedback_pb2.CreateFeedbackRequest(
+                    feedback=feedback_pb2.Feedback(message=flagged.name, body=OWNER_WORDS,
+                                                   sentiment=feedback_pb2.SENTIMENT_BAD,
+                                                   category=feedback_pb2.CATEGORY_BROKEN_RESPONSE,
+                                                   surface=feedback_pb2.SURFACE_CHAT),
+                    request_id=request_id),
+                metadata=c.md, timeout=c.settings.timeout_s)
+        except grpc.aio.AioRpcError as e:
+            gone = _deleted_report(e)
+            if gone is None or gone in seen:
+                raise
+            seen.add(gone)
+            deleted, request_id = gone, demo_flag_request_id(flagged.name, after_deleted=gone)
+            continue
+        if deleted:
+            echo(f"  (the demo's earlier report {deleted} was deleted; flagged the reply again as {fb.name})")
+        return fb
+
+
 async def _existing_report(fb_stub, c: Clients, instance: str, message: str) -> feedback_pb2.Feedback | None:
     """The demo's report on `message` when an earlier run filed it (the owner's words on that reply)."""
     resp = await fb_stub.ListFeedback(feedback_pb2.ListFeedbackRequest(instance=instance, page_size=100),
@@ -72,7 +121,8 @@ async def run_demo(c: Clients, conversations: int = 3, turns: int = 3, echo: Cal
     Idempotent across runs: the demo agents are the same (`demo_instance_request_id`), turns already
     in an agent are shown, not sent again (a run stopped half-way is completed; `demo_turn_request_id`
     makes a repeated send answer its first result), and the reply to the second user turn of the first
-    conversation is flagged once (an earlier run's report is shown again)."""
+    conversation is flagged once (an earlier run's report is shown again; when the owner deleted it,
+    the reply is flagged again as a new report, `_flag`)."""
     t_start = time.monotonic()
     chat = c.chat()
     fb_stub = c.feedback()
@@ -105,13 +155,7 @@ async def run_demo(c: Clients, conversations: int = 3, turns: int = 3, echo: Cal
 
     echo(f"\n== the owner flags {flagged.name}: {OWNER_WORDS!r}")
     instance = flagged.name.partition("/messages/")[0]
-    fb = await _existing_report(fb_stub, c, instance, flagged.name) or await fb_stub.CreateFeedback(
-        feedback_pb2.CreateFeedbackRequest(
-            feedback=feedback_pb2.Feedback(message=flagged.name, body=OWNER_WORDS, sentiment=feedback_pb2.SENTIMENT_BAD,
-                                           category=feedback_pb2.CATEGORY_BROKEN_RESPONSE,
-                                           surface=feedback_pb2.SURFACE_CHAT),
-            request_id=str(uuid.uuid5(DEMO_NAMESPACE, f"demo-flag-{flagged.name}"))),
-        metadata=c.md, timeout=c.settings.timeout_s)
+    fb = await _existing_report(fb_stub, c, instance, flagged.name) or await _flag(fb_stub, c, flagged, echo)
     # The turn's spans reach the collector a moment later; the feedback service freezes them.
     deadline = time.monotonic() + 30
     while fb.trace_snapshot.state == feedback_pb2.TRACE_SNAPSHOT_STATE_PENDING and time.monotonic() < deadline:

@@ -47,3 +47,43 @@ def test_each_demo_conversation_starts_at_its_beginning():
     assert len(picked) == 3
     assert [firsts[turns[0]].rpartition("_")[2] for turns in picked] == ["0", "0", "0"]
     assert len({firsts[turns[0]].rpartition("_")[0] for turns in picked}) == 3
+
+
+async def test_demo_after_its_report_was_deleted_flags_the_reply_again_and_finishes(stack):
+    """The README's `agentfeedback feedback delete ID --yes` on the demo's report, then `make run` again:
+    the demo's fixed flag request id answers NOT_FOUND (FEEDBACK_DELETED) for 24 h, which stopped the
+    whole stack with a traceback. Now the demo flags the reply again as a new report under a request id
+    derived from the deleted report's (so a further rerun reuses it), says so in one line and finishes;
+    deleted again, it flags again."""
+    args = ("demo", "--conversations", "1", "--turns", "2")
+    first = await _cli(stack, *args, sub="dora")
+    assert first.exit_code == 0, first.output
+    md = stack.md("dora")
+
+    async def reports():
+        return list((await stack.feedback().ListFeedback(feedback_pb2.ListFeedbackRequest(), metadata=md)).feedback)
+
+    [old] = await reports()
+    old_id = old.name.removeprefix("feedback/")
+    deleted = await _cli(stack, "feedback", "delete", old_id, "--yes", sub="dora")
+    assert deleted.exit_code == 0, deleted.output
+
+    second = await _cli(stack, *args, sub="dora")
+    assert second.exit_code == 0, second.output
+    [new] = await reports()
+    assert new.name != old.name and new.snapshot.turn_index == 1 and new.message == old.message
+    said = [line for line in second.output.splitlines() if old.name in line]
+    assert len(said) == 1 and "deleted" in said[0] and new.name in said[0], second.output
+    assert f"feedback show {new.name.removeprefix('feedback/')}" in second.output
+
+    third = await _cli(stack, *args, sub="dora")  # a further rerun shows the new report, flags nothing
+    assert third.exit_code == 0, third.output
+    assert [f.name for f in await reports()] == [new.name] and "deleted" not in third.output
+
+    # Deleted again: flagged again (the chain of derived request ids stays deterministic).
+    assert (await _cli(stack, "feedback", "delete", new.name.removeprefix("feedback/"), "--yes",
+                       sub="dora")).exit_code == 0
+    fourth = await _cli(stack, *args, sub="dora")
+    assert fourth.exit_code == 0, fourth.output
+    [newest] = await reports()
+    assert newest.name not in (old.name, new.name) and newest.message == old.message
