@@ -11,7 +11,7 @@ A record is (owner, method, request id) → the resource it acted on and the req
 Prune policy (one, for every method): a record lives RETENTION_S (24 h). A lookup ignores an older
 record (and `Ledger.record` replaces it); `PRUNE` deletes them, run every PRUNE_INTERVAL_S by the service's
 background loop. Statements that must claim a request id atomically with their write use the
-`prior_cte` / `record_cte` fragments (NamedSQL parameters `:owner`, `:ledger_method`, `:request_id`,
+`prior_cte` / `claim_cte` (or `record_cte`) fragments (NamedSQL parameters `:owner`, `:ledger_method`, `:request_id`,
 `:fingerprint`, `:retention_s`); the others use `Ledger.get` / `Ledger.record` inside their transaction.
 
 Creates keep their request id on the row they create instead (chat: `instances`, `turns`; feedback:
@@ -65,6 +65,27 @@ def record_cte(name: str, resource_sql: str, source: str) -> str:
     SELECT :owner, :ledger_method, :request_id::uuid, {resource_sql}, :fingerprint::bytea, now() FROM {source}
     WHERE :request_id::uuid IS NOT NULL
     ON CONFLICT (owner, method, request_id) DO NOTHING
+    RETURNING 1
+)"""
+
+
+def claim_cte(name: str = "claim", prior: str = "prior") -> str:
+    """`<name> AS (INSERT …)`: claim this request id BEFORE the write it guards (the write's CTE reads
+    `EXISTS (SELECT 1 FROM <name>)`), so that of concurrent calls with one request id exactly one
+    writes. RETURNING 1 when this call claimed it. No row: no request id; a live record seen by the
+    statement (`prior`, a CTE of `prior_cte`); another call's record committed or in flight (the
+    INSERT waits for that call's transaction, then finds its record). An expired record is taken
+    over (the id is new again after RETENTION_S). A claimer locks the ledger row before the rows it
+    writes, and every claimer does, so concurrent claimers cannot deadlock. The record's resource is
+    '' (not known before the write). Why not `record_cte` after the write: each concurrent call then
+    sees no record in its snapshot, waits for the other's row lock and applies its own write too."""
+    return f"""{name} AS (
+    INSERT INTO request_ledger AS l (owner, method, request_id, resource, fingerprint, create_time)
+    SELECT :owner, :ledger_method, :request_id::uuid, '', :fingerprint::bytea, now()
+    WHERE :request_id::uuid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM {prior})
+    ON CONFLICT (owner, method, request_id) DO UPDATE SET resource = EXCLUDED.resource,
+        fingerprint = EXCLUDED.fingerprint, create_time = EXCLUDED.create_time
+    WHERE l.create_time <= now() - make_interval(secs => :retention_s)
     RETURNING 1
 )"""
 

@@ -256,6 +256,48 @@ async def test_a_put_retried_with_its_request_id_never_overwrites_a_later_rating
     assert await ratings_of(stack, inst) == []
 
 
+async def test_concurrent_puts_with_one_request_id_write_once_and_the_others_are_its_retries(stack):
+    """20 PutRatings at once with one request id (a client's retries racing, or a request id reused by
+    mistake): exactly one writes. With one body every answer is that rating; with different bodies the
+    others are INVALID_ARGUMENT REQUEST_ID_REUSED (AIP-155). Found by a new user's trial: with the request
+    id recorded after the write, every concurrent put saw no record and wrote (versions 1-5 under one
+    request id). The same for etag'd puts: one writes, the others are its retries, not ABORTED."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "q")
+    fb, md = stack.feedback(), stack.md()
+    sentiments = (POS, NEU, NEG)
+
+    async def race(aspect: str, bodies: int, etag: str = "") -> list:
+        rid = str(uuid.uuid4())
+        return await asyncio.gather(*(fb.PutRating(pb.PutRatingRequest(
+            rating=rating(inst, turn.reply.turn_index, aspect, sentiment=sentiments[i % bodies], etag=etag),
+            request_id=rid), metadata=md) for i in range(20)), return_exceptions=True)
+
+    def stored(aspect: str) -> list[tuple[int, int]]:
+        return [(r.sentiment, r.version) for r in ratings if r.aspect == aspect]
+
+    same = await race("same", 1)
+    assert all(isinstance(r, pb.Rating) for r in same), [r for r in same if not isinstance(r, pb.Rating)][:1]
+    assert {(r.name, r.sentiment, r.version) for r in same} == {(same[0].name, POS, 1)}
+
+    mixed = await race("mixed", 3)
+    ok = [r for r in mixed if isinstance(r, pb.Rating)]
+    refused = [r for r in mixed if not isinstance(r, pb.Rating)]
+    assert ok and {(r.sentiment, r.version) for r in ok} == {(ok[0].sentiment, 1)}, [(r.sentiment, r.version) for r in ok]
+    assert all(isinstance(e, grpc.aio.AioRpcError) and e.code() == grpc.StatusCode.INVALID_ARGUMENT
+               and error_info(e).reason == "REQUEST_ID_REUSED" for e in refused), refused[:1]
+    assert len(ok) + len(refused) == 20
+
+    base = await put(fb, rating(inst, turn.reply.turn_index, "cas", sentiment=NEG), md)
+    cas = await race("cas", 1, base.etag)
+    assert all(isinstance(r, pb.Rating) for r in cas), [r for r in cas if not isinstance(r, pb.Rating)][:1]
+    assert {(r.sentiment, r.version) for r in cas} == {(POS, base.version + 1)}
+
+    ratings = await ratings_of(stack, inst)
+    assert stored("same") == [(POS, 1)] and stored("mixed") == [(ok[0].sentiment, 1)]
+    assert stored("cas") == [(POS, base.version + 1)]
+
+
 async def test_a_new_rating_takes_only_the_masked_fields_and_pages_stay_with_their_conversation(stack):
     inst, other = await new_instance(stack), await new_instance(stack)
     t0, t1 = await send(stack, inst, "a"), await send(stack, inst, "b")

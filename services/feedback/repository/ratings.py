@@ -34,13 +34,18 @@ SELECT {RATING_COLUMNS} FROM ratings
 WHERE conversation = $1 AND turn_index = $2 AND owner = $3 AND scope = $4 AND aspect = $5 AND artifact_id = $6"""
 
 # PutRating statements. `prior`: an earlier put with this request id (then nothing is written: the
-# caller answers it as a retry); `rec` records an applied put's request id in the same statement.
-# Always one row: seen / prior_fingerprint, then the written rating's columns (all NULL when nothing
-# was written). `:own_*`: whether this call owns sentiment / category / note / reasons / choice (AIP-134).
-_RATING_PRIOR = ledger.prior_cte("prior")
-_RATING_RECORD = ledger.record_cte("rec", "up.id", "up") + """
-SELECT EXISTS (SELECT 1 FROM prior) AS seen, (SELECT fingerprint FROM prior) AS prior_fingerprint, up.*
-FROM (VALUES (1)) AS one (x) LEFT JOIN up ON true"""
+# caller answers it as a retry); `claim` claims the request id before the write, which runs only when
+# this call claimed it (or has no request id): of concurrent puts with one request id exactly one writes
+# (ledger.claim_cte). Always one row: seen / prior_fingerprint; raced (another call claimed the id while
+# this statement ran: nothing written, its record is read after); then the written rating's columns (all
+# NULL when nothing was written). `:own_*`: whether this call owns sentiment / category / note / reasons
+# / choice (AIP-134).
+_RATING_PRIOR = ledger.prior_cte("prior") + ", " + ledger.claim_cte("claim", "prior")
+_CLAIMED = "(:request_id::uuid IS NULL OR EXISTS (SELECT 1 FROM claim))"
+_RATING_RECORD = """one AS (SELECT 1)
+SELECT EXISTS (SELECT 1 FROM prior) AS seen, (SELECT fingerprint FROM prior) AS prior_fingerprint,
+    NOT (EXISTS (SELECT 1 FROM prior) OR {claimed}) AS raced, up.*
+FROM one LEFT JOIN up ON true""".format(claimed=_CLAIMED)
 
 # A new row gets the defaults for the fields this call does not own. A row whose owned fields already
 # hold the values (and is a USER rating) is not touched: a no-op keeps version and times.
@@ -54,7 +59,7 @@ WITH {_RATING_PRIOR}, up AS (
         CASE WHEN :own_note THEN :note::text ELSE '' END, :user_origin::smallint, :message::text, 1, now(), now(),
         CASE WHEN :own_reasons THEN :reasons::text[] ELSE '{{}}'::text[] END,
         CASE WHEN :own_choice THEN :choice::text ELSE '' END
-    WHERE NOT EXISTS (SELECT 1 FROM prior)
+    WHERE NOT EXISTS (SELECT 1 FROM prior) AND {_CLAIMED}
     ON CONFLICT (conversation, turn_index, owner, scope, aspect, artifact_id) DO UPDATE SET
         sentiment = CASE WHEN :own_sentiment THEN EXCLUDED.sentiment ELSE r.sentiment END,
         category = CASE WHEN :own_category THEN EXCLUDED.category ELSE r.category END,
@@ -95,7 +100,7 @@ WITH {_RATING_PRIOR}, up AS (
         update_time = CASE WHEN {_RATING_CHANGED} THEN GREATEST(now(), r.update_time) ELSE r.update_time END
     WHERE r.conversation = :conversation AND r.turn_index = :turn_index AND r.owner = :owner
       AND r.scope = :scope::smallint AND r.aspect = :aspect AND r.artifact_id = :artifact_id
-      AND r.version = :version AND r.id = :cas_id AND NOT EXISTS (SELECT 1 FROM prior)
+      AND r.version = :version AND r.id = :cas_id AND NOT EXISTS (SELECT 1 FROM prior) AND {_CLAIMED}
     RETURNING {RATING_COLUMNS}
 ), {_RATING_RECORD}""")
 
@@ -251,11 +256,16 @@ class RatingStore:
                   **PUTS.params(owner, request_id, fingerprint)}
         sql = UPSERT_RATING if etag is None else CAS_RATING
         try:  # one statement (its ledger claim included): rolled back whole, so run again
-            return _outcome(await retry_conflicts(lambda: self.pool.fetchrow(*sql.bind(values))))
+            row = await retry_conflicts(lambda: self.pool.fetchrow(*sql.bind(values)))
         except asyncpg.PostgresError as e:
             if e.sqlstate == TURN_REMOVED_SQLSTATE:
                 raise TurnRemoved() from None
             raise
+        if row["raced"]:  # a concurrent put with this request id claimed it: this one is its retry
+            assert request_id is not None
+            entry = await PUTS.get(self.pool, owner, request_id)
+            return PutOutcome(None, True, entry.fingerprint if entry is not None else None)
+        return _outcome(row)
 
     async def note_turns_removed(self, owner: str, conversation: str, ranges: list[tuple[int, int]],
                                  trace_ids: list[str]) -> tuple[int, int]:
