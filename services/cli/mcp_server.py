@@ -31,11 +31,11 @@ from agentfeedback.chat.v1 import chat_pb2
 from agentfeedback.feedback.v1 import feedback_pb2
 from agentfeedback.traces.v1 import traces_pb2
 from services.cli.client import Clients, ClientSettings
-from services.cli.render import cut_notice
 from services.common import toolcalls
 from services.common.errors import InvalidArgument
 from services.common.ids import parse_trace_id
 from services.common.settings import load_settings
+from services.common.trace_cut import cut_notice
 
 _STATUSES = {"open", "triaged", "filed", "dismissed"}
 

@@ -7,6 +7,7 @@ from agentfeedback.feedback.v1 import feedback_pb2
 from agentfeedback.traces.v1 import traces_pb2
 from services.cli.terminal import for_terminal
 from services.common import toolcalls
+from services.common.trace_cut import cut_notice, frozen_cut_notice
 
 _WIDTH = 40
 
@@ -32,16 +33,6 @@ def turn_axis(spans: list[traces_pb2.Span]) -> tuple[int, int]:
 def _after(ns: int) -> str:
     ms = ns / 1e6
     return f"{ms:.1f} ms" if ms < 1000 else f"{ms / 1000:.1f} s" if ms < 120_000 else f"{ms / 60_000:.0f} min"
-
-
-def cut_notice(truncated_value_count: int) -> str:
-    """The one line saying a GetTrace answer had `truncated_value_count` attribute values cut by the
-    collector's answer budget (traces.v1 `Trace.truncated_value_count`; each cut value ends with the
-    marker `…(+N chars)`); "" when nothing was cut (count ≤ 0)."""
-    if truncated_value_count <= 0:
-        return ""
-    what = "1 attribute value was" if truncated_value_count == 1 else f"{truncated_value_count} attribute values were"
-    return f"{what} cut to fit the answer (GetTrace answer budget); each cut value ends with …(+N chars)"
 
 
 def dropped_counts(s: traces_pb2.Span) -> str:
@@ -139,8 +130,8 @@ def render_feedback(fb: feedback_pb2.Feedback) -> str:
         f"  frozen trace: {feedback_pb2.TraceSnapshotState.Name(ts.state).removeprefix('TRACE_SNAPSHOT_STATE_')}"
         f"  root={ts.root_status or '?'}  {ts.duration_ms:.1f} ms  spans={len(ts.spans)}"
     )
-    if ts.truncated_value_count > 0:  # frozen from a GetTrace answer the collector cut (its answer budget)
-        out.append(f"    frozen from a cut answer: {cut_notice(ts.truncated_value_count)}")
+    if cut := frozen_cut_notice(ts.truncated_value_count):  # frozen from a GetTrace answer the collector cut
+        out.append(f"    {cut}")
     for tc in ts.tool_calls:
         out.append(f"    tool {tc.name} ({tc.call_id}) {tc.status} {tc.duration_ms:.1f} ms result {tc.result_size_bytes} bytes")
     for ev in ts.events:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from services.common.errors import FailedPrecondition
+from services.common.trace_cut import frozen_cut_notice
 from services.feedback.model.enums import Author, Sentiment, SnapshotSource, TraceState
 from services.feedback.model.report import Report
 
@@ -80,7 +81,9 @@ def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[st
     """The Markdown ticket draft of one report: (title, body).
 
     Always: category, ids, tool-call summary, events; the owner's words and the message texts only
-    when `fields` enables them. An unverified or client-supplied snapshot says so on every rendering.
+    when `fields` enables them. An unverified or client-supplied snapshot says so on every rendering;
+    evidence frozen from a GetTrace answer the collector cut says so under the tool calls' heading
+    (`frozen_cut_notice`, the line `feedback show --plain` prints).
     """
     snap, a, ts = fb.snapshot, fb.anchor, fb.trace
     ctx = snap.context
@@ -145,6 +148,8 @@ def render_ticket(fb: Report, fields: TicketFields = TicketFields()) -> tuple[st
     lines += _evidence_note(fb)
     lines += ["", f"### Tool calls (trace snapshot {_STATE_NAMES.get(ts.state, 'none')}, root status "
               f"{frozen.root_status or '-'}, {frozen.duration_ms:.1f} ms)", ""]
+    if cut := frozen_cut_notice(frozen.truncated_value_count):  # frozen from a GetTrace answer the collector cut
+        lines += [cut, ""]
     if frozen.tool_calls:
         lines += ["| tool | call id | status | ms | result bytes |", "|---|---|---|---|---|"]
         for c in frozen.tool_calls:
