@@ -325,7 +325,8 @@ def feedback_id(name: str, field_path: str = "name") -> str:
 def create_feedback(request: pb.CreateFeedbackRequest, actor: str | None) -> ReportDraft:
     """CreateFeedback: body, request_id (required), target (one of message / trace_id + instance /
     coding), author (not PLATFORM), context_trace_id (AUTHOR_AGENT only), sentiment, category, surface
-    (default from the target), client_snapshot. `actor`: the `x-agentfeedback-actor` metadata value,
+    (default from the target), client_snapshot; status / issue_url are triage's, refused when set
+    (`domain.check_triage_fields_unset`). `actor`: the `x-agentfeedback-actor` metadata value,
     checked by `Reports.create` for AUTHOR_AGENT."""
     f, v = request.feedback, Violations()
     body = v.check(domain.check_body, f.body)
@@ -342,6 +343,7 @@ def create_feedback(request: pb.CreateFeedbackRequest, actor: str | None) -> Rep
     category = v.check(enum_value, f.category, Category, "feedback.category")
     surface = v.check(enum_value, f.surface, Surface, "feedback.surface")
     anchor = v.check(_anchor, f, kind) if kind is not None else None
+    v.check(domain.check_triage_fields_unset, f.status, f.issue_url)
     has_client = request.HasField("client_snapshot")
     client_version = v.check(check_text, request.client_snapshot.context.client_version if has_client else "",
                              "client_snapshot.context.client_version", 200)

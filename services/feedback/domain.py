@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from services.common.clip import clip as echo
 from services.common.clip import truncate
-from services.common.errors import Aborted, FailedPrecondition, InvalidArgument
+from services.common.errors import Aborted, FailedPrecondition, InvalidArgument, Violations
 from services.common.etags import etag
 from services.common.ids import check_text
 from services.feedback.model.enums import (
@@ -224,6 +224,26 @@ def check_update_mask(paths: Iterable[str]) -> frozenset[str]:
         if p not in UPDATABLE_PATHS:
             raise InvalidArgument("update_mask", f"`{echo(p)}` cannot be updated (mutable: status, issue_url)")
     return ps
+
+
+def check_triage_fields_unset(status: int, issue_url: str) -> None:
+    """CreateFeedback: `feedback.status` and `feedback.issue_url` are triage's (UpdateFeedback, or
+    FileFeedback which files the ticket and stores its URL; scope `feedback:triage`, each change in the
+    audit trail), never the reporter's: a new report is OPEN without an issue. `status` may be unset or
+    STATUS_OPEN (what every new report is); any other status, or any non-empty `issue_url` →
+    InvalidArgument naming the field (reason TRIAGE_FIELD_ON_CREATE), the value never echoed."""
+    v = Violations()
+    if status not in (0, STATUS_OPEN):
+        v.errors.append(_triage_field("feedback.status"))
+    if issue_url:
+        v.errors.append(_triage_field("feedback.issue_url"))
+    v.raise_any()
+
+
+def _triage_field(field_path: str) -> InvalidArgument:
+    return InvalidArgument(field_path, "is set by triage, not by CreateFeedback: leave it empty and use "
+                           "UpdateFeedback (or FileFeedback, which files the ticket and stores its URL)",
+                           reason="TRIAGE_FIELD_ON_CREATE")
 
 
 ISSUE_URL_MAX_CHARS = 2048

@@ -123,6 +123,34 @@ async def test_an_instance_that_contradicts_the_message_is_refused_not_replaced(
     assert (await stack.feedback().CreateFeedback(same, metadata=stack.md())).instance == inst
 
 
+@pytest.mark.parametrize("field,value", [
+    ("issue_url", "javascript:alert(1)"), ("issue_url", "https://tracker.example/" + "x" * 1_000_000),
+    ("issue_url", "https://tracker.example/issues/1"), ("status", pb.STATUS_FILED), ("status", pb.STATUS_DISMISSED),
+    ("status", 99)])
+async def test_create_refuses_the_triage_fields_naming_them_and_writes_nothing(stack, field, value):
+    """`feedback.issue_url` and `feedback.status` are set by triage (UpdateFeedback / FileFeedback, scope
+    feedback:triage, audited), never by CreateFeedback: it answered OK and silently dropped them (a
+    `javascript:` or 1 MB URL stored empty, a FILED report stored OPEN). Now INVALID_ARGUMENT naming the
+    field and saying where it is set, the client's value never echoed, nothing written; STATUS_OPEN (what
+    every new report is) is accepted."""
+    inst = await new_instance(stack)
+    turn = await send(stack, inst, "hello")
+    req = pb.CreateFeedbackRequest(feedback=pb.Feedback(message=turn.reply.name, body="wrong", **{field: value}),
+                                   request_id=rid())
+    e = await expect_error(stack.feedback().CreateFeedback(req, metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == f"feedback.{field}"
+    assert f"feedback.{field}" in e.details() and "UpdateFeedback" in e.details() and "FileFeedback" in e.details()
+    assert len(e.details()) < 1024 and (not isinstance(value, str) or "tracker.example" not in e.details()
+                                        and "javascript" not in e.details())
+    assert await list_all(stack) == []
+
+    req.feedback.ClearField(field)
+    req.request_id = rid()
+    req.feedback.status = pb.STATUS_OPEN
+    fb = await stack.feedback().CreateFeedback(req, metadata=stack.md())
+    assert (fb.status, fb.issue_url) == (pb.STATUS_OPEN, "")
+
+
 @pytest.mark.parametrize("n,ok", [(3999, True), (4000, True), (4001, False), (100_000, False)])
 async def test_F16_body_limit_in_code_points_stored_exactly_or_rejected(stack, n, ok):
     inst = await new_instance(stack)
