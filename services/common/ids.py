@@ -1,4 +1,4 @@
-"""Identifiers, resource names, request ids, timestamps and the text policy shared by the services
+"""Identifiers, resource names, request ids, timestamps, durations and the text policy shared by the services
 (page tokens and page sizes: `services.common.pages`)."""
 from __future__ import annotations
 
@@ -172,6 +172,31 @@ def parse_timestamp(ts: Any, field_path: str) -> dt.datetime:
     if not 0 <= nanos < 1_000_000_000:
         raise InvalidArgument(field_path, f"nanos must be within 0..999999999 (got {nanos})")
     return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=seconds, microseconds=nanos // 1000)
+
+
+# google.protobuf.Duration's documented range (duration.proto): seconds within ±315,576,000,000
+# (about ±10,000 years), nanos within -999,999,999..+999,999,999, both of one sign when both are non-zero.
+DURATION_MAX_SECONDS = 315_576_000_000
+NANOS_PER_SECOND = 1_000_000_000
+
+
+def parse_duration(d: Any, field_path: str) -> dt.timedelta:
+    """A google.protobuf.Duration → datetime.timedelta (microsecond precision; nanos below a microsecond
+    are dropped toward zero), the one Duration check of every request field.
+
+    Raises InvalidArgument naming `field_path` when the Duration is not one duration.proto allows:
+    `seconds` outside ±315,576,000,000, `nanos` outside ±999,999,999, or `seconds` and `nanos` of
+    opposite signs (`{seconds: 5, nanos: -1}`). Callers check their own range (e.g. a lease's 1 s..30 min)
+    on the result. The message names the limits and the two integers, never anything longer."""
+    seconds, nanos = int(d.seconds), int(d.nanos)
+    what = f"is not a valid google.protobuf.Duration (seconds {seconds}, nanos {nanos}): "
+    if not -DURATION_MAX_SECONDS <= seconds <= DURATION_MAX_SECONDS:
+        raise InvalidArgument(field_path, what + f"seconds must be within ±{DURATION_MAX_SECONDS}")
+    if not -NANOS_PER_SECOND < nanos < NANOS_PER_SECOND:
+        raise InvalidArgument(field_path, what + "nanos must be within ±999999999")
+    if (seconds > 0 and nanos < 0) or (seconds < 0 and nanos > 0):
+        raise InvalidArgument(field_path, what + "seconds and nanos must have the same sign")
+    return dt.timedelta(seconds=seconds, microseconds=int(nanos / 1000))
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

@@ -25,6 +25,7 @@ from services.common.etags import etag, parse_etag
 from services.common.evaluation_rules import ACCEPT_EVALUATIONS_MAX, evaluation_problem
 from services.common.ids import (
     check_text,
+    parse_duration,
     parse_name,
     parse_request_id,
     parse_timestamp,
@@ -471,9 +472,11 @@ def _review_session(session: str) -> str:
 
 
 def _ttl(request: pb.ClaimFeedbackRequest) -> float:
+    """ClaimFeedback `ttl` in seconds: unset → CLAIM_TTL_DEFAULT_S; a Duration that is not valid
+    (`parse_duration`) or outside CLAIM_TTL_MIN_S..CLAIM_TTL_MAX_S → InvalidArgument naming `ttl`."""
     if not request.HasField("ttl"):
         return CLAIM_TTL_DEFAULT_S
-    s = request.ttl.seconds + request.ttl.nanos / 1e9
+    s = parse_duration(request.ttl, "ttl").total_seconds()
     if not CLAIM_TTL_MIN_S <= s <= CLAIM_TTL_MAX_S:
         raise InvalidArgument("ttl", f"must be {CLAIM_TTL_MIN_S:.0f} s to {CLAIM_TTL_MAX_S / 60:.0f} min")
     return s

@@ -11,6 +11,7 @@ import time
 import grpc
 import pytest
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
+from google.protobuf import duration_pb2
 
 from services.common.auth import SCOPE_FEEDBACK_READ, SCOPE_FEEDBACK_WRITE
 from services.common.errors import error_info
@@ -80,6 +81,25 @@ async def test_bad_claims_name_their_fields(stack: Stack, session, ttl_s, fields
     for f in fields:
         assert f in e.details()
     await expect_error(claim(stack, "feedback/", "tab"), grpc.StatusCode.INVALID_ARGUMENT)
+
+
+@pytest.mark.parametrize(("seconds", "nanos"), [
+    (5, -1), (-5, 1), (5, 1_000_000_000), (5, -1_000_000_000), (315_576_000_001, 0), (-315_576_000_001, 0),
+])
+async def test_a_ttl_that_is_no_valid_duration_is_refused_naming_ttl_and_nothing_is_claimed(stack: Stack, seconds,
+                                                                                              nanos):
+    """google.protobuf.Duration: seconds within ±315,576,000,000, |nanos| < 1e9, both of one sign.
+    `ttl={seconds: 5, nanos: -1}` (mixed signs) was read as 4.999999999 s and claimed the report; now
+    every invalid Duration is INVALID_ARGUMENT naming `ttl` (services.common.ids.parse_duration) and
+    the report stays unclaimed, with nothing audited."""
+    fb = await reported(stack)
+    bad = pb.ClaimFeedbackRequest(name=fb.name, session="tab", ttl=duration_pb2.Duration(seconds=seconds, nanos=nanos))
+    e = await expect_error(stack.feedback().ClaimFeedback(bad, metadata=stack.md()), grpc.StatusCode.INVALID_ARGUMENT)
+    assert error_info(e).metadata["field"] == "ttl" and "Duration" in e.details()
+    read = await stack.feedback().GetFeedback(pb.GetFeedbackRequest(name=fb.name), metadata=stack.md())
+    assert not read.HasField("claim") and await audit_actions(stack, fb.name) == []
+    ok = await claim(stack, fb.name, "tab", 4.5)  # a valid Duration with nanos: 4.5 s
+    assert ok.claim.session == "tab"
 
 
 async def test_sessions_racing_for_one_report_get_one_claim(stack: Stack):

@@ -7,6 +7,7 @@ import time
 import grpc
 import jwt
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 from services.common.auth import Authenticator, mint_token
 from services.common.errors import InvalidArgument, PermissionDenied, Unauthenticated, to_status
@@ -16,6 +17,7 @@ from services.common.ids import (
     check_text,
     decimal_id,
     is_name_under,
+    parse_duration,
     parse_name,
     parse_request_id,
     parse_trace_id,
@@ -199,3 +201,25 @@ def test_page_token_key_is_shared_by_replicas_and_never_needs_a_writable_data_di
     ro = tmp_path / "ro"
     assert len(page_token_key(CommonSettings(data_dir=ro, jwt_jwks_url="https://idp.example/jwks"))) == 32
     assert not ro.exists()
+
+
+@pytest.mark.parametrize("seconds, nanos, why", [
+    (5, -1, "same sign"), (-5, 1, "same sign"), (0, 1_000_000_000, "nanos"), (5, -1_000_000_000, "nanos"),
+    (315_576_000_001, 0, "seconds"), (-315_576_000_001, 0, "seconds"), (2**63 - 1, 0, "seconds"),
+])
+def test_parse_duration_refuses_what_duration_proto_forbids_naming_the_field(seconds, nanos, why):
+    """duration.proto: seconds within ±315,576,000,000, |nanos| < 1e9, both of one sign when non-zero."""
+    with pytest.raises(InvalidArgument) as e:
+        parse_duration(Duration(seconds=seconds, nanos=nanos), "ttl")
+    assert e.value.field_path == "ttl" and why in e.value.description and "Duration" in e.value.description
+    assert len(e.value.message) < 200
+
+
+def test_parse_duration_accepts_the_range_ends_and_either_sign():
+    top = Duration(seconds=315_576_000_000, nanos=999_999_999)
+    assert parse_duration(top, "d") == dt.timedelta(seconds=315_576_000_000, microseconds=999_999)
+    assert parse_duration(Duration(seconds=-315_576_000_000, nanos=-999_999_999), "d") == -parse_duration(top, "d")
+    assert parse_duration(Duration(seconds=4, nanos=500_000_000), "d").total_seconds() == 4.5
+    assert parse_duration(Duration(seconds=0, nanos=-1_500), "d") == dt.timedelta(microseconds=-1)
+    assert parse_duration(Duration(seconds=-1, nanos=0), "d") == dt.timedelta(seconds=-1)
+    assert parse_duration(Duration(), "d") == dt.timedelta(0)
