@@ -104,7 +104,7 @@ export function turnAxis(spans: Span[]): { t0: bigint; t1: bigint } {
 
 /** The one line saying the collector cut `t.truncatedValueCount` attribute values to fit its GetTrace
  *  answer budget (each cut value ends with `…(+N chars)`), as a `p.trace-cut-notice`; null when nothing
- *  was cut. Same words as the CLI's `cut_notice`. */
+ *  was cut. Same words as `cut_notice` (services/common/trace_cut.py: the CLI, MCP and tickets). */
 export function cutNotice(t: Trace): HTMLElement | null {
   const n = t.truncatedValueCount;
   if (n <= 0) return null;
