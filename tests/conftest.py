@@ -131,6 +131,23 @@ async def stack(database_url: str, tmp_path: Path, collector_store):
         await _stop_or_show_what_hangs(s)
 
 
+# The smallest GetTrace answer budget the collector takes (CollectorSettings.get_trace_budget_bytes).
+CUT_TRACE_BUDGET_BYTES = 64 * 1024
+
+
+@pytest.fixture
+async def cut_stack(database_url: str, tmp_path: Path, collector_store):
+    """`stack`, with a collector that answers GetTrace within CUT_TRACE_BUDGET_BYTES (so a trace with a
+    few large values comes back cut and says so)."""
+    settings, kw = collector_store
+    s = await start_stack(database_url, tmp_path, collector_kw=kw,
+                          collector={**settings, "get_trace_budget_bytes": CUT_TRACE_BUDGET_BYTES})
+    try:
+        yield s
+    finally:
+        await _stop_or_show_what_hangs(s)
+
+
 # A stack stops in about a second; past this a teardown has hung, and the asyncio tasks' stacks (which
 # pytest-timeout's thread dump does not show) name what it waits for.
 STACK_STOP_LIMIT_S = 60.0

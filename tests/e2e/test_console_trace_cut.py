@@ -17,23 +17,8 @@ from playwright.async_api import expect
 from tests.helpers.console import browser_page, make_turn, shot, sign_in
 from tests.helpers.grpcweb import CONSOLE_DIST, gateway, static_site
 from tests.helpers.otlp import large_span, request
-from tests.stack import start_stack
 
 pytestmark = pytest.mark.browser
-
-BUDGET = 64 * 1024  # CollectorSettings.get_trace_budget_bytes' minimum
-
-
-@pytest.fixture
-async def cut_stack(database_url, tmp_path, collector_store):
-    """The stack whose collector answers GetTrace within 64 KiB."""
-    settings, kw = collector_store
-    s = await start_stack(database_url, tmp_path, collector_kw=kw,
-                          collector={**settings, "get_trace_budget_bytes": BUDGET})
-    try:
-        yield s
-    finally:
-        await s.stop()
 
 
 async def test_trace_tab_says_how_many_values_the_collector_cut(cut_stack, tmp_path):

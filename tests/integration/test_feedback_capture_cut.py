@@ -6,29 +6,14 @@ PostgreSQL, the collector's answer budget at its minimum (64 KiB) so one turn wi
 attribute values is cut."""
 from __future__ import annotations
 
-import pytest
 from agentfeedback.feedback.v1 import feedback_pb2 as pb
 from agentfeedback.traces.v1 import traces_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from tests.helpers.cli import _cli
 from tests.helpers.feedback import flag, new_instance, send, wait_state
+from tests.conftest import CUT_TRACE_BUDGET_BYTES as BUDGET
 from tests.helpers.otlp import large_span, request
-from tests.stack import start_stack
-
-BUDGET = 64 * 1024  # CollectorSettings.get_trace_budget_bytes' minimum
-
-
-@pytest.fixture
-async def cut_stack(database_url, tmp_path, collector_store):
-    """The stack whose collector answers GetTrace within 64 KiB."""
-    settings, kw = collector_store
-    s = await start_stack(database_url, tmp_path, collector_kw=kw,
-                          collector={**settings, "get_trace_budget_bytes": BUDGET})
-    try:
-        yield s
-    finally:
-        await s.stop()
 
 
 async def test_evidence_frozen_from_a_cut_trace_says_how_many_values_were_cut(cut_stack):

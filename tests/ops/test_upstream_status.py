@@ -20,6 +20,17 @@ from services.common.errors import error_info, internal_status, status_details, 
 from tests.helpers.feedback import channel_to, expect_error, new_instance, rid, send, start_feedback
 
 
+def _rate_and_report(stub, stack, inst: str, turn) -> dict:
+    """The two writes that ask chat first, by method name: a rating of `turn`'s reply and a report on it."""
+    return {
+        "PutRating": stub.PutRating(pb.PutRatingRequest(rating=pb.Rating(
+            conversation=inst, turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE,
+            aspect="reaction", sentiment=pb.RATING_SENTIMENT_NEGATIVE), request_id=rid()), metadata=stack.md()),
+        "CreateFeedback": stub.CreateFeedback(pb.CreateFeedbackRequest(
+            feedback=pb.Feedback(message=turn.reply.name, body="wrong"), request_id=rid()), metadata=stack.md()),
+    }
+
+
 class _FailingChat(chat_pb2_grpc.ChatServiceServicer):
     """A real gRPC ChatService whose every call fails INTERNAL as our chat gateway answers a bug of its
     own (services.common.server: `internal_status`, ErrorInfo INTERNAL naming its trace id)."""
@@ -88,13 +99,7 @@ async def test_chat_whose_database_is_down_makes_feedback_name_the_database_not_
     fb = await start_feedback(stack, tmp_path / "a", chat_target=f"127.0.0.1:{port}", chat_timeout_s=2)
     try:
         stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, fb.port))
-        calls = {
-            "PutRating": stub.PutRating(pb.PutRatingRequest(rating=pb.Rating(
-                conversation=inst, turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE,
-                aspect="reaction", sentiment=pb.RATING_SENTIMENT_NEGATIVE), request_id=rid()), metadata=stack.md()),
-            "CreateFeedback": stub.CreateFeedback(pb.CreateFeedbackRequest(
-                feedback=pb.Feedback(message=turn.reply.name, body="wrong"), request_id=rid()), metadata=stack.md()),
-        }
+        calls = _rate_and_report(stub, stack, inst, turn)
         for what, call in calls.items():
             e = await expect_error(call, grpc.StatusCode.UNAVAILABLE)
             info = error_info(e)
@@ -157,13 +162,7 @@ async def test_chat_stream_broken_mid_call_is_chat_unavailable_with_retry_info_n
     fb = await start_feedback(stack, tmp_path / "a", chat_target=f"127.0.0.1:{port}", chat_timeout_s=2)
     try:
         stub = feedback_pb2_grpc.FeedbackServiceStub(channel_to(stack, fb.port))
-        calls = {
-            "PutRating": stub.PutRating(pb.PutRatingRequest(rating=pb.Rating(
-                conversation=inst, turn_index=turn.reply.turn_index, scope=pb.RATING_SCOPE_MESSAGE,
-                aspect="reaction", sentiment=pb.RATING_SENTIMENT_NEGATIVE), request_id=rid()), metadata=stack.md()),
-            "CreateFeedback": stub.CreateFeedback(pb.CreateFeedbackRequest(
-                feedback=pb.Feedback(message=turn.reply.name, body="wrong"), request_id=rid()), metadata=stack.md()),
-        }
+        calls = _rate_and_report(stub, stack, inst, turn)
         for what, call in calls.items():
             e = await expect_error(call, grpc.StatusCode.UNAVAILABLE)
             assert error_info(e).reason == "CHAT_UNAVAILABLE", (what, error_info(e))
