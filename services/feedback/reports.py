@@ -140,17 +140,24 @@ class Reports:
         verified the client's), once per report either way: the mark is in the row."""
         if d.author == Author.AGENT:
             self._check_agent_actor(d.actor)
-        # A retry is found by the INSERT itself (`_insert`: the request id's stored or deleted report), so
-        # a first call makes one statement; the request id is looked up first only when the snapshot
-        # failed (a retry of a request that was answered gets that answer, whatever chat says now).
+        # The retry lookup and the chat fetch run together (a retry pays one wasted chat read; a first
+        # call saves a round trip).
+        lookup = asyncio.ensure_future(self._repo.get_by_request_id(p.sub, d.request_id))
+        # Read when the call ends early (cancelled, database gone): no "exception never retrieved" logged.
+        lookup.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
             anchor, snapshot, turn_time = await self._snapshot(d, p.metadata)
         except Exception:
-            earlier = (await self._repo.get_by_request_id(p.sub, d.request_id)
-                       or await self._repo.get_deleted_create(p.sub, d.request_id, REQUEST_RETENTION_S))
+            # A retry of a request that was answered gets that answer, whatever the chat service says now.
+            earlier = await lookup or await self._repo.get_deleted_create(p.sub, d.request_id, REQUEST_RETENTION_S)
             if (answer := _earlier_answer(d, earlier)) is not None:
                 return answer
             raise
+        except BaseException:  # cancelled: nothing more is read
+            lookup.cancel()
+            raise
+        if (answer := _earlier_answer(d, await lookup)) is not None:
+            return answer
         plan = domain.capture_plan(snapshot.source, anchor.trace_id)
         new = NewReport(
             id=new_id(), owner=p.sub, request_id=d.request_id, fingerprint=d.fingerprint, anchor=anchor,
