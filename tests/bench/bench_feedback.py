@@ -70,7 +70,12 @@ def _others_cpu_s(collector_pid: int) -> dict[str, float]:
     """CPU seconds so far of what else a rating costs on this machine: this client process, the
     collector process, and each PostgreSQL process (comm `postgres`), keyed `postgres:<pid>` (a
     backend that exits between two readings must not count as negative time: `_cpu_delta`)."""
-    out = {"client": _cpu_s(os.getpid()), "collector": _cpu_s(collector_pid)}
+    return {"client": _cpu_s(os.getpid()), "collector": _cpu_s(collector_pid), **postgres_cpu_s()}
+
+
+def postgres_cpu_s() -> dict[str, float]:
+    """CPU seconds so far of each PostgreSQL process (comm `postgres`), keyed `postgres:<pid>`."""
+    out = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
@@ -82,15 +87,26 @@ def _others_cpu_s(collector_pid: int) -> dict[str, float]:
     return out
 
 
+def postgres_cpu_delta(before: dict[str, float], after: dict[str, float]) -> float:
+    """PostgreSQL CPU seconds between two `postgres_cpu_s` readings (a process started meanwhile counts
+    whole; a reused pid is never negative)."""
+    return sum(max(0.0, v - before.get(k, 0.0)) for k, v in after.items() if k.startswith("postgres:"))
+
+
 def _cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """CPU seconds used between two `_others_cpu_s` readings: client, collector, postgres (the processes
     alive at the second reading; one started meanwhile counts whole)."""
-    out = {"client": after["client"] - before["client"], "collector": after["collector"] - before["collector"],
-           "postgres": 0.0}
-    for k, v in after.items():
-        if k.startswith("postgres:"):
-            out["postgres"] += max(0.0, v - before.get(k, 0.0))  # a reused pid: not negative
-    return out
+    return {"client": after["client"] - before["client"], "collector": after["collector"] - before["collector"],
+            "postgres": postgres_cpu_delta(before, after)}
+
+
+def rating_clients(port: int, n: int, channels: list[grpc.aio.Channel]) -> list[feedback_pb2_grpc.FeedbackServiceStub]:
+    """`n` FeedbackService stubs to 127.0.0.1:`port`, each on its own connection (a client pool per
+    channel, as separate clients have); their channels are added to `channels` for the caller to close."""
+    chs = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
+           for _ in range(n)]
+    channels.extend(chs)
+    return [feedback_pb2_grpc.FeedbackServiceStub(ch) for ch in chs]
 
 
 async def _wait_trace(query: traces_pb2_grpc.TraceQueryServiceStub, md, trace_id: str, min_spans: int) -> None:
@@ -182,11 +198,7 @@ async def run(ctx) -> dict[str, float]:
         create_cpu_ms = create_cpu_s * 1000 / len(lat)
 
         def client_stubs(port: int) -> list[feedback_pb2_grpc.FeedbackServiceStub]:
-            """One stub per rating client, each on its own connection (a client pool per channel)."""
-            chs = [grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.use_local_subchannel_pool", 1)])
-                   for _ in range(RATING_CLIENTS)]
-            channels.extend(chs)
-            return [feedback_pb2_grpc.FeedbackServiceStub(ch) for ch in chs]
+            return rating_clients(port, RATING_CLIENTS, channels)
 
         async def rater(stub, c: int, n: int) -> None:
             turn = turns[c].reply.turn_index

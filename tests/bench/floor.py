@@ -25,7 +25,10 @@ Floors (each as its own OS process, like the real services, on uvloop as `run_se
   committed) → both messages. The floor agent answers at once with a FLOOR_REPLY_CHARS-character reply
   (the real reference agent's replayed replies in the chat bench have a median of ≈ 1,250 bytes).
 
-Run one: `python -m tests.bench.floor feedback|agent|gateway PORT [DATABASE_URL] [AGENT_PORT]` (PORT 0: any
+- `feedback-grouped`: `feedback` with concurrent puts sent as groups (FloorFeedbackGrouped), the design
+  bench_floor_designs tries to move the put's floor with.
+
+Run one: `python -m tests.bench.floor feedback|feedback-grouped|agent|gateway PORT [DATABASE_URL] [AGENT_PORT]` (PORT 0: any
 free port; it prints the one it got).
 """
 from __future__ import annotations
@@ -107,23 +110,67 @@ class FloorFeedback(feedback_pb2_grpc.FeedbackServiceServicer):
         return out
 
     async def PutRating(self, request, context):  # noqa: N802
-        r = request.rating
-        row = await self._pool.fetchrow(*UPSERT_RATING.bind({
-            **_NAMED, "conversation": r.conversation, "turn_index": r.turn_index, "scope": r.scope,
-            "aspect": r.aspect, "artifact_id": r.artifact_id, "sentiment": r.sentiment, "category": r.category,
-            "own_sentiment": True, "own_category": True, "own_note": True, "own_reasons": False, "reasons": [],
-            "own_choice": False, "choice": "", "id": new_id(), "note": r.note, "message": "", "version": None,
-            **PUTS.params(OWNER, uuid.UUID(request.request_id),
-                          hashlib.sha256(request.SerializeToString(deterministic=True)).digest()),
-        }))
-        out = pb.Rating(
+        return _rating_pb(await self._pool.fetchrow(*_upsert(request)))
+
+
+def _upsert(request: pb.PutRatingRequest) -> tuple:
+    """The service's UPSERT_RATING, bound for this put (statement, *arguments)."""
+    r = request.rating
+    return UPSERT_RATING.bind({
+        **_NAMED, "conversation": r.conversation, "turn_index": r.turn_index, "scope": r.scope,
+        "aspect": r.aspect, "artifact_id": r.artifact_id, "sentiment": r.sentiment, "category": r.category,
+        "own_sentiment": True, "own_category": True, "own_note": True, "own_reasons": False, "reasons": [],
+        "own_choice": False, "choice": "", "id": new_id(), "note": r.note, "message": "", "version": None,
+        **PUTS.params(OWNER, uuid.UUID(request.request_id),
+                      hashlib.sha256(request.SerializeToString(deterministic=True)).digest()),
+    })
+
+
+def _rating_pb(row) -> pb.Rating:
+    out = pb.Rating(
             name=f"ratings/{row['id']}", conversation=row["conversation"], turn_index=row["turn_index"],
             user=row["owner"], scope=row["scope"], aspect=row["aspect"], sentiment=row["sentiment"],
             version=row["version"], etag=etag(row["version"], row["id"]),
         )
-        out.create_time.FromDatetime(row["create_time"])
-        out.update_time.FromDatetime(row["update_time"])
-        return out
+    out.create_time.FromDatetime(row["create_time"])
+    out.update_time.FromDatetime(row["update_time"])
+    return out
+
+
+class FloorFeedbackGrouped(FloorFeedback):
+    """A floor that moves (issue 29: "a design that moves the floor itself"): group commit of concurrent
+    puts. The puts that arrive while a group is at PostgreSQL wait and go as the next group: one
+    pipelined round trip of the same UPSERT_RATING per put (asyncpg `fetchmany`: one transaction, one
+    commit, one WAL flush a group). An experiment, not a service design: one failing put fails its group."""
+
+    def __init__(self, pool):
+        super().__init__(pool)
+        self._waiting: list[tuple[tuple, asyncio.Future]] = []
+        self._sending = False
+
+    async def PutRating(self, request, context):  # noqa: N802
+        done = asyncio.get_running_loop().create_future()
+        self._waiting.append((_upsert(request), done))
+        if not self._sending:
+            self._sending = True
+            asyncio.get_running_loop().create_task(self._send())
+        return _rating_pb(await done)
+
+    async def _send(self) -> None:
+        try:
+            while self._waiting:
+                group, self._waiting = self._waiting, []
+                statement = group[0][0][0]  # each bound put is (UPSERT_RATING's text, *its arguments)
+                try:
+                    got = await self._pool.fetchmany(statement, [bound[1:] for bound, _ in group])
+                except Exception as e:  # noqa: BLE001 - the group's callers see it
+                    for _, done in group:
+                        done.set_exception(e)
+                    continue
+                for (_, done), row in zip(group, got, strict=True):
+                    done.set_result(row)
+        finally:
+            self._sending = False
 
 
 class FloorAgent(agent_pb2_grpc.AgentServiceServicer):
@@ -165,9 +212,10 @@ async def _serve(kind: str, port: int, db: str | None, agent_port: int | None) -
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     if kind == "agent":
         agent_pb2_grpc.add_AgentServiceServicer_to_server(FloorAgent(), server)
-    elif kind == "feedback":
+    elif kind in ("feedback", "feedback-grouped"):
         pool = await feedback_pool(db, 2, 10)  # the service's: jsonb codecs, no reset
-        feedback_pb2_grpc.add_FeedbackServiceServicer_to_server(FloorFeedback(pool), server)
+        floor = FloorFeedback(pool) if kind == "feedback" else FloorFeedbackGrouped(pool)
+        feedback_pb2_grpc.add_FeedbackServiceServicer_to_server(floor, server)
     else:
         pool = await create_pool(db, "chat", reset=skip_reset)
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{agent_port}")
@@ -185,7 +233,7 @@ async def _serve(kind: str, port: int, db: str | None, agent_port: int | None) -
 
 async def start_floor(kind: str, db: str | None = None, agent_port: int | None = None,
                       env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
-    """Start floor server `kind` (feedback | agent | gateway) as its own process on a port it binds
+    """Start floor server `kind` (feedback | feedback-grouped | agent | gateway) as its own process on a port it binds
     (port 0, printed back) and wait until it serves: (the process, its port). The caller kills it (it
     holds no state worth a graceful stop)."""
     args = [sys.executable, "-m", "tests.bench.floor", kind, "0"]

@@ -26,6 +26,9 @@ NAMED = {
                   "search_1d_attr_p50_ms", "retention_drop_day_ms", "export_max_ms", "export_during_retention_max_ms"},
     "feedback": {"feedback_create_p50_ms", "feedback_create_max_ms", "rating_put_per_s", "rating_put_floor_per_s",
                  "rating_first_put_per_s", "rating_first_put_max_ms"},
+    "floor_designs": {"floor_design_create_asis_max_ms", "floor_design_create_side_unlogged_max_ms",
+                      "floor_design_create_unindexed_p50_ms", "floor_design_put_shipped_per_s",
+                      "floor_design_put_grouped_per_s", "floor_design_put_grouped_postgres_cpu_ms"},
     "feed": {"feed_latency_1_subscriber_p50_ms", "feed_latency_1_subscriber_max_ms", "rating_put_outbox_ratio"},
     "feedback_reads": {"fbread_list_10000_p50_ms", "fbread_list_10000_max_ms", "fbread_stats_10000_p50_ms"},
     "grpcweb": {"grpcweb_overhead_p50_ms"},
@@ -39,7 +42,7 @@ NAMED = {
 }
 NAMES = {"retention_days_filesystem", "phoenix_version"}  # figures that are names, not numbers
 # Run side by side, each group's modules one after another; about equal smoke times on a loaded machine.
-GROUPS = (("feedback_reads", "feedback", "settle", "chat", "grpcweb"),
+GROUPS = (("feedback_reads", "feedback", "settle", "chat", "grpcweb", "floor_designs"),
           ("quota", "collector", "feed", "span_stores", "instances"))
 RUN_TIMEOUT_S = 1200
 
