@@ -54,6 +54,8 @@ from services.feedback.repository.webhooks import WebhookStore
 from services.feedback.webhooks import DeliveryPolicy, Webhooks
 from services.feedback.feed_wakeups import FeedWakeups, PokeAfterWrites
 from services.feedback.repository.feed import FeedStore
+from services.feedback.repository.quotes import QuoteStore
+from services.feedback.quote_index import QuoteIndexer
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SERVICE_SUB = "svc:feedback"
@@ -114,7 +116,6 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     ratings = Ratings(RatingStore(pool), chat, settings.rating_check_cache_s)
     wakeups = FeedWakeups(url, pool)
     await wakeups.start()
-    worker.on_written = wakeups.poke
     audit = Audit(AuditStore(pool))
     feed = Feed(FeedStore(pool), wakeups, audit, retention_days=settings.feed_retention_days,
                 heartbeat_s=settings.feed_heartbeat_s, page_size=settings.feed_page_size, clock=now)
@@ -142,7 +143,18 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     pool_gauges(metrics.meter, pool, "feedback")
     span_export_metrics(metrics.meter, tp)
     fm = FeedbackMetrics(metrics.meter, capture_store)
-    reports.on_created, ratings.on_written = fm.report_created, fm.rating_written
+    quote_index = QuoteIndexer(QuoteStore(pool))
+
+    def report_created(author) -> None:  # a stored report: counted, and its quote pending (migration 0095)
+        fm.report_created(author)
+        quote_index.wake()
+
+    def capture_wrote() -> None:  # a capture pass may have replaced a snapshot's quoted text
+        wakeups.poke()
+        quote_index.wake()
+
+    reports.on_created, ratings.on_written = report_created, fm.rating_written
+    worker.on_written = capture_wrote
     ratings.on_evaluated = functools.partial(evaluation_events.emit_rating, tracer)
     server_refresh = fm.refresh
     server = GrpcServer([ServiceInterceptor(authenticator, METHOD_SCOPES, tracer, metrics=RpcMetrics(metrics)),
@@ -161,11 +173,13 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     feed.start_pruning(settings.feed_prune_interval_s)
     if run_worker:
         webhooks.start()
+        quote_index.start()
     fm.start()
 
     async def close() -> None:
         await fm.stop()  # before the pool closes: a backlog read in flight would fail on it
         await worker.stop()
+        await quote_index.stop()
         await feed.stop()
         await webhooks.stop()
         await wakeups.stop()

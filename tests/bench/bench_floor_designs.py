@@ -7,22 +7,20 @@ design of the write moves the floor; this module measures the designs tried, so 
 every `make bench`, not a one-off.
 
 1. The create's tail. A report quotes the rated reply (~1,200 characters, ~900 trigrams), and the
-   quoted text's trigram index (migration 0009, `feedback_owner_target_text_trgm`, a GIN index with a
-   pending list) is what the INSERT pays: most inserts append to the pending list, and the one that fills
-   it (gin_pending_list_limit 256 kB, about 14 reports) merges the list into the index inside its own
-   statement. CREATE_CALLS sequential `ReportStore.insert_report` calls (the create's one durable write,
-   as the floor makes it; no gRPC, no chat read) quoting real replies (the ShareGPT dump the reference
-   agent replays), alternating in ROUNDS blocks over one database per design:
-   - `asis`: the migrations as shipped (the floor's write);
-   - `fastupdate_off`: the quoted-text index without a pending list (each insert updates the index);
-   - `cleaned_behind`: the pending list emptied behind the writes (`gin_clean_pending_list` on another
-     connection after every CLEAN_EVERY inserts, not awaited), so no insert should fill it;
-   - `unindexed`: no quoted-text index at all: the lower bound of any design that takes the quoted
-     text's indexing off the INSERT, whatever that costs elsewhere;
-   - `side_unlogged`: no quoted-text index on the reports; every CLEAN_EVERY inserts, their quotes are
-     copied (not awaited) into an UNLOGGED side table with the same trigram index: its index work writes
-     no WAL, so no commit's flush carries it (a search would read both; a crash empties the side table,
-     to be rebuilt from the reports).
+   quoted text's trigram index was what the INSERT paid (migration 0009's `feedback_owner_target_text_trgm`,
+   a GIN index with a pending list: most inserts append to the list, and the one that fills it,
+   gin_pending_list_limit 256 kB or about 14 reports, merges it inside its own statement). CREATE_CALLS
+   sequential `ReportStore.insert_report` calls (the create's one durable write, as the floor makes it;
+   no gRPC, no chat read) quoting real replies (the ShareGPT dump the reference agent replays),
+   alternating in ROUNDS blocks over one database per design:
+   - `shipped`: the migrations as shipped (0095: the quote indexed behind the writes, in an UNLOGGED side
+     table, by the service's QuoteIndexer woken after each insert as the service wakes it);
+   - `in_insert`: 0009's index on the reports again (0095's triggers dropped): the design before 0095;
+   - `fastupdate_off`: `in_insert` without a pending list (each insert updates the index);
+   - `cleaned_behind`: `in_insert` with its pending list emptied behind the writes
+     (`gin_clean_pending_list` on another connection after every CLEAN_EVERY inserts, not awaited);
+   - `unindexed`: no quote index at all: the lower bound of any design that takes the quote's indexing
+     off the INSERT, whatever that costs elsewhere.
    Figures `floor_design_create_<design>_p50_ms` / `_p99_ms`.
 2. The put's throughput. `feedback-grouped` (tests/bench/floor.py: concurrent puts sent as one
    pipelined group, one commit a group) against the floor as shipped, RATING_CLIENTS clients on their own
@@ -50,7 +48,9 @@ from services.feedback import domain
 from services.feedback.model.enums import Author, Category, Sentiment, Surface, TraceState
 from services.feedback.model.report import Anchor, Context, NewReport, Snapshot
 from services.feedback.repository import create_pool as feedback_pool
+from services.feedback.repository.quotes import QuoteStore
 from services.feedback.repository.reports import ReportStore
+from services.feedback.quote_index import QuoteIndexer
 from services.feedback.server import MIGRATIONS
 from tests.bench.bench_feedback import _cpu_s, postgres_cpu_delta, postgres_cpu_s, rating_clients
 from tests.bench.floor import OWNER, start_floor
@@ -65,21 +65,19 @@ PUT_ROUNDS = 4
 PUTS_PER_CLIENT = 400  # a round's puts per client, per floor (even: each client alternates sentiments)
 SMOKE = {"CREATE_CALLS": 20, "ROUNDS": 2, "QUOTED_TEXTS": 20, "PUT_ROUNDS": 1, "PUTS_PER_CLIENT": 4}
 
-QUOTE_INDEX = "feedback.feedback_owner_target_text_trgm"
+OLD_INDEX = "feedback.feedback_owner_target_text_trgm"
+NO_SIDE_INDEX = ["DROP TRIGGER feedback_quote_pending ON feedback.feedback",
+                 "DROP TRIGGER feedback_quote_changed ON feedback.feedback"]
+IN_INSERT = [*NO_SIDE_INDEX, f"CREATE INDEX {OLD_INDEX.split('.')[1]} ON feedback.feedback USING gin "
+             "(owner, (snapshot ->> 'target_text') gin_trgm_ops) WITH (gin_pending_list_limit = 256)"]
 DESIGNS = {
-    "asis": [],
-    "fastupdate_off": [f"ALTER INDEX {QUOTE_INDEX} SET (fastupdate = off)"],
-    "cleaned_behind": [],
-    "unindexed": [f"DROP INDEX {QUOTE_INDEX}"],
-    "side_unlogged": [f"DROP INDEX {QUOTE_INDEX}", "CREATE UNLOGGED TABLE feedback.quotes (owner text, id text, quote text)",
-                      "CREATE INDEX ON feedback.quotes USING gin (owner, quote gin_trgm_ops)"],
+    "shipped": [],
+    "in_insert": IN_INSERT,
+    "fastupdate_off": [*IN_INSERT, f"ALTER INDEX {OLD_INDEX} SET (fastupdate = off)"],
+    "cleaned_behind": IN_INSERT,
+    "unindexed": NO_SIDE_INDEX,
 }
-CLEAN = f"SELECT gin_clean_pending_list('{QUOTE_INDEX}'::regclass)"
-# `side_unlogged`: the committed reports' quotes copied behind the writes into an unlogged side table
-# with its own trigram index (no WAL: a commit's flush never carries its index work; rebuilt from the
-# reports after a crash, which empties unlogged tables).
-INDEX_BEHIND = """INSERT INTO feedback.quotes SELECT owner, id, snapshot->>'target_text' FROM feedback.feedback
-WHERE id = ANY($1::text[])"""
+CLEAN = f"SELECT gin_clean_pending_list('{OLD_INDEX}'::regclass)"
 
 
 def _replies() -> list[str]:
@@ -118,9 +116,10 @@ async def _creates(ctx) -> dict[str, float]:
             for sql in statements:
                 await pools[design].execute(sql)
         stores = {d: ReportStore(p) for d, p in pools.items()}
+        indexer = QuoteIndexer(QuoteStore(pools["shipped"]))
+        indexer.start()
         lat: dict[str, list[float]] = {d: [] for d in DESIGNS}
         cleanings: set[asyncio.Task] = set()
-        pending: dict[str, list[str]] = {}
         i = 0
         for _ in range(ROUNDS):
             for design, store in stores.items():
@@ -130,16 +129,14 @@ async def _creates(ctx) -> dict[str, float]:
                     t0 = time.perf_counter()
                     await store.insert_report(new, 86400.0)
                     lat[design].append((time.perf_counter() - t0) * 1000)
-                    behind = pending.setdefault(design, [])
-                    behind.append(new.id)
-                    if design in ("cleaned_behind", "side_unlogged") and len(behind) == CLEAN_EVERY:
-                        work = pools[design].execute(CLEAN) if design == "cleaned_behind" else \
-                            pools[design].execute(INDEX_BEHIND, behind)
-                        pending[design] = []
-                        task = asyncio.get_running_loop().create_task(work)
+                    if design == "shipped":
+                        indexer.wake()
+                    elif design == "cleaned_behind" and len(lat[design]) % CLEAN_EVERY == 0:
+                        task = asyncio.get_running_loop().create_task(pools[design].execute(CLEAN))
                         cleanings.add(task)
                         task.add_done_callback(cleanings.discard)
         await asyncio.gather(*cleanings)
+        await indexer.stop()
     finally:
         for p in pools.values():
             await p.close()

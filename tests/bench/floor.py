@@ -16,8 +16,9 @@ Floors (each as its own OS process, like the real services, on uvloop as `run_se
   report on the request's message with a chat-sourced snapshot of that message's real text (no chat call:
   the bench hands the floor its turns' texts up front in the JSON file named by `FLOOR_TURNS_ENV`,
   message name → [reply, preceding user message]; FLOOR_REPLY_CHARS "r"s for a message not in it) + the
-  Feedback. The quoted reply is what the reports' trigram indexes cost on an insert (a real reply is
-  ~900 trigrams, `"r" * 1200` one), so the floor prices the same index work as the service's row. Its
+  Feedback. The quoted reply is what the quote's trigram index costs (a real reply is ~900 trigrams,
+  `"r" * 1200` one), so the floor prices the same index work as the service's row: since migration 0095
+  that index is written behind the INSERT by the quote indexer, which runs here as in the service. Its
   rows are born with no capture due, so the service's capture worker never works on them.
 - `agent` + `gateway`: `ChatService.SendMessage` = `Repository.begin_turn` (user message + history,
   committed) → one `AgentService.Think` call carrying that history and the same metadata the real
@@ -64,6 +65,8 @@ from services.feedback.model.report import Anchor, Context, NewReport, Snapshot
 from services.feedback.repository.ratings import _NAMED, PUTS, UPSERT_RATING
 from services.feedback.repository import create_pool as feedback_pool
 from services.feedback.repository.reports import ReportStore
+from services.feedback.repository.quotes import QuoteStore
+from services.feedback.quote_index import QuoteIndexer
 
 FLOOR_REPLY_CHARS = 1200
 FLOOR_TURNS_ENV = "AGENTFEEDBACK_FLOOR_TURNS"  # the floor feedback's turn texts (see the module docstring)
@@ -85,6 +88,9 @@ class FloorFeedback(feedback_pb2_grpc.FeedbackServiceServicer):
         self._pool = pool
         self._reports = ReportStore(pool)
         self._turns = _floor_turns()
+        # The background half of the create's durable write (migration 0095: the quote is indexed behind
+        # the INSERT), run here as in the service, so that the floor prices the design's whole cost.
+        self.quote_index = QuoteIndexer(QuoteStore(pool))
 
     async def CreateFeedback(self, request, context):  # noqa: N802
         f = request.feedback
@@ -103,6 +109,7 @@ class FloorFeedback(feedback_pb2_grpc.FeedbackServiceServicer):
             sentiment=Sentiment(f.sentiment), category=Category(f.category), snapshot=snapshot,
             turn_time=snapshot.target_time, trace_state=TraceState.PENDING,
         ), 86400.0)
+        self.quote_index.wake()
         r = got.report
         out = pb.Feedback(name=f"feedback/{r.id}", message=r.anchor.message, body=r.body, sentiment=r.sentiment,
                           snapshot=pb.Snapshot(target_text=r.snapshot.target_text, trace_id=r.snapshot.trace_id))
@@ -215,6 +222,7 @@ async def _serve(kind: str, port: int, db: str | None, agent_port: int | None) -
     elif kind in ("feedback", "feedback-grouped"):
         pool = await feedback_pool(db, 2, 10)  # the service's: jsonb codecs, no reset
         floor = FloorFeedback(pool) if kind == "feedback" else FloorFeedbackGrouped(pool)
+        floor.quote_index.start()
         feedback_pb2_grpc.add_FeedbackServiceServicer_to_server(floor, server)
     else:
         pool = await create_pool(db, "chat", reset=skip_reset)

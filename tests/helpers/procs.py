@@ -80,11 +80,13 @@ async def wait_serving(port: int, proc: subprocess.Popen, log: Path, timeout_s: 
         raise AssertionError(f"second feedback process: {e}: {log.read_text()[-2000:]}") from None
 
 
-async def stop_postgres_fast(pgdata: Path) -> None:
+async def stop_postgres_fast(pgdata: Path, sig: signal.Signals = signal.SIGINT) -> None:
     """PostgreSQL's fast shutdown (SIGINT to the postmaster: sessions are terminated), waited for. A signal,
-    not pg_ctl: a process forked from this one (gRPC's threads) can crash before it execs."""
+    not pg_ctl: a process forked from this one (gRPC's threads) can crash before it execs. `sig` SIGQUIT:
+    the immediate shutdown, as a crash (no checkpoint; the next start runs crash recovery, which empties
+    every unlogged table)."""
     pid = int((pgdata / "postmaster.pid").read_text().split()[0])
-    os.kill(pid, signal.SIGINT)
+    os.kill(pid, sig)
     deadline = time.monotonic() + 30
     while (pgdata / "postmaster.pid").exists():
         assert time.monotonic() < deadline, "PostgreSQL did not stop in 30 s"

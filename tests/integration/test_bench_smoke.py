@@ -26,7 +26,7 @@ NAMED = {
                   "search_1d_attr_p50_ms", "retention_drop_day_ms", "export_max_ms", "export_during_retention_max_ms"},
     "feedback": {"feedback_create_p50_ms", "feedback_create_max_ms", "rating_put_per_s", "rating_put_floor_per_s",
                  "rating_first_put_per_s", "rating_first_put_max_ms"},
-    "floor_designs": {"floor_design_create_asis_max_ms", "floor_design_create_side_unlogged_max_ms",
+    "floor_designs": {"floor_design_create_shipped_max_ms", "floor_design_create_in_insert_max_ms",
                       "floor_design_create_unindexed_p50_ms", "floor_design_put_shipped_per_s",
                       "floor_design_put_grouped_per_s", "floor_design_put_grouped_postgres_cpu_ms"},
     "feed": {"feed_latency_1_subscriber_p50_ms", "feed_latency_1_subscriber_max_ms", "rating_put_outbox_ratio"},

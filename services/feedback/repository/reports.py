@@ -127,10 +127,22 @@ LIST_FEEDBACK = NamedSQL(f"""
 SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE {_LIST_WHERE}
 ORDER BY create_time DESC, id DESC
 LIMIT :limit""")
-# With `text` (the body or the target text contains it): repository/text_search.py.
+# With `text` (the body or the target text contains it): repository/text_search.py. Step 3 finds the
+# quoted texts that contain it through the side index of migration 0095: the owner's indexed quotes
+# matching, the owner's pending reports, and (only while the side table is not built: after a crash,
+# until the quote indexer rebuilt it) every report of the owner; each candidate is then tested on its
+# own text, so a stale or missing side row never changes the answer. As one array of ids, the pieces
+# stay one BitmapOr with the body's index: the work follows the matches, never the owner's reports.
+QUOTE_CANDIDATES = """(body ILIKE :text ESCAPE '\\' OR (id = ANY (ARRAY(
+    SELECT q.id FROM feedback_quotes q WHERE q.owner = :owner AND q.quote ILIKE :text ESCAPE '\\'
+    UNION ALL SELECT p.id FROM feedback_quotes_pending p WHERE p.owner = :owner
+    UNION ALL SELECT r.id FROM feedback r WHERE NOT EXISTS (SELECT FROM feedback_quotes_built)
+        AND r.owner = :owner AND r.snapshot->>'target_text' ILIKE :text ESCAPE '\\'))
+  AND snapshot->>'target_text' ILIKE :text ESCAPE '\\'))"""
 LIST_FEEDBACK_TEXT = text_search.statements(
     FEEDBACK_COLUMNS, "feedback", _LIST_WHERE,
-    "(body ILIKE :text ESCAPE '\\' OR snapshot->>'target_text' ILIKE :text ESCAPE '\\')", "create_time")
+    "(body ILIKE :text ESCAPE '\\' OR snapshot->>'target_text' ILIKE :text ESCAPE '\\')", "create_time",
+    indexed=QUOTE_CANDIDATES)
 
 # FileFeedback: take the filing claim (only one filer talks to the tracker at a time), never past another
 # review session's live claim ($4, $5: the caller's sub and review session).

@@ -95,17 +95,18 @@ WHERE {self.match} ORDER BY {self.order} LIMIT :limit""")
 
 
 def statements(columns: str, table: str, where: str, match: str, time: str,
-               days: Days | None = None) -> Search:
+               days: Days | None = None, indexed: str | None = None) -> Search:
     """The steps for `SELECT {columns} FROM {table} WHERE {where} AND {match}` ordered by ({time}, id)
     DESC; all take `:limit`, step 1 `:newest`, step 3 `:cap`, step 2's sizing `:needle` (the raw term). Step 3
     keeps only (ctid, time, id) of at most cap + 1 matches and reads the page's rows by ctid (one
     statement, one snapshot: copying thousands of whole rows — bodies, snapshots — into the CTE cost
-    more than finding them); each row carries `matched`, how many it kept."""
+    more than finding them); each row carries `matched`, how many it kept. `indexed`: the same
+    condition as `match` written so that step 3 finds its rows through indexes (default `match`)."""
     order = f"{time} DESC, id DESC"
     newest = NamedSQL(f"""SELECT * FROM (SELECT {columns} FROM {table} WHERE {where} ORDER BY {order} LIMIT :newest) AS n
 WHERE {match} ORDER BY {order} LIMIT :limit""")
     every = NamedSQL(f"""WITH m AS MATERIALIZED (
-    SELECT ctid AS tid, {time} AS t, id FROM {table} WHERE {where} AND {match} LIMIT :cap + 1)
+    SELECT ctid AS tid, {time} AS t, id FROM {table} WHERE {where} AND {indexed or match} LIMIT :cap + 1)
 SELECT {columns}, (SELECT count(*) FROM m) AS matched FROM {table}
 WHERE ctid = ANY (ARRAY(SELECT tid FROM m ORDER BY t DESC, id DESC LIMIT :limit))
 ORDER BY {order}""")
