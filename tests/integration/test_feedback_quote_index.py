@@ -7,6 +7,7 @@ unlogged side table, before and after the indexer rebuilt it. Every page goes th
 trigrams: a report's quote is indexed by the indexer, and a deleted report's text leaves the side table."""
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import tempfile
@@ -107,6 +108,30 @@ async def test_searches_stay_exact_while_quotes_are_pending_indexed_changed_and_
         await _assert_searches_exact(reports, truth, "deleted")
     finally:
         await truth.close()
+        await pool.close()
+
+
+async def test_a_report_deleted_while_its_quote_is_indexed_leaves_nothing_and_the_pass_succeeds(database_url):
+    await migrate(database_url, "feedback", MIGRATIONS)
+    await _seed(database_url)
+    pool = await create_pool(database_url, 1, 2)
+    deleter = await asyncpg.connect(database_url)
+    try:
+        rid = await deleter.fetchval("""SELECT f.id FROM feedback.feedback f JOIN feedback.feedback_quotes_pending p
+                                        USING (id) ORDER BY f.id LIMIT 1""")
+        tx = deleter.transaction()
+        await tx.start()
+        await deleter.execute("SELECT 1 FROM feedback.feedback WHERE id = $1 FOR UPDATE", rid)  # as DELETE locks it
+        indexing = asyncio.ensure_future(QuoteIndexer(QuoteStore(pool)).run_once())
+        await asyncio.sleep(0.5)  # the pass waits on the report's lock (its side row's foreign key check)
+        assert not indexing.done()
+        await deleter.execute("DELETE FROM feedback.feedback WHERE id = $1", rid)
+        await tx.commit()
+        assert await asyncio.wait_for(indexing, 10) > 0  # run again after the foreign key check failed
+        assert not await deleter.fetchval("SELECT count(*) FROM feedback.feedback_quotes WHERE id = $1", rid)
+        assert not await deleter.fetchval("SELECT count(*) FROM feedback.feedback_quotes_pending WHERE id = $1", rid)
+    finally:
+        await deleter.close()
         await pool.close()
 
 

@@ -58,9 +58,18 @@ class QuoteStore:
     pool: asyncpg.Pool
 
     async def index_pending(self, limit: int) -> Pass:
-        """Move up to `limit` pending reports' quotes into the side table (one statement)."""
-        r = await self.pool.fetchrow(INDEX_PENDING, limit)
-        return Pass(r["moved"], r["built"])
+        """Move up to `limit` pending reports' quotes into the side table (one statement). A report
+        deleted while the pass ran fails the side row's foreign key check, which rolls the pass back:
+        it is run again (the report is gone then, and its pending row is dropped), up to 3 times."""
+        attempts = 3
+        while True:
+            try:
+                r = await self.pool.fetchrow(INDEX_PENDING, limit)
+                return Pass(r["moved"], r["built"])
+            except asyncpg.ForeignKeyViolationError:
+                attempts -= 1
+                if attempts == 0:
+                    raise
 
     async def rebuild_step(self, after: str, limit: int) -> tuple[str, int]:
         """Write the quotes of the next `limit` reports with an id above `after`: (the last id read, how
