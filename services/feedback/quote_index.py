@@ -35,21 +35,27 @@ class QuoteIndexer:
         self._poll_s, self._gather_s = poll_s, gather_s
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
 
     def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.create_task(self._loop(), name="feedback-quote-index")
 
     def wake(self) -> None:
         self._wake.set()
 
-    async def stop(self) -> None:
-        """Cancel the loop (a pass cut short is done again by the next one: its statement rolls back)."""
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Let the pass in flight finish, at most `timeout_s`; then cancel (a pass cut short is done
+        again by the next one: its statement rolls back). A flag, not a cancel, ends the loop: on Python
+        3.11 a cancel that reaches `asyncio.wait_for` as the awaited wake-up completes is lost
+        (CPython gh-86296), and the loop ran on while stop() waited for it (a service's stop hung)."""
         if self._task is None:
             return
-        self._task.cancel()
+        self._stopping = True
+        self._wake.set()
         try:
-            await self._task
-        except asyncio.CancelledError:
+            await asyncio.wait_for(self._task, timeout_s)
+        except (TimeoutError, asyncio.CancelledError):
             pass
         self._task = None
 
@@ -74,19 +80,19 @@ class QuoteIndexer:
         return total
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 moved = await self.run_once()
-            except asyncio.CancelledError:
-                raise
             except Exception as e:  # noqa: BLE001 - the worker survives a bad pass (database restart, …)
                 log_failure(log, "quote index pass failed", e)
                 moved = 0
-            if moved >= BATCH:
+            if moved >= BATCH or self._stopping:
                 continue
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), self._poll_s)
-                await asyncio.sleep(self._gather_s)
+                async with asyncio.timeout(self._poll_s):
+                    await self._wake.wait()
             except TimeoutError:
-                pass
+                continue
+            if not self._stopping:
+                await asyncio.sleep(self._gather_s)  # the creates of the next moments go in this pass too

@@ -24,7 +24,10 @@ from services.feedback.repository.quotes import QuoteStore
 from services.feedback.repository.reports import ReportStore
 from services.feedback.server import MIGRATIONS
 from tests.helpers.procs import start_postgres_again, stop_postgres_fast
-from tests.integration.test_feedback_text_search import LIST_TRUTH, _chunks, _pages, _seed
+from tests.helpers.report_search import LIST_TRUTH
+from tests.helpers.report_search import chunks as _chunks
+from tests.helpers.report_search import pages as _pages
+from tests.helpers.report_search import seed_reports as _seed
 
 # "reply" is only ever in quoted texts (_seed's bodies never hold it), "needle" in both, "zircon" only in
 # the quotes this test writes later.
