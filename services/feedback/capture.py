@@ -31,8 +31,8 @@ import grpc
 from opentelemetry import trace
 
 from services.common import ledger
-from services.common.incidents import log_failure
 from services.common.errors import DomainError, NotFound
+from services.common.worker_loop import WorkerLoop
 from services.feedback import domain, evidence
 from services.feedback.chat_client import ChatClient, ChatUnreachable
 from services.feedback.events import emit_created
@@ -74,55 +74,37 @@ class CaptureWorker:
         self._chat = chat
         self._s = settings
         self._owner_token = owner_token
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._stopping = False
+        self._worker = WorkerLoop(self._pass, name="feedback-capture", poll_s=settings.capture_poll_s, log=log,
+                                  failure="capture pass failed")
+        self._next_prune = 0.0  # time.monotonic() of the request ledger's next prune
         # time.monotonic() before which this replica claims no client snapshot (chat unreachable).
         self._refresh_paused_until = 0.0
         # Called after a pass that handled rows (the change feed's wake-up: feed_wakeups.FeedWakeups.poke).
         self.on_written: Callable[[], None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="feedback-capture")
+        """Run the worker in a task."""
+        self._worker.start()
 
     def wake(self) -> None:
-        self._wake.set()
+        """Look at the queue now, not at the next `capture_poll_s` poll."""
+        self._worker.wake()
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Let the pass in flight finish (its rows get their next due time instead of waiting out the
         lease), at most `timeout_s`; then cancel."""
-        if self._task is None:
-            return
-        self._stopping = True
-        self._wake.set()
-        try:
-            await asyncio.wait_for(self._task, timeout_s)
-        except (TimeoutError, asyncio.CancelledError):
-            pass
-        self._task = None
+        await self._worker.stop(timeout_s)
 
-    async def _loop(self) -> None:
-        next_prune = 0.0
-        while not self._stopping:
-            try:
-                if time.monotonic() >= next_prune:  # the request ledger's one prune policy (hourly, 24 h)
-                    next_prune = time.monotonic() + ledger.PRUNE_INTERVAL_S
-                    await self._repo.prune_requests(ledger.RETENTION_S)
-                busy = await self.run_once()
-                if busy and self.on_written is not None:
-                    self.on_written()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - the worker survives a bad pass (database restart, …)
-                log_failure(log, "capture pass failed", e)
-                busy = 0
-            if busy >= BATCH or self._stopping:
-                continue
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), self._s.capture_poll_s)
-            except TimeoutError:
-                pass
+    async def _pass(self) -> bool:
+        """The request ledger's prune when due (its one policy: hourly, 24 h), then `run_once`: True
+        when it handled a full batch."""
+        if time.monotonic() >= self._next_prune:
+            self._next_prune = time.monotonic() + ledger.PRUNE_INTERVAL_S
+            await self._repo.prune_requests(ledger.RETENTION_S)
+        busy = await self.run_once()
+        if busy and self.on_written is not None:
+            self.on_written()
+        return busy >= BATCH
 
     async def run_once(self) -> int:
         """One pass: refresh due client snapshots, then look at due PENDING rows. Returns rows handled.

@@ -13,10 +13,9 @@ run one each: passes skip each other's pending rows (SKIP LOCKED); two rebuilds 
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from services.common.incidents import log_failure
+from services.common.worker_loop import WorkerLoop
 from services.feedback.repository.quotes import QuoteStore
 
 log = logging.getLogger(__name__)
@@ -32,32 +31,21 @@ class QuoteIndexer:
 
     def __init__(self, store: QuoteStore, poll_s: float = POLL_S, gather_s: float = GATHER_S):
         self._store = store
-        self._poll_s, self._gather_s = poll_s, gather_s
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task | None = None
-        self._stopping = False
+        self._worker = WorkerLoop(self._pass, name="feedback-quote-index", poll_s=poll_s, gather_s=gather_s, log=log,
+                                failure="quote index pass failed")
 
     def start(self) -> None:
-        self._stopping = False
-        self._task = asyncio.create_task(self._loop(), name="feedback-quote-index")
+        """Run the indexer in a task."""
+        self._worker.start()
 
     def wake(self) -> None:
-        self._wake.set()
+        """Index the pending quotes `gather_s` from now, not at the next poll."""
+        self._worker.wake()
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Let the pass in flight finish, at most `timeout_s`; then cancel (a pass cut short is done
-        again by the next one: its statement rolls back). A flag, not a cancel, ends the loop: on Python
-        3.11 a cancel that reaches `asyncio.wait_for` as the awaited wake-up completes is lost
-        (CPython gh-86296), and the loop ran on while stop() waited for it (a service's stop hung)."""
-        if self._task is None:
-            return
-        self._stopping = True
-        self._wake.set()
-        try:
-            await asyncio.wait_for(self._task, timeout_s)
-        except (TimeoutError, asyncio.CancelledError):
-            pass
-        self._task = None
+        again by the next one: its statement rolls back)."""
+        await self._worker.stop(timeout_s)
 
     async def run_once(self) -> int:
         """One pass (a rebuild first when the side table is not built): pending reports indexed."""
@@ -79,20 +67,5 @@ class QuoteIndexer:
         log.info("quote index: rebuilt from %d reports", total)
         return total
 
-    async def _loop(self) -> None:
-        while not self._stopping:
-            try:
-                moved = await self.run_once()
-            except Exception as e:  # noqa: BLE001 - the worker survives a bad pass (database restart, …)
-                log_failure(log, "quote index pass failed", e)
-                moved = 0
-            if moved >= BATCH or self._stopping:
-                continue
-            self._wake.clear()
-            try:
-                async with asyncio.timeout(self._poll_s):
-                    await self._wake.wait()
-            except TimeoutError:
-                continue
-            if not self._stopping:
-                await asyncio.sleep(self._gather_s)  # the creates of the next moments go in this pass too
+    async def _pass(self) -> bool:
+        return await self.run_once() >= BATCH
