@@ -104,7 +104,8 @@ class GatewayPorts:
     traces: int = 50053
     admin: int | None = None
     # The collector's OTLP/gRPC receiver behind the gateway (route /opentelemetry.proto.collector.trace.v1.
-    # TraceService/); None: not exposed (the default: OTLP Export needs no token).
+    # TraceService/); None: not exposed (the default: OTLP Export takes no JWT, only the collector's optional
+    # ingest token, AGENTFEEDBACK_COLLECTOR_OTLP_BEARER_TOKENS).
     otlp: int | None = None
 
 

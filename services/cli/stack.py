@@ -2,8 +2,10 @@
 
 Order: PostgreSQL (the configured URL, or the embedded cluster in `.data/pg`) → trace collector →
 feedback → reference agent → chat gateway (→ Envoy + console when built). Each child gets the
-database URL and the standard `OTEL_*` variables pointing its exporter at the collector; its
-output goes to `.data/logs/<name>.log`. Readiness = `grpc.health.v1` SERVING.
+database URL and the standard `OTEL_*` variables pointing its exporter at the collector (with the
+collector's first OTLP ingest token in `OTEL_EXPORTER_OTLP_TRACES_HEADERS` when
+AGENTFEEDBACK_COLLECTOR_OTLP_BEARER_TOKENS is set; unset, ingest stays open on loopback); its output
+goes to `.data/logs/<name>.log`. Readiness = `grpc.health.v1` SERVING.
 Stop: SIGTERM to every child (they drain: NOT_SERVING → in-flight calls finish), then PostgreSQL.
 A supervisor killed outright takes its children with it (PR_SET_PDEATHSIG) and the embedded
 PostgreSQL too (services.cli.pg_watchdog).
@@ -19,6 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 from services.common.db import embedded_postgres_server
 from services.cli import pg_watchdog
@@ -92,6 +95,7 @@ class LocalStack:
         # Each service finds the others where this stack starts them (a moved *_LISTEN moves its *_TARGETs).
         for target_var, listen_var, default in _TARGETS:
             base.setdefault(target_var, _loopback(os.environ.get(listen_var, default)))
+        base.update(_ingest_headers())
         collector_env = {**base, "OTEL_TRACES_EXPORTER": "none"}  # the collector never exports to itself
         env = os.environ.get
         return [
@@ -195,6 +199,21 @@ _TARGETS = (
     ("AGENTFEEDBACK_FEEDBACK_TRACES_TARGET", "AGENTFEEDBACK_COLLECTOR_QUERY_LISTEN", "127.0.0.1:50053"),
     ("AGENTFEEDBACK_COLLECTOR_FEEDBACK_TARGET", "AGENTFEEDBACK_FEEDBACK_LISTEN", "127.0.0.1:50052"),
 )
+
+
+def _ingest_headers() -> dict[str, str]:
+    """The exporter header variable that makes this stack's services send the collector's first OTLP ingest
+    token (AGENTFEEDBACK_COLLECTOR_OTLP_BEARER_TOKENS), when tokens are set, the services export to this
+    stack's collector (no OTEL_EXPORTER_OTLP_*ENDPOINT of the caller's) and no exporter headers are set
+    already; else nothing (ingest stays as configured: open on loopback by default)."""
+    first = next((t.strip() for t in os.environ.get("AGENTFEEDBACK_COLLECTOR_OTLP_BEARER_TOKENS", "").split(",")
+                  if t.strip()), "")
+    own = not any(os.environ.get(v) for v in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                                                "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"))
+    if not first or not own:
+        return {}
+    # W3C Baggage format (the OTEL_EXPORTER_OTLP_HEADERS specification): the value percent-encoded.
+    return {"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "authorization=" + quote(f"Bearer {first}", safe="")}
 
 
 _PORT_VARIABLES = {

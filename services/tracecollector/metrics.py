@@ -6,6 +6,10 @@
 - `otelcol_receiver_accepted_log_records` / `otelcol_receiver_refused_log_records` (same labels): log
   records answered OK (an evaluation event kept, any other record not stored: logs.py) / refused (an
   evaluation event rejected, or the Export failed);
+- `agentfeedback_collector_ingest_unauthenticated` (counter, labels `transport` = `grpc` | `http`, `signal` =
+  `traces` | `logs`, `reason` = `missing` | `invalid`): Exports refused for their bearer token
+  (`otlp_bearer_tokens`, ingest_auth.py), in requests — their bodies are never decoded, so their spans are
+  in neither counter above;
 - `otelcol_exporter_queue_size` / `otelcol_exporter_queue_capacity` (gauges, label `exporter`):
   `postgresql` (or `clickhouse`, the span store in use) = the span write queue, in spans; `otlp_forward` = the forwarder's queue, in requests;
 - `otelcol_exporter_sent_spans` / `otelcol_exporter_send_failed_spans` (counters, label `exporter`):
@@ -54,6 +58,10 @@ class CollectorMetrics:
             "agentfeedback.collector.evaluations", unit="{evaluation}",
             description="Evaluations handed to the feedback service, by outcome (accepted | rejected | pending | "
                         "failed | expired; issue 24).")
+        self.unauthenticated = meter.create_counter(
+            "agentfeedback.collector.ingest.unauthenticated", unit="{request}",
+            description="OTLP Exports refused for their bearer token, by transport, signal and reason "
+                        "(missing | invalid).")
         self._meter = meter
         self._queues: list[tuple[str, Callable[[], int], int]] = []
         meter.create_observable_gauge("otelcol_exporter_queue_size", [self._sizes], unit="{item}",
@@ -100,6 +108,10 @@ class CollectorMetrics:
     def evaluation_outcome(self, outcome: str, n: int) -> None:
         """`n` evaluations of one delivery pass had `outcome` (services/tracecollector/evaluation_delivery.py)."""
         self.evaluations.add(n, {"outcome": outcome})
+
+    def ingest_refused(self, transport: str, signal: str, reason: str) -> None:
+        """One Export refused for its bearer token (ingest_auth.py's `on_refused` hook)."""
+        self.unauthenticated.add(1, {"transport": transport, "signal": signal, "reason": reason})
 
     def forwarded(self, outcome: str, spans: int) -> None:
         """The forwarder's `on_spans` hook: `outcome` sent | dropped."""

@@ -2,8 +2,9 @@
 and, on the same server, `opentelemetry.proto.collector.logs.v1.LogsService/Export` (evaluation events
 as log records, logs.py; every other log record is answered OK and not stored).
 
-Public (OTLP exporters send no bearer token) and never traced (the collector does not export its
-own Export handling to itself). Behaviour, per the OTLP specification (opentelemetry-proto
+No JWT (OTLP exporters send none) and never traced (the collector does not export its own Export
+handling to itself). With `otlp_bearer_tokens` set, a call without `authorization: Bearer <an accepted
+token>` is UNAUTHENTICATED before it reaches these servicers (ingest_auth.TokenInterceptor). Behaviour, per the OTLP specification (opentelemetry-proto
 `docs/specification.md`, "OTLP/gRPC Response" and "Throttling"):
 - OK with `partial_success` unset: every span stored (an empty request included).
 - OK with `partial_success.rejected_spans` + `error_message`: bad spans rejected, the rest stored
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "opentelemetry.proto.collector.trace.v1.TraceService"
 LOGS_SERVICE_NAME = "opentelemetry.proto.collector.logs.v1.LogsService"
-# For the ServiceInterceptor: no token, no span.
+# For the ServiceInterceptor: no JWT, no span (ingest_auth.TokenInterceptor checks the ingest token, if any).
 PUBLIC_PREFIX = f"/{SERVICE_NAME}/"
 PUBLIC_PREFIXES = (PUBLIC_PREFIX, f"/{LOGS_SERVICE_NAME}/")
 

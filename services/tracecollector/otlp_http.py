@@ -14,6 +14,9 @@ Per the OTLP specification (opentelemetry-proto `docs/specification.md`, "OTLP/H
 - Another path → 404, another method on it → 405 (Allow: POST), each with a google.rpc.Status; a
   request refused before a handler ran (broken encoding, malformed request) is one incident in the
   log, not a traceback per request (README "Logs").
+- With `otlp_bearer_tokens` set (ingest_auth.py), an export without `Authorization: Bearer <an accepted
+  token>` → 401 + `WWW-Authenticate: Bearer` + google.rpc.Status (UNAUTHENTICATED), its body read and dropped (never decoded),
+  before any other check; nothing is stored (the client must not retry).
 - 200 + ExportTraceServiceResponse (with `partial_success` when spans were rejected) or
   ExportLogsServiceResponse (`rejected_log_records`: evaluation events that can never become ratings);
   400 + google.rpc.Status when the body cannot be decoded; 503 + `Retry-After` (seconds) when the
@@ -41,6 +44,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from services.common.clip import MESSAGE_MAX_CHARS, clip, clip_message
 from services.common.errors import http_status, to_status
 from services.common.incidents import INCIDENTS
+from services.tracecollector import ingest_auth
 from services.tracecollector.ingest import Ingestor
 from services.tracecollector.logs import LogsIngestor
 from services.tracecollector.writer import Overloaded
@@ -207,14 +211,41 @@ def _error(http: int | None, st: status_pb2.Status, content_type: str, headers: 
                         headers=headers)
 
 
-def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float,
-               logs: LogsIngestor | None = None) -> web.Application:
-    """The aiohttp application serving POST /v1/traces (and POST /v1/logs with `logs`)."""
+async def _drop_body(request: web.Request) -> bool:
+    """Read the request's body and drop it (aiohttp would otherwise read it after the answer, and a broken
+    one logged a traceback per request); False when it cannot be read (the answer must close the connection)."""
+    try:
+        await request.read()
+    except (RequestPayloadError, web.HTTPRequestEntityTooLarge, ConnectionResetError):
+        request.content.feed_eof()
+        return False
+    return True
 
-    def handler(decode_protobuf, decode_json, ingest, respond, what: str):
+
+async def _unauthenticated(request: web.Request, reason: str, reply_type: str, signal: str,
+                           on_refused: ingest_auth.RefusalHook | None) -> web.Response:
+    """401 + `WWW-Authenticate: Bearer` (RFC 6750 §3) + google.rpc.Status in `reply_type`; the body read and dropped, never decoded."""
+    readable = await _drop_body(request)
+    ingest_auth.report(on_refused, "http", signal, reason, request.remote or "-")
+    challenge = 'Bearer error="invalid_token"' if reason == ingest_auth.INVALID else "Bearer"
+    resp = _error(401, ingest_auth.unauthenticated(reason), reply_type, headers={"WWW-Authenticate": challenge})
+    if not readable:
+        resp.force_close()
+    return resp
+
+
+def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float,
+               logs: LogsIngestor | None = None, tokens: ingest_auth.IngestTokens | None = None,
+               on_refused: ingest_auth.RefusalHook | None = None) -> web.Application:
+    """The aiohttp application serving POST /v1/traces (and POST /v1/logs with `logs`). With `tokens`,
+    an export without an accepted `Authorization: Bearer` is 401 (ingest_auth.py), `on_refused` told."""
+
+    def handler(decode_protobuf, decode_json, ingest, respond, what: str, signal: str):
         async def export(request: web.Request) -> web.Response:
             ctype = request.content_type
             reply_type = JSON if ctype == JSON else PROTOBUF
+            if tokens is not None and (reason := tokens.refusal(request.headers.get("Authorization"))) is not None:
+                return await _unauthenticated(request, reason, reply_type, signal, on_refused)
             if ctype not in (PROTOBUF, JSON):
                 st = status_pb2.Status(code=code_pb2.INVALID_ARGUMENT,
                                        message=f"Content-Type must be {PROTOBUF} or {JSON}, got {clip(ctype)!r}")
@@ -274,12 +305,7 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float,
         """Any other path or method: 404 / 405 with a google.rpc.Status, the body read and dropped
         first (aiohttp would otherwise read it after the answer, and a broken one logged a traceback
         per request); a body that cannot be read closes the connection."""
-        unreadable = False
-        try:
-            await request.read()
-        except (RequestPayloadError, web.HTTPRequestEntityTooLarge):
-            request.content.feed_eof()
-            unreadable = True
+        unreadable = not await _drop_body(request)
         wrong_method = request.path in paths
         st = status_pb2.Status(code=code_pb2.UNIMPLEMENTED if wrong_method else code_pb2.NOT_FOUND,
                                message=f"only POST {request.path} is served here" if wrong_method else
@@ -291,11 +317,11 @@ def create_app(ingestor: Ingestor, *, max_body_bytes: int, retry_after_s: float,
 
     app = web.Application(client_max_size=max_body_bytes)
     app.router.add_post(PATH, handler(trace_service_pb2.ExportTraceServiceRequest.FromString, parse_json_request,
-                                      ingestor.export, export_response, "spans"))
+                                      ingestor.export, export_response, "spans", "traces"))
     paths = [PATH]
     if logs is not None:
         app.router.add_post(LOGS_PATH, handler(logs_service_pb2.ExportLogsServiceRequest.FromString,
-                                               parse_json_logs_request, logs.export, logs_response, "evaluations"))
+                                               parse_json_logs_request, logs.export, logs_response, "evaluations", "logs"))
         paths.append(LOGS_PATH)
     app.router.add_route("*", "/{tail:.*}", elsewhere)
     return app

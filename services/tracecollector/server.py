@@ -37,6 +37,7 @@ from services.tracecollector import evaluations, otlp_grpc, otlp_http
 from services.tracecollector.evaluation_delivery import DeliveryPolicy, EvaluationDelivery
 from services.tracecollector.evaluation_outbox import OutboxStore
 from services.tracecollector.forwarder import Forwarder
+from services.tracecollector.ingest_auth import IngestTokens, TokenInterceptor
 from services.tracecollector.ingest import Ingestor, Window
 from services.tracecollector.logs import LogsIngestor
 from services.tracecollector.writer import BatchWriter
@@ -231,9 +232,17 @@ async def create_server(
 
         provider = tracer_provider or trace.get_tracer_provider()
         tracer = provider.get_tracer("services.tracecollector")
-        # OTLP/gRPC: public, untraced; grpc enforces the 4 MiB limit after decompression.
+        # OTLP/gRPC: no JWT, untraced; grpc enforces the 4 MiB limit after decompression. With ingest
+        # tokens, the token check comes first (ingest_auth.py): a refused call is never deserialised.
+        ingest_tokens = settings.otlp_tokens()
+        tokens = IngestTokens(ingest_tokens) if ingest_tokens else None
+        otlp_interceptors = [ServiceInterceptor(None, {}, tracer, public_prefixes=otlp_grpc.PUBLIC_PREFIXES,
+                                                metrics=rpc_metrics)]
+        if tokens is not None:
+            signals = {f"/{otlp_grpc.SERVICE_NAME}/": "traces", f"/{otlp_grpc.LOGS_SERVICE_NAME}/": "logs"}
+            otlp_interceptors.insert(0, TokenInterceptor(tokens, signals, cm.ingest_refused, rpc_metrics.record))
         srv.otlp = GrpcServer(
-            [ServiceInterceptor(None, {}, tracer, public_prefixes=otlp_grpc.PUBLIC_PREFIXES, metrics=rpc_metrics)],
+            otlp_interceptors,
             grace_s=settings.shutdown_grace_s, drain_delay_s=settings.shutdown_drain_s, max_message_bytes=settings.grpc_max_message_bytes,
         )
         srv.otlp.add(trace_service_pb2_grpc.add_TraceServiceServicer_to_server,
@@ -261,7 +270,8 @@ async def create_server(
         await srv.query.start()
 
         app = otlp_http.create_app(cm.receiver(ingestor, "http"), max_body_bytes=settings.http_max_body_bytes,
-                                   retry_after_s=settings.retry_after_s, logs=cm.logs_receiver(logs, "http"))
+                                   retry_after_s=settings.retry_after_s, logs=cm.logs_receiver(logs, "http"),
+                                   tokens=tokens, on_refused=cm.ingest_refused)
         srv.http_runner = otlp_http.app_runner(app, access_log=None)
         await srv.http_runner.setup()
         await web.TCPSite(srv.http_runner, settings.otlp_http_host, settings.otlp_http_port).start()
@@ -269,6 +279,7 @@ async def create_server(
     except BaseException:
         await srv.stop(0)
         raise
-    log.info("trace collector: OTLP/gRPC %d, OTLP/HTTP %d, query %d, metrics %d (0: none)",
-             srv.ports["otlp_grpc"], srv.ports["otlp_http"], srv.ports["query"], srv.metrics.port)
+    log.info("trace collector: OTLP/gRPC %d, OTLP/HTTP %d, query %d, metrics %d (0: none); OTLP ingest takes %s",
+             srv.ports["otlp_grpc"], srv.ports["otlp_http"], srv.ports["query"], srv.metrics.port,
+             f"{len(settings.otlp_tokens())} bearer token(s)" if settings.otlp_tokens() else "no token")
     return srv

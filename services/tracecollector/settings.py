@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from services.common.settings import LISTEN_PATTERN, CommonSettings
+from services.tracecollector.ingest_auth import split_tokens
 from services.tracecollector.limits import RESOURCE_ATTRIBUTES_BYTE_LIMIT, Limits
 from services.tracecollector.trace_budget import GET_TRACE_BUDGET_BYTES
 
@@ -20,6 +21,11 @@ class CollectorSettings(CommonSettings):
     otlp_http_host: str = "127.0.0.1"
     # OTLP/HTTP listen port (OTLP default 4318; 0 = any free port).
     otlp_http_port: int = Field(default=4318, ge=0, le=65535)
+    # Bearer tokens OTLP ingest takes (both listeners, traces and logs), comma-separated: two while one is
+    # rotated out. Set: an Export without `authorization: Bearer <one of them>` is UNAUTHENTICATED (HTTP 401)
+    # and nothing of it is stored. Each 16 to 4096 characters of A-Z a-z 0-9 - . _ ~ + / (RFC 6750).
+    # Empty = ingest open to whoever reaches the listeners (loopback by default).
+    otlp_bearer_tokens: SecretStr = SecretStr("")
     # TraceQueryService (docs/architecture.md "Processes": 50053).
     query_listen: str = Field(default="127.0.0.1:50053", pattern=LISTEN_PATTERN)
     # Prometheus metrics endpoint (`host:port`, port 0 = any free port; empty = none): GET /metrics.
@@ -111,6 +117,16 @@ class CollectorSettings(CommonSettings):
     evaluations_queue_max: int = Field(default=50_000, ge=1)
     # Seconds between looks at the outbox when nothing woke the worker.
     evaluations_poll_s: float = Field(default=1.0, gt=0)
+
+    @field_validator("otlp_bearer_tokens")
+    @classmethod
+    def _tokens_well_formed(cls, v: SecretStr) -> SecretStr:
+        split_tokens(v.get_secret_value())  # ValueError naming the bad one by position, never by value
+        return v
+
+    def otlp_tokens(self) -> tuple[str, ...]:
+        """The OTLP ingest bearer tokens (`otlp_bearer_tokens` split); empty: ingest takes no token."""
+        return split_tokens(self.otlp_bearer_tokens.get_secret_value())
 
     def limits(self) -> Limits:
         """The attribute limits (limits.py) these settings name."""
