@@ -161,11 +161,13 @@ class Stack:
 
 
 async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0,
-                      collector_kw: dict[str, Any] | None = None, **overrides: Any) -> Stack:
+                      collector_kw: dict[str, Any] | None = None, feedback_kw: dict[str, Any] | None = None,
+                      **overrides: Any) -> Stack:
     """Start collector, agent, chat gateway and feedback on loopback against `database_url`; `.ports` holds
     the ports they got (`otlp_grpc`, `otlp_http`, `query`, `agent`, `chat`, `feedback`, `metrics_<service>`).
     `overrides`: per service (`collector`, `agent`, `chat`, `feedback`) settings fields to replace;
-    `collector_kw`: extra keyword arguments of the collector's create_server (its `span_transport`)."""
+    `collector_kw`: extra keyword arguments of the collector's create_server (its `span_transport`);
+    `feedback_kw`: of feedback's (its `webhook_resolver`)."""
     from services.chat.agent.server import create_server as create_agent
     from services.chat.server import create_server as create_chat
     from services.chat.agent.settings import AgentSettings
@@ -213,7 +215,8 @@ async def start_stack(database_url: str, data_dir: Path, agent_think_ms: int = 0
         "tracker_markdown_dir": str(data_dir / "tickets"), **common, **overrides.get("feedback", {}),
     })
     p["feedback"] = bound("feedback", await create_feedback(
-        feedback_settings, database_url=database_url, tracer_provider=provider("feedback"), chat_channel=to_chat)).port
+        feedback_settings, database_url=database_url, tracer_provider=provider("feedback"), chat_channel=to_chat,
+        **(feedback_kw or {}))).port
     to_feedback.connect(f"127.0.0.1:{p['feedback']}")
     agent_settings = AgentSettings(
         listen=any_port, metrics_listen=any_port, feedback_target=f"127.0.0.1:{p['feedback']}", think_ms=agent_think_ms,

@@ -32,7 +32,8 @@ def webhook() -> None:
 @click.option("--aspect", default="", help="Only ratings of this aspect (evaluations of this name).")
 @_run
 async def create_cmd(c: Clients, url: str, owner: str, kind: str | None, aspect: str):
-    """Subscribe URL (https, or http to loopback) to every change from now on; prints the secret once."""
+    """Subscribe URL (https to a public address, or http to loopback) to every change from now on; prints the
+    secret once."""
     sub = await c.feedback().CreateWebhookSubscription(pb.CreateWebhookSubscriptionRequest(
         webhook_subscription=pb.WebhookSubscription(url=url, owner=owner, kind=EVENT_KINDS[kind], aspect=aspect),
         request_id=str(uuid.uuid4())), metadata=c.md, timeout=c.settings.timeout_s)
@@ -42,16 +43,20 @@ async def create_cmd(c: Clients, url: str, owner: str, kind: str | None, aspect:
 @webhook.command("list")
 @_run
 async def list_cmd(c: Clients):
-    """Every subscription with its state and the last event delivered, as JSON lines."""
-    token = ""
+    """Every subscription with its state and the last event delivered, as JSON lines (none: one line on
+    stderr saying so, as `feedback list` does, so stdout stays JSON lines)."""
+    token, shown = "", 0
     while True:
         resp = await c.feedback().ListWebhookSubscriptions(pb.ListWebhookSubscriptionsRequest(page_token=token),
                                                            metadata=c.md, timeout=c.settings.timeout_s)
         for s in resp.webhook_subscriptions:
             click.echo(json.dumps(MessageToDict(s)))
+        shown += len(resp.webhook_subscriptions)
         token = resp.next_page_token
         if not token:
-            return
+            break
+    if not shown:
+        click.echo("no webhook subscriptions", err=True)
 
 
 @webhook.command("delete")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+from aiohttp.abc import AbstractResolver
 from opentelemetry.sdk.trace import TracerProvider
 
 from agentfeedback.feedback.v1 import feedback_pb2_grpc
@@ -83,7 +84,8 @@ class _ServiceToken(ServiceToken):
 async def create_server(settings: FeedbackSettings, *, database_url: str | None = None,
                         tracer_provider: TracerProvider | None = None, run_worker: bool = True,
                         clock: Callable[[], dt.datetime] | None = None,
-                        chat_channel: grpc.aio.Channel | None = None) -> GrpcServer:
+                        chat_channel: grpc.aio.Channel | None = None,
+                        webhook_resolver: AbstractResolver | None = None) -> GrpcServer:
     """Start FeedbackService on `settings.listen` (port 0 = any free port). See the module docstring.
 
     run_worker: False starts no capture worker in this process (another replica does the work).
@@ -91,6 +93,8 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
     chat_channel: the channel to the chat service (closed on stop); default `client_channel(settings.chat_target)`.
     The in-process test stack passes one whose target it learns after binding chat on port 0 (chat needs
     feedback's port first: tests/stack.py).
+    webhook_resolver: where webhook delivery looks up receivers' names before the address guard checks
+    them (services/feedback/webhook_addresses.py); default the system's resolver. Tests pass a fixed table.
     """
     url = database_url or resolve_database_url(settings)
     await migrate(url, "feedback", MIGRATIONS)
@@ -125,7 +129,7 @@ async def create_server(settings: FeedbackSettings, *, database_url: str | None 
                         DeliveryPolicy(settings.webhook_timeout_s, settings.webhook_max_attempts,
                                        settings.webhook_backoff_first_s, settings.webhook_backoff_max_s),
                         lambda item: codec_feed.watch_response(item, now(), settings.trace_retention_days).event,
-                        settings.feed_retention_days)
+                        settings.feed_retention_days, settings.webhook_allow_private_networks, webhook_resolver)
     evaluation_store = EvaluationStore(pool)
     servicer = FeedbackServicer(reports, ratings, Stats(StatisticsStore(pool), now, evaluation_store), audit,
                                 DefectReports(chat, reports), feed, webhooks, Datasets(DatasetStore(pool), chat),

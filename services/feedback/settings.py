@@ -100,6 +100,11 @@ class FeedbackSettings(CommonSettings):
     # to 5 min, 30 attempts ≈ 2 h, so a receiver down for an hour gets everything).
     webhook_backoff_first_s: float = Field(default=1.0, gt=0)
     webhook_backoff_max_s: float = Field(default=300.0, gt=0)
+    # Webhooks: also deliver to private addresses (10/8, 172.16/12, 192.168/16, fc00::/7, 100.64/10; names that
+    # resolve to loopback), for receivers on the deployment's private network. Off: public addresses only, plus
+    # loopback as a literal address or `localhost`. Link-local (169.254.169.254, the cloud metadata endpoint),
+    # multicast, unspecified and reserved addresses are refused either way (services/feedback/webhook_addresses.py).
+    webhook_allow_private_networks: bool = False
 
     @model_validator(mode="after")
     def _github_needs_its_repository(self) -> FeedbackSettings:

@@ -16,6 +16,13 @@ subscription at that event and retries it after `backoff_first_s` × 2^(attempt-
 change feed's wake-ups and on the next retry's time, never on a polling loop. A worker whose last pass
 found no ACTIVE subscription waits only for a subscription to be created or resumed on any replica
 (`FeedWakeups.subscriptions_changed`), or `IDLE_RECHECK_S`: the writes then cost it no statement.
+
+Where it may connect (webhook_addresses): only to public addresses, loopback as `check_url` allows it,
+and private ones when the operator sets `webhook_allow_private_networks`. A literal address is checked at
+create; every address a name resolves to is checked at each new connection, and the connection goes to
+the addresses checked. A refused address does not change by retrying, so that attempt dead-letters the
+subscription at once. Its log says why (`refused: the host resolves to a private address …`), and
+ResumeWebhookSubscription tries again after the operator has fixed the name or the setting.
 """
 from __future__ import annotations
 
@@ -25,12 +32,16 @@ import datetime as dt
 import ipaddress
 import json
 import logging
+import ssl
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-import httpx
+import aiohttp
+import certifi
+from aiohttp.abc import AbstractResolver
 from google.protobuf.json_format import MessageToDict
 from standardwebhooks.webhooks import Webhook
 
@@ -47,13 +58,14 @@ from services.feedback.model.webhooks import Delivery, DeliveryOutcome, WebhookS
 from services.feedback.repository.feed import FeedStore
 from services.feedback.repository.webhooks import WebhookStore
 from services.feedback.urls import split_http_url
+from services.feedback.webhook_addresses import (LOOPBACK_NAMES, NUMERIC, PRIVATE_KINDS, AddressRefused,
+                                                   GuardedResolver, host_refusal)
 from services.feedback.webhook_secrets import SecretBox
 
 log = logging.getLogger(__name__)
 
 URL_FIELD = "webhook_subscription.url"
 URL_MAX_CHARS = 2048
-LOOPBACK_NAMES = frozenset({"localhost"})
 # Events one worker sends a subscription per lease, and subscriptions it serves at once.
 PAGE = 20
 CLAIM_LIMIT = 32
@@ -65,19 +77,26 @@ PASS_GAP_S = 0.05
 IDLE_RECHECK_S = 60.0
 
 
-def check_url(url: str) -> str:
-    """An https URL, or http to a loopback address (tests, a sidecar), checked by `urls.split_http_url`
-    (characters, parse, port) first; INVALID_ARGUMENT naming the field."""
+def check_url(url: str, allow_private: bool = False) -> str:
+    """`url` when a subscription may deliver to it, else INVALID_ARGUMENT naming `URL_FIELD`.
+    Allowed: an https URL, or an http URL to a loopback address or `localhost` (tests, a sidecar). The URL
+    is first checked by `urls.split_http_url` (characters, parse, port). If the host is a literal address,
+    it must be public or loopback; `allow_private` also allows private ones (webhook_addresses). A name is
+    checked at delivery, against each address it resolves to."""
     parts = split_http_url(url, URL_FIELD, URL_MAX_CHARS)
     host = parts.hostname or ""
-    if parts.scheme == "https":
-        return url
-    if host in LOOPBACK_NAMES:
-        return url
+    kind = host_refusal(host, allow_private)
+    if kind == NUMERIC:
+        raise InvalidArgument(URL_FIELD, "host must be a name, a dotted-quad IPv4 address or an IPv6 address")
+    loopback = host in LOOPBACK_NAMES
     with contextlib.suppress(ValueError):
-        if ipaddress.ip_address(host).is_loopback:
-            return url
-    raise InvalidArgument(URL_FIELD, "must be https://, or http:// to a loopback address")
+        loopback = loopback or ipaddress.ip_address(host).is_loopback
+    if parts.scheme != "https" and not loopback:
+        raise InvalidArgument(URL_FIELD, "must be https://, or http:// to a loopback address")
+    if kind is not None:
+        hint = " (an operator may allow private networks)" if kind in PRIVATE_KINDS else ""
+        raise InvalidArgument(URL_FIELD, f"host is a {kind} address: receivers must be on public addresses{hint}")
+    return url
 
 
 def event_type(e: FeedEvent) -> str:
@@ -97,13 +116,18 @@ class DeliveryPolicy:
 
 
 class Webhooks:
-    """Subscriptions and delivery. `encode(item) -> proto event` renders an event like WatchFeedback's."""
+    """Subscriptions and delivery. `encode(item) -> proto event` renders an event like WatchFeedback's.
+    `allow_private`: webhook_allow_private_networks. `resolver`: where delivery looks up a receiver's name
+    before the guard checks the answer (default: the system's resolver; tests pass a fixed table)."""
 
     def __init__(self, store: WebhookStore, feed: FeedStore, wakeups: FeedWakeups, box: SecretBox,
-                 policy: DeliveryPolicy, encode: Callable[[FeedItem], object], retention_days: int):
+                 policy: DeliveryPolicy, encode: Callable[[FeedItem], object], retention_days: int,
+                 allow_private: bool = False, resolver: AbstractResolver | None = None):
         self._store, self._feed, self._wakeups, self._box = store, feed, wakeups, box
         self._policy, self._encode, self._retention_days = policy, encode, retention_days
-        self._http = httpx.AsyncClient(timeout=policy.timeout_s, follow_redirects=False, trust_env=False)
+        self._allow_private = allow_private
+        self._resolver = GuardedResolver(allow_private, resolver)
+        self._http: aiohttp.ClientSession | None = None  # opened by the first delivery, on the running loop
         self._task: asyncio.Task | None = None
         self._stopping = False
 
@@ -111,9 +135,11 @@ class Webhooks:
     async def create(self, p: Principal, url: str, f: FeedFilter, request_id: uuid.UUID | None
                      ) -> tuple[WebhookSubscription, str]:
         """A new subscription from now on, and its secret (shown once). A retry with the same request id
-        returns the first subscription and the same secret."""
+        returns the first subscription and the same secret. If `check_url` refuses the URL, INVALID_ARGUMENT
+        naming `webhook_subscription.url`."""
         secret = webhook_secrets.new_secret()
-        sub, _created = await self._store.create_subscription(new_id(), check_url(url), self._box.seal(secret), f,
+        sub, _created = await self._store.create_subscription(new_id(), check_url(url, self._allow_private),
+                                                              self._box.seal(secret), f,
                                                               p.sub, request_id)
         await self._wakeups.announce_subscriptions()
         return sub, self._box.open(sub.secret_encrypted)
@@ -145,7 +171,20 @@ class Webhooks:
         if self._task is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(self._task, self._policy.timeout_s + 1)
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.close()
+        await self._resolver.close()
+
+    def _session(self) -> aiohttp.ClientSession:
+        # aiohttp connects to the addresses its resolver returns, so the guard's check covers the connection.
+        # No proxies from the environment, no redirects (the check applies to this URL only), and certifi's
+        # CA bundle, which the httpx client used before.
+        if self._http is None:
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(resolver=self._resolver,
+                                               ssl=ssl.create_default_context(cafile=certifi.where())),
+                timeout=aiohttp.ClientTimeout(total=self._policy.timeout_s), trust_env=False)
+        return self._http
 
     async def _loop(self) -> None:
         idle_too, next_prune, last_pass = True, 0.0, 0.0
@@ -209,10 +248,12 @@ class Webhooks:
                 item = FeedItem(e.position, e, *res.item_of(e), with_text=False)
                 d = await self._post(s, signer, e, item)
                 if d.outcome != DeliveryOutcome.DELIVERED:
-                    dead = d.attempt >= self._policy.max_attempts
+                    # A refused address (already DEAD_LETTERED by _post) would be refused again on every retry.
+                    refused = d.outcome == DeliveryOutcome.DEAD_LETTERED
+                    dead = refused or d.attempt >= self._policy.max_attempts
                     await self._store.failed(s, replace(d, outcome=DeliveryOutcome.DEAD_LETTERED) if dead else d,
                                              self._policy.retry_in(d.attempt), dead)
-                    if dead:
+                    if dead and not refused:
                         log.warning("webhook %s dead-lettered at event %s after %d attempts", s.id, e.id, d.attempt)
                     return False
                 if not await self._store.delivered(s, e.position, d):
@@ -230,14 +271,22 @@ class Webhooks:
         headers = {"content-type": "application/json", "webhook-id": e.id,
                    "webhook-timestamp": str(int(now.timestamp())), "webhook-signature": signer.sign(e.id, now, body)}
         attempt = s.attempts + 1
+        host = urllib.parse.urlsplit(s.url).hostname or ""
         t0 = time.perf_counter()
         try:
-            r = await self._http.post(s.url, content=body.encode(), headers=headers)
-            ms = (time.perf_counter() - t0) * 1000
-            ok = 200 <= r.status_code < 300
-            return Delivery(e.id, attempt, DeliveryOutcome.DELIVERED if ok else DeliveryOutcome.FAILED, r.status_code,
-                            "" if ok else clip(f"HTTP {r.status_code} {r.reason_phrase}"), ms)
-        except httpx.HTTPError as err:
+            if (kind := host_refusal(host, self._allow_private)) is not None:  # aiohttp resolves no literal address
+                raise AddressRefused(kind, host, resolved=False)
+            async with self._session().post(s.url, data=body.encode(), headers=headers, allow_redirects=False) as r:
+                ms = (time.perf_counter() - t0) * 1000
+                ok = 200 <= r.status < 300
+                return Delivery(e.id, attempt, DeliveryOutcome.DELIVERED if ok else DeliveryOutcome.FAILED, r.status,
+                                "" if ok else clip(f"HTTP {r.status} {r.reason or ''}".rstrip()), ms)
+        except AddressRefused as err:
+            log.warning("webhook %s dead-lettered at event %s: %s %s %s", s.id, e.id, clip(host),
+                        "resolves to" if err.resolved else "is", err)
+            return Delivery(e.id, attempt, DeliveryOutcome.DEAD_LETTERED, 0, err.reason(),
+                            (time.perf_counter() - t0) * 1000)
+        except (aiohttp.ClientError, TimeoutError) as err:
             return Delivery(e.id, attempt, DeliveryOutcome.FAILED, 0, type(err).__name__,
                             (time.perf_counter() - t0) * 1000)
 

@@ -1,4 +1,5 @@
-"""Webhook rules (services/feedback/webhooks.py, webhook_secrets.py): URLs, event types, backoff, secrets."""
+"""Webhook rules (services/feedback/webhooks.py, webhook_addresses.py, webhook_secrets.py): URLs, the
+addresses a delivery may reach, event types, backoff, secrets."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,14 +12,107 @@ from standardwebhooks.webhooks import Webhook
 from services.common.errors import InvalidArgument
 from services.feedback.model.enums import EventKind, EventType, RatingScope
 from services.feedback.model.feed import FeedEvent, Position
+from services.feedback.webhook_addresses import AddressRefused, GuardedResolver
 from services.feedback.webhook_secrets import SecretBox, derived_key, new_secret
 from services.feedback.webhooks import DeliveryPolicy, check_url, event_type
+from tests.helpers.webhooks import HostsResolver
 
 
 @pytest.mark.parametrize("url", ["https://hooks.example.com/x", "http://127.0.0.1:9/x", "http://[::1]:80/",
-                                 "http://localhost/x", "http://127.0.0.2/x"])
+                                 "http://localhost/x", "http://127.0.0.2/x", "https://127.0.0.1/x",
+                                 "https://93.184.215.14/x", "https://[2001:4860:4860::8888]/x",
+                                 "https://[::ffff:93.184.215.14]/x", "https://[2002:5db8:d70e::]/x"])
 def test_https_and_loopback_urls_are_accepted(url):
     assert check_url(url) == url
+
+
+# Each kind of address that is not public, as a literal host (IPv4 inside IPv6 is judged as the IPv4 one).
+NOT_PUBLIC = {"https://10.0.0.5/hook": "private", "https://172.16.0.1/": "private", "https://192.168.1.1/": "private",
+              "https://[fd00::1]/": "private", "https://192.0.2.1/": "private", "https://100.64.0.1/": "shared",
+              "https://169.254.169.254/latest/meta-data/": "link-local", "https://[fe80::1]/": "link-local",
+              "https://[fe80::1%25eth0]/": "link-local", "https://224.0.0.1/": "multicast",
+              "https://[ff02::1]/": "multicast", "https://0.0.0.0/": "unspecified", "https://[::]/": "unspecified",
+              "https://240.0.0.1/": "reserved", "https://255.255.255.255/": "reserved",
+              "https://[fd00:ec2::254]/": "cloud metadata", "https://100.100.100.200/": "cloud metadata",
+              "https://[::ffff:10.0.0.5]/": "private", "https://[::ffff:169.254.169.254]/": "link-local",
+              "https://[64:ff9b::a00:5]/": "private", "https://[2002:a00:5::]/": "private",
+              "https://[::ffff:127.0.0.1]/": "loopback", "https://[fec0::1]/": "site-local"}
+
+
+@pytest.mark.parametrize("url", NOT_PUBLIC)
+def test_a_literal_address_that_is_not_public_is_refused_naming_the_field_and_its_kind(url):
+    with pytest.raises(InvalidArgument) as e:
+        check_url(url)
+    assert e.value.field_path == "webhook_subscription.url"
+    assert NOT_PUBLIC[url] in str(e.value) and "public" in str(e.value)
+    long = url + "x" * 2000
+    with pytest.raises(InvalidArgument) as e:
+        check_url(long)
+    assert len(str(e.value)) < 200 and "xxxx" not in str(e.value)  # the URL is never echoed
+
+
+@pytest.mark.parametrize("url", ["https://2130706433/", "https://0x7f.1/", "https://127.1/", "https://1.2.3/",
+                                 "https://012.0.0.5/"])
+def test_a_numeric_host_that_is_not_a_dotted_quad_is_refused(url):
+    with pytest.raises(InvalidArgument) as e:
+        check_url(url)
+    assert e.value.field_path == "webhook_subscription.url" and "dotted-quad" in str(e.value)
+
+
+@pytest.mark.parametrize("url", ["https://10.0.0.5/hook", "https://192.168.1.1/", "https://[fd00::1]/",
+                                 "https://100.64.0.1/", "https://[::ffff:10.0.0.5]/"])
+def test_allowing_private_networks_allows_private_addresses(url):
+    assert check_url(url, allow_private=True) == url
+
+
+@pytest.mark.parametrize("url", ["https://169.254.169.254/", "https://[fe80::1]/", "https://[fd00:ec2::254]/",
+                                 "https://100.100.100.200/", "https://0.0.0.0/", "https://224.0.0.1/",
+                                 "https://240.0.0.1/", "http://10.0.0.5/hook"])
+def test_allowing_private_networks_still_refuses_metadata_link_local_and_plain_http(url):
+    with pytest.raises(InvalidArgument) as e:
+        check_url(url, allow_private=True)
+    assert e.value.field_path == "webhook_subscription.url"
+
+
+TABLE = {"public.test": ["93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"],
+         "mixed.test": ["93.184.215.14", "10.0.0.5"], "private.test": ["10.0.0.5"], "loopback.test": ["127.0.0.2"],
+         "metadata.test": ["169.254.169.254"], "localhost": ["127.0.0.1", "::1"], "bad-localhost": ["10.0.0.5"]}
+
+
+async def test_the_guard_passes_a_name_whose_every_address_is_public_and_refuses_one_with_any_other():
+    guard = GuardedResolver(False, HostsResolver(TABLE))
+    answers = await guard.resolve("public.test", 443, 0)
+    assert [a["host"] for a in answers] == TABLE["public.test"]  # what aiohttp then connects to: the addresses checked
+    assert [a["host"] for a in await guard.resolve("localhost", 80, 0)] == ["127.0.0.1", "::1"]
+    for name, kind in (("mixed.test", "private"), ("private.test", "private"), ("loopback.test", "loopback"),
+                       ("metadata.test", "link-local")):
+        with pytest.raises(AddressRefused) as e:
+            await guard.resolve(name, 443, 0)
+        assert e.value.kind == kind and e.value.resolved
+        assert e.value.reason().startswith(f"refused: the host resolves to a {kind} address") and len(e.value.reason()) <= 200
+    guard = GuardedResolver(False, HostsResolver({"localhost": ["10.0.0.5"]}))
+    with pytest.raises(AddressRefused):  # `localhost` is allowed as loopback, not as whatever it resolves to
+        await guard.resolve("localhost", 80, 0)
+    with pytest.raises(OSError):  # a name that does not resolve fails as before (a retried failure)
+        await guard.resolve("nowhere.test", 443, 0)
+
+
+async def test_allowing_private_networks_lets_names_resolve_to_private_addresses_but_not_link_local():
+    guard = GuardedResolver(True, HostsResolver(TABLE))
+    for name in ("mixed.test", "private.test", "loopback.test"):
+        assert [a["host"] for a in await guard.resolve(name, 443, 0)] == TABLE[name]
+    with pytest.raises(AddressRefused) as e:
+        await guard.resolve("metadata.test", 443, 0)
+    assert e.value.kind == "link-local"
+
+
+async def test_the_guard_over_the_system_resolver():
+    guard = GuardedResolver(False)  # getaddrinfo: /etc/hosts has localhost on every machine
+    assert {a["host"] for a in await guard.resolve("localhost", 80, 0)} <= {"127.0.0.1", "::1"}
+    with pytest.raises(AddressRefused) as e:  # getaddrinfo reads a numeric form as 127.0.0.1: a name, not localhost
+        await guard.resolve("0x7f.1", 443, 0)
+    assert e.value.kind == "loopback"
+    await guard.close()
 
 
 @pytest.mark.parametrize("url", ["http://example.com/x", "http://10.0.0.1/x", "ftp://127.0.0.1/", "https://", "",
