@@ -75,6 +75,8 @@ READ_COLUMNS = f"{MESSAGE_COLUMNS}, source_message, source_trace_id"
 # read the `$11` newest earlier messages (the statement's snapshot does not see its own insert).
 # No row: the instance does not exist for this owner. `inserted` = 0: a concurrent request with the
 # same request_id won (the turn index it claimed stays unused; indexes only need to be unique).
+# `ws_join` (the workspace's lateral lookup) joins the one `inst` row before the history does: after it,
+# PostgreSQL ran the lookup once per history row (tests/integration/test_chat_begin_turn_plan.py).
 _BEGIN_TURN = """
 WITH inst AS (
     UPDATE instances SET next_turn_index = next_turn_index + 1, last_turn_time = $6
@@ -94,12 +96,12 @@ WITH inst AS (
 )
 SELECT inst.turn_index, inst.agent, (SELECT count(*) FROM msg) AS inserted, h.role, h.content, h.id,
        h.turn_index AS h_turn_index{ws_columns}
-FROM inst LEFT JOIN LATERAL (
+FROM inst{ws_join} LEFT JOIN LATERAL (
     SELECT role, content, create_time, id, turn_index FROM messages
     WHERE owner = $1 AND instance_id = $2
     ORDER BY create_time DESC, id DESC
     LIMIT $11
-) h ON true{ws_join}
+) h ON true
 ORDER BY h.create_time, h.id
 """
 BEGIN_TURN = _BEGIN_TURN.format(ws_columns="", ws_join="")
