@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 
+import yarl
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import ThreadedResolver
 
@@ -80,11 +81,24 @@ def refusal(ip: IPAddress, allow_private: bool) -> str | None:
     return None if kind is None or (allow_private and kind in PRIVATE_KINDS) else kind
 
 
+def delivery_host(url: str) -> str | None:
+    """`url`'s host as the HTTP client connects to it: yarl's ASCII form (IDNA applied, so Unicode digits
+    and dots such as `１０.０.０.５` or `10。0。0。5` become `10.0.0.5`; lower case; IPv6 without brackets).
+    Every check of a subscription's host reads this, not `urllib.parse`'s form, which keeps the Unicode
+    (a literal private address written so passed the check, and aiohttp then connected to it without
+    asking the resolver). None when the URL has no host or the host is not a valid name."""
+    try:
+        return yarl.URL(url).raw_host
+    except (ValueError, UnicodeError):
+        return None
+
+
 def host_refusal(host: str, allow_private: bool) -> str | None:
     """For a URL's hostname (IPv6 without brackets): the kind of a literal address the guard refuses, or
     `NUMERIC` for an IPv4 address that is not written as a dotted quad (`2130706433`, `0x7f.1`, `127.1`:
     the system resolver reads these as addresses). None for a name (`GuardedResolver` checks it at delivery),
     a public address or a loopback address."""
+    host = host.rstrip(".")  # `10.0.0.5.` (a fully qualified form) is the same address
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:

@@ -34,7 +34,6 @@ import json
 import logging
 import ssl
 import time
-import urllib.parse
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -59,7 +58,7 @@ from services.feedback.repository.feed import FeedStore
 from services.feedback.repository.webhooks import WebhookStore
 from services.feedback.urls import split_http_url
 from services.feedback.webhook_addresses import (LOOPBACK_NAMES, NUMERIC, PRIVATE_KINDS, AddressRefused,
-                                                   GuardedResolver, host_refusal)
+                                                   GuardedResolver, delivery_host, host_refusal)
 from services.feedback.webhook_secrets import SecretBox
 
 log = logging.getLogger(__name__)
@@ -84,13 +83,15 @@ def check_url(url: str, allow_private: bool = False) -> str:
     it must be public or loopback; `allow_private` also allows private ones (webhook_addresses). A name is
     checked at delivery, against each address it resolves to."""
     parts = split_http_url(url, URL_FIELD, URL_MAX_CHARS)
-    host = parts.hostname or ""
+    host = delivery_host(url)
+    if not host:
+        raise InvalidArgument(URL_FIELD, "host must be a valid name or address")
     kind = host_refusal(host, allow_private)
     if kind == NUMERIC:
         raise InvalidArgument(URL_FIELD, "host must be a name, a dotted-quad IPv4 address or an IPv6 address")
     loopback = host in LOOPBACK_NAMES
     with contextlib.suppress(ValueError):
-        loopback = loopback or ipaddress.ip_address(host).is_loopback
+        loopback = loopback or ipaddress.ip_address(host.rstrip(".")).is_loopback
     if parts.scheme != "https" and not loopback:
         raise InvalidArgument(URL_FIELD, "must be https://, or http:// to a loopback address")
     if kind is not None:
@@ -271,7 +272,7 @@ class Webhooks:
         headers = {"content-type": "application/json", "webhook-id": e.id,
                    "webhook-timestamp": str(int(now.timestamp())), "webhook-signature": signer.sign(e.id, now, body)}
         attempt = s.attempts + 1
-        host = urllib.parse.urlsplit(s.url).hostname or ""
+        host = delivery_host(s.url) or ""
         t0 = time.perf_counter()
         try:
             if (kind := host_refusal(host, self._allow_private)) is not None:  # aiohttp resolves no literal address

@@ -160,7 +160,8 @@ async def test_a_subscription_needs_https_or_a_loopback_url_and_feedback_admin(s
 NOT_PUBLIC = ["https://10.0.0.5/hook", "https://192.168.1.1/", "https://172.16.0.1/", "https://[fd00::1]/",
               "https://169.254.169.254/latest/meta-data/", "https://[fe80::1]/", "https://100.64.0.1/",
               "https://224.0.0.1/", "https://[ff02::1]/", "https://0.0.0.0/", "https://[::]/", "https://240.0.0.1/",
-              "https://[::ffff:10.0.0.5]/", "https://[fd00:ec2::254]/", "https://2130706433/"]
+              "https://[::ffff:10.0.0.5]/", "https://[fd00:ec2::254]/", "https://2130706433/",
+              "https://１６９.２５４.１６９.２５４/latest", "https://192。168。1。1/", "https://10.0.0.5./"]
 
 
 async def test_a_subscription_to_an_address_that_is_not_public_is_refused_naming_the_field(stack):

@@ -12,7 +12,7 @@ from standardwebhooks.webhooks import Webhook
 from services.common.errors import InvalidArgument
 from services.feedback.model.enums import EventKind, EventType, RatingScope
 from services.feedback.model.feed import FeedEvent, Position
-from services.feedback.webhook_addresses import AddressRefused, GuardedResolver
+from services.feedback.webhook_addresses import AddressRefused, GuardedResolver, delivery_host, host_refusal
 from services.feedback.webhook_secrets import SecretBox, derived_key, new_secret
 from services.feedback.webhooks import DeliveryPolicy, check_url, event_type
 from tests.helpers.webhooks import HostsResolver
@@ -36,7 +36,10 @@ NOT_PUBLIC = {"https://10.0.0.5/hook": "private", "https://172.16.0.1/": "privat
               "https://[fd00:ec2::254]/": "cloud metadata", "https://100.100.100.200/": "cloud metadata",
               "https://[::ffff:10.0.0.5]/": "private", "https://[::ffff:169.254.169.254]/": "link-local",
               "https://[64:ff9b::a00:5]/": "private", "https://[2002:a00:5::]/": "private",
-              "https://[::ffff:127.0.0.1]/": "loopback", "https://[fec0::1]/": "site-local"}
+              "https://[::ffff:127.0.0.1]/": "loopback", "https://[fec0::1]/": "site-local",
+              # Written as the HTTP client reads them (IDNA folds Unicode digits and dots), and fully qualified.
+              "https://１０.０.０.５/": "private", "https://10。0。0。5/": "private", "https://①⓪.0.0.5/": "private",
+              "https://１６９.２５４.１６９.２５４/latest": "link-local", "https://10.0.0.5./": "private"}
 
 
 @pytest.mark.parametrize("url", NOT_PUBLIC)
@@ -126,6 +129,20 @@ def test_other_urls_are_invalid_argument_naming_the_field(url):
     with pytest.raises(InvalidArgument) as e:
         check_url(url)
     assert e.value.field_path == "webhook_subscription.url"
+
+
+def test_the_delivery_judges_the_host_the_http_client_connects_to():
+    """A subscription stored with a host the HTTP client folds to a private address (Unicode digits or
+    dots, IDNA) is refused at delivery too: the delivery reads the host as aiohttp (yarl) does, not as
+    urllib.parse keeps it."""
+    assert delivery_host("https://１０.０.０.５/h") == "10.0.0.5"
+    assert delivery_host("https://10。0。0。5/h") == "10.0.0.5"
+    assert delivery_host("https://１６９.２５４.１６９.２５４/latest") == "169.254.169.254"
+    assert delivery_host("https://Bücher.example/h") == "xn--bcher-kva.example"
+    assert delivery_host("https://[::1]:8/") == "::1"
+    assert host_refusal(delivery_host("https://１０.０.０.５/h"), False) == "private"
+    assert host_refusal(delivery_host("https://10.0.0.5./h"), False) == "private"
+    assert host_refusal(delivery_host("https://Bücher.example/h"), False) is None  # a name: the resolver checks it
 
 
 def test_event_types_and_backoff():
