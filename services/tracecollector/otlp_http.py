@@ -30,6 +30,7 @@ import base64
 import json
 import logging
 import math
+import re
 import zlib
 
 from aiohttp import web
@@ -75,15 +76,25 @@ class _ClientErrorsAsWarnings(logging.Filter):
     """aiohttp answers a request its parser refuses (a malformed request line or header, broken chunked
     framing) itself and logs an ERROR with a traceback per request: the client's mistake, not ours, and
     anyone could flood the log with it. Each becomes a failure of one incident (CLIENT_ERRORS,
-    services/common/incidents.py): the first a WARNING line, its message clipped, the next ones
-    counted in a summary line every 10 s."""
+    services/common/incidents.py): the first a WARNING line, the next ones counted in a summary line
+    every 10 s. The line keeps aiohttp's own words and drops what it quotes of the request (a header
+    over the line limit is quoted from its start: an Authorization header's bearer token)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, HttpProcessingError | RequestPayloadError):
-            INCIDENTS.failure(CLIENT_ERRORS, f"OTLP/HTTP request refused: {clip(' '.join(str(exc).split()))}")
+            INCIDENTS.failure(CLIENT_ERRORS, f"OTLP/HTTP request refused: {refusal_words(exc)}")
             return False
         return True
+
+
+def refusal_words(exc: Exception) -> str:
+    """What the log says of a request aiohttp's parser refused: its status and aiohttp's own words, cut
+    before the first quote or colon (after which aiohttp quotes the request's bytes), clipped."""
+    message = getattr(exc, "message", None) or str(exc)
+    words = re.split(r"[:'\"`]", " ".join(str(message).split()), maxsplit=1)[0].strip()
+    code = getattr(exc, "code", None)
+    return clip(f"{code} {words}" if code else words or type(exc).__name__, 120)
 
 
 logging.getLogger("aiohttp.server").addFilter(_ClientErrorsAsWarnings())

@@ -54,6 +54,26 @@ async def test_bad_bodies_wrong_paths_and_methods_are_answered_without_a_traceba
     await collector.assert_http_stores_an_export()
 
 
+async def test_a_header_over_the_line_limit_is_logged_without_its_value(collector, caplog):
+    """aiohttp refuses a header line over 8,190 bytes and quotes its start in the exception: an
+    Authorization header's bearer token (the collector's OTLP ingest token) reached the log line."""
+    caplog.set_level(logging.INFO)
+    INCIDENTS.resolved(CLIENT_ERRORS)  # the next refusal opens an incident: its line is written
+    secret = "Bearer 28daf983dab1025a138e4055fe4da15b"
+    port = collector.ports["otlp_http"]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nAuthorization: " + secret.encode() + b" " + b"x" * 9000
+                 + b"\r\nContent-Length: 0\r\n\r\n")
+    await writer.drain()
+    assert (await reader.read(100)).split(b"\r\n")[0].endswith(b" 400 Bad Request")
+    writer.close()
+    await asyncio.sleep(0.1)
+    lines = [r.getMessage() for r in caplog.records if CLIENT_ERRORS in r.getMessage()]
+    assert lines, [r.getMessage()[:120] for r in caplog.records]
+    assert not [m for m in lines if "28daf983" in m or "xxxx" in m], lines
+    assert all(len(m) < 300 for m in lines), lines
+
+
 async def test_a_client_gone_before_its_body_ended_writes_no_traceback(collector, caplog):
     """A client announcing more body than it sends, then closing: aiohttp.server logged an ERROR with
     a 20-line traceback (ConnectionResetError in request.read) for every such connection."""
