@@ -13,9 +13,7 @@ from services.chat import domain, workspace_store
 from services.chat import repository as chat_repository
 from services.chat import workspace as ws
 from services.chat.domain import Message, Role
-from services.chat.repository import Repository as ChatRepository
-from services.chat.server import MIGRATIONS, SCHEMA
-from services.common.db import close_pool, create_pool, migrate
+from tests.helpers.chat import migrated_chat
 
 HISTORY = 20  # the chat service's default history_messages
 
@@ -27,13 +25,8 @@ def _nodes(plan: dict):
 
 
 async def test_a_turns_first_statement_reads_the_workspace_once_and_returns_the_latest(database_url):
-    await migrate(database_url, SCHEMA, MIGRATIONS)
-    pool = await create_pool(database_url, SCHEMA, 1, 2)
-    repo = ChatRepository(pool)
     now = dt.datetime.now(dt.UTC)
-    try:
-        inst = await repo.create_instance(
-            "alice", domain.NewInstance(id=uuid.uuid4().hex[:12], display_name="p", agent="", request_id=None), now)
+    async with migrated_chat(database_url) as (repo, pool, inst):
         for i in range(15):  # 30 messages, a snapshot per turn; the last one sets an objective
             turn = domain.TurnInput(inst.id, f"question {i}", domain.Channel.UNSPECIFIED, "", "", None)
             trace = uuid.uuid4().hex
@@ -62,5 +55,3 @@ async def test_a_turns_first_statement_reads_the_workspace_once_and_returns_the_
         lookups = [n for n in _nodes(plan) if n.get("Relation Name") == "workspace_snapshots"]
         assert lookups, plan
         assert [n["Actual Loops"] for n in lookups] == [1], lookups  # once, not once per history row
-    finally:
-        await close_pool(pool)

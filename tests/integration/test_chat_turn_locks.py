@@ -13,19 +13,12 @@ import uuid
 from services.chat import domain, workspace_store
 from services.chat import repository as chat_repository
 from services.chat.domain import Message, Role
-from services.chat.repository import Repository as ChatRepository
-from services.chat.server import MIGRATIONS, SCHEMA
-from services.common.db import close_pool, create_pool, migrate
+from tests.helpers.chat import migrated_chat
 
 
 async def test_a_request_id_race_during_the_winners_finish_is_refused_not_deadlocked(database_url):
-    await migrate(database_url, SCHEMA, MIGRATIONS)
-    pool = await create_pool(database_url, SCHEMA, 2, 4)
-    repo = ChatRepository(pool)
     now = dt.datetime.now(dt.UTC)
-    try:
-        inst = await repo.create_instance(
-            "alice", domain.NewInstance(id=uuid.uuid4().hex[:12], display_name="k", agent="", request_id=None), now)
+    async with migrated_chat(database_url) as (repo, pool, inst):
         rid = uuid.uuid4()
         left = domain.TurnInput(inst.id, "left", domain.Channel.UNSPECIFIED, "", "", rid, b"left")
         right = domain.TurnInput(inst.id, "right", domain.Channel.UNSPECIFIED, "", "", rid, b"right")
@@ -59,8 +52,6 @@ async def test_a_request_id_race_during_the_winners_finish_is_refused_not_deadlo
         assert outcome and outcome[0]["inserted"] == 0
         rec = await repo.turn_by_request("alice", inst.id, rid)
         assert rec is not None and rec.state == "DONE" and rec.user_message.content == "left"
-    finally:
-        await close_pool(pool)
 
 
 async def _until_waiting_on_a_lock(pool, deadline_s: float = 10.0) -> None:
